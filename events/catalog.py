@@ -1,0 +1,366 @@
+"""The event catalog: one tagged union of immutable msgspec Structs.
+
+Tags are explicit and stable: a stored event is never rewritten, so a tag, once used, keeps
+its meaning forever. A changed schema gets a new tag (``Name/v2``); the old shape moves to
+``events.legacy`` and is upcast on read. New optional fields get defaults instead.
+
+Objects (VM, VMI, migration, policy manifests) travel as KubeVirt JSON documents
+(``dict``), not as typed Structs: the log keeps every field the user wrote, including the
+ones we do not model, and typed views are built on read (``events.manifest``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+import msgspec
+
+from events.meta import Meta
+
+Manifest = dict[str, Any]
+
+
+class Event(msgspec.Struct, tag_field="type", kw_only=True, rename="camel", omit_defaults=True):
+    """Base of every event. Events are immutable by convention: never assign to a field."""
+
+    meta: Meta
+
+
+class Resources(msgspec.Struct, frozen=True, rename="camel"):
+    cpu_millis: int
+    memory_bytes: int
+
+
+class Taint(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
+    key: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute
+    value: str = ""
+
+
+class StopReason(StrEnum):
+    """Why a domain stopped, as the handler saw it (maps to VMI Succeeded/Failed)."""
+
+    SHUTDOWN = "Shutdown"  # guest shut down: Succeeded
+    DESTROYED = "Destroyed"  # destroyed on request: Succeeded, Failed if the grace period ran out
+    CRASHED = "Crashed"  # Failed
+    FAILED = "Failed"  # libvirt/launcher failure: Failed
+    MIGRATED = "Migrated"  # source side of a completed migration: VMI keeps running elsewhere
+
+
+# ---------------------------------------------------------------- VirtualMachine (api)
+class VMCreated(Event, tag="VMCreated"):
+    manifest: Manifest
+
+
+class VMUpdated(Event, tag="VMUpdated"):
+    manifest: Manifest
+
+
+class VMDeleted(Event, tag="VMDeleted"):
+    grace_period_seconds: int | None = None
+
+
+class VMStartRequested(Event, tag="VMStartRequested"):
+    paused: bool = False
+
+
+class VMStopRequested(Event, tag="VMStopRequested"):
+    vmi_uid: str = ""
+    grace_period_seconds: int | None = None
+
+
+class VMRestartRequested(Event, tag="VMRestartRequested"):
+    vmi_uid: str
+    grace_period_seconds: int | None = None
+
+
+class VMRunStrategyChanged(Event, tag="VMRunStrategyChanged"):
+    """Always/Once + stop → Halted; Halted + start → Always (KubeVirt rewrites the spec)."""
+
+    run_strategy: str
+
+
+# --------------------------------------------------------- VirtualMachine (controller)
+class VMStartFailed(Event, tag="VMStartFailed"):
+    """Crash-loop backoff bookkeeping (status.startFailure)."""
+
+    consecutive_fail_count: int
+    last_failed_vmi_uid: str
+    retry_after: float
+
+
+class VMStartFailureCleared(Event, tag="VMStartFailureCleared"):
+    pass
+
+
+class VMStateChangeRequestsCleared(Event, tag="VMStateChangeRequestsCleared"):
+    """The controller acted on the pending start/stop requests."""
+
+
+# ----------------------------------------------------- VirtualMachineInstance (intent)
+class VMICreated(Event, tag="VMICreated"):
+    manifest: Manifest
+    owner_vm_uid: str = ""  # empty for a standalone VMI
+
+
+class VMIDeleteRequested(Event, tag="VMIDeleteRequested"):
+    grace_period_seconds: int | None = None
+
+
+class VMIPauseRequested(Event, tag="VMIPauseRequested"):
+    pass
+
+
+class VMIUnpauseRequested(Event, tag="VMIUnpauseRequested"):
+    pass
+
+
+class VMISoftRebootRequested(Event, tag="VMISoftRebootRequested"):
+    pass
+
+
+# ------------------------------------------------- VirtualMachineInstance (controller)
+class PodScheduled(Event, tag="PodScheduled"):
+    """The scheduler placed the VMI's launcher pod; carries the spec so the handler needs
+    nothing but its own node's events."""
+
+    node: str
+    pod_name: str
+    pod_uid: str
+    manifest: Manifest
+
+
+class Unschedulable(Event, tag="Unschedulable"):
+    reason: str  # e.g. "Unschedulable"
+    message: str
+
+
+class VMIFailed(Event, tag="VMIFailed"):
+    reason: str  # e.g. NodeUnresponsive, PodGone
+    message: str = ""
+
+
+class VMIRemoved(Event, tag="VMIRemoved"):
+    """The VMI object is gone (deleted and its launcher cleaned up)."""
+
+
+# ---------------------------------------------------- VirtualMachineInstance (handler)
+class LauncherStarted(Event, tag="LauncherStarted"):
+    node: str
+    pod_uid: str
+    pid: int
+
+
+class DomainStarted(Event, tag="DomainStarted"):
+    node: str
+    domain: str
+    paused: bool = False
+    qemu_pid: int = 0
+
+
+class DomainPaused(Event, tag="DomainPaused"):
+    reason: str = "PausedByUser"
+
+
+class DomainResumed(Event, tag="DomainResumed"):
+    pass
+
+
+class DomainSoftRebooted(Event, tag="DomainSoftRebooted"):
+    pass
+
+
+class DomainStopped(Event, tag="DomainStopped"):
+    reason: StopReason
+    grace_period_expired: bool = False
+    message: str = ""
+
+
+class LauncherExited(Event, tag="LauncherExited"):
+    node: str
+    pod_uid: str
+    exit_code: int | None = None
+
+
+# ------------------------------------------------------------- Migration (api / user)
+class MigrationRequested(Event, tag="MigrationRequested"):
+    manifest: Manifest  # the VirtualMachineInstanceMigration
+
+
+class MigrationAbortRequested(Event, tag="MigrationAbortRequested"):
+    """Deleting an active migration object cancels it."""
+
+
+# -------------------------------------------------------------- Migration (controller)
+class MigrationSettings(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
+    """Effective settings: cluster defaults overridden by the winning MigrationPolicy."""
+
+    policy: str = ""
+    bandwidth_bytes_per_second: int = 0  # 0 = unlimited
+    completion_timeout_per_gib: int = 150
+    progress_timeout: int = 150
+    allow_auto_converge: bool = False
+    allow_post_copy: bool = False
+    allow_workload_disruption: bool = False
+
+
+class MigrationPending(Event, tag="MigrationPending"):
+    """Accepted by the controller but held back by the parallel limits."""
+
+    vmi_name: str
+    message: str = ""
+
+
+class MigrationScheduling(Event, tag="MigrationScheduling"):
+    vmi_uid: str
+    source_node: str
+    source_pod: str
+
+
+class MigrationScheduled(Event, tag="MigrationScheduled"):
+    """Handoff: the target pod is placed. Routed to the target node (meta.node)."""
+
+    vmi_name: str
+    vmi_uid: str
+    source_node: str
+    source_pod: str
+    target_node: str
+    target_pod: str
+    target_pod_uid: str
+    settings: MigrationSettings
+    manifest: Manifest  # the VMI, so the target handler needs only its own traffic
+
+
+class MigrationFailed(Event, tag="MigrationFailed"):
+    reason: str
+    message: str = ""
+
+
+# ----------------------------------------------------------------- Migration (handler)
+class TargetPrepared(Event, tag="TargetPrepared"):
+    """Target launcher is up and waiting; routed to the source node."""
+
+    target_node: str
+    target_address: str
+    target_pod_uid: str
+
+
+class MigrationStarted(Event, tag="MigrationStarted"):
+    mode: str = "PreCopy"
+
+
+class MigrationProgressed(Event, tag="MigrationProgressed"):
+    data_processed_bytes: int
+    data_remaining_bytes: int
+    data_total_bytes: int
+
+
+class MigrationSucceeded(Event, tag="MigrationSucceeded"):
+    target_node: str
+    target_pod_uid: str
+
+
+class MigrationAborted(Event, tag="MigrationAborted"):
+    """The source aborted the transfer (cancel or timeout); the VM stays on the source."""
+
+    reason: str = ""
+
+
+# ------------------------------------------------------------------------------ Node
+class NodeJoined(Event, tag="NodeJoined/v2"):
+    node: str
+    capacity: Resources
+    labels: dict[str, str] = {}
+    taints: tuple[Taint, ...] = ()
+    address: str = ""
+    hypervisor: str = "test"
+
+
+class NodeCordoned(Event, tag="NodeCordoned"):
+    pass
+
+
+class NodeUncordoned(Event, tag="NodeUncordoned"):
+    pass
+
+
+class NodeDrainRequested(Event, tag="NodeDrainRequested"):
+    pass
+
+
+class NodeTaintsChanged(Event, tag="NodeTaintsChanged"):
+    taints: tuple[Taint, ...] = ()
+
+
+class NodeUnresponsive(Event, tag="NodeUnresponsive"):
+    last_heartbeat: float
+    message: str = "virt-handler is not responsive, marking node as unresponsive"
+
+
+class NodeResponsive(Event, tag="NodeResponsive"):
+    last_heartbeat: float
+
+
+# -------------------------------------------------------------------- MigrationPolicy
+class PolicyCreated(Event, tag="PolicyCreated"):
+    manifest: Manifest
+
+
+class PolicyUpdated(Event, tag="PolicyUpdated"):
+    manifest: Manifest
+
+
+class PolicyDeleted(Event, tag="PolicyDeleted"):
+    pass
+
+
+AnyEvent = (
+    VMCreated
+    | VMUpdated
+    | VMDeleted
+    | VMStartRequested
+    | VMStopRequested
+    | VMRestartRequested
+    | VMRunStrategyChanged
+    | VMStartFailed
+    | VMStartFailureCleared
+    | VMStateChangeRequestsCleared
+    | VMICreated
+    | VMIDeleteRequested
+    | VMIPauseRequested
+    | VMIUnpauseRequested
+    | VMISoftRebootRequested
+    | PodScheduled
+    | Unschedulable
+    | VMIFailed
+    | VMIRemoved
+    | LauncherStarted
+    | DomainStarted
+    | DomainPaused
+    | DomainResumed
+    | DomainSoftRebooted
+    | DomainStopped
+    | LauncherExited
+    | MigrationRequested
+    | MigrationAbortRequested
+    | MigrationPending
+    | MigrationScheduling
+    | MigrationScheduled
+    | MigrationFailed
+    | TargetPrepared
+    | MigrationStarted
+    | MigrationProgressed
+    | MigrationSucceeded
+    | MigrationAborted
+    | NodeJoined
+    | NodeCordoned
+    | NodeUncordoned
+    | NodeDrainRequested
+    | NodeTaintsChanged
+    | NodeUnresponsive
+    | NodeResponsive
+    | PolicyCreated
+    | PolicyUpdated
+    | PolicyDeleted
+)

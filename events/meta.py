@@ -1,0 +1,55 @@
+"""Metadata every event carries: who it is about, who emitted it, and why."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+import msgspec
+
+
+class Kind(StrEnum):
+    """Aggregate kinds; the value is the subject token."""
+
+    VM = "vm"
+    VMI = "vmi"
+    MIGRATION = "migration"
+    NODE = "node"
+    POLICY = "policy"
+
+
+CLUSTER_SCOPE = "_"  # namespace token for cluster-scoped aggregates (nodes, policies)
+
+
+class Aggregate(msgspec.Struct, frozen=True, rename="camel"):
+    """The object an event belongs to; one optimistic-concurrency stream per aggregate."""
+
+    kind: Kind
+    namespace: str
+    name: str
+    uid: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}/{self.namespace}/{self.name}"
+
+
+class Actor(msgspec.Struct, frozen=True, rename="camel"):
+    service: str
+    node: str = ""
+
+
+class Meta(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
+    """Event metadata.
+
+    `node` routes the event to one node's handler (it becomes the subject's last token),
+    so a handler's consumer filters server-side to its own VMIs. `occurred_at` is epoch
+    seconds, set by the shell (deciders get the clock passed in).
+    """
+
+    event_id: str
+    aggregate: Aggregate
+    occurred_at: float
+    correlation_id: str
+    actor: Actor
+    causation_id: str = ""
+    node: str = ""

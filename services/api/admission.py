@@ -1,0 +1,643 @@
+"""KubeVirt's admission: defaulting (mutating webhooks) and validation (validating webhooks).
+
+Pure functions over events.objects Structs: no I/O, no clock, no uuid (callers pass ids in).
+Messages and cause fields follow KubeVirt's admitters word for word, because users and
+scripts match on them; where KubeVirt's field path is odd (e.g. "spec.interfaces" for the
+pod-network rule) it is kept.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import TypeVar
+
+import msgspec
+
+from events.objects import (
+    CPU,
+    Devices,
+    Disk,
+    DiskTarget,
+    Firmware,
+    Interface,
+    Machine,
+    Memory,
+    Network,
+    PodNetwork,
+    ResourceRequirements,
+    Status,
+    StatusCause,
+    StatusDetails,
+    VirtualMachine,
+    VirtualMachineInstance,
+    VirtualMachineInstanceMigration,
+    VirtualMachineInstanceSpec,
+)
+from events.quantity import parse_cpu_millis, parse_quantity
+
+INVALID = "FieldValueInvalid"
+REQUIRED = "FieldValueRequired"
+DUPLICATE = "FieldValueDuplicate"
+NOT_SUPPORTED = "FieldValueNotSupported"
+
+RUN_STRATEGIES = ("Always", "RerunOnFailure", "Manual", "Halted", "Once")
+EVICTION_STRATEGIES = ("None", "LiveMigrate", "LiveMigrateIfPossible", "External")
+INTERFACE_MODELS = ("e1000", "e1000e", "igb", "ne2k_pci", "pcnet", "rtl8139", "virtio")
+DISK_BUSES = ("virtio", "scsi", "sata", "usb")  # KubeVirt prints them in this order
+FINAL_PHASES = ("Succeeded", "Failed")
+MAX_CAUSES = 10
+ONE_MEGABYTE = 10**6
+
+# Which validating webhook KubeVirt names in its denial message, per kind.
+WEBHOOKS = {
+    "VirtualMachine": "virtualmachine-validator.kubevirt.io",
+    "VirtualMachineInstance": "virtualmachineinstances-create-validator.kubevirt.io",
+    "VirtualMachineInstanceMigration": "migration-create-validator.kubevirt.io",
+    "MigrationPolicy": "migration-policy-validator.kubevirt.io",
+}
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(
+    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+)
+_MAC = re.compile(r"^[0-9A-Fa-f]{2}([:-])[0-9A-Fa-f]{2}(\1[0-9A-Fa-f]{2}){4}$")
+_LABEL_FMT = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
+    "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
+    "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+_SUBDOMAIN_FMT = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
+    "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+
+
+def _cause(type_: str, message: str, field: str = "") -> StatusCause:
+    return StatusCause(type=type_, message=message, field=field)
+
+
+S = TypeVar("S", bound=msgspec.Struct)
+
+
+def _copy(obj: S) -> S:
+    # Defaulting is pure: work on a deep copy, never on the caller's object.
+    return msgspec.convert(msgspec.to_builtins(obj), type(obj))
+
+
+# ====================================================================== defaulting
+
+
+def default_vmi_spec(
+    spec: VirtualMachineInstanceSpec, firmware_uuid: str
+) -> VirtualMachineInstanceSpec:
+    """KubeVirt's VMI defaults (amd64): machine q35, CPU topology and model, guest memory,
+    a disk per volume, disk/cdrom buses, the pod network, interface model, firmware uuid,
+    grace period. Returns a new spec."""
+    spec = _copy(spec)
+    domain = spec.domain
+    if domain.machine is None or not domain.machine.type:
+        domain.machine = Machine(type="q35")
+    _default_cpu(spec)
+    _default_memory(spec)
+    devices = domain.devices = domain.devices or Devices()
+    _default_disks(spec, devices)
+    _default_network(spec, devices)
+    if domain.firmware is None:
+        domain.firmware = Firmware()
+    if not domain.firmware.uuid:
+        domain.firmware.uuid = firmware_uuid
+    if spec.termination_grace_period_seconds is None:
+        spec.termination_grace_period_seconds = 30
+    return spec
+
+
+def _default_cpu(spec: VirtualMachineInstanceSpec) -> None:
+    domain = spec.domain
+    cpu = domain.cpu = domain.cpu or CPU()
+    if not (cpu.cores or cpu.sockets or cpu.threads):
+        # KubeVirt maps the CPU count to sockets (best guest performance), rounding up.
+        resources = domain.resources or ResourceRequirements()
+        amount = (resources.limits or {}).get("cpu") or (resources.requests or {}).get("cpu")
+        sockets = -(-parse_cpu_millis(amount) // 1000) if amount is not None else 1
+        cpu.sockets, cpu.cores, cpu.threads = max(sockets, 1), 1, 1
+    else:
+        cpu.sockets, cpu.cores, cpu.threads = cpu.sockets or 1, cpu.cores or 1, cpu.threads or 1
+    if not cpu.model:
+        cpu.model = "host-model"
+
+
+def _default_memory(spec: VirtualMachineInstanceSpec) -> None:
+    domain = spec.domain
+    if domain.memory is not None and domain.memory.guest is not None:
+        return
+    resources = domain.resources or ResourceRequirements()
+    guest = (resources.requests or {}).get("memory") or (resources.limits or {}).get("memory")
+    if guest is not None:
+        domain.memory = domain.memory or Memory()
+        domain.memory.guest = guest
+
+
+def _default_disks(spec: VirtualMachineInstanceSpec, devices: Devices) -> None:
+    disks = list(devices.disks or [])
+    named = {d.name for d in disks}
+    # A volume without a disk gets one (KubeVirt's SetDefaultVolumeDisk).
+    disks += [Disk(name=v.name) for v in spec.volumes or [] if v.name not in named]
+    for disk in disks:
+        if disk.cdrom is not None:
+            disk.cdrom.bus = disk.cdrom.bus or "sata"
+            if disk.cdrom.readonly is None:
+                disk.cdrom.readonly = True
+        elif disk.lun is None:
+            disk.disk = disk.disk or DiskTarget()
+            disk.disk.bus = disk.disk.bus or "sata"
+    devices.disks = disks or devices.disks
+
+
+def _default_network(spec: VirtualMachineInstanceSpec, devices: Devices) -> None:
+    if (
+        not devices.interfaces
+        and not spec.networks
+        and devices.autoattach_pod_interface is not False
+    ):
+        # KubeVirt's default binding (cluster config NetworkInterface) is bridge.
+        devices.interfaces = [Interface(name="default", bridge={})]
+        spec.networks = [Network(name="default", pod=PodNetwork())]
+    for iface in devices.interfaces or []:
+        if not iface.model:
+            iface.model = "virtio"
+
+
+def default_vmi(vmi: VirtualMachineInstance, firmware_uuid: str) -> VirtualMachineInstance:
+    out = _copy(vmi)
+    out.spec = default_vmi_spec(out.spec, firmware_uuid)
+    return out
+
+
+def default_vm(vm: VirtualMachine, firmware_uuid: str) -> VirtualMachine:
+    """Applies the VMI defaults to the VM's template; runStrategy has no default."""
+    out = _copy(vm)
+    out.spec.template.spec = default_vmi_spec(out.spec.template.spec, firmware_uuid)
+    return out
+
+
+# ====================================================================== names
+
+
+def _dns1123_label_errors(value: str) -> list[str]:
+    errors = []
+    if len(value) > 63:
+        errors.append("must be no more than 63 characters")
+    if not _DNS1123_LABEL.match(value):
+        errors.append(_LABEL_FMT)
+    return errors
+
+
+def _dns1123_subdomain_errors(value: str) -> list[str]:
+    errors = []
+    if len(value) > 253:
+        errors.append("must be no more than 253 characters")
+    if not _DNS1123_SUBDOMAIN.match(value):
+        errors.append(_SUBDOMAIN_FMT)
+    return errors
+
+
+def validate_name(name: str | None, generate_name: str | None = None) -> list[StatusCause]:
+    """metadata.name as the Kubernetes API server checks it (a DNS-1123 subdomain)."""
+    if not name:
+        if generate_name:
+            return []
+        return [_cause(REQUIRED, "name or generateName is required", "metadata.name")]
+    return [
+        _cause(INVALID, f'Invalid value: "{name}": {err}', "metadata.name")
+        for err in _dns1123_subdomain_errors(name)
+    ]
+
+
+def validate_hostname(hostname: str | None, field: str = "spec") -> list[StatusCause]:
+    if not hostname:
+        return []
+    errors = _dns1123_label_errors(hostname)
+    if not errors:
+        return []
+    path = f"{field}.hostname"
+    msg = f"{path} does not conform to the kubernetes DNS_LABEL rules : {', '.join(errors)}"
+    return [_cause(INVALID, msg, path)]
+
+
+def _validate_subdomain(subdomain: str | None, field: str) -> list[StatusCause]:
+    if not subdomain or not (errors := _dns1123_subdomain_errors(subdomain)):
+        return []
+    path = f"{field}.subdomain"
+    msg = f"{path} does not conform to the kubernetes DNS_SUBDOMAIN rules : {', '.join(errors)}"
+    return [_cause(INVALID, msg, path)]
+
+
+# ====================================================================== VMI spec
+
+
+def validate_vmi_spec(
+    spec: VirtualMachineInstanceSpec, field: str = "spec", *, template: bool = False
+) -> list[StatusCause]:
+    """KubeVirt's VMI spec validation (shared by VMI create and VM templates). As in
+    KubeVirt, "every volume has a disk" is checked for VMIs only, not for VM templates."""
+    causes = validate_hostname(spec.hostname, field)
+    causes += _validate_subdomain(spec.subdomain, field)
+    causes += _validate_memory(spec, field)
+    causes += _validate_cpu(spec, field)
+    causes += _validate_disks(spec, field)
+    causes += _validate_volumes(spec, field, template)
+    causes += _validate_networks(spec, field)
+    causes += _validate_eviction(spec, field)
+    return causes
+
+
+def _quantity(value: str | int | None, path: str, causes: list[StatusCause]) -> int | None:
+    if value is None:
+        return None
+    try:
+        return parse_quantity(value)
+    except ValueError:
+        causes.append(
+            _cause(
+                INVALID,
+                f"{path} '{value}': quantities must match the regular "
+                "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
+                path,
+            )
+        )
+        return None
+
+
+def _validate_memory(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCause]:
+    causes: list[StatusCause] = []
+    domain = spec.domain
+    resources = domain.resources or ResourceRequirements()
+    req_path = f"{field}.domain.resources.requests.memory"
+    lim_path = f"{field}.domain.resources.limits.memory"
+    guest_path = f"{field}.domain.memory.guest"
+    req_raw = (resources.requests or {}).get("memory")
+    lim_raw = (resources.limits or {}).get("memory")
+    guest_raw = domain.memory.guest if domain.memory else None
+    request = _quantity(req_raw, req_path, causes)
+    limit = _quantity(lim_raw, lim_path, causes)
+    guest = _quantity(guest_raw, guest_path, causes)
+    hugepages = domain.memory.hugepages if domain.memory else None
+
+    for value, raw, path in ((request, req_raw, req_path), (limit, lim_raw, lim_path)):
+        if value is not None and value < 0:
+            causes.append(
+                _cause(INVALID, f"{path} '{raw}': must be greater than or equal to 0.", path)
+            )
+    # KubeVirt checks the request; the guest size is held to the same floor here.
+    for value, raw, path in ((request, req_raw, req_path), (guest, guest_raw, guest_path)):
+        if value is not None and 0 < value < ONE_MEGABYTE:
+            msg = f"{path} '{raw}': must be greater than or equal to 1M."
+            causes.append(_cause(INVALID, msg, path))
+    if limit and request is not None and request > limit:
+        msg = f"{req_path} '{req_raw}' is greater than {lim_path} '{lim_raw}'"
+        causes.append(_cause(INVALID, msg, req_path))
+    if limit and guest is not None and guest > limit:
+        msg = (
+            f"{guest_path} '{guest_raw}' must be equal to or less than the memory limit "
+            f"{lim_path} '{lim_raw}'"
+        )
+        causes.append(_cause(INVALID, msg, guest_path))
+    if not request and guest is None and hugepages is None:
+        msg = (
+            f"no memory requested, at least one of '{guest_path}', "
+            f"'{field}.domain.memory.hugepages.pageSize' or '{req_path}' must be set"
+        )
+        # KubeVirt's cause carries no field for this one.
+        causes.append(_cause(REQUIRED, msg))
+    return causes
+
+
+def _validate_cpu(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCause]:
+    resources = spec.domain.resources or ResourceRequirements()
+    req_raw = (resources.requests or {}).get("cpu")
+    lim_raw = (resources.limits or {}).get("cpu")
+    req_path = f"{field}.domain.resources.requests.cpu"
+    lim_path = f"{field}.domain.resources.limits.cpu"
+    causes: list[StatusCause] = []
+    try:
+        request = parse_cpu_millis(req_raw) if req_raw is not None else 0
+    except ValueError:
+        return [_cause(INVALID, f"{req_path} '{req_raw}' is not a valid quantity", req_path)]
+    try:
+        limit = parse_cpu_millis(lim_raw) if lim_raw is not None else 0
+    except ValueError:
+        return [_cause(INVALID, f"{lim_path} '{lim_raw}' is not a valid quantity", lim_path)]
+    if limit > 0 and request > limit:
+        msg = f"{req_path} '{req_raw}' is greater than {lim_path} '{lim_raw}'"
+        causes.append(_cause(INVALID, msg, req_path))
+    return causes
+
+
+def _disk_target(disk: Disk) -> tuple[str, DiskTarget | None]:
+    for kind in ("disk", "lun", "cdrom"):
+        target = getattr(disk, kind)
+        if target is not None:
+            return kind, target
+    return "", None
+
+
+def _validate_disks(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCause]:
+    causes: list[StatusCause] = []
+    disks_path = f"{field}.domain.devices.disks"
+    disks = (spec.domain.devices.disks if spec.domain.devices else None) or []
+    volumes = {v.name for v in spec.volumes or []}
+    boot_orders: set[int] = set()
+    for idx, disk in enumerate(disks):
+        here = f"{disks_path}[{idx}]"
+        for other in range(idx):
+            if disks[other].name == disk.name:
+                msg = f"{here} and {disks_path}[{other}] must not have the same Name."
+                causes.append(_cause(INVALID, msg, f"{here}.name"))
+        if disk.name not in volumes:
+            causes.append(_cause(INVALID, f"{here}.Name '{disk.name}' not found.", f"{here}.name"))
+        if sum(t is not None for t in (disk.disk, disk.lun, disk.cdrom)) > 1:
+            causes.append(
+                _cause(INVALID, f"{here} can only have a single target type defined", here)
+            )
+        causes += _validate_bus(disk, here)
+        if disk.boot_order is not None:
+            if disk.boot_order < 1:
+                msg = f"{here} must have a boot order > 0, if supplied"
+                causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
+            elif disk.boot_order in boot_orders:
+                msg = f"Boot order for {here}.bootOrder already set for a different device."
+                causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
+            boot_orders.add(disk.boot_order)
+    causes += _validate_interface_boot_orders(spec, field, boot_orders)
+    return causes
+
+
+def _validate_bus(disk: Disk, here: str) -> list[StatusCause]:
+    kind, target = _disk_target(disk)
+    bus = target.bus if target else None
+    if not bus:
+        return []
+    path = f"{here}.{kind}.bus"
+    if bus == "ide":
+        return [_cause(INVALID, "IDE bus is not supported", path)]
+    if bus == "virtio" and kind == "cdrom":
+        return [_cause(INVALID, f"Bus type {bus} is invalid for CD-ROM device", path)]
+    if bus == "sata" and kind == "disk" and target is not None and target.readonly:
+        return [_cause(INVALID, f"{bus} hard-disks do not support read-only.", path)]
+    if bus not in DISK_BUSES:
+        buses = " ".join(DISK_BUSES)
+        msg = f"{here} is set with an unrecognized bus {bus}, must be one of: [{buses}]"
+        return [_cause(INVALID, msg, path)]
+    return []
+
+
+def _validate_interface_boot_orders(
+    spec: VirtualMachineInstanceSpec, field: str, boot_orders: set[int]
+) -> list[StatusCause]:
+    causes: list[StatusCause] = []
+    ifaces = (spec.domain.devices.interfaces if spec.domain.devices else None) or []
+    for idx, iface in enumerate(ifaces):
+        if iface.boot_order is None:
+            continue
+        here = f"{field}.domain.devices.interfaces[{idx}]"
+        if iface.boot_order < 1:
+            msg = f"{here} must have a boot order > 0, if supplied"
+            causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
+        elif iface.boot_order in boot_orders:
+            msg = f"Boot order for {here}.bootOrder already set for a different device."
+            causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
+        boot_orders.add(iface.boot_order)
+    return causes
+
+
+def _validate_volumes(
+    spec: VirtualMachineInstanceSpec, field: str, template: bool
+) -> list[StatusCause]:
+    causes: list[StatusCause] = []
+    path = f"{field}.volumes"
+    seen: dict[str, int] = {}
+    disk_names = {
+        d.name for d in (spec.domain.devices.disks if spec.domain.devices else None) or []
+    }
+    for idx, volume in enumerate(spec.volumes or []):
+        here = f"{path}[{idx}]"
+        if volume.name in seen:
+            msg = f"{here} and {path}[{seen[volume.name]}] must not have the same Name."
+            causes.append(_cause(INVALID, msg, f"{here}.name"))
+        else:
+            seen[volume.name] = idx
+        if sum(getattr(volume, s) is not None for s in volume.SOURCES) != 1:
+            causes.append(_cause(INVALID, f"{here} must have exactly one source type set", here))
+        if volume.data_volume is not None and not volume.data_volume.name:
+            causes.append(_cause(REQUIRED, "DataVolume 'name' must be set", f"{here}.name"))
+        if not template and volume.name not in disk_names and volume.memory_dump is None:
+            # KubeVirt's path really says "domain.volumes" here.
+            bad = f"{field}.domain.volumes[{idx}].name"
+            causes.append(_cause(INVALID, f"{bad} '{volume.name}' not found.", bad))
+    return causes
+
+
+def _validate_networks(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCause]:
+    causes: list[StatusCause] = []
+    networks = spec.networks or []
+    if sum(n.pod is not None for n in networks) > 1:
+        msg = f"more than one interface is connected to a pod network in {field}.interfaces"
+        return [_cause(DUPLICATE, msg, f"{field}.interfaces")]
+    by_name: dict[str, Network] = {}
+    for idx, net in enumerate(networks):
+        types = (net.pod is not None) + (net.multus is not None)
+        if types != 1:
+            msg = (
+                "should have a network type" if types == 0 else "should have only one network type"
+            )
+            causes.append(_cause(REQUIRED, msg, f"{field}.networks[{idx}]"))
+        if net.multus is not None and not net.multus.network_name:
+            causes.append(
+                _cause(
+                    REQUIRED,
+                    "CNI delegating plugin must have a networkName",
+                    f"{field}.networks[{idx}]",
+                )
+            )
+        by_name.setdefault(net.name, net)
+    ifaces = (spec.domain.devices.interfaces if spec.domain.devices else None) or []
+    used: set[str] = set()
+    port_names: set[str] = set()
+    for idx, iface in enumerate(ifaces):
+        causes += _validate_interface(iface, idx, field, by_name.get(iface.name), used, port_names)
+        used.add(iface.name)
+    seen: set[str] = set()
+    for idx, net in enumerate(networks):
+        here = f"{field}.networks[{idx}].name"
+        if net.name in seen:
+            msg = (
+                f'Network with name "{net.name}" already exists, '
+                "every network must have a unique name"
+            )
+            causes.append(_cause(DUPLICATE, msg, here))
+        seen.add(net.name)
+        if net.name not in used:
+            causes.append(_cause(REQUIRED, f"{here} '{net.name}' not found.", here))
+    return causes
+
+
+def _validate_interface(
+    iface: Interface,
+    idx: int,
+    field: str,
+    network: Network | None,
+    used: set[str],
+    port_names: set[str],
+) -> list[StatusCause]:
+    causes: list[StatusCause] = []
+    here = f"{field}.domain.devices.interfaces[{idx}]"
+    name_path = f"{here}.name"
+    if network is None:
+        causes.append(_cause(INVALID, f"{name_path} '{iface.name}' not found.", name_path))
+    elif iface.masquerade is not None and network.pod is None:
+        causes.append(
+            _cause(INVALID, "Masquerade interface only implemented with pod network", name_path)
+        )
+    if iface.name in used:
+        causes.append(
+            _cause(
+                DUPLICATE, "Only one interface can be connected to one specific network", name_path
+            )
+        )
+    if not re.match(r"^[A-Za-z0-9_-]+$", iface.name):
+        causes.append(
+            _cause(
+                INVALID,
+                "Network interface name can only contain alphabetical "
+                "characters, numbers, dashes (-) or underscores (_)",
+                name_path,
+            )
+        )
+    if network is not None and network.pod is not None:
+        causes += _validate_ports(iface, here, port_names)
+    if iface.model and iface.model not in INTERFACE_MODELS:
+        msg = f"interface {name_path} uses model {iface.model} that is not supported."
+        causes.append(_cause(NOT_SUPPORTED, msg, f"{here}.model"))
+    if iface.mac_address and not _MAC.match(iface.mac_address):
+        msg = f"interface {name_path} has malformed MAC address ({iface.mac_address})."
+        causes.append(_cause(INVALID, msg, f"{here}.macAddress"))
+    return causes
+
+
+def _validate_ports(iface: Interface, here: str, port_names: set[str]) -> list[StatusCause]:
+    causes: list[StatusCause] = []
+    for pidx, port in enumerate(iface.ports or []):
+        path = f"{here}.ports[{pidx}]"
+        if port.port == 0:
+            causes.append(_cause(REQUIRED, "Port field is mandatory.", path))
+        elif not 0 < port.port < 65536:
+            causes.append(_cause(INVALID, "Port field must be in range 0 < x < 65536.", path))
+        if port.protocol and port.protocol not in ("TCP", "UDP"):
+            causes.append(
+                _cause(INVALID, "Unknown protocol, only TCP or UDP allowed", f"{path}.protocol")
+            )
+        if port.name:
+            if port.name in port_names:
+                causes.append(
+                    _cause(DUPLICATE, f"Duplicate name of the port: {port.name}", f"{path}.name")
+                )
+            port_names.add(port.name)
+    return causes
+
+
+def _validate_eviction(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCause]:
+    strategy = spec.eviction_strategy
+    if strategy is None or strategy in EVICTION_STRATEGIES:
+        return []
+    path = f"{field}.evictionStrategy"
+    return [_cause(INVALID, f"{path} is set with an unrecognized option: {strategy}", path)]
+
+
+# ====================================================================== objects
+
+
+def validate_vmi(vmi: VirtualMachineInstance) -> list[StatusCause]:
+    causes = validate_name(vmi.metadata.name, vmi.metadata.generate_name)
+    return causes + validate_vmi_spec(vmi.spec, "spec")
+
+
+def validate_vm(vm: VirtualMachine) -> list[StatusCause]:
+    """runStrategy rules plus the template's VMI spec rules (under spec.template.spec)."""
+    causes = validate_name(vm.metadata.name, vm.metadata.generate_name)
+    spec = vm.spec
+    if spec.running is not None and spec.run_strategy is not None:
+        msg = (
+            "Running and RunStrategy are mutually exclusive. Note that Running is "
+            "deprecated, please use RunStrategy instead"
+        )
+        causes.append(_cause(INVALID, msg, "spec.running"))
+    if spec.running is None and spec.run_strategy is None:
+        causes.append(_cause(INVALID, "RunStrategy must be specified", "spec.running"))
+    if spec.run_strategy is not None and spec.run_strategy not in RUN_STRATEGIES:
+        causes.append(
+            _cause(INVALID, f"Invalid RunStrategy ({spec.run_strategy})", "spec.runStrategy")
+        )
+    return causes + validate_vmi_spec(spec.template.spec, "spec.template.spec", template=True)
+
+
+def run_strategy(vm: VirtualMachine) -> str:
+    """The effective strategy: runStrategy, else the deprecated running flag."""
+    if vm.spec.run_strategy:
+        return vm.spec.run_strategy
+    return "Always" if vm.spec.running else "Halted"
+
+
+def validate_migration(
+    mig: VirtualMachineInstanceMigration,
+    vmi_lookup: Callable[[str, str], VirtualMachineInstance | None] | None = None,
+    active_migration: Callable[[str, str], str | None] | None = None,
+) -> list[StatusCause]:
+    """Migration create admission. The lookups (namespace, vmi name) are optional so the
+    static part can run alone; active_migration returns the name of an in-flight VMIM."""
+    causes = validate_name(mig.metadata.name, mig.metadata.generate_name)
+    vmi_name = mig.spec.vmi_name
+    if not vmi_name:
+        return [*causes, _cause(REQUIRED, "spec.vmiName is a required field", "spec.vmiName")]
+    namespace = mig.metadata.namespace or "default"
+    if causes or vmi_lookup is None:
+        return causes
+    vmi = vmi_lookup(namespace, vmi_name)
+    if vmi is None:
+        return [_cause(INVALID, f'the VMI "{namespace}/{vmi_name}" does not exist', "spec.vmiName")]
+    status = vmi.status
+    if status is not None and status.phase in FINAL_PHASES:
+        return [_cause(INVALID, "Cannot migrate VMI in finalized state.", "spec.vmiName")]
+    for cond in (status.conditions if status else None) or []:
+        if cond.type == "LiveMigratable" and cond.status == "False":
+            msg = f"Cannot migrate VMI, Reason: {cond.reason or ''}, Message: {cond.message or ''}"
+            return [_cause(INVALID, msg, "spec.vmiName")]
+    if active_migration is not None and (active := active_migration(namespace, vmi_name)):
+        msg = (
+            f"in-flight migration detected. Active migration job ({active}) is currently "
+            f"already in progress for VMI {vmi_name}."
+        )
+        return [_cause(INVALID, msg, "spec.vmiName")]
+    return []
+
+
+# ====================================================================== Status body
+
+
+def invalid_status(
+    kind: str, name: str | None, causes: list[StatusCause], group: str = "kubevirt.io"
+) -> Status:
+    """The 422 body the API server returns when KubeVirt's validating webhook denies a
+    request: causes joined (first 10, then "and N more"), prefixed with the webhook name."""
+    shown = causes[:MAX_CAUSES]
+    message = ", ".join(c.message for c in shown)
+    if len(causes) > MAX_CAUSES:
+        message += f", and {len(causes) - MAX_CAUSES} more validation errors"
+    webhook = WEBHOOKS.get(kind, f"{kind.lower()}-validator.kubevirt.io")
+    return Status(
+        message=f'admission webhook "{webhook}" denied the request: {message}',
+        reason="Invalid",
+        code=422,
+        details=StatusDetails(name=name or None, group=group, kind=kind, causes=shown),
+    )

@@ -1,0 +1,1 @@
+"""The shell every service runs in: consume → decode → fold → decide → append → ack."""

@@ -1,0 +1,61 @@
+"""What a pure decider gets from its shell: the clock, deterministic ids, and metadata."""
+
+from __future__ import annotations
+
+import uuid
+
+import msgspec
+
+from events.catalog import Event
+from events.meta import Actor, Aggregate, Meta
+from eventstore.store import Stored
+
+_UID_NS = uuid.UUID("6a1f1c3e-6d2b-4c56-9d0e-7a7e2b9e8f10")
+
+
+class Decision(msgspec.Struct, frozen=True):
+    """An event to append. `occ`: append only if the aggregate is still at the version
+    this service last saw (the decision was made on that state)."""
+
+    event: Event
+    occ: bool = True
+
+
+class Context:
+    """Per-reaction context. Event ids derive from the cause (its stream sequence, the
+    service, the output index), so a redelivered cause yields the same ids and JetStream
+    drops the duplicate appends."""
+
+    def __init__(self, service: str, node: str, now: float, cause: Stored | None) -> None:
+        self.service = service
+        self.node = node
+        self.now = now
+        self.cause = cause
+        self._n = 0
+
+    def meta(self, aggregate: Aggregate, *, node: str = "", key: str | None = None) -> Meta:
+        """Metadata for the next output. `key` names a cause that is not an event (timers):
+        the same key gives the same id."""
+        if key is not None:
+            event_id = f"{self.service}/{key}"
+        elif self.cause is not None:
+            event_id = f"{self.service}/{self.cause.seq}/{self._n}"
+        else:
+            event_id = f"{self.service}/{self.now:.6f}/{self._n}"
+        self._n += 1
+        cm = self.cause.event.meta if self.cause else None
+        return Meta(
+            event_id=event_id,
+            aggregate=aggregate,
+            occurred_at=self.now,
+            correlation_id=cm.correlation_id if cm else event_id,
+            causation_id=cm.event_id if cm else "",
+            actor=Actor(service=self.service, node=self.node),
+            node=node,
+        )
+
+    def uid(self, label: str) -> str:
+        """A new object uid, deterministic for this cause (a replayed decision creates the
+        same VMI uid, not a second VMI)."""
+        basis = f"{self.service}/{self.cause.seq if self.cause else self.now}/{label}"
+        return str(uuid.uuid5(_UID_NS, basis))

@@ -1,0 +1,55 @@
+"""A minimal HTTP endpoint for /metrics, /healthz and /readyz.
+
+Services other than the api have no web framework: a 40-line asyncio server keeps their
+memory small, and Prometheus needs nothing more."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+
+class HealthServer:
+    def __init__(self, host: str, port: int, ready: Callable[[], bool]) -> None:
+        self.host, self.port, self.ready = host, port, ready
+        self.server: asyncio.Server | None = None
+
+    async def start(self) -> int:
+        self.server = await asyncio.start_server(self._handle, self.host, self.port)
+        self.port = self.server.sockets[0].getsockname()[1]
+        return self.port
+
+    async def stop(self) -> None:
+        if self.server:
+            self.server.close()
+            await self.server.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await reader.readline()
+            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                pass
+            parts = line.decode("latin-1").split()
+            path = parts[1].split("?")[0] if len(parts) > 1 else "/"
+            if path == "/metrics":
+                status, ctype, body = "200 OK", CONTENT_TYPE_LATEST, generate_latest()
+            elif path == "/healthz":
+                status, ctype, body = "200 OK", "text/plain", b"ok"
+            elif path == "/readyz":
+                ok = self.ready()
+                status = "200 OK" if ok else "503 Service Unavailable"
+                ctype, body = "text/plain", b"ok" if ok else b"not ready"
+            else:
+                status, ctype, body = "404 Not Found", "text/plain", b"not found"
+            head = (
+                f"HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\n"
+                f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+            )
+            writer.write(head.encode() + body)
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()

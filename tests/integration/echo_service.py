@@ -1,0 +1,68 @@
+"""A minimal service for testing the shell: every VMStartRequested is echoed as a
+VMIPauseRequested on the VMI of the same name (not level-triggered on purpose, so only the
+deterministic event ids stand between a redelivery and a duplicate).
+
+Run as a process: python -m tests.integration.echo_service URL STREAM [--crash-after-append]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from events import subjects
+from events.catalog import VMIPauseRequested, VMStartRequested
+from events.meta import Aggregate, Kind
+from eventstore.settings import StreamSettings
+from eventstore.store import EventStore, Stored
+from services.runtime.context import Context, Decision
+from services.runtime.shell import ServiceShell, connect
+
+
+class Echo:
+    name = "echo"
+
+    def filters(self) -> Sequence[str]:
+        return [subjects.kind_filter(Kind.VM)]
+
+    def initial_state(self) -> int:
+        return 0
+
+    def evolve(self, state: int, stored: Stored) -> int:
+        return state + 1
+
+    def react(self, state: int, stored: Stored, ctx: Context) -> Sequence[Decision]:
+        match stored.event:
+            case VMStartRequested(meta=m):
+                if m.aggregate.name == "poison":
+                    raise ValueError("decider refuses poison")
+                vmi = Aggregate(
+                    kind=Kind.VMI, namespace=m.aggregate.namespace, name=m.aggregate.name
+                )
+                return [Decision(VMIPauseRequested(meta=ctx.meta(vmi)), occ=False)]
+        return []
+
+    def tick(self, state: int, ctx: Context) -> Sequence[Decision]:
+        return []
+
+
+class CrashingShell(ServiceShell[int]):
+    """Dies like kill -9 right after its first append, before the ack."""
+
+    async def _append(self, d: Decision, cause: Stored | None) -> None:
+        await super()._append(d, cause)
+        os._exit(137)
+
+
+async def main(url: str, stream: str, crash: bool) -> None:
+    nc = await connect(url, "echo")
+    settings = StreamSettings(name=stream, dlq_name=f"{stream}_DLQ", storage="memory")
+    shell_cls = CrashingShell if crash else ServiceShell
+    shell = shell_cls(Echo(), EventStore(nc, settings), tick_interval=0.2, ack_wait=1.0)
+    await shell.run()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(sys.argv[1], sys.argv[2], "--crash-after-append" in sys.argv))
