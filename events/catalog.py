@@ -238,6 +238,12 @@ class MigrationFailed(Event, tag="MigrationFailed"):
 
 
 # ----------------------------------------------------------------- Migration (handler)
+class TargetPreparing(Event, tag="TargetPreparing"):
+    """The target handler is starting the target launcher."""
+
+    target_node: str
+
+
 class TargetPrepared(Event, tag="TargetPrepared"):
     """Target launcher is up and waiting; routed to the source node."""
 
@@ -348,6 +354,7 @@ AnyEvent = (
     | MigrationScheduling
     | MigrationScheduled
     | MigrationFailed
+    | TargetPreparing
     | TargetPrepared
     | MigrationStarted
     | MigrationProgressed

@@ -1,0 +1,172 @@
+"""The cluster view: every aggregate's view, folded from the stream, with the joins between
+them (a VMI's owner VM, a migration's VMI, the VMIs on a node).
+
+`Cluster.apply` is the one place that mutates: it swaps in the views the pure evolve
+functions return and reports which objects changed, so watchers know what to send."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from msgspec.structs import replace
+
+from events.catalog import (
+    DomainStarted,
+    LauncherStarted,
+    MigrationScheduled,
+    MigrationSucceeded,
+    PodScheduled,
+    VMICreated,
+    VMIRemoved,
+)
+from events.meta import Kind
+from eventstore.store import Stored
+from projections.evolve import (
+    evolve_migration,
+    evolve_node,
+    evolve_policy,
+    evolve_vm,
+    evolve_vmi,
+)
+from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
+
+Touched = tuple[Kind, str]  # (kind, "namespace/name" or node/policy name)
+
+
+def key(namespace: str, name: str) -> str:
+    return f"{namespace}/{name}"
+
+
+class Cluster:
+    def __init__(self) -> None:
+        self.vms: dict[str, VMView] = {}
+        self.vmis: dict[str, VMIView] = {}
+        self.migrations: dict[str, MigrationView] = {}
+        self.nodes: dict[str, NodeView] = {}
+        self.policies: dict[str, PolicyView] = {}
+        self.vmis_by_node: dict[str, set[str]] = {}
+        self.last_seq = 0
+
+    # ------------------------------------------------------------------ queries
+    def vmi_of_vm(self, vm: VMView) -> VMIView | None:
+        vmi = self.vmis.get(key(vm.namespace, vm.name))
+        return vmi if vmi and vmi.owner_vm_uid == vm.uid else None
+
+    def vmis_on(self, node: str) -> Iterator[VMIView]:
+        for k in self.vmis_by_node.get(node, ()):
+            vmi = self.vmis.get(k)
+            if vmi is not None:
+                yield vmi
+
+    def active_migration(self, namespace: str, vmi_name: str) -> MigrationView | None:
+        for mig in self.migrations.values():
+            if mig.namespace == namespace and mig.vmi_name == vmi_name and not mig.final:
+                return mig
+        return None
+
+    # ----------------------------------------------------------------- folding
+    def apply(self, s: Stored) -> list[Touched]:
+        agg = s.event.meta.aggregate
+        self.last_seq = max(self.last_seq, s.seq)
+        match agg.kind:
+            case Kind.VM:
+                return self._apply_vm(s, key(agg.namespace, agg.name))
+            case Kind.VMI:
+                return self._apply_vmi(s, key(agg.namespace, agg.name))
+            case Kind.MIGRATION:
+                return self._apply_migration(s, key(agg.namespace, agg.name))
+            case Kind.NODE:
+                return self._swap(
+                    self.nodes, agg.name, evolve_node(self.nodes.get(agg.name), s), Kind.NODE
+                )
+            case Kind.POLICY:
+                new = evolve_policy(self.policies.get(agg.name), s)
+                return self._swap(self.policies, agg.name, new, Kind.POLICY)
+        return []
+
+    @staticmethod
+    def _swap(table: dict[str, Any], k: str, new: object, kind: Kind) -> list[Touched]:
+        if new is None:
+            if table.pop(k, None) is None:
+                return []
+        else:
+            table[k] = new
+        return [(kind, k)]
+
+    def _apply_vm(self, s: Stored, k: str) -> list[Touched]:
+        old = self.vms.get(k)
+        new = evolve_vm(old, s)
+        if new is not None and old is None:
+            vmi = self.vmis.get(k)  # a VM created over an existing VMI of the same uid
+            if vmi and vmi.owner_vm_uid == new.uid:
+                new = replace(new, vmi_uid=vmi.uid)
+        if new is not None and new.deleted_at is not None and not new.vmi_uid:
+            new = None  # nothing left to tear down: the VM is gone
+        return self._swap(self.vms, k, new, Kind.VM)
+
+    def _apply_vmi(self, s: Stored, k: str) -> list[Touched]:
+        old = self.vmis.get(k)
+        new = evolve_vmi(old, s)
+        touched = self._swap(self.vmis, k, new, Kind.VMI)
+        self._index(k, old, new)
+        either = new or old
+        owner_uid = either.owner_vm_uid if either else ""
+        vm = self.vms.get(k)
+        if vm is not None and owner_uid and vm.uid == owner_uid:
+            ev = s.event
+            if isinstance(ev, VMICreated):
+                vm = replace(vm, vmi_uid=new.uid if new else "")
+            elif isinstance(ev, VMIRemoved) and vm.vmi_uid == (old.uid if old else ""):
+                vm = replace(vm, vmi_uid="")
+            vm = replace(vm, resource_version=s.seq)
+            if vm.deleted_at is not None and not vm.vmi_uid:
+                self.vms.pop(k, None)
+            else:
+                self.vms[k] = vm
+            touched.append((Kind.VM, k))
+        return touched
+
+    def _index(self, k: str, old: VMIView | None, new: VMIView | None) -> None:
+        if old is not None and old.node and (new is None or new.node != old.node):
+            self.vmis_by_node.get(old.node, set()).discard(k)
+        if new is not None and new.node:
+            self.vmis_by_node.setdefault(new.node, set()).add(k)
+
+    def _apply_migration(self, s: Stored, k: str) -> list[Touched]:
+        old = self.migrations.get(k)
+        new = evolve_migration(old, s)
+        touched = self._swap(self.migrations, k, new, Kind.MIGRATION)
+        if new is None:
+            return touched
+        vk = key(new.namespace, new.vmi_name)
+        vmi = self.vmis.get(vk)
+        if vmi is None or (new.vmi_uid and vmi.uid != new.vmi_uid):
+            return touched
+        ev = s.event
+        if isinstance(ev, MigrationScheduled):
+            pods = (*vmi.active_pods, (ev.target_pod_uid, ev.target_node))
+            updated = replace(vmi, migration=new.name, active_pods=pods)
+        elif isinstance(ev, MigrationSucceeded):
+            updated = replace(
+                vmi,
+                node=ev.target_node,
+                pod_name=new.target_pod,
+                pod_uid=ev.target_pod_uid,
+                active_pods=((ev.target_pod_uid, ev.target_node),),
+            )
+        else:
+            updated = vmi
+        updated = replace(updated, migration=new.name, resource_version=s.seq)
+        self.vmis[vk] = updated
+        self._index(vk, vmi, updated)
+        touched.append((Kind.VMI, vk))
+        vm = self.vms.get(vk)
+        if vm is not None and vm.uid == vmi.owner_vm_uid:
+            self.vms[vk] = replace(vm, resource_version=s.seq)
+            touched.append((Kind.VM, vk))
+        return touched
+
+
+# Events that change a VMI's node placement (the scheduler and handlers care).
+PLACEMENT_EVENTS = (PodScheduled, LauncherStarted, DomainStarted, MigrationSucceeded)

@@ -1,0 +1,341 @@
+"""Pure evolve functions, one per aggregate kind: (view | None, stored event) → view | None.
+
+None means "does not exist (any more)". Events that do not concern a view return it
+unchanged. Cross-aggregate effects (a migration moving its VMI) live in `cluster.py`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from msgspec.structs import replace
+
+from events.catalog import (
+    DomainPaused,
+    DomainResumed,
+    DomainStarted,
+    DomainStopped,
+    LauncherExited,
+    LauncherStarted,
+    MigrationAborted,
+    MigrationAbortRequested,
+    MigrationFailed,
+    MigrationPending,
+    MigrationProgressed,
+    MigrationRequested,
+    MigrationScheduled,
+    MigrationScheduling,
+    MigrationStarted,
+    MigrationSucceeded,
+    NodeCordoned,
+    NodeDrainRequested,
+    NodeJoined,
+    NodeResponsive,
+    NodeTaintsChanged,
+    NodeUncordoned,
+    NodeUnresponsive,
+    PodScheduled,
+    PolicyCreated,
+    PolicyDeleted,
+    PolicyUpdated,
+    StopReason,
+    TargetPrepared,
+    TargetPreparing,
+    Unschedulable,
+    VMCreated,
+    VMDeleted,
+    VMICreated,
+    VMIDeleteRequested,
+    VMIFailed,
+    VMIRemoved,
+    VMRestartRequested,
+    VMRunStrategyChanged,
+    VMStartFailed,
+    VMStartFailureCleared,
+    VMStartRequested,
+    VMStateChangeRequestsCleared,
+    VMStopRequested,
+    VMUpdated,
+)
+from eventstore.store import Stored
+from projections.views import (
+    MigrationView,
+    NodeView,
+    PolicyView,
+    StartFailure,
+    StateChangeRequest,
+    VMIView,
+    VMView,
+)
+
+
+def run_strategy_of(manifest: dict[str, Any]) -> str:
+    spec = manifest.get("spec") or {}
+    if spec.get("runStrategy"):
+        return str(spec["runStrategy"])
+    running = spec.get("running")
+    return "Always" if running else "Halted"
+
+
+def _uid(manifest: dict[str, Any]) -> str:
+    return str((manifest.get("metadata") or {}).get("uid") or "")
+
+
+# --------------------------------------------------------------------------- VM
+def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
+    ev = s.event
+    at = ev.meta.occurred_at
+    if view is None:
+        if isinstance(ev, VMCreated):
+            m = ev.manifest["metadata"]
+            return VMView(
+                namespace=m.get("namespace", ""),
+                name=m["name"],
+                uid=_uid(ev.manifest),
+                manifest=ev.manifest,
+                run_strategy=run_strategy_of(ev.manifest),
+                created_at=at,
+                version=s.seq,
+                resource_version=s.seq,
+            )
+        return None
+    v = replace(view, version=s.seq, resource_version=s.seq)
+    match ev:
+        case VMUpdated(manifest=manifest):
+            return replace(
+                v,
+                manifest=manifest,
+                run_strategy=run_strategy_of(manifest),
+                generation=v.generation + 1,
+            )
+        case VMDeleted():
+            return replace(v, deleted_at=at)
+        case VMStartRequested(paused=paused):
+            return replace(
+                v, requests=(*v.requests, StateChangeRequest("Start")), start_paused=paused
+            )
+        case VMStopRequested(vmi_uid=uid):
+            return replace(v, requests=(*v.requests, StateChangeRequest("Stop", uid)))
+        case VMRestartRequested(vmi_uid=uid):
+            reqs = (StateChangeRequest("Stop", uid), StateChangeRequest("Start"))
+            return replace(v, requests=(*v.requests, *reqs))
+        case VMStateChangeRequestsCleared():
+            return replace(v, requests=(), start_paused=False)
+        case VMRunStrategyChanged(run_strategy=rs):
+            spec = dict(v.manifest.get("spec") or {})
+            spec.pop("running", None)
+            spec["runStrategy"] = rs
+            return replace(v, run_strategy=rs, manifest={**v.manifest, "spec": spec})
+        case VMStartFailed():
+            failure = StartFailure(
+                ev.consecutive_fail_count, ev.last_failed_vmi_uid, ev.retry_after
+            )
+            return replace(v, start_failure=failure)
+        case VMStartFailureCleared():
+            return replace(v, start_failure=None)
+    return v
+
+
+# -------------------------------------------------------------------------- VMI
+def _phase(v: VMIView, phase: str, at: float, **changes: Any) -> VMIView:
+    if v.phase == phase:
+        return replace(v, **changes)
+    return replace(v, phase=phase, transitions=(*v.transitions, (phase, at)), **changes)
+
+
+def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
+    ev = s.event
+    at = ev.meta.occurred_at
+    if view is None:
+        if isinstance(ev, VMICreated):
+            m = ev.manifest["metadata"]
+            return VMIView(
+                namespace=m.get("namespace", ""),
+                name=m["name"],
+                uid=_uid(ev.manifest),
+                manifest=ev.manifest,
+                created_at=at,
+                version=s.seq,
+                resource_version=s.seq,
+                owner_vm_uid=ev.owner_vm_uid,
+                transitions=(("Pending", at),),
+            )
+        return None
+    v = replace(view, version=s.seq, resource_version=s.seq)
+    match ev:
+        case PodScheduled(node=node, pod_name=pod, pod_uid=pod_uid):
+            return _phase(
+                v, "Scheduling", at, node=node, pod_name=pod, pod_uid=pod_uid, unschedulable=""
+            )
+        case Unschedulable(message=msg):
+            return replace(v, unschedulable=msg)
+        case LauncherStarted(pid=pid, node=node, pod_uid=pod_uid):
+            if v.final:
+                return v
+            return _phase(v, "Scheduled", at, launcher_pid=pid, active_pods=((pod_uid, node),))
+        case DomainStarted(paused=paused, qemu_pid=qpid):
+            if v.final:
+                return v
+            return _phase(v, "Running", at, paused=paused, ever_running=True, qemu_pid=qpid)
+        case DomainPaused():
+            return replace(v, paused=True)
+        case DomainResumed():
+            return replace(v, paused=False)
+        case DomainStopped(reason=reason, grace_period_expired=expired, message=msg):
+            if v.final or reason is StopReason.MIGRATED:
+                return v
+            failed = reason in (StopReason.CRASHED, StopReason.FAILED) or (
+                reason is StopReason.DESTROYED and expired
+            )
+            phase = "Failed" if failed else "Succeeded"
+            return _phase(
+                v, phase, at, reason=str(reason) if failed else "", message=msg, paused=False
+            )
+        case VMIFailed(reason=reason, message=msg):
+            if v.final:
+                return v
+            return _phase(v, "Failed", at, reason=reason, message=msg, paused=False)
+        case LauncherExited():
+            return replace(v, launcher_exited=True, active_pods=())
+        case VMIDeleteRequested(grace_period_seconds=grace):
+            if v.deletion_requested_at is not None:
+                return v
+            return replace(v, deletion_requested_at=at, grace_period_seconds=grace)
+        case VMIRemoved():
+            return None
+    return v
+
+
+# -------------------------------------------------------------------- Migration
+def evolve_migration(view: MigrationView | None, s: Stored) -> MigrationView | None:
+    ev = s.event
+    at = ev.meta.occurred_at
+    if view is None:
+        if isinstance(ev, MigrationRequested):
+            m = ev.manifest["metadata"]
+            return MigrationView(
+                namespace=m.get("namespace", ""),
+                name=m["name"],
+                uid=_uid(ev.manifest),
+                manifest=ev.manifest,
+                vmi_name=(ev.manifest.get("spec") or {}).get("vmiName", ""),
+                created_at=at,
+                version=s.seq,
+                resource_version=s.seq,
+                transitions=(("Pending", at),),
+            )
+        return None
+    v = replace(view, version=s.seq, resource_version=s.seq)
+
+    def phase(p: str, **changes: Any) -> MigrationView:
+        if v.final or v.phase == p:
+            return replace(v, **changes)
+        return replace(v, phase=p, transitions=(*v.transitions, (p, at)), **changes)
+
+    match ev:
+        case MigrationPending(message=msg):
+            return replace(v, message=msg)
+        case MigrationScheduling(vmi_uid=uid, source_node=src, source_pod=pod):
+            return phase("Scheduling", vmi_uid=uid, source_node=src, source_pod=pod)
+        case MigrationScheduled():
+            return phase(
+                "Scheduled",
+                vmi_uid=ev.vmi_uid,
+                source_node=ev.source_node,
+                source_pod=ev.source_pod,
+                target_node=ev.target_node,
+                target_pod=ev.target_pod,
+                target_pod_uid=ev.target_pod_uid,
+                policy=ev.settings.policy,
+            )
+        case TargetPreparing():
+            return phase("PreparingTarget")
+        case TargetPrepared(target_address=addr):
+            return phase("TargetReady", target_address=addr)
+        case MigrationStarted(mode=mode):
+            return phase("Running", start_timestamp=at, mode=mode)
+        case MigrationProgressed():
+            return replace(
+                v,
+                data_processed=ev.data_processed_bytes,
+                data_remaining=ev.data_remaining_bytes,
+                data_total=ev.data_total_bytes,
+            )
+        case MigrationSucceeded():
+            # an abort that came too late: the migration completed, the abort failed
+            status = "Failed" if v.abort_requested else v.abort_status
+            return phase("Succeeded", end_timestamp=at, abort_status=status)
+        case MigrationAborted(reason=reason):
+            return phase(
+                "Failed",
+                end_timestamp=at,
+                failure_reason=reason or "migration aborted",
+                abort_status="Succeeded" if v.abort_requested else v.abort_status,
+            )
+        case MigrationFailed(reason=reason, message=msg):
+            return phase(
+                "Failed",
+                end_timestamp=at,
+                failure_reason=msg or reason,
+                abort_status="Succeeded" if v.abort_requested else v.abort_status,
+            )
+        case MigrationAbortRequested():
+            if v.final:
+                return replace(v, deleted=True)
+            return replace(v, abort_requested=True, abort_status="Aborting", deleted=True)
+    return v
+
+
+# ------------------------------------------------------------------------- Node
+def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
+    ev = s.event
+    at = ev.meta.occurred_at
+    if isinstance(ev, NodeJoined):
+        # (re)joining updates capacity and labels but keeps the cordon
+        return NodeView(
+            name=ev.node,
+            capacity=ev.capacity,
+            created_at=view.created_at if view else at,
+            version=s.seq,
+            resource_version=s.seq,
+            labels=ev.labels,
+            taints=ev.taints,
+            address=ev.address,
+            hypervisor=ev.hypervisor,
+            cordoned=view.cordoned if view else False,
+            last_heartbeat=at,
+        )
+    if view is None:
+        return None
+    v = replace(view, version=s.seq, resource_version=s.seq)
+    match ev:
+        case NodeCordoned():
+            return replace(v, cordoned=True)
+        case NodeUncordoned():
+            return replace(v, cordoned=False, draining=False)
+        case NodeDrainRequested():
+            return replace(v, cordoned=True, draining=True)
+        case NodeTaintsChanged(taints=taints):
+            return replace(v, taints=taints)
+        case NodeUnresponsive(last_heartbeat=hb):
+            return replace(v, unresponsive=True, last_heartbeat=hb)
+        case NodeResponsive(last_heartbeat=hb):
+            return replace(v, unresponsive=False, last_heartbeat=hb)
+    return v
+
+
+# ----------------------------------------------------------------------- Policy
+def evolve_policy(view: PolicyView | None, s: Stored) -> PolicyView | None:
+    ev = s.event
+    match ev:
+        case PolicyCreated(manifest=manifest) | PolicyUpdated(manifest=manifest):
+            return PolicyView(
+                name=manifest["metadata"]["name"],
+                uid=_uid(manifest) or (view.uid if view else ""),
+                manifest=manifest,
+                created_at=view.created_at if view else ev.meta.occurred_at,
+                version=s.seq,
+                resource_version=s.seq,
+            )
+        case PolicyDeleted():
+            return None
+    return view

@@ -1,0 +1,340 @@
+"""Views → KubeVirt objects (JSON shape): the manifest the user wrote, with `metadata`
+bookkeeping and a `status` built from the views. Derived fields (printableStatus, ready,
+conditions, node allocation) are computed here, at read time, not stored."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from events.quantity import parse_cpu_millis, parse_quantity
+from projections.cluster import Cluster
+from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
+
+JSON = dict[str, Any]
+
+# Memory the launcher and QEMU need beside the guest's RAM; the scheduler counts it too.
+VMI_MEMORY_OVERHEAD = 64 * 1024 * 1024
+
+
+def rfc3339(ts: float | None) -> str | None:
+    if ts is None:
+        return None
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _metadata(manifest: JSON, rv: int, created_at: float, **extra: Any) -> JSON:
+    meta = dict(manifest.get("metadata") or {})
+    meta["resourceVersion"] = str(rv)
+    meta.setdefault("creationTimestamp", rfc3339(created_at))
+    meta.update({k: v for k, v in extra.items() if v is not None})
+    return meta
+
+
+def _condition(ctype: str, ok: bool, reason: str = "", message: str = "") -> JSON:
+    c: JSON = {"type": ctype, "status": "True" if ok else "False"}
+    if reason:
+        c["reason"] = reason
+    if message:
+        c["message"] = message
+    return c
+
+
+# ------------------------------------------------------------------ resources
+def vmi_requests(manifest: JSON) -> tuple[int, int]:
+    """(cpu millis, memory bytes) the scheduler reserves for a VMI, overhead included."""
+    domain = (manifest.get("spec") or {}).get("domain") or {}
+    res = domain.get("resources") or {}
+    req, lim = res.get("requests") or {}, res.get("limits") or {}
+    mem = req.get("memory") or lim.get("memory") or (domain.get("memory") or {}).get("guest")
+    cpu = req.get("cpu") or lim.get("cpu")
+    if cpu is None:
+        topo = domain.get("cpu") or {}
+        vcpus = (topo.get("sockets") or 1) * (topo.get("cores") or 1) * (topo.get("threads") or 1)
+        cpu_millis = 100 * vcpus  # KubeVirt's default request is a tenth of a CPU per vCPU
+    else:
+        cpu_millis = parse_cpu_millis(cpu)
+    mem_bytes = parse_quantity(mem) if mem is not None else 0
+    return cpu_millis, mem_bytes + VMI_MEMORY_OVERHEAD
+
+
+def node_allocated(cluster: Cluster, node: str) -> tuple[int, int, int]:
+    """(cpu millis, memory bytes, VMI count) held by non-final VMIs placed on `node`,
+    including migration targets being prepared there."""
+    cpu = mem = n = 0
+    for vmi in cluster.vmis_on(node):
+        if vmi.final:
+            continue
+        c, m = vmi_requests(vmi.manifest)
+        cpu, mem, n = cpu + c, mem + m, n + 1
+    for mig in cluster.migrations.values():
+        if mig.target_node == node and not mig.final:
+            moving = cluster.vmis.get(f"{mig.namespace}/{mig.vmi_name}")
+            if moving is not None:
+                c, m = vmi_requests(moving.manifest)
+                cpu, mem = cpu + c, mem + m
+    return cpu, mem, n
+
+
+# ------------------------------------------------------------------------- VM
+def printable_status(cluster: Cluster, vm: VMView, now: float) -> str:
+    """KubeVirt's precedence: the first that applies wins."""
+    vmi = cluster.vmi_of_vm(vm)
+    if vm.deleted_at is not None:
+        return "Terminating"
+    if vmi is not None and not vmi.final:
+        stopping = vmi.deletion_requested_at is not None or any(
+            r.action == "Stop" for r in vm.requests
+        )
+        if stopping:
+            return "Stopping"
+        mig = cluster.active_migration(vmi.namespace, vmi.name)
+        if mig is not None and mig.phase not in ("Pending",):
+            return "Migrating"
+        if vmi.phase == "Running":
+            return "Paused" if vmi.paused else "Running"
+        if vmi.unschedulable:
+            return "ErrorUnschedulable"
+        return "Starting"
+    if vm.start_failure is not None and vm.start_failure.retry_after > now:
+        return "CrashLoopBackOff"
+    if vmi is not None and vmi.phase == "Running":
+        return "Running"
+    return "Stopped"
+
+
+def render_vm(cluster: Cluster, vm: VMView, now: float) -> JSON:
+    vmi = cluster.vmi_of_vm(vm)
+    obj = dict(vm.manifest)
+    obj["metadata"] = _metadata(
+        vm.manifest,
+        vm.resource_version,
+        vm.created_at,
+        uid=vm.uid,
+        generation=vm.generation,
+        deletionTimestamp=rfc3339(vm.deleted_at),
+    )
+    ready = vmi is not None and vmi.phase == "Running" and not vmi.paused
+    status: JSON = {
+        "printableStatus": printable_status(cluster, vm, now),
+        "runStrategy": vm.run_strategy,
+        "created": vmi is not None and not vmi.final,
+        "ready": ready,
+    }
+    conditions = [
+        _condition(
+            "Ready",
+            ready,
+            "" if ready else ("PodNotExists" if vmi is None else "GuestNotRunning"),
+        )
+    ]
+    if vmi is not None and vmi.paused:
+        conditions.append(_condition("Paused", True, "PausedByUser"))
+    if vmi is not None and vmi.unschedulable:
+        conditions.append(_condition("Failure", True, "Unschedulable", vmi.unschedulable))
+    status["conditions"] = conditions
+    if vm.requests:
+        status["stateChangeRequests"] = [
+            {"action": r.action, **({"uid": r.uid} if r.uid else {})} for r in vm.requests
+        ]
+    if vm.start_failure is not None:
+        f = vm.start_failure
+        status["startFailure"] = {
+            "consecutiveFailCount": f.consecutive_fail_count,
+            "lastFailedVMIUID": f.last_failed_vmi_uid,
+            "retryAfterTimestamp": rfc3339(f.retry_after),
+        }
+    obj["status"] = status
+    return obj
+
+
+# ------------------------------------------------------------------------ VMI
+def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
+    obj = dict(vmi.manifest)
+    obj["metadata"] = _metadata(
+        vmi.manifest,
+        vmi.resource_version,
+        vmi.created_at,
+        uid=vmi.uid,
+        deletionTimestamp=rfc3339(vmi.deletion_requested_at),
+    )
+    status: JSON = {
+        "phase": vmi.phase,
+        "phaseTransitionTimestamps": [
+            {"phase": p, "phaseTransitionTimestamp": rfc3339(t)} for p, t in vmi.transitions
+        ],
+    }
+    if vmi.node:
+        status["nodeName"] = vmi.node
+    if vmi.reason:
+        status["reason"] = vmi.reason
+    ready = vmi.phase == "Running" and not vmi.paused
+    conditions = [
+        _condition(
+            "Ready",
+            ready,
+            ""
+            if ready
+            else (
+                "PodTerminating"
+                if vmi.deletion_requested_at
+                else ("GuestNotRunning" if vmi.pod_uid else "PodNotExists")
+            ),
+        )
+    ]
+    if vmi.paused:
+        conditions.append(_condition("Paused", True, "PausedByUser", "VMI was paused by user"))
+    if vmi.unschedulable:
+        conditions.append(_condition("PodScheduled", False, "Unschedulable", vmi.unschedulable))
+    conditions.append(_condition("LiveMigratable", *live_migratable(vmi.manifest)))
+    status["conditions"] = conditions
+    if vmi.active_pods:
+        status["activePods"] = dict(vmi.active_pods)
+    mig = cluster.migrations.get(f"{vmi.namespace}/{vmi.migration}") if vmi.migration else None
+    if mig is not None:
+        status["migrationState"] = migration_state(mig)
+        status["migrationMethod"] = "LiveMigration"
+    status["qosClass"] = "Burstable"
+    if vmi.final:
+        status.pop("activePods", None)
+    obj["status"] = status
+    return obj
+
+
+def live_migratable(manifest: JSON) -> tuple[bool, str, str]:
+    """KubeVirt's LiveMigratable condition: (ok, reason, message)."""
+    spec = manifest.get("spec") or {}
+    for vol in spec.get("volumes") or []:
+        pvc = vol.get("persistentVolumeClaim") or (vol.get("dataVolume") and {})
+        if pvc is not None and "persistentVolumeClaim" in vol:
+            return (
+                False,
+                "DisksNotLiveMigratable",
+                f"cannot migrate VMI: PVC {pvc.get('claimName', '')} is not shared, live "
+                "migration requires that all PVCs must be shared (using ReadWriteMany access "
+                "mode)",
+            )
+    for iface in ((spec.get("domain") or {}).get("devices") or {}).get("interfaces") or []:
+        if "bridge" in iface and any("pod" in n for n in spec.get("networks") or []):
+            return (
+                False,
+                "InterfaceNotLiveMigratable",
+                "cannot migrate VMI which does not use masquerade, bridge with "
+                "kubevirt.io/allow-pod-bridge-network-live-migration VM annotation or a "
+                "migratable plugin to connect to the pod network",
+            )
+    return True, "", ""
+
+
+def migration_state(mig: MigrationView) -> JSON:
+    st: JSON = {
+        "migrationUid": mig.uid,
+        "sourceNode": mig.source_node or None,
+        "targetNode": mig.target_node or None,
+        "sourcePod": mig.source_pod or None,
+        "targetPod": mig.target_pod or None,
+        "targetNodeAddress": mig.target_address or None,
+        "startTimestamp": rfc3339(mig.start_timestamp),
+        "endTimestamp": rfc3339(mig.end_timestamp),
+        "completed": mig.phase == "Succeeded",
+        "failed": mig.phase == "Failed",
+        "failureReason": mig.failure_reason or None,
+        "abortStatus": mig.abort_status or None,
+        "abortRequested": mig.abort_requested or None,
+        "mode": mig.mode or None,
+        "migrationPolicyName": mig.policy or None,
+    }
+    return {k: v for k, v in st.items() if v is not None}
+
+
+# ------------------------------------------------------------------ migration
+def render_migration(mig: MigrationView) -> JSON:
+    obj = dict(mig.manifest)
+    obj["metadata"] = _metadata(mig.manifest, mig.resource_version, mig.created_at, uid=mig.uid)
+    status: JSON = {
+        "phase": mig.phase,
+        "phaseTransitionTimestamps": [
+            {"phase": p, "phaseTransitionTimestamp": rfc3339(t)} for p, t in mig.transitions
+        ],
+        "migrationState": migration_state(mig),
+    }
+    if mig.data_total:
+        status["migrationState"]["dataProcessedBytes"] = mig.data_processed
+        status["migrationState"]["dataRemainingBytes"] = mig.data_remaining
+        status["migrationState"]["dataTotalBytes"] = mig.data_total
+    if mig.message and mig.phase == "Pending":
+        status["conditions"] = [_condition("Pending", True, "Pending", mig.message)]
+    obj["status"] = status
+    return obj
+
+
+# ----------------------------------------------------------------------- node
+def _quantity_cpu(millis: int) -> str:
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def _quantity_mem(n: int) -> str:
+    return f"{n // 1024}Ki"
+
+
+def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
+    cpu, mem, count = node_allocated(cluster, node.name)
+    cap = node.capacity
+    ready = not node.unresponsive
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node.name,
+            "labels": {**node.labels, "kubernetes.io/hostname": node.name},
+            "resourceVersion": str(node.resource_version),
+            "creationTimestamp": rfc3339(node.created_at),
+            "annotations": {
+                "kubevirt.io/heartbeat": rfc3339(node.last_heartbeat),
+                "virtstream.io/hypervisor": node.hypervisor,
+            },
+        },
+        "spec": {
+            **({"unschedulable": True} if node.cordoned else {}),
+            **(
+                {
+                    "taints": [
+                        {"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints
+                    ]
+                }
+                if node.taints
+                else {}
+            ),
+        },
+        "status": {
+            "capacity": {
+                "cpu": _quantity_cpu(cap.cpu_millis),
+                "memory": _quantity_mem(cap.memory_bytes),
+            },
+            "allocatable": {
+                "cpu": _quantity_cpu(max(0, cap.cpu_millis - cpu)),
+                "memory": _quantity_mem(max(0, cap.memory_bytes - mem)),
+            },
+            "allocated": {"cpu": _quantity_cpu(cpu), "memory": _quantity_mem(mem), "vmis": count},
+            "conditions": [
+                _condition(
+                    "Ready",
+                    ready,
+                    "KubeletReady" if ready else "NodeUnresponsive",
+                    "" if ready else "virt-handler is not responsive, marking node as unresponsive",
+                )
+            ],
+            "addresses": [{"type": "InternalIP", "address": node.address}] if node.address else [],
+            "schedulable": node.schedulable,
+            "draining": node.draining,
+            "heartbeatAgeSeconds": max(0.0, round(now - node.last_heartbeat, 3)),
+        },
+    }
+
+
+def render_policy(policy: PolicyView) -> JSON:
+    obj = dict(policy.manifest)
+    obj["metadata"] = _metadata(
+        policy.manifest, policy.resource_version, policy.created_at, uid=policy.uid
+    )
+    return obj

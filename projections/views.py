@@ -1,0 +1,142 @@
+"""View records: what the projections remember about each aggregate.
+
+Plain msgspec Structs, replaced (never mutated) by the evolve functions. `version` is the
+aggregate's own last stream sequence (what an optimistic append expects);
+`resource_version` is the last sequence that changed the rendered object, including
+changes caused by other aggregates' events (a VMI's phase changes its VM's status)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from events.catalog import Resources, Taint
+
+Manifest = dict[str, Any]
+
+
+class StateChangeRequest(msgspec.Struct, frozen=True):
+    action: str  # Start | Stop
+    uid: str = ""  # the VMI uid a Stop is for
+
+
+class StartFailure(msgspec.Struct, frozen=True):
+    consecutive_fail_count: int
+    last_failed_vmi_uid: str
+    retry_after: float
+
+
+class VMView(msgspec.Struct, frozen=True, kw_only=True):
+    namespace: str
+    name: str
+    uid: str
+    manifest: Manifest
+    run_strategy: str
+    created_at: float
+    version: int
+    resource_version: int
+    generation: int = 1
+    deleted_at: float | None = None
+    requests: tuple[StateChangeRequest, ...] = ()
+    start_paused: bool = False
+    start_failure: StartFailure | None = None
+    vmi_uid: str = ""  # the current VMI's uid, "" when none
+
+
+class VMIView(msgspec.Struct, frozen=True, kw_only=True):
+    namespace: str
+    name: str
+    uid: str
+    manifest: Manifest
+    created_at: float
+    version: int
+    resource_version: int
+    owner_vm_uid: str = ""
+    phase: str = "Pending"
+    reason: str = ""
+    message: str = ""
+    transitions: tuple[tuple[str, float], ...] = ()
+    node: str = ""
+    pod_name: str = ""
+    pod_uid: str = ""
+    launcher_pid: int = 0
+    launcher_exited: bool = False
+    qemu_pid: int = 0
+    paused: bool = False
+    ever_running: bool = False
+    unschedulable: str = ""  # the scheduler's message while no node fits
+    deletion_requested_at: float | None = None
+    grace_period_seconds: int | None = None
+    start_paused: bool = False
+    migration: str = ""  # name of the migration that last touched this VMI
+    active_pods: tuple[tuple[str, str], ...] = ()  # (pod uid, node)
+
+    @property
+    def final(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+class MigrationView(msgspec.Struct, frozen=True, kw_only=True):
+    namespace: str
+    name: str
+    uid: str
+    manifest: Manifest
+    vmi_name: str
+    created_at: float
+    version: int
+    resource_version: int
+    phase: str = "Pending"
+    transitions: tuple[tuple[str, float], ...] = ()
+    vmi_uid: str = ""
+    source_node: str = ""
+    source_pod: str = ""
+    target_node: str = ""
+    target_pod: str = ""
+    target_pod_uid: str = ""
+    target_address: str = ""
+    start_timestamp: float | None = None
+    end_timestamp: float | None = None
+    failure_reason: str = ""
+    abort_requested: bool = False
+    abort_status: str = ""
+    mode: str = ""
+    policy: str = ""
+    data_processed: int = 0
+    data_remaining: int = 0
+    data_total: int = 0
+    deleted: bool = False
+    message: str = ""
+
+    @property
+    def final(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+class NodeView(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    capacity: Resources
+    created_at: float
+    version: int
+    resource_version: int
+    labels: dict[str, str] = {}
+    taints: tuple[Taint, ...] = ()
+    address: str = ""
+    hypervisor: str = "test"
+    cordoned: bool = False
+    unresponsive: bool = False
+    last_heartbeat: float = 0.0
+    draining: bool = False
+
+    @property
+    def schedulable(self) -> bool:
+        return not (self.cordoned or self.unresponsive)
+
+
+class PolicyView(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    uid: str
+    manifest: Manifest
+    created_at: float
+    version: int
+    resource_version: int
