@@ -161,8 +161,10 @@ def _default_network(spec: VirtualMachineInstanceSpec, devices: Devices) -> None
         and not spec.networks
         and devices.autoattach_pod_interface is not False
     ):
-        # KubeVirt's default binding (cluster config NetworkInterface) is bridge.
-        devices.interfaces = [Interface(name="default", bridge={})]
+        # KubeVirt's cluster default is bridge, which makes a VMI on the pod network not
+        # live-migratable; we default to masquerade (KubeVirt's recommended binding) so
+        # that a plain VM can migrate and be evacuated.
+        devices.interfaces = [Interface(name="default", masquerade={})]
         spec.networks = [Network(name="default", pod=PodNetwork())]
     for iface in devices.interfaces or []:
         if not iface.model:
