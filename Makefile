@@ -13,4 +13,4 @@ test: install
 	.venv/bin/pytest -q -p no:cacheprovider
 
 bench: install
-	.venv/bin/python -m bench.run
+	.venv/bin/python -m bench.bench_backbone
