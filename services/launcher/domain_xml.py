@@ -1,0 +1,253 @@
+"""VirtualMachineInstance (KubeVirt JSON shape, as a plain dict) → libvirt domain XML.
+
+Only what the launcher can act on is translated; everything else in the spec is ignored
+here (the API keeps and reports it). The same XML serves the `test` driver and QEMU; the
+differences (domain type, emulator, machine alias) are parameters.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import uuid
+import xml.etree.ElementTree as ET
+from collections.abc import Mapping
+from typing import Any
+
+from events.quantity import parse_cpu_millis, parse_quantity
+
+METADATA_NS = "urn:virtstream:launcher:1"
+SMBIOS_MANUFACTURER = "virtstream"
+DEFAULT_DISK_DIR = "/var/lib/virtstream/disks"
+DEFAULT_MACHINE = "q35"
+
+ET.register_namespace("virtstream", METADATA_NS)
+
+
+class DomainType(enum.StrEnum):
+    TEST = "test"
+    QEMU = "qemu"
+    KVM = "kvm"
+
+
+# libvirt requires unique target names across buses: sata, scsi and usb all use sdX.
+_TARGET_PREFIX = {"virtio": "vd", "sata": "sd", "scsi": "sd", "usb": "sd"}
+
+
+def domain_name(vmi: Mapping[str, Any]) -> str:
+    meta = vmi.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}_{meta['name']}"
+
+
+def firmware_uuid(vmi: Mapping[str, Any]) -> str:
+    """spec.domain.firmware.uuid, else derived stably from the VMI's identity.
+
+    The API defaults the firmware uuid; deriving it (rather than random) keeps a launcher
+    that is re-run for the same VMI presenting the same machine to the guest.
+    """
+    spec_uuid = _get(vmi, "spec", "domain", "firmware", "uuid")
+    if spec_uuid:
+        return str(uuid.UUID(str(spec_uuid)))
+    meta = vmi.get("metadata") or {}
+    identity = f"kubevirt.io/{domain_name(vmi)}/{meta.get('uid', '')}"
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, identity))
+
+
+def guest_memory_bytes(vmi: Mapping[str, Any]) -> int:
+    domain = _get(vmi, "spec", "domain") or {}
+    for value in (
+        _get(domain, "memory", "guest"),
+        _get(domain, "resources", "requests", "memory"),
+        _get(domain, "resources", "limits", "memory"),
+    ):
+        if value is not None:
+            return parse_quantity(value)
+    raise ValueError(
+        "no memory requested, at least one of 'spec.domain.memory.guest', "
+        "'spec.domain.memory.hugepages.pageSize' or 'spec.domain.resources.requests.memory' "
+        "must be set"
+    )
+
+
+def cpu_topology(vmi: Mapping[str, Any]) -> tuple[int, int, int]:
+    """(sockets, cores, threads); sockets fall back to the CPU limit/request as in admission."""
+    domain = _get(vmi, "spec", "domain") or {}
+    cpu = domain.get("cpu") or {}
+    sockets = cpu.get("sockets")
+    if sockets is None:
+        requested = _get(domain, "resources", "limits", "cpu") or _get(
+            domain, "resources", "requests", "cpu"
+        )
+        sockets = max(1, math.ceil(parse_cpu_millis(requested) / 1000)) if requested else 1
+    return int(sockets), int(cpu.get("cores") or 1), int(cpu.get("threads") or 1)
+
+
+def build_domain_xml(
+    vmi: Mapping[str, Any],
+    *,
+    domain_type: DomainType = DomainType.TEST,
+    emulator: str | None = None,
+    disk_dir: str = DEFAULT_DISK_DIR,
+    disk_paths: Mapping[str, str] | None = None,
+) -> str:
+    """The libvirt domain XML for a VMI.
+
+    disk_paths maps disk names to host image paths (prepared by whoever provides storage);
+    a disk without one points at `<disk_dir>/<domain>/<disk>.img`, which only the `test`
+    driver accepts without the file existing. `emulator` is only written when given
+    (QEMU mode on a host where libvirt's default binary is not the one to use).
+    """
+    name = domain_name(vmi)
+    meta = vmi.get("metadata") or {}
+    domain_spec = _get(vmi, "spec", "domain") or {}
+
+    root = ET.Element("domain", type=str(domain_type))
+    ET.SubElement(root, "name").text = name
+    ET.SubElement(root, "uuid").text = firmware_uuid(vmi)
+    _add_metadata(root, meta)
+
+    memory = str(guest_memory_bytes(vmi))
+    ET.SubElement(root, "memory", unit="b").text = memory
+    ET.SubElement(root, "currentMemory", unit="b").text = memory
+
+    sockets, cores, threads = cpu_topology(vmi)
+    ET.SubElement(root, "vcpu", placement="static").text = str(sockets * cores * threads)
+
+    _add_sysinfo(root, vmi, meta)
+    _add_os(root, domain_type, _get(domain_spec, "machine", "type") or DEFAULT_MACHINE)
+    features = ET.SubElement(root, "features")
+    # ACPI is what makes graceful shutdown (virDomainShutdown) reach the guest.
+    ET.SubElement(features, "acpi")
+    ET.SubElement(features, "apic")
+
+    cpu = ET.SubElement(root, "cpu")
+    if domain_type is DomainType.KVM:
+        cpu.set("mode", "host-model")
+    ET.SubElement(
+        cpu, "topology", sockets=str(sockets), dies="1", cores=str(cores), threads=str(threads)
+    )
+
+    ET.SubElement(root, "clock", offset="utc")
+    ET.SubElement(root, "on_poweroff").text = "destroy"
+    # A guest reboot stays inside the domain: KubeVirt keeps the VMI across guest reboots.
+    ET.SubElement(root, "on_reboot").text = "restart"
+    ET.SubElement(root, "on_crash").text = "destroy"
+
+    devices = ET.SubElement(root, "devices")
+    if emulator:
+        ET.SubElement(devices, "emulator").text = emulator
+    devices_spec = domain_spec.get("devices") or {}
+    _add_disks(devices, devices_spec.get("disks") or [], name, disk_dir, disk_paths or {})
+    _add_interfaces(devices, devices_spec.get("interfaces") or [])
+    ET.SubElement(devices, "serial", type="pty")
+    ET.SubElement(devices, "console", type="pty")
+
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode")
+
+
+def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
+    for key in path:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _add_metadata(root: ET.Element, meta: Mapping[str, Any]) -> None:
+    # Lets a re-attaching handler (or a human with virsh) tie a domain back to its VMI.
+    metadata = ET.SubElement(root, "metadata")
+    ET.SubElement(
+        metadata,
+        f"{{{METADATA_NS}}}vmi",
+        uid=str(meta.get("uid", "")),
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name", "")),
+    )
+
+
+def _add_sysinfo(root: ET.Element, vmi: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
+    sysinfo = ET.SubElement(root, "sysinfo", type="smbios")
+    system = ET.SubElement(sysinfo, "system")
+    firmware = _get(vmi, "spec", "domain", "firmware") or {}
+    entries = {
+        "manufacturer": SMBIOS_MANUFACTURER,
+        "product": "None",
+        "family": SMBIOS_MANUFACTURER,
+        "serial": firmware.get("serial") or meta.get("uid") or "",
+        "uuid": firmware_uuid(vmi),
+    }
+    for key, value in entries.items():
+        if value:
+            ET.SubElement(system, "entry", name=key).text = str(value)
+
+
+def _add_os(root: ET.Element, domain_type: DomainType, machine: str) -> None:
+    os_el = ET.SubElement(root, "os")
+    if domain_type is not DomainType.TEST and machine.startswith("pc-q35-rhel"):
+        # RHEL machine types exist only in RHEL's QEMU; upstream QEMU knows the alias.
+        machine = "q35"
+    ET.SubElement(os_el, "type", arch="x86_64", machine=machine).text = "hvm"
+    ET.SubElement(os_el, "smbios", mode="sysinfo")
+
+
+def _target_name(prefix: str, index: int) -> str:
+    # Linux disk naming: a..z, aa..az, ba.. (bijective base 26).
+    letters = ""
+    index += 1
+    while index:
+        index, rem = divmod(index - 1, 26)
+        letters = chr(ord("a") + rem) + letters
+    return prefix + letters
+
+
+def _add_disks(
+    devices: ET.Element,
+    disks: list[Mapping[str, Any]],
+    dom_name: str,
+    disk_dir: str,
+    disk_paths: Mapping[str, str],
+) -> None:
+    counters: dict[str, int] = {}
+    for disk in disks:
+        name = disk["name"]
+        if "cdrom" in disk:
+            device, bus = "cdrom", (disk.get("cdrom") or {}).get("bus") or "sata"
+        elif "lun" in disk:
+            device, bus = "lun", (disk.get("lun") or {}).get("bus") or "scsi"
+        else:
+            device, bus = "disk", (disk.get("disk") or {}).get("bus") or "sata"
+        prefix = _TARGET_PREFIX.get(bus)
+        if prefix is None:
+            raise ValueError(f"unsupported disk bus {bus!r} for disk {name!r}")
+        index = counters.get(prefix, 0)
+        counters[prefix] = index + 1
+
+        el = ET.SubElement(devices, "disk", type="file", device=device)
+        ET.SubElement(el, "driver", name="qemu", type="raw", cache="none")
+        path = disk_paths.get(name)
+        if path is None and device != "cdrom":  # an empty CD-ROM tray is valid, a disk is not
+            path = f"{disk_dir}/{dom_name}/{name}.img"
+        if path is not None:
+            ET.SubElement(el, "source", file=path)
+        ET.SubElement(el, "target", dev=_target_name(prefix, index), bus=bus)
+        if device == "cdrom" or (disk.get("disk") or {}).get("readonly"):
+            ET.SubElement(el, "readonly")
+        ET.SubElement(el, "alias", name=f"ua-{name}")
+        if disk.get("bootOrder"):
+            ET.SubElement(el, "boot", order=str(int(disk["bootOrder"])))
+        if disk.get("serial"):
+            ET.SubElement(el, "serial").text = str(disk["serial"])
+
+
+def _add_interfaces(devices: ET.Element, interfaces: list[Mapping[str, Any]]) -> None:
+    # Every binding (masquerade, bridge, ...) becomes user-mode networking: there is no pod
+    # network namespace to plug into, and user mode needs no privileges.
+    for iface in interfaces:
+        el = ET.SubElement(devices, "interface", type="user")
+        if iface.get("macAddress"):
+            ET.SubElement(el, "mac", address=str(iface["macAddress"]).lower().replace("-", ":"))
+        ET.SubElement(el, "model", type=str(iface.get("model") or "virtio"))
+        ET.SubElement(el, "alias", name=f"ua-{iface['name']}")
+        if iface.get("bootOrder"):
+            ET.SubElement(el, "boot", order=str(int(iface["bootOrder"])))

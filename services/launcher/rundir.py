@@ -1,0 +1,83 @@
+"""Where a node's launchers live on disk, and how a restarted handler finds them again.
+
+One run dir per node (e.g. `<data-dir>/node-1/launchers/`) holds, per VMI,
+`<ns>_<name>.sock` (the launcher's socket), `<ns>_<name>.pid` and `<ns>_<name>.log`.
+A launcher removes its socket and pidfile when it exits, so whatever is listed with a
+live pid is a launcher to re-attach to.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import msgspec
+
+SOCKET_SUFFIX = ".sock"
+
+
+class LauncherEntry(msgspec.Struct, frozen=True):
+    domain_name: str
+    socket_path: str
+    pid: int | None
+    alive: bool
+
+
+def launcher_socket_path(run_dir: str | os.PathLike[str], domain_name: str) -> Path:
+    return Path(run_dir) / f"{domain_name}{SOCKET_SUFFIX}"
+
+
+def pidfile_path(socket_path: str | os.PathLike[str]) -> Path:
+    return Path(socket_path).with_suffix(".pid")
+
+
+def log_path(socket_path: str | os.PathLike[str]) -> Path:
+    return Path(socket_path).with_suffix(".log")
+
+
+def read_pid(pidfile: str | os.PathLike[str]) -> int | None:
+    try:
+        return int(Path(pidfile).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still "exists" for kill(0); it is not a launcher any more.
+    with contextlib.suppress(OSError):
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return False
+    return True
+
+
+def write_pidfile(socket_path: str | os.PathLike[str], pid: int) -> None:
+    target = pidfile_path(socket_path)
+    tmp = target.with_suffix(".pid.tmp")
+    tmp.write_text(f"{pid}\n")
+    tmp.replace(target)  # atomic: a reader never sees a half-written pid
+
+
+def discover_launchers(run_dir: str | os.PathLike[str]) -> list[LauncherEntry]:
+    """The launchers of a run dir, by socket, with whether their process is alive."""
+    entries = []
+    directory = Path(run_dir)
+    if not directory.is_dir():
+        return []
+    for sock in sorted(directory.glob(f"*{SOCKET_SUFFIX}")):
+        pid = read_pid(pidfile_path(sock))
+        entries.append(
+            LauncherEntry(
+                domain_name=sock.name.removesuffix(SOCKET_SUFFIX),
+                socket_path=str(sock),
+                pid=pid,
+                alive=pid is not None and pid_alive(pid),
+            )
+        )
+    return entries
