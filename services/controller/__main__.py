@@ -1,0 +1,38 @@
+"""python -m services.controller --nats-url URL [--metrics-port P] [--node-timeout S]
+[--max-backoff S]"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+from services.controller.backoff import BackoffConfig
+from services.controller.node_health import DEFAULT_NODE_TIMEOUT
+from services.controller.reactor import Controller
+from services.controller.service import serve
+from services.runtime import logs
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="virt-controller")
+    p.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    p.add_argument("--metrics-port", type=int, default=None)
+    p.add_argument(
+        "--node-timeout",
+        type=float,
+        default=DEFAULT_NODE_TIMEOUT,
+        help="seconds without a heartbeat before a node is unresponsive",
+    )
+    p.add_argument(
+        "--max-backoff", type=float, default=300.0, help="cap of the crash-loop backoff, seconds"
+    )
+    args = p.parse_args()
+    logs.configure()
+    controller = Controller(
+        node_timeout=args.node_timeout, backoff_config=BackoffConfig(max_delay=args.max_backoff)
+    )
+    asyncio.run(serve(controller, args.nats_url, metrics_port=args.metrics_port))
+
+
+if __name__ == "__main__":
+    main()

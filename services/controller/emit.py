@@ -1,0 +1,39 @@
+"""Metadata for the controller's events, with ids derived from the state decided on.
+
+Every controller event is keyed by the state it answers (e.g. "delete VMI <uid>", "create
+a VMI for VM <uid> at resource version N"), not by the cause: the same decision reached
+from a redelivered event, a tick, or a restarted controller gets the same event id and new
+object uid, so JetStream drops the repeat. Keys must name a decision that is made at most
+once for that state, which the level-triggered deciders guarantee."""
+
+from __future__ import annotations
+
+import uuid
+
+from events.meta import Aggregate, Kind, Meta
+from projections.views import NodeView, VMIView, VMView
+from services.runtime.context import Context
+
+_NS = uuid.UUID("0f7c55c4-1d0e-4d1a-9a43-5a3f3b7e2c61")
+
+
+def vm_aggregate(vm: VMView) -> Aggregate:
+    return Aggregate(kind=Kind.VM, namespace=vm.namespace, name=vm.name, uid=vm.uid)
+
+
+def vmi_aggregate(vmi: VMIView) -> Aggregate:
+    return Aggregate(kind=Kind.VMI, namespace=vmi.namespace, name=vmi.name, uid=vmi.uid)
+
+
+def node_aggregate(node: NodeView | str) -> Aggregate:
+    name = node if isinstance(node, str) else node.name
+    return Aggregate(kind=Kind.NODE, namespace="", name=name)
+
+
+def meta(ctx: Context, aggregate: Aggregate, key: str, *, node: str = "") -> Meta:
+    return ctx.meta(aggregate, node=node, key=key)
+
+
+def new_uid(ctx: Context, key: str) -> str:
+    """A new object uid, the same for the same decision (see module doc)."""
+    return str(uuid.uuid5(_NS, f"{ctx.service}/{key}"))

@@ -1,0 +1,57 @@
+"""Node liveness from virt-handler heartbeats (seen in the KV bucket, not in the log).
+
+A node whose latest sign of life (heartbeat, join, or the moment the controller started
+watching) is older than `node_timeout` becomes NodeUnresponsive, and every non-final VMI
+on it fails with reason NodeUnresponsive; the run strategies take it from there. A fresh
+heartbeat brings it back (NodeResponsive). A re-join makes it responsive by itself (the
+projection's NodeJoined starts a fresh view)."""
+
+from __future__ import annotations
+
+from events.catalog import Event, NodeResponsive, NodeUnresponsive, VMIFailed
+from projections.cluster import Cluster
+from projections.views import NodeView
+from services.controller import emit
+from services.controller.state import ControllerState
+from services.runtime.context import Context
+
+DEFAULT_NODE_TIMEOUT = 60.0
+
+
+def last_seen(state: ControllerState, node: NodeView) -> float:
+    return max(state.heartbeats.get(node.name, 0.0), node.last_heartbeat, state.heartbeats_since)
+
+
+def check(state: ControllerState, node: NodeView, ctx: Context, timeout: float) -> list[Event]:
+    """NodeUnresponsive / NodeResponsive for one node, from the clock and heartbeats."""
+    agg = emit.node_aggregate(node)
+    if not node.unresponsive:
+        seen = last_seen(state, node)
+        if ctx.now - seen > timeout:
+            k = f"unresponsive/{node.name}/{node.version}"
+            return [NodeUnresponsive(meta=emit.meta(ctx, agg, k), last_heartbeat=seen)]
+        return []
+    beat = state.heartbeats.get(node.name, 0.0)
+    if beat > node.last_heartbeat and ctx.now - beat <= timeout:
+        k = f"responsive/{node.name}/{node.version}"
+        return [NodeResponsive(meta=emit.meta(ctx, agg, k), last_heartbeat=beat)]
+    return []
+
+
+def fail_stranded_vmis(cluster: Cluster, node: NodeView, ctx: Context) -> list[Event]:
+    """Non-final VMIs on an unresponsive node can no longer be run or reported on."""
+    if not node.unresponsive:
+        return []
+    out: list[Event] = []
+    for vmi in sorted(cluster.vmis_on(node.name), key=lambda v: (v.namespace, v.name)):
+        if not vmi.final:
+            out.append(
+                VMIFailed(
+                    meta=emit.meta(
+                        ctx, emit.vmi_aggregate(vmi), f"node-failed/{vmi.uid}", node=vmi.node
+                    ),
+                    reason="NodeUnresponsive",
+                    message=f"virt-handler on node {node.name} is not responsive",
+                )
+            )
+    return out

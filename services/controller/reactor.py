@@ -1,0 +1,120 @@
+"""virt-controller as a Reactor: folds the whole cluster, reconciles what an event touched,
+and on every tick reconciles everything (timers: backoff expiry, heartbeat timeouts).
+
+Each concern is a module of pure functions (run_strategy, backoff, lifecycle, scheduler,
+node_health); this module only decides which objects to look at and in what order.
+Migration deciders will hang off `react`/`tick` the same way (a `Kind.MIGRATION` scope),
+placing targets with `scheduler.place(..., exclude={source}, extra_selector=...)`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from events import subjects
+from events.catalog import Event
+from events.meta import Kind
+from eventstore.store import Stored
+from projections.cluster import key
+from services.controller import backoff, lifecycle, node_health, run_strategy, scheduler
+from services.controller.backoff import BackoffConfig
+from services.controller.state import ControllerState
+from services.controller.state import evolve as evolve_state
+from services.runtime.context import Context, Decision
+
+NAME = "virt-controller"
+
+
+@dataclass
+class _Scope:
+    vms: set[str] = field(default_factory=set)  # "ns/name"
+    vmis: set[str] = field(default_factory=set)
+    nodes: set[str] = field(default_factory=set)
+
+
+class Controller:
+    name = NAME
+
+    def __init__(
+        self,
+        *,
+        node_timeout: float = node_health.DEFAULT_NODE_TIMEOUT,
+        backoff_config: BackoffConfig | None = None,
+    ) -> None:
+        self.node_timeout = node_timeout
+        self.backoff = backoff_config or BackoffConfig()
+
+    def filters(self) -> Sequence[str]:
+        return [subjects.kind_filter(k) for k in Kind]
+
+    def initial_state(self) -> ControllerState:
+        return ControllerState()
+
+    def evolve(self, state: ControllerState, stored: Stored) -> ControllerState:
+        return evolve_state(state, stored)
+
+    def record_heartbeat(self, state: ControllerState, node: str, at: float) -> None:
+        """Called by the shell's heartbeat watch (heartbeats are not events)."""
+        if at > state.heartbeats.get(node, 0.0):
+            state.heartbeats[node] = at
+
+    # ---------------------------------------------------------------- deciding
+    def react(self, state: ControllerState, stored: Stored, ctx: Context) -> Sequence[Decision]:
+        agg = stored.event.meta.aggregate
+        scope = _Scope()
+        match agg.kind:
+            case Kind.VM | Kind.VMI:
+                k = key(agg.namespace, agg.name)
+                scope.vms.add(k)
+                scope.vmis.add(k)
+            case Kind.NODE:
+                scope.nodes.add(agg.name)
+                for vmi in state.cluster.vmis_on(agg.name):
+                    k = key(vmi.namespace, vmi.name)
+                    scope.vmis.add(k)
+                    scope.vms.add(k)
+            case _:
+                pass  # migrations and policies: later
+        return self._decide(state, scope, ctx, check_nodes=False)
+
+    def tick(self, state: ControllerState, ctx: Context) -> Sequence[Decision]:
+        c = state.cluster
+        scope = _Scope(vms=set(c.vms), vmis=set(c.vmis), nodes=set(c.nodes))
+        return self._decide(state, scope, ctx, check_nodes=True)
+
+    def _decide(
+        self, state: ControllerState, scope: _Scope, ctx: Context, *, check_nodes: bool
+    ) -> list[Decision]:
+        c = state.cluster
+        out: list[Event] = []
+        for name in sorted(scope.nodes):
+            node = c.nodes.get(name)
+            if node is None:
+                continue
+            if check_nodes:
+                out += node_health.check(state, node, ctx, self.node_timeout)
+            out += node_health.fail_stranded_vmis(c, node, ctx)
+        for k in sorted(scope.vmis):
+            vmi = c.vmis.get(k)
+            if vmi is not None:
+                out += lifecycle.reconcile(vmi, c, ctx)
+        for k in sorted(scope.vms):
+            vm = c.vms.get(k)
+            if vm is None:
+                continue
+            # backoff first: a failed start must be on record before the VMI is replaced
+            out += backoff.reconcile(vm, c.vmi_of_vm(vm), ctx, self.backoff)
+            out += run_strategy.reconcile(state, vm, ctx)
+        out += scheduler.schedule_pending(c, ctx)
+        return [Decision(ev) for ev in _unique(out)]
+
+
+def _unique(events: Iterable[Event]) -> list[Event]:
+    """The same decision reached twice in one pass (by two routes) is appended once."""
+    seen: set[str] = set()
+    out = []
+    for ev in events:
+        if ev.meta.event_id not in seen:
+            seen.add(ev.meta.event_id)
+            out.append(ev)
+    return out

@@ -1,0 +1,353 @@
+"""Placing launcher pods on nodes, the kube-scheduler way (the required predicates only).
+
+`place` filters nodes by: schedulable (not cordoned, not unresponsive), taints vs
+tolerations, nodeSelector and required node affinity, free CPU/memory, required pod
+affinity/anti-affinity (against the labels of the non-final VMIs on each node, both ways);
+then picks the node with the least allocated memory, then by name. It takes extra
+constraints (excluded nodes, an added node selector) so migrations can place a target.
+When nothing fits it says why, in kube-scheduler's words."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from events.catalog import Event, PodScheduled, Taint, Unschedulable
+from projections.cluster import Cluster
+from projections.render import node_allocated, vmi_requests
+from projections.views import NodeView, VMIView
+from services.controller import emit
+from services.runtime.context import Context
+
+JSON = dict[str, Any]
+HOSTNAME = "kubernetes.io/hostname"
+
+UNSCHEDULABLE = "node(s) were unschedulable"
+NODE_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
+POD_AFFINITY = "node(s) didn't match pod affinity rules"
+POD_ANTI_AFFINITY = "node(s) didn't match pod anti-affinity rules"
+EXISTING_ANTI_AFFINITY = "node(s) didn't satisfy existing pods anti-affinity rules"
+
+
+@dataclass(frozen=True)
+class Placement:
+    node: str
+
+
+@dataclass(frozen=True)
+class NoFit:
+    message: str
+
+
+@dataclass
+class Reserved:
+    """Placements decided in this pass that the cluster view does not show yet."""
+
+    cpu: Counter[str] = field(default_factory=Counter)
+    memory: Counter[str] = field(default_factory=Counter)
+    manifests: dict[str, list[JSON]] = field(default_factory=dict)
+
+    def add(self, node: str, manifest: JSON) -> None:
+        c, m = vmi_requests(manifest)
+        self.cpu[node] += c
+        self.memory[node] += m
+        self.manifests.setdefault(node, []).append(manifest)
+
+
+# ---------------------------------------------------------------------- matching
+def node_labels(node: NodeView) -> dict[str, str]:
+    return {HOSTNAME: node.name, **node.labels}
+
+
+def label_selector_matches(selector: JSON | None, labels: Mapping[str, str]) -> bool:
+    """metav1.LabelSelector: a missing selector matches nothing, an empty one everything."""
+    if selector is None:
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    return all(_requirement(e, labels) for e in selector.get("matchExpressions") or ())
+
+
+def _requirement(expr: JSON, labels: Mapping[str, str]) -> bool:
+    k, op, values = expr.get("key", ""), expr.get("operator", ""), expr.get("values") or []
+    match op:
+        case "In":
+            return k in labels and labels[k] in values
+        case "NotIn":
+            return k not in labels or labels[k] not in values
+        case "Exists":
+            return k in labels
+        case "DoesNotExist":
+            return k not in labels
+        case "Gt" | "Lt":
+            try:
+                have, want = int(labels[k]), int(values[0])
+            except (KeyError, IndexError, ValueError):
+                return False
+            return have > want if op == "Gt" else have < want
+    return False
+
+
+def _node_selector_term(term: JSON, node: NodeView, labels: Mapping[str, str]) -> bool:
+    exprs, fields = term.get("matchExpressions") or [], term.get("matchFields") or []
+    if not exprs and not fields:
+        return False  # an empty term matches no node
+    return all(_requirement(e, labels) for e in exprs) and all(
+        _requirement(f, {"metadata.name": node.name}) for f in fields
+    )
+
+
+def matches_node_selection(
+    spec: JSON, node: NodeView, extra_selector: Mapping[str, str] | None = None
+) -> bool:
+    labels = node_labels(node)
+    selector = {**(spec.get("nodeSelector") or {}), **(extra_selector or {})}
+    if any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    na = (spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = na.get("requiredDuringSchedulingIgnoredDuringExecution")
+    if required is None:
+        return True
+    terms = required.get("nodeSelectorTerms") or []
+    return any(_node_selector_term(t, node, labels) for t in terms)
+
+
+def tolerates(tolerations: Sequence[JSON], taint: Taint) -> bool:
+    for t in tolerations:
+        if t.get("effect") and t["effect"] != taint.effect:
+            continue
+        if t.get("operator", "Equal") == "Exists":
+            if not t.get("key") or t["key"] == taint.key:
+                return True
+        elif t.get("key") == taint.key and (t.get("value") or "") == taint.value:
+            return True
+    return False
+
+
+def untolerated_taint(spec: JSON, node: NodeView) -> Taint | None:
+    tolerations = spec.get("tolerations") or []
+    for taint in node.taints:
+        if taint.effect in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            return taint
+    return None
+
+
+# ------------------------------------------------------------ inter-pod affinity
+@dataclass(frozen=True)
+class _Peer:
+    node: str
+    namespace: str
+    labels: Mapping[str, str]
+    manifest: JSON
+
+
+def _meta(manifest: JSON) -> JSON:
+    return manifest.get("metadata") or {}
+
+
+def _peers(cluster: Cluster, reserved: Reserved) -> list[_Peer]:
+    peers = []
+    for node in cluster.nodes:
+        for vmi in cluster.vmis_on(node):
+            if not vmi.final:
+                labels = _meta(vmi.manifest).get("labels") or {}
+                peers.append(_Peer(node, vmi.namespace, labels, vmi.manifest))
+    for node, manifests in reserved.manifests.items():
+        for m in manifests:
+            md = _meta(m)
+            peers.append(_Peer(node, md.get("namespace", ""), md.get("labels") or {}, m))
+    return peers
+
+
+def _terms(manifest: JSON, kind: str) -> list[JSON]:
+    aff = ((manifest.get("spec") or {}).get("affinity") or {}).get(kind) or {}
+    return list(aff.get("requiredDuringSchedulingIgnoredDuringExecution") or [])
+
+
+def _term_selects(term: JSON, term_ns: str, namespace: str, labels: Mapping[str, str]) -> bool:
+    namespaces = term.get("namespaces") or [term_ns]
+    return namespace in namespaces and label_selector_matches(term.get("labelSelector"), labels)
+
+
+def _domains(
+    term: JSON, owner_ns: str, peers: Iterable[_Peer], labels_of: Mapping[str, Mapping[str, str]]
+) -> set[str]:
+    """Topology domains (values of the term's topologyKey) holding a peer it selects."""
+    topo = term.get("topologyKey") or HOSTNAME
+    out = set()
+    for p in peers:
+        if _term_selects(term, owner_ns, p.namespace, p.labels):
+            value = labels_of.get(p.node, {}).get(topo)
+            if value is not None:
+                out.add(value)
+    return out
+
+
+class _PodAffinity:
+    """Per-node verdicts of the required pod (anti-)affinity, computed once per VMI."""
+
+    def __init__(self, manifest: JSON, cluster: Cluster, reserved: Reserved) -> None:
+        md = _meta(manifest)
+        ns, labels = md.get("namespace", ""), md.get("labels") or {}
+        peers = _peers(cluster, reserved)
+        self.labels_of = {n.name: node_labels(n) for n in cluster.nodes.values()}
+        self.affinity = []
+        for term in _terms(manifest, "podAffinity"):
+            domains = _domains(term, ns, peers, self.labels_of)
+            # the first pod of a group may go anywhere if it matches its own term
+            if not domains and _term_selects(term, ns, ns, labels):
+                continue
+            self.affinity.append((term.get("topologyKey") or HOSTNAME, domains))
+        self.anti = [
+            (t.get("topologyKey") or HOSTNAME, _domains(t, ns, peers, self.labels_of))
+            for t in _terms(manifest, "podAntiAffinity")
+        ]
+        # existing VMIs' anti-affinity that this VMI's labels would violate
+        self.existing: list[tuple[str, str]] = []
+        for p in peers:
+            for term in _terms(p.manifest, "podAntiAffinity"):
+                if _term_selects(term, p.namespace, ns, labels):
+                    topo = term.get("topologyKey") or HOSTNAME
+                    value = self.labels_of.get(p.node, {}).get(topo)
+                    if value is not None:
+                        self.existing.append((topo, value))
+
+    def reason(self, node: str) -> str | None:
+        labels = self.labels_of.get(node, {})
+        for topo, domains in self.affinity:
+            if labels.get(topo) not in domains:
+                return POD_AFFINITY
+        for topo, domains in self.anti:
+            if labels.get(topo) in domains:
+                return POD_ANTI_AFFINITY
+        for topo, value in self.existing:
+            if labels.get(topo) == value:
+                return EXISTING_ANTI_AFFINITY
+        return None
+
+
+# ------------------------------------------------------------------------- place
+def place(
+    manifest: JSON,
+    cluster: Cluster,
+    *,
+    exclude: Iterable[str] = (),
+    extra_selector: Mapping[str, str] | None = None,
+    reserved: Reserved | None = None,
+) -> Placement | NoFit:
+    """Where a pod for this VMI manifest can run. `exclude`: nodes that must not be chosen
+    (a migration's source); `extra_selector`: labels the node must also have."""
+    reserved = reserved or Reserved()
+    spec = manifest.get("spec") or {}
+    excluded = set(exclude)
+    cpu, mem = vmi_requests(manifest)
+    affinity = _PodAffinity(manifest, cluster, reserved)
+    reasons: Counter[str] = Counter()
+    fits: list[tuple[int, str]] = []
+    for node in sorted(cluster.nodes.values(), key=lambda n: n.name):
+        why = _filter(node, spec, cluster, reserved, cpu, mem, excluded, extra_selector)
+        if not why:
+            r = affinity.reason(node.name)
+            why = [r] if r else []
+        if why:
+            reasons.update(why)
+            continue
+        fits.append((node_allocated(cluster, node.name)[1] + reserved.memory[node.name], node.name))
+    if fits:
+        return Placement(min(fits)[1])
+    return NoFit(unschedulable_message(len(cluster.nodes), reasons))
+
+
+def _filter(
+    node: NodeView,
+    spec: JSON,
+    cluster: Cluster,
+    reserved: Reserved,
+    cpu: int,
+    mem: int,
+    excluded: set[str],
+    extra_selector: Mapping[str, str] | None,
+) -> list[str]:
+    """The first predicate the node fails, kube-scheduler's order (both resources)."""
+    if node.name in excluded:
+        return [POD_ANTI_AFFINITY]  # migration targets are anti-affine to the source
+    if not node.schedulable:
+        return [UNSCHEDULABLE]
+    taint = untolerated_taint(spec, node)
+    if taint is not None:
+        return [f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"]
+    if not matches_node_selection(spec, node, extra_selector):
+        return [NODE_SELECTOR]
+    used_cpu, used_mem, _ = node_allocated(cluster, node.name)
+    why = []
+    if used_cpu + reserved.cpu[node.name] + cpu > node.capacity.cpu_millis:
+        why.append("Insufficient cpu")
+    if used_mem + reserved.memory[node.name] + mem > node.capacity.memory_bytes:
+        why.append("Insufficient memory")
+    return why
+
+
+def unschedulable_message(total: int, reasons: Mapping[str, int]) -> str:
+    if total == 0:
+        return "0/0 nodes are available: no nodes available to schedule pods."
+    parts = ", ".join(f"{n} {r}" for r, n in sorted(reasons.items()))
+    return f"0/{total} nodes are available: {parts}."
+
+
+# ---------------------------------------------------------------------- decisions
+_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' generateName alphabet
+
+
+def pod_name(vmi_name: str, uid: str) -> str:
+    digest = hashlib.sha256(uid.encode()).digest()
+    suffix = "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:5])
+    return f"virt-launcher-{vmi_name}-{suffix}"
+
+
+def needs_node(vmi: VMIView) -> bool:
+    return (
+        vmi.phase == "Pending"
+        and not vmi.node
+        and vmi.deletion_requested_at is None
+        and not vmi.final
+    )
+
+
+def schedule_pending(cluster: Cluster, ctx: Context) -> list[Event]:
+    """Place every VMI waiting for a node, oldest first; each placement counts against the
+    capacity seen by the next. A VMI that does not fit gets Unschedulable once per
+    distinct reason."""
+    pending = sorted(
+        (v for v in cluster.vmis.values() if needs_node(v)),
+        key=lambda v: (v.created_at, v.namespace, v.name),
+    )
+    reserved = Reserved()
+    out: list[Event] = []
+    for vmi in pending:
+        result = place(vmi.manifest, cluster, reserved=reserved)
+        agg = emit.vmi_aggregate(vmi)
+        if isinstance(result, Placement):
+            reserved.add(result.node, vmi.manifest)
+            k = f"schedule/{vmi.uid}"
+            out.append(
+                PodScheduled(
+                    meta=emit.meta(ctx, agg, k, node=result.node),
+                    node=result.node,
+                    pod_name=pod_name(vmi.name, vmi.uid),
+                    pod_uid=emit.new_uid(ctx, k),
+                    manifest=vmi.manifest,
+                )
+            )
+        elif result.message != vmi.unschedulable:
+            out.append(
+                Unschedulable(
+                    meta=emit.meta(ctx, agg, f"unschedulable/{vmi.uid}/{vmi.version}"),
+                    reason="Unschedulable",
+                    message=result.message,
+                )
+            )
+    return out

@@ -1,0 +1,47 @@
+"""What virt-controller knows: the shared cluster projection plus its own bookkeeping.
+
+Everything except `heartbeats` is folded from the event log, so a restarted controller
+rebuilds exactly the same state. Heartbeats come from the KV bucket (services/controller/
+heartbeats.py) through `Controller.record_heartbeat`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from events.catalog import VMIDeleteRequested, VMIRemoved
+from events.meta import Kind
+from eventstore.store import Stored
+from projections.cluster import Cluster, key
+
+
+@dataclass
+class ControllerState:
+    cluster: Cluster = field(default_factory=Cluster)
+    # node → epoch seconds of its latest heartbeat seen in the KV bucket (not in the log)
+    heartbeats: dict[str, float] = field(default_factory=dict)
+    # heartbeats are only trusted once the watch runs: before that, nobody times out
+    heartbeats_since: float = 0.0
+    # vmi uid → its phase when its deletion was requested (a stop of a Running VMI is not
+    # a failure even if the guest then dies while shutting down)
+    phase_at_delete: dict[str, str] = field(default_factory=dict)
+    # vm uid → phase its last removed VMI had when deleted; absent: the VM never had one
+    # removed (RerunOnFailure restarts only after "Failed"; Once never restarts)
+    last_outcome: dict[str, str] = field(default_factory=dict)
+
+
+def evolve(state: ControllerState, s: Stored) -> ControllerState:
+    """Fold one event: bookkeeping first (it needs the VMI as it was), then the cluster."""
+    ev = s.event
+    agg = ev.meta.aggregate
+    if agg.kind is Kind.VMI:
+        vmi = state.cluster.vmis.get(key(agg.namespace, agg.name))
+        if vmi is not None:
+            match ev:
+                case VMIDeleteRequested():
+                    state.phase_at_delete.setdefault(vmi.uid, vmi.phase)
+                case VMIRemoved():
+                    phase = state.phase_at_delete.pop(vmi.uid, vmi.phase)
+                    if vmi.owner_vm_uid:
+                        state.last_outcome[vmi.owner_vm_uid] = phase
+    state.cluster.apply(s)
+    return state

@@ -1,0 +1,90 @@
+"""Heartbeat timeouts: NodeUnresponsive, failing its VMIs, recovery elsewhere, NodeResponsive."""
+
+from __future__ import annotations
+
+from events.catalog import NodeResponsive, NodeUnresponsive, PodScheduled, VMIFailed
+from tests.unit.test_controller_world import World, of, types
+
+
+def cluster() -> World:
+    w = World(node_timeout=60.0)
+    w.given(w.node_joined("node1"))
+    w.run(w.vm_created("vm1", "Always"))
+    w.start_running()
+    w.given(w.node_joined("node2"))
+    return w
+
+
+def test_a_joined_node_gets_a_grace_period() -> None:
+    w = cluster()
+    w.now += 59
+    assert w.tick() == []
+
+
+def test_heartbeats_keep_a_node_responsive() -> None:
+    w = cluster()
+    for _ in range(5):
+        w.now += 30
+        for n in ("node1", "node2"):
+            w.controller.record_heartbeat(w.state, n, w.now)
+        assert w.tick() == []
+
+
+def test_silent_node_is_unresponsive_and_its_vms_restart_elsewhere() -> None:
+    w = cluster()
+    joined = w.now
+    w.now += 61
+    w.controller.record_heartbeat(w.state, "node2", w.now)
+    out = w.tick()
+    assert types(out) == ["NodeUnresponsive"]
+    ev = out[0]
+    assert isinstance(ev, NodeUnresponsive) and ev.meta.aggregate.name == "node1"
+    assert ev.last_heartbeat == joined
+    assert ev.message == "virt-handler is not responsive, marking node as unresponsive"
+    out = w.settle(out)
+    assert types(out) == [
+        "NodeUnresponsive",
+        "VMIFailed",
+        "VMIDeleteRequested",
+        "VMIRemoved",
+        "VMICreated",
+        "PodScheduled",
+    ]
+    assert of(out, VMIFailed)[0].reason == "NodeUnresponsive"
+    assert of(out, PodScheduled)[0].node == "node2"
+    assert w.tick() == []
+
+
+def test_a_node_that_heartbeats_again_is_responsive() -> None:
+    w = cluster()
+    w.now += 61
+    w.controller.record_heartbeat(w.state, "node2", w.now)
+    w.settle(w.tick())
+    w.now += 5
+    w.controller.record_heartbeat(w.state, "node1", w.now)
+    w.controller.record_heartbeat(w.state, "node2", w.now)
+    out = w.tick()
+    assert types(out) == ["NodeResponsive"] and isinstance(out[0], NodeResponsive)
+    assert out[0].last_heartbeat == w.now
+    w.settle(out)
+    assert w.state.cluster.nodes["node1"].schedulable and w.tick() == []
+
+
+def test_heartbeats_are_trusted_only_once_watched() -> None:
+    """A restarted controller does not time out nodes before its heartbeat watch runs."""
+    w = cluster()
+    w.now += 3600
+    w.state.heartbeats_since = w.now
+    assert w.tick() == []
+    w.now += 61
+    assert types(w.tick()) == ["NodeUnresponsive", "NodeUnresponsive"]
+
+
+def test_a_stale_heartbeat_does_not_revive() -> None:
+    w = cluster()
+    w.controller.record_heartbeat(w.state, "node1", w.now + 1)
+    w.now += 200
+    w.controller.record_heartbeat(w.state, "node2", w.now)
+    w.settle(w.tick())
+    assert w.state.cluster.nodes["node1"].unresponsive
+    assert w.tick() == []
