@@ -107,16 +107,17 @@ def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
                 run_strategy=run_strategy_of(manifest),
                 generation=v.generation + 1,
             )
-        case VMDeleted():
-            return replace(v, deleted_at=at)
+        case VMDeleted(grace_period_seconds=grace):
+            return replace(v, deleted_at=at, deletion_grace_period_seconds=grace)
         case VMStartRequested(paused=paused):
             return replace(
                 v, requests=(*v.requests, StateChangeRequest("Start")), start_paused=paused
             )
-        case VMStopRequested(vmi_uid=uid):
-            return replace(v, requests=(*v.requests, StateChangeRequest("Stop", uid)))
-        case VMRestartRequested(vmi_uid=uid):
-            reqs = (StateChangeRequest("Stop", uid), StateChangeRequest("Start"))
+        case VMStopRequested(vmi_uid=uid, grace_period_seconds=grace):
+            stop = StateChangeRequest("Stop", uid, grace)
+            return replace(v, requests=(*v.requests, stop))
+        case VMRestartRequested(vmi_uid=uid, grace_period_seconds=grace):
+            reqs = (StateChangeRequest("Stop", uid, grace), StateChangeRequest("Start"))
             return replace(v, requests=(*v.requests, *reqs))
         case VMStateChangeRequestsCleared():
             return replace(v, requests=(), start_paused=False)

@@ -19,6 +19,7 @@ Manifest = dict[str, Any]
 class StateChangeRequest(msgspec.Struct, frozen=True):
     action: str  # Start | Stop
     uid: str = ""  # the VMI uid a Stop is for
+    grace_period_seconds: int | None = None  # a Stop's override of the VMI's grace period
 
 
 class StartFailure(msgspec.Struct, frozen=True):
@@ -38,6 +39,7 @@ class VMView(msgspec.Struct, frozen=True, kw_only=True):
     resource_version: int
     generation: int = 1
     deleted_at: float | None = None
+    deletion_grace_period_seconds: int | None = None
     requests: tuple[StateChangeRequest, ...] = ()
     start_paused: bool = False
     start_failure: StartFailure | None = None

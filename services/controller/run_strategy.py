@@ -27,6 +27,7 @@ class Plan:
     delete: VMIView | None = None  # request deletion of this VMI
     create: bool = False  # create a new VMI from the template
     clear_requests: bool = False  # all pending state change requests are handled
+    grace_period_seconds: int | None = None  # overrides the VMI's own, from a stop or delete
 
 
 def _deleting(vmi: VMIView) -> bool:
@@ -46,10 +47,11 @@ def plan(
     `last_outcome`: phase of the VM's last removed VMI when it was deleted, None if none."""
     if vm.deleted_at is not None:
         if vmi is not None and not _deleting(vmi):
-            return Plan(delete=vmi)
+            return Plan(delete=vmi, grace_period_seconds=vm.deletion_grace_period_seconds)
         return Plan()
 
     delete: VMIView | None = None
+    grace: int | None = None
     create = False
     world = vmi  # the VMI as it will be once this plan is applied
     world_deleting = vmi is not None and _deleting(vmi)
@@ -63,6 +65,7 @@ def plan(
         if r.action == "Stop":
             if world is not None and (not r.uid or r.uid == world.uid) and not world_deleting:
                 delete, world_deleting = world, True
+                grace = r.grace_period_seconds
             queue.pop(0)
             continue
         # Start
@@ -101,7 +104,12 @@ def plan(
                     delete = vmi
             case _:  # Manual: only requests act
                 pass
-    return Plan(delete=delete, create=create, clear_requests=bool(vm.requests) and not queue)
+    return Plan(
+        delete=delete,
+        create=create,
+        clear_requests=bool(vm.requests) and not queue,
+        grace_period_seconds=grace,
+    )
 
 
 # ------------------------------------------------------------------------- effects
@@ -155,7 +163,7 @@ def reconcile(state: ControllerState, vm: VMView, ctx: Context) -> list[Event]:
     )
     out: list[Event] = []
     if p.delete is not None:
-        out.append(delete_vmi(p.delete, ctx))
+        out.append(delete_vmi(p.delete, ctx, p.grace_period_seconds))
     if p.create:
         create_key = f"create-vmi/{vm.uid}/{vm.resource_version}"
         uid = emit.new_uid(ctx, create_key)

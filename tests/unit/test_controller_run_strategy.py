@@ -135,3 +135,12 @@ def test_once_runs_once_and_keeps_the_final_vmi() -> None:
     w = running("Once")
     assert types(w.stop_guest(reason=StopReason.CRASHED)) == []
     assert w.vmi().phase == "Failed" and w.tick() == []  # type: ignore[union-attr]
+
+
+def test_a_stop_grace_period_reaches_the_vmi_deletion() -> None:
+    w = running("Manual")
+    uid = w.vmi().uid  # type: ignore[union-attr]
+    out = w.run(VMStopRequested(meta=w.m(Kind.VM, "vm1"), vmi_uid=uid, grace_period_seconds=7))
+    (deletion,) = of(out, VMIDeleteRequested)
+    assert deletion.grace_period_seconds == 7
+    assert deletion.meta.node == w.vmi().node  # type: ignore[union-attr]

@@ -1,0 +1,415 @@
+"""The event log as history: raw event lines, an aggregate's replay with the rendered
+object's diff after each event, and the whole cluster as of a stream sequence or a time.
+
+Everything that decides is pure (`summarize`, `diff_objects`, `replay_steps`, `render_object`)
+and works on `Stored` lists; the async helpers only choose which events to read.
+
+Times: "at TIME" means the JetStream timestamp (the server's clock when the event was
+stored), because it grows with the sequence and the server can seek to it
+(DeliverPolicy.BY_START_TIME). `occurred_at` (the emitting service's clock) is what the
+causal latencies use."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import msgspec
+
+from events import subjects
+from events.catalog import Event
+from events.codec import event_type
+from events.meta import CLUSTER_SCOPE, Aggregate, Kind
+from eventstore.store import EventStore, Stored
+from projections.cluster import Cluster, key
+from projections.render import render_migration, render_node, render_policy, render_vm, render_vmi
+from projections.views import MigrationView
+
+JSON = dict[str, Any]
+
+KIND_ALIASES: dict[str, Kind] = {
+    **dict.fromkeys(("vm", "vms", "virtualmachine", "virtualmachines"), Kind.VM),
+    **dict.fromkeys(
+        ("vmi", "vmis", "virtualmachineinstance", "virtualmachineinstances"), Kind.VMI
+    ),
+    **dict.fromkeys(
+        (
+            "migration",
+            "migrations",
+            "vmim",
+            "vmims",
+            "virtualmachineinstancemigration",
+            "virtualmachineinstancemigrations",
+        ),
+        Kind.MIGRATION,
+    ),
+    **dict.fromkeys(("node", "nodes", "no"), Kind.NODE),
+    **dict.fromkeys(
+        ("policy", "policies", "migrationpolicy", "migrationpolicies"), Kind.POLICY
+    ),
+}
+CLUSTER_SCOPED = (Kind.NODE, Kind.POLICY)
+# Fields a rendered object changes on every event or with the clock: not news in a diff.
+NOISE = ("metadata.resourceVersion", "status.heartbeatAgeSeconds")
+
+
+class RefError(ValueError):
+    """A KIND/NS/NAME, time or sequence the user wrote that does not parse."""
+
+
+# ------------------------------------------------------------------ parsing
+def parse_kind(text: str) -> Kind:
+    try:
+        return KIND_ALIASES[text.lower()]
+    except KeyError:
+        raise RefError(f"unknown kind {text!r} (vm, vmi, migration, node, policy)") from None
+
+
+def parse_ref(text: str) -> Aggregate:
+    """`vm/NS/NAME`, `vmi/NS/NAME`, `migration/NS/NAME`, `node/NAME`, `policy/NAME`."""
+    parts = text.split("/")
+    kind = parse_kind(parts[0])
+    if kind in CLUSTER_SCOPED and len(parts) == 2:
+        return Aggregate(kind=kind, namespace=CLUSTER_SCOPE, name=parts[1])
+    if kind not in CLUSTER_SCOPED and len(parts) == 3 and all(parts):
+        return Aggregate(kind=kind, namespace=parts[1], name=parts[2])
+    shape = f"{kind}/NAME" if kind in CLUSTER_SCOPED else f"{kind}/NAMESPACE/NAME"
+    raise RefError(f"{text!r}: expected {shape}")
+
+
+def view_key(agg: Aggregate) -> str:
+    """The Cluster table key of an aggregate ("ns/name", or the name when cluster-scoped)."""
+    return agg.name if agg.kind in CLUSTER_SCOPED else key(agg.namespace, agg.name)
+
+
+class Point(msgspec.Struct, frozen=True):
+    """A place in the log: a stream sequence or a (server) time, epoch seconds."""
+
+    seq: int | None = None
+    time: float | None = None
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_point(text: str, now: float | None = None) -> Point:
+    """`123` (a sequence), `5m`/`90s`/`2h` (that long ago), `@1700000000.5` (epoch) or an
+    ISO 8601 / RFC 3339 time (`2026-11-21T10:00:00Z`; naive times are UTC)."""
+    text = text.strip()
+    if text.isdigit():
+        return Point(seq=int(text))
+    if m := _DURATION.match(text):
+        now = time.time() if now is None else now
+        return Point(time=now - float(m.group(1)) * _UNIT[m.group(2)])
+    if text.startswith("@"):
+        try:
+            return Point(time=float(text[1:]))
+        except ValueError:
+            pass
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise RefError(
+            f"{text!r}: expected a sequence number, a duration ago (5m), @EPOCH or an ISO time"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return Point(time=when.timestamp())
+
+
+def iso(ts: float) -> str:
+    """Millisecond RFC 3339, UTC: the precision a hop latency needs."""
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+# ---------------------------------------------------------- event filters
+def event_filters(agg: Aggregate | None = None, etype: str | None = None) -> list[str]:
+    """Server-side filters: the event type is a subject token, so it filters there too."""
+    if agg is None:
+        return [f"{subjects.PREFIX}.*.*.*.{etype}.*"] if etype else [subjects.ALL]
+    scope = subjects.aggregate_filter(agg.kind, agg.namespace, agg.name)
+    return [scope[:-1] + f"{etype}.*"] if etype else [scope]
+
+
+def related_filters(agg: Aggregate) -> list[str]:
+    """What an aggregate's rendered object depends on: a VM on its VMI, a VMI on its
+    migrations (named freely, so all of the namespace's), a migration on its VMI; a node on
+    every VMI placed there and migrations targeting it, i.e. on everything. A migration or a
+    policy renders from its own events only."""
+    ns, name = agg.namespace, agg.name
+    match agg.kind:
+        case Kind.VM | Kind.VMI:
+            return [
+                subjects.aggregate_filter(Kind.VM, ns, name),
+                subjects.aggregate_filter(Kind.VMI, ns, name),
+                f"{subjects.PREFIX}.{Kind.MIGRATION}.{subjects.token(ns)}.>",
+            ]
+        case Kind.MIGRATION | Kind.POLICY:
+            return [subjects.aggregate_filter(agg.kind, ns, name)]
+    return [subjects.ALL]
+
+
+# ------------------------------------------------------------- event lines
+_SKIP_FIELDS = ("meta", "manifest", "type")
+
+
+def key_fields(event: Event) -> dict[str, Any]:
+    """The event's own fields that fit a line (not the metadata, not whole manifests)."""
+    out: dict[str, Any] = {}
+    for k, v in msgspec.to_builtins(event).items():
+        if k in _SKIP_FIELDS or v in ("", None, {}, []):
+            continue
+        out[k] = v
+    return out
+
+
+class EventLine(msgspec.Struct, frozen=True):
+    seq: int
+    time: float
+    occurred_at: float
+    aggregate: str
+    type: str
+    actor: str
+    fields: str
+
+
+def actor_of(event: Event) -> str:
+    a = event.meta.actor
+    return f"{a.service}@{a.node}" if a.node else a.service
+
+
+def _short(v: Any) -> str:
+    text = msgspec.json.encode(v).decode() if isinstance(v, (dict, list)) else str(v)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def summarize(s: Stored) -> EventLine:
+    ev = s.event
+    agg = ev.meta.aggregate
+    where = agg.name if agg.kind in CLUSTER_SCOPED else f"{agg.namespace}/{agg.name}"
+    fields = " ".join(f"{k}={_short(v)}" for k, v in key_fields(ev).items())
+    if ev.meta.node:
+        fields = f"→{ev.meta.node} {fields}".rstrip()
+    return EventLine(
+        seq=s.seq,
+        time=s.time,
+        occurred_at=ev.meta.occurred_at,
+        aggregate=f"{agg.kind}/{where}",
+        type=event_type(ev),
+        actor=actor_of(ev),
+        fields=fields,
+    )
+
+
+def event_json(s: Stored) -> JSON:
+    """One `-o json` line: the stored position, the metadata flattened, and the data."""
+    ev = s.event
+    m = ev.meta
+    data = msgspec.to_builtins(ev)
+    data.pop("meta", None)
+    data.pop("type", None)
+    return {
+        "seq": s.seq,
+        "time": iso(s.time),
+        "subject": s.subject,
+        "type": event_type(ev),
+        "eventId": m.event_id,
+        "correlationId": m.correlation_id,
+        "causationId": m.causation_id,
+        "occurredAt": iso(m.occurred_at),
+        "aggregate": msgspec.to_builtins(m.aggregate),
+        "actor": msgspec.to_builtins(m.actor),
+        "node": m.node,
+        "data": data,
+    }
+
+
+# ------------------------------------------------------------ rendering
+def _gone(view: object) -> bool:
+    # as the api: a deleted migration that has finished is gone for readers
+    return isinstance(view, MigrationView) and view.deleted and view.final
+
+
+def table(cluster: Cluster, kind: Kind) -> dict[str, Any]:
+    match kind:
+        case Kind.VM:
+            return cluster.vms
+        case Kind.VMI:
+            return cluster.vmis
+        case Kind.MIGRATION:
+            return cluster.migrations
+        case Kind.NODE:
+            return cluster.nodes
+    return cluster.policies
+
+
+def render_object(cluster: Cluster, kind: Kind, k: str, now: float) -> JSON | None:
+    """The object as the api would serve it from this cluster (None when it does not exist)."""
+    view = table(cluster, kind).get(k)
+    if view is None or _gone(view):
+        return None
+    match kind:
+        case Kind.VM:
+            return render_vm(cluster, view, now)
+        case Kind.VMI:
+            return render_vmi(cluster, view)
+        case Kind.MIGRATION:
+            return render_migration(view)
+        case Kind.NODE:
+            return render_node(cluster, view, now)
+    return render_policy(view)
+
+
+def render_all(cluster: Cluster, kind: Kind, now: float) -> dict[str, JSON]:
+    out: dict[str, JSON] = {}
+    for k in sorted(table(cluster, kind)):
+        obj = render_object(cluster, kind, k, now)
+        if obj is not None:
+            out[k] = obj
+    return out
+
+
+# ------------------------------------------------------------------- diffs
+class FieldChange(msgspec.Struct, frozen=True):
+    path: str
+    before: Any = None  # None: the field did not exist
+    after: Any = None
+
+    def __str__(self) -> str:
+        if self.before is None:
+            return f"+ {self.path}: {_short(self.after)}"
+        if self.after is None:
+            return f"- {self.path}: {_short(self.before)}"
+        return f"  {self.path}: {_short(self.before)} → {_short(self.after)}"
+
+
+def _list_key(item: Any, i: int) -> str:
+    # conditions are keyed by type, like Kubernetes' strategic merge keys
+    if isinstance(item, dict) and isinstance(item.get("type"), str):
+        return f"[type={item['type']}]"
+    return f"[{i}]"
+
+
+def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
+    if isinstance(obj, dict) and obj:
+        for k, v in obj.items():
+            _flatten(v, f"{prefix}.{k}" if prefix else str(k), out)
+    elif isinstance(obj, list) and obj and all(isinstance(x, (dict, list)) for x in obj):
+        for i, v in enumerate(obj):
+            _flatten(v, prefix + _list_key(v, i), out)
+    else:
+        out[prefix] = obj
+
+
+def diff_objects(
+    before: JSON | None, after: JSON | None, ignore: Iterable[str] = NOISE
+) -> list[FieldChange]:
+    """Leaf-level changes between two renderings of an object, in `after`'s field order."""
+    a: dict[str, Any] = {}
+    b: dict[str, Any] = {}
+    _flatten(before or {}, "", a)
+    _flatten(after or {}, "", b)
+    skip = set(ignore)
+    changes = [
+        FieldChange(p, a.get(p), v) for p, v in b.items() if p not in skip and a.get(p) != v
+    ]
+    changes += [FieldChange(p, v, None) for p, v in a.items() if p not in skip and p not in b]
+    return changes
+
+
+# ------------------------------------------------------------------ replay
+class Step(msgspec.Struct, frozen=True):
+    """One event and what it did to the object (empty `changes`: nothing visible)."""
+
+    stored: Stored
+    own: bool  # the event belongs to the object's aggregate (else a related one)
+    changes: list[FieldChange]
+    exists: bool  # the object exists after the event
+
+
+def replay_steps(events: Iterable[Stored], agg: Aggregate) -> Iterator[Step]:
+    """Fold `events` (the aggregate's and its related ones', in stream order) and yield a
+    step for each event of the aggregate and each related event that changed the object.
+    Rendered with the event's own clock, so the history does not depend on when it runs."""
+    cluster = Cluster()
+    k = view_key(agg)
+    before: JSON | None = None
+    for s in events:
+        cluster.apply(s)
+        m = s.event.meta
+        own = m.aggregate.kind == agg.kind and view_key(m.aggregate) == k
+        after = render_object(cluster, agg.kind, k, m.occurred_at)
+        changes = diff_objects(before, after)
+        if own or changes:
+            yield Step(stored=s, own=own, changes=changes, exists=after is not None)
+        before = after
+
+
+def fold(events: Iterable[Stored], cluster: Cluster | None = None) -> Cluster:
+    cluster = cluster or Cluster()
+    for s in events:
+        cluster.apply(s)
+    return cluster
+
+
+# ------------------------------------------------------------ reading the log
+async def seq_at_time(store: EventStore, when: float) -> int:
+    """The last sequence stored at or before `when` (server time): the server seeks to the
+    first message after it, so this reads one message, not the stream."""
+    async for msg in store.replay_msgs(start_time=when + 1e-6):
+        return int(msg.metadata.sequence.stream) - 1
+    return await store.stream_last_seq()
+
+
+async def resolve(store: EventStore, point: Point | None) -> int:
+    """A point → the last sequence it includes (the stream's last when None)."""
+    last = await store.stream_last_seq()
+    if point is None:
+        return last
+    if point.seq is not None:
+        return min(point.seq, last)
+    assert point.time is not None
+    return min(await seq_at_time(store, point.time), last)
+
+
+async def read(
+    store: EventStore, filters: list[str] | None = None, until_seq: int | None = None
+) -> list[Stored]:
+    if until_seq is not None and until_seq <= 0:
+        return []
+    return [s async for s in store.replay(filters, until_seq=until_seq, raw=True)]
+
+
+async def cluster_at(
+    store: EventStore,
+    seq: int | None = None,
+    time: float | None = None,
+    *,
+    snapshots: str | None = None,
+) -> Cluster:
+    """Every view as it was once the event at `seq` (or the last one stored by `time`) was
+    folded; the present without either. With `snapshots` (a projection name in the
+    snapshot bucket) it starts from that snapshot when the snapshot is not newer."""
+    until = await resolve(store, Point(seq=seq, time=time) if seq or time else None)
+    if snapshots:
+        from projections.snapshots import load_cluster  # snapshots import this module
+
+        cluster, _ = await load_cluster(store, snapshots, until_seq=until)
+        return cluster
+    cluster = Cluster()
+    if until > 0:
+        async for s in store.replay(until_seq=until, raw=True):
+            cluster.apply(s)
+    return cluster
+
+
+async def aggregate_replay(
+    store: EventStore, agg: Aggregate, until: Point | None = None
+) -> list[Step]:
+    """`virtstream replay`: the steps of one aggregate up to a point."""
+    until_seq = await resolve(store, until)
+    return list(replay_steps(await read(store, related_filters(agg), until_seq), agg))

@@ -1,0 +1,229 @@
+"""The read side: folds the stream into a `Cluster` and fans changes out to watchers.
+
+One ordered push consumer follows the whole stream. For every folded event the touched
+objects are rendered and recorded as `Change`s (resourceVersion = the stream sequence) in
+a bounded history, so a watch can resume from any resourceVersion the history still
+covers; an older one gets 410 Gone ("too old resource version"), as in Kubernetes.
+`wait_for(seq)` gives read-your-writes to the api: it answers once its own projection has
+folded the event it appended."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import structlog
+
+from events.meta import Kind
+from eventstore.store import EventStore, Stored
+from projections.cluster import Cluster, key
+from projections.render import render_migration, render_node, render_policy, render_vm, render_vmi
+from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
+from projections.watch import Change, EventType, Selector, TooOldResourceVersion, Watcher
+
+log = structlog.get_logger()
+JSON = dict[str, Any]
+View = VMView | VMIView | MigrationView | NodeView | PolicyView
+
+
+def _gone(view: object) -> bool:
+    # A deleted migration that has finished is gone for readers (Kubernetes deletes it).
+    return isinstance(view, MigrationView) and view.deleted and view.final
+
+
+class ProjectionRunner:
+    def __init__(
+        self,
+        store: EventStore,
+        *,
+        history: int = 20_000,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.store = store
+        self.cluster = Cluster()
+        self.clock = clock
+        self.history: deque[Change] = deque(maxlen=history)
+        # The newest seq whose changes fell out of the history: watches from rv ≥ this resume.
+        self.history_floor = 0
+        self.watchers: set[Watcher] = set()
+        self.caught_up_to = 0  # the stream's last seq when the runner started
+        self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._task: asyncio.Task[None] | None = None
+        self._error: BaseException | None = None
+
+    # ------------------------------------------------------------- lifecycle
+    @property
+    def last_seq(self) -> int:
+        return self.cluster.last_seq
+
+    @property
+    def ready(self) -> bool:
+        return (
+            self._task is not None and not self._task.done() and self.last_seq >= self.caught_up_to
+        )
+
+    async def start(self, *, wait: bool = True, timeout: float = 30.0) -> None:
+        self.caught_up_to = await self.store.stream_last_seq()
+        self._task = asyncio.create_task(self._run(), name="projection-runner")
+        if wait:
+            await self.wait_for(self.caught_up_to, timeout)
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for w in list(self.watchers):
+            w.close()
+        self.watchers.clear()
+
+    async def _run(self) -> None:
+        try:
+            async for stored in self.store.replay(
+                start_seq=self.last_seq + 1, follow=True, raw=True
+            ):
+                self.fold(stored)
+        except asyncio.CancelledError:
+            raise
+        except BaseException as exc:  # surface to waiters instead of hanging them
+            self._error = exc
+            log.exception("projection runner stopped")
+            for _, fut in self._waiters:
+                if not fut.done():
+                    fut.set_exception(exc)
+            raise
+
+    # --------------------------------------------------------------- folding
+    def fold(self, s: Stored) -> list[Change]:
+        """Fold one event, record and fan out the changes it made."""
+        if s.seq <= self.cluster.last_seq:
+            return []
+        agg = s.event.meta.aggregate
+        k = agg.name if agg.kind in (Kind.NODE, Kind.POLICY) else key(agg.namespace, agg.name)
+        before = {kind: self._view(kind, k) for kind in Kind}
+        touched = self.cluster.apply(s)
+        changes: list[Change] = []
+        for kind, tk in dict.fromkeys(touched):
+            new = self._view(kind, tk)
+            new = None if new is None or _gone(new) else new
+            if tk == k:
+                old = before[kind]
+                old = None if old is None or _gone(old) else old
+            else:
+                old = new  # other keys are only ever modified by a cross-aggregate effect
+            if new is not None:
+                obj = self._render(kind, new)
+                ctype = EventType.MODIFIED if old is not None else EventType.ADDED
+            elif old is not None:
+                obj = self._render(kind, old)
+                ctype = EventType.DELETED
+            else:
+                continue
+            obj["metadata"] = {**obj.get("metadata", {}), "resourceVersion": str(s.seq)}
+            changes.append(Change(s.seq, ctype, kind, tk, obj))
+        for change in changes:
+            if len(self.history) == self.history.maxlen:
+                self.history_floor = self.history[0].seq
+            self.history.append(change)
+            for w in list(self.watchers):
+                w.offer(change)
+                if w.closed:
+                    self.watchers.discard(w)
+        self._wake()
+        return changes
+
+    def _wake(self) -> None:
+        if not self._waiters:
+            return
+        seq = self.cluster.last_seq
+        keep = []
+        for target, fut in self._waiters:
+            if target <= seq:
+                if not fut.done():
+                    fut.set_result(None)
+            else:
+                keep.append((target, fut))
+        self._waiters = keep
+
+    async def wait_for(self, seq: int, timeout: float = 10.0) -> bool:
+        """True once the projection has folded `seq` (read-your-writes); False on timeout."""
+        if self.cluster.last_seq >= seq:
+            return True
+        if self._error is not None:
+            raise self._error
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append((seq, fut))
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    # ----------------------------------------------------------------- reads
+    def _table(self, kind: Kind) -> dict[str, Any]:
+        c = self.cluster
+        tables: dict[Kind, dict[str, Any]] = {
+            Kind.VM: c.vms,
+            Kind.VMI: c.vmis,
+            Kind.MIGRATION: c.migrations,
+            Kind.NODE: c.nodes,
+            Kind.POLICY: c.policies,
+        }
+        return tables[kind]
+
+    def _view(self, kind: Kind, k: str) -> Any:
+        return self._table(kind).get(k)
+
+    def _render(self, kind: Kind, view: Any) -> JSON:
+        match kind:
+            case Kind.VM:
+                return render_vm(self.cluster, view, self.clock())
+            case Kind.VMI:
+                return render_vmi(self.cluster, view)
+            case Kind.MIGRATION:
+                return render_migration(view)
+            case Kind.NODE:
+                return render_node(self.cluster, view, self.clock())
+            case _:
+                return render_policy(view)
+
+    def get(self, kind: Kind, k: str) -> JSON | None:
+        """The rendered object at key ("ns/name", or the name of a node or policy)."""
+        view = self._view(kind, k)
+        if view is None or _gone(view):
+            return None
+        return self._render(kind, view)
+
+    def list(self, selector: Selector) -> list[JSON]:
+        out = []
+        for k in sorted(self._table(selector.kind)):
+            obj = self.get(selector.kind, k)
+            if obj is not None and selector.matches(selector.kind, obj):
+                out.append(obj)
+        return out
+
+    # --------------------------------------------------------------- watches
+    def watch(self, selector: Selector, resource_version: int | None) -> Watcher:
+        """Open a watch. Without a resourceVersion (or 0) it starts with ADDED events for
+        every matching object, then follows; with one it replays the kept changes after
+        it. Registration and replay happen without awaiting, so no change is missed."""
+        watcher = Watcher(selector)
+        if not resource_version:
+            for obj in self.list(selector):
+                watcher.queue.put_nowait({"type": "ADDED", "object": obj})
+        else:
+            if resource_version < self.history_floor:
+                raise TooOldResourceVersion(resource_version, self.history_floor)
+            for change in self.history:
+                if change.seq > resource_version:
+                    watcher.offer(change)
+        self.watchers.add(watcher)
+        return watcher
+
+    def unwatch(self, watcher: Watcher) -> None:
+        self.watchers.discard(watcher)
+        watcher.close()
