@@ -1,11 +1,25 @@
 #!/usr/bin/env bash
 # Idempotent installer: Debian packages (as root, only when missing), a virtualenv in .venv,
 # and the project with its dev dependencies. Safe to run on every `make` invocation.
+#   --qemu (or VIRTSTREAM_QEMU=1): also the packages of the `qemu` hypervisor mode (real
+#   libvirtd + QEMU guests; genisoimage renders cloud-init NoCloud seed ISOs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+qemu_apt=""
+for arg in "$@"; do
+  case "$arg" in
+    --qemu) VIRTSTREAM_QEMU=1 ;;
+    *) echo "usage: $0 [--qemu]" >&2; exit 2 ;;
+  esac
+done
+if [ "${VIRTSTREAM_QEMU:-0}" = "1" ]; then
+  qemu_apt="qemu-system-x86 libvirt-daemon libvirt-daemon-driver-qemu qemu-utils genisoimage"
+fi
+
 need_apt=()
-for pkg in libvirt-dev pkg-config libvirt0 ${VIRTSTREAM_EXTRA_APT:-}; do
+# prometheus (with promtool): the observability tests and `virtstream up --metrics`
+for pkg in libvirt-dev pkg-config libvirt0 prometheus $qemu_apt ${VIRTSTREAM_EXTRA_APT:-}; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -15,7 +29,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   fi
   echo "installing Debian packages: ${need_apt[*]}"
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_apt[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
 fi
 
 PY=${PYTHON:-python3}

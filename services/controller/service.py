@@ -14,6 +14,7 @@ from eventstore.store import EventStore
 from services.controller import heartbeats
 from services.controller.reactor import Controller
 from services.controller.state import ControllerState
+from services.runtime import metrics as m
 from services.runtime.shell import ServiceShell, connect, install_signal_handlers
 
 
@@ -39,6 +40,7 @@ class ControllerService:
         return self.shell.ready
 
     async def run(self) -> None:
+        m.HEARTBEATS.timeout = self.controller.node_timeout
         ttl = max(heartbeats.DEFAULT_TTL, 5 * self.controller.node_timeout)
         kv = await heartbeats.ensure_bucket(self.store.js, self.bucket, ttl=ttl)
         # until the watch has delivered the latest heartbeats, nobody may time out
@@ -56,6 +58,7 @@ class ControllerService:
             try:
                 async for node, at in heartbeats.watch(kv):
                     self.controller.record_heartbeat(self.shell.state, node, at)
+                    m.HEARTBEATS.record(node, at)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # a broken watch (reconnect): start a new one

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
@@ -38,3 +42,46 @@ DEAD_LETTERS = Counter(
 DUPLICATES = Counter(
     "virtstream_duplicate_appends_total", "Appends JetStream dropped as duplicates", ["service"]
 )
+
+
+class HeartbeatAges:
+    """`virtstream_node_heartbeat_age_seconds{node}`, computed at scrape time from the last
+    heartbeat the controller saw in the KV bucket, and the timeout it applies
+    (`virtstream_node_heartbeat_timeout_seconds`), so an alert can compare the two without
+    hard-coding the controller's setting. A stopped handler makes its node's age grow."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+        self.clock = clock
+        self.seen: dict[str, float] = {}
+        self.timeout: float | None = None
+
+    def record(self, node: str, at: float) -> None:
+        self.seen[node] = max(at, self.seen.get(node, 0.0))
+
+    def forget(self, node: str) -> None:
+        self.seen.pop(node, None)
+
+    def describe(self) -> list[Metric]:
+        return []
+
+    def collect(self) -> Iterator[Metric]:
+        now = self.clock()
+        age = GaugeMetricFamily(
+            "virtstream_node_heartbeat_age_seconds",
+            "Seconds since the node's handler last heartbeat, as seen by the controller",
+            labels=["node"],
+        )
+        for node, at in sorted(self.seen.items()):
+            age.add_metric([node], max(0.0, now - at))
+        yield age
+        if self.timeout is not None:
+            yield GaugeMetricFamily(
+                "virtstream_node_heartbeat_timeout_seconds",
+                "Heartbeat age after which the controller declares a node unresponsive",
+                value=self.timeout,
+            )
+
+
+# The controller records what it sees: HEARTBEATS.record(node, at); HEARTBEATS.timeout = t
+HEARTBEATS = HeartbeatAges()
+REGISTRY.register(HEARTBEATS)

@@ -211,6 +211,10 @@ class ServiceShell(Generic[S]):
         n = await self.catch_up()
         self.log.info("caught up", events=n, last_seq=self.last_folded)
         psub = await self.store.js.pull_subscribe_bind(self.name, self.store.stream)
+        # export the counters at 0 from the start: increase()/rate() miss a series' first
+        # increment, so an alert on the first dead letter needs the 0 sample before it
+        for counter in (m.DEAD_LETTERS, m.CONFLICTS, m.DUPLICATES):
+            counter.labels(self.name)
         self.ready = True
         if started:
             started()
@@ -223,6 +227,9 @@ class ServiceShell(Generic[S]):
                 try:
                     msgs = await psub.fetch(self.batch, timeout=min(self.tick_interval, 1.0))
                 except (TimeoutError, nats.errors.TimeoutError):
+                    # nothing deliverable: the backlog is empty (and the series exists
+                    # from the first idle poll, not only after the first batch)
+                    m.CONSUMER_PENDING.labels(self.name).set(0)
                     continue
                 for msg in msgs:
                     await self.handle(msg)
