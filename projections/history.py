@@ -24,6 +24,7 @@ from events.catalog import Event
 from events.codec import event_type
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
 from eventstore.store import EventStore, Stored
+from projections import snapshots
 from projections.cluster import Cluster, key
 from projections.render import render_migration, render_node, render_policy, render_vm, render_vmi
 from projections.views import MigrationView
@@ -32,9 +33,7 @@ JSON = dict[str, Any]
 
 KIND_ALIASES: dict[str, Kind] = {
     **dict.fromkeys(("vm", "vms", "virtualmachine", "virtualmachines"), Kind.VM),
-    **dict.fromkeys(
-        ("vmi", "vmis", "virtualmachineinstance", "virtualmachineinstances"), Kind.VMI
-    ),
+    **dict.fromkeys(("vmi", "vmis", "virtualmachineinstance", "virtualmachineinstances"), Kind.VMI),
     **dict.fromkeys(
         (
             "migration",
@@ -47,9 +46,7 @@ KIND_ALIASES: dict[str, Kind] = {
         Kind.MIGRATION,
     ),
     **dict.fromkeys(("node", "nodes", "no"), Kind.NODE),
-    **dict.fromkeys(
-        ("policy", "policies", "migrationpolicy", "migrationpolicies"), Kind.POLICY
-    ),
+    **dict.fromkeys(("policy", "policies", "migrationpolicy", "migrationpolicies"), Kind.POLICY),
 }
 CLUSTER_SCOPED = (Kind.NODE, Kind.POLICY)
 # Fields a rendered object changes on every event or with the clock: not news in a diff.
@@ -301,7 +298,7 @@ def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
     elif isinstance(obj, list) and obj and all(isinstance(x, (dict, list)) for x in obj):
         for i, v in enumerate(obj):
             _flatten(v, prefix + _list_key(v, i), out)
-    else:
+    elif prefix:  # an empty root (no object) has no fields
         out[prefix] = obj
 
 
@@ -314,11 +311,23 @@ def diff_objects(
     _flatten(before or {}, "", a)
     _flatten(after or {}, "", b)
     skip = set(ignore)
-    changes = [
-        FieldChange(p, a.get(p), v) for p, v in b.items() if p not in skip and a.get(p) != v
-    ]
+    changes = [FieldChange(p, a.get(p), v) for p, v in b.items() if p not in skip and a.get(p) != v]
     changes += [FieldChange(p, v, None) for p, v in a.items() if p not in skip and p not in b]
     return changes
+
+
+OBJECT = "(object)"
+
+
+def object_changes(before: JSON | None, after: JSON | None) -> list[FieldChange]:
+    """A replay's diff: a created object shows its status (the spec is what the user
+    wrote), a deleted one a single line."""
+    if before is None and after is not None:
+        status = {"status": after.get("status")} if after.get("status") else None
+        return [FieldChange(OBJECT, None, "created"), *diff_objects(None, status)]
+    if after is None and before is not None:
+        return [FieldChange(OBJECT, "deleted", None)]
+    return diff_objects(before, after)
 
 
 # ------------------------------------------------------------------ replay
@@ -343,7 +352,7 @@ def replay_steps(events: Iterable[Stored], agg: Aggregate) -> Iterator[Step]:
         m = s.event.meta
         own = m.aggregate.kind == agg.kind and view_key(m.aggregate) == k
         after = render_object(cluster, agg.kind, k, m.occurred_at)
-        changes = diff_objects(before, after)
+        changes = object_changes(before, after)
         if own or changes:
             yield Step(stored=s, own=own, changes=changes, exists=after is not None)
         before = after
@@ -389,16 +398,17 @@ async def cluster_at(
     seq: int | None = None,
     time: float | None = None,
     *,
-    snapshots: str | None = None,
+    snapshot: str | None = None,
+    bucket: str = snapshots.BUCKET,
 ) -> Cluster:
     """Every view as it was once the event at `seq` (or the last one stored by `time`) was
-    folded; the present without either. With `snapshots` (a projection name in the
+    folded; the present without either. With `snapshot` (a projection name in the
     snapshot bucket) it starts from that snapshot when the snapshot is not newer."""
     until = await resolve(store, Point(seq=seq, time=time) if seq or time else None)
-    if snapshots:
-        from projections.snapshots import load_cluster  # snapshots import this module
-
-        cluster, _ = await load_cluster(store, snapshots, until_seq=until)
+    if snapshot:
+        cluster, _ = await snapshots.load_cluster(
+            store, snapshot, until_seq=until, bucket_name=bucket
+        )
         return cluster
     cluster = Cluster()
     if until > 0:

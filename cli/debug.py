@@ -1,0 +1,433 @@
+"""Debugging from the event log: `events`, `replay`, `at`, `why`, `verify`, `snapshot`,
+`dead-letters`. These read NATS directly (not the api), so they work when the api is down;
+`verify` reads both. `register(app)` adds them to the `virtstream` app."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import os
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import httpx
+import msgspec
+import nats
+import typer
+import yaml
+from nats.aio.client import Client as NATS
+from nats.js.errors import NotFoundError
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from events.meta import Kind
+from eventstore import dead_letters
+from eventstore.settings import StreamSettings
+from eventstore.store import EventStore, Stored
+from projections import causality, history, snapshots, verify
+from projections.cluster import Cluster
+
+T = TypeVar("T")
+DEFAULT_NATS = "nats://127.0.0.1:4222"
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+
+NatsUrl = typer.Option(
+    DEFAULT_NATS, "--nats-url", envvar="VIRTSTREAM_NATS", help="NATS server with the event stream"
+)
+StreamName = typer.Option("VIRT", "--stream", help="Event stream (its dead letters: <stream>_DLQ)")
+Output = typer.Option("text", "--output", "-o", help="text | json")
+
+
+def _console() -> Console:
+    return Console(soft_wrap=True, highlight=False)
+
+
+def _fail(message: str) -> typer.Exit:
+    Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(message)}")
+    return typer.Exit(1)
+
+
+def _settings(stream: str) -> StreamSettings:
+    return StreamSettings(name=stream, dlq_name=f"{stream}_DLQ")
+
+
+def _run(nats_url: str, stream: str, body: Callable[[EventStore], Awaitable[T]]) -> T:
+    """Connect, check the stream exists, run `body`, close."""
+
+    async def main() -> T:
+        try:
+            nc: NATS = await nats.connect(
+                nats_url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False
+            )
+        except Exception as e:
+            raise _fail(f"cannot connect to NATS at {nats_url}: {e}") from None
+        try:
+            store = EventStore(nc, _settings(stream))
+            try:
+                await store.js.stream_info(stream)
+            except NotFoundError:
+                raise _fail(f"no stream {stream!r} on {nats_url}") from None
+            return await body(store)
+        finally:
+            await nc.close()
+
+    try:
+        return asyncio.run(main())
+    except history.RefError as e:
+        raise _fail(str(e)) from None
+
+
+def _hms(ts: float) -> str:
+    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%H:%M:%S.%f")[:-3]
+
+
+def _latency(seconds: float | None) -> str:
+    if seconds is None:
+        return ""
+    return f"+{seconds * 1000:.0f}ms" if seconds < 1 else f"+{seconds:.3f}s"
+
+
+def _json_line(obj: Any) -> None:
+    sys.stdout.write(msgspec.json.encode(obj).decode() + "\n")
+    sys.stdout.flush()
+
+
+# ------------------------------------------------------------------ events
+def events(
+    aggregate: str = typer.Option(
+        "", "--aggregate", "-a", help="vm/NS/NAME, vmi/NS/NAME, migration/NS/NAME, node/NAME"
+    ),
+    etype: str = typer.Option("", "--type", "-t", help="Event type, e.g. DomainStarted"),
+    since: str = typer.Option("", "--since", help="SEQ, a duration ago (5m), @EPOCH or ISO time"),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events"),
+    limit: int = typer.Option(0, "--limit", help="Stop after this many events (0: no limit)"),
+    output: str = Output,
+    nats_url: str = NatsUrl,
+    stream: str = StreamName,
+) -> None:
+    """The raw event log, one line per event (filtered on the server)."""
+    agg = history.parse_ref(aggregate) if aggregate else None
+    filters = history.event_filters(agg, etype or None)
+    start = history.parse_point(since) if since else None
+    console = _console()
+
+    async def body(store: EventStore) -> None:
+        n = 0
+        async for s in store.replay(
+            filters,
+            start_seq=start.seq if start else None,
+            start_time=start.time if start else None,
+            follow=follow,
+            raw=True,
+        ):
+            if output == "json":
+                _json_line(history.event_json(s))
+            else:
+                _print_line(console, s)
+            n += 1
+            if limit and n >= limit:
+                return
+
+    _run(nats_url, stream, body)
+
+
+def _print_line(console: Console, s: Stored) -> None:
+    line = history.summarize(s)
+    console.print(
+        f"[dim]{line.seq:>7}[/] {_hms(line.occurred_at)} {escape(line.aggregate):<28} "
+        f"[bold]{line.type:<26}[/] [cyan]{escape(line.actor):<18}[/] {escape(line.fields)}"
+    )
+
+
+# ------------------------------------------------------------------ replay
+def replay(
+    ref: str = typer.Argument(..., help="vm/NS/NAME, vmi/NS/NAME, migration/NS/NAME, node/NAME"),
+    until: str = typer.Option("", "--until", help="SEQ or TIME: stop there"),
+    output: str = Output,
+    nats_url: str = NatsUrl,
+    stream: str = StreamName,
+) -> None:
+    """Each event of an object with the object's change after it."""
+    agg = history.parse_ref(ref)
+    point = history.parse_point(until) if until else None
+    steps = _run(nats_url, stream, lambda store: history.aggregate_replay(store, agg, point))
+    if output == "json":
+        for st in steps:
+            _json_line(
+                {
+                    "seq": st.stored.seq,
+                    "type": history.summarize(st.stored).type,
+                    "aggregate": history.summarize(st.stored).aggregate,
+                    "own": st.own,
+                    "exists": st.exists,
+                    "changes": [
+                        {"path": c.path, "before": c.before, "after": c.after} for c in st.changes
+                    ],
+                }
+            )
+        return
+    console = _console()
+    if not steps:
+        console.print(f"{escape(agg.key)}: no events")
+        return
+    console.print(f"[bold]{escape(agg.key)}[/]: {len(steps)} steps")
+    for st in steps:
+        line = history.summarize(st.stored)
+        where = "" if st.own else f"  [dim](via {escape(line.aggregate)})[/]"
+        console.print(
+            f"[dim]#{line.seq}[/] {_hms(line.occurred_at)} [bold]{line.type}[/] "
+            f"[cyan]{escape(line.actor)}[/] {escape(line.fields)}{where}"
+        )
+        for c in st.changes:
+            console.print(f"    {escape(str(c))}")
+        if not st.exists and st.own:
+            console.print("    [yellow](the object does not exist after this event)[/]")
+
+
+# --------------------------------------------------------------------- at
+async def _time_of(store: EventStore, seq: int) -> float:
+    if seq <= 0:
+        return 0.0
+    msg = await store.js.get_msg(store.stream, seq)
+    return msg.time.timestamp() if msg.time else 0.0
+
+
+def at(
+    point: str = typer.Argument(..., help="SEQ, a duration ago (5m), @EPOCH or ISO time"),
+    kind: str = typer.Argument(..., help="vms, vmis, migrations, nodes, policies"),
+    name: str = typer.Argument("", help="NAME (or NS/NAME); all of the kind when empty"),
+    namespace: str = typer.Option("", "--namespace", "-n", help="Only this namespace"),
+    output: str = typer.Option("table", "--output", "-o", help="table | yaml | json"),
+    nats_url: str = NatsUrl,
+    stream: str = StreamName,
+) -> None:
+    """Objects as they were at a stream sequence or a time (time travel)."""
+    k = history.parse_kind(kind)
+    p = history.parse_point(point)
+
+    async def body(store: EventStore) -> tuple[int, list[dict[str, Any]]]:
+        seq = await history.resolve(store, p)
+        cluster = await history.cluster_at(store, seq=seq) if seq > 0 else Cluster()
+        now = p.time if p.time is not None else await _time_of(store, seq)
+        return seq, objects_at(cluster, k, name, namespace, now)
+
+    seq, objs = _run(nats_url, stream, body)
+    if name and not objs:
+        raise _fail(f"{kind} {name!r} did not exist at sequence {seq}")
+    if output == "json":
+        _json_line(objs[0] if name else {"items": objs, "metadata": {"resourceVersion": str(seq)}})
+    elif output == "yaml":
+        sys.stdout.write(yaml.safe_dump(objs[0] if name else objs, sort_keys=False))
+    else:
+        _console().print(summary_table(k, objs, seq))
+
+
+def objects_at(
+    cluster: Cluster, kind: Kind, name: str, namespace: str, now: float
+) -> list[dict[str, Any]]:
+    """The rendered objects of `kind` (one when `name` is given) in a rebuilt cluster."""
+    if name:
+        if kind in history.CLUSTER_SCOPED or "/" in name:
+            k = name
+        else:
+            k = f"{namespace or 'default'}/{name}"
+        obj = history.render_object(cluster, kind, k, now)
+        return [obj] if obj is not None else []
+    objs = history.render_all(cluster, kind, now)
+    return [o for k, o in objs.items() if not namespace or k.startswith(f"{namespace}/")]
+
+
+def summary_table(kind: Kind, objs: list[dict[str, Any]], seq: int) -> Table:
+    t = Table(title=f"{kind}s at sequence {seq}", box=None, title_justify="left")
+    scoped = kind not in history.CLUSTER_SCOPED
+    if scoped:
+        t.add_column("NAMESPACE")
+    t.add_column("NAME")
+    t.add_column("STATUS")
+    t.add_column("NODE")
+    t.add_column("RV")
+    for o in objs:
+        md, st = o.get("metadata") or {}, o.get("status") or {}
+        status = st.get("printableStatus") or st.get("phase") or ""
+        node = st.get("nodeName") or (st.get("migrationState") or {}).get("targetNode") or ""
+        if kind is Kind.NODE:
+            ready = (st.get("conditions") or [{}])[0].get("status") == "True"
+            status = ("Ready" if ready else "NotReady") + (
+                "" if st.get("schedulable", True) else ",SchedulingDisabled"
+            )
+        row = [md.get("name", ""), status, node, md.get("resourceVersion", "")]
+        t.add_row(*([md.get("namespace", "")] if scoped else []), *row)
+    return t
+
+
+# -------------------------------------------------------------------- why
+def why(
+    ref: str = typer.Argument(..., help="vm/NS/NAME, vmi/NS/NAME, migration/NS/NAME, node/NAME"),
+    seq: int = typer.Option(0, "--seq", help="Explain this event instead of the latest change"),
+    output: str = Output,
+    nats_url: str = NatsUrl,
+    stream: str = StreamName,
+) -> None:
+    """The causal chain behind an object's current state, with each hop's latency."""
+    agg = history.parse_ref(ref)
+    chain = _run(nats_url, stream, lambda store: causality.why(store, agg, anchor_seq=seq or None))
+    slowest = chain.slowest
+    if output == "json":
+        body = msgspec.to_builtins(chain)
+        body["slowest"] = slowest
+        body["total"] = chain.total
+        _json_line(body)
+        return
+    console = _console()
+    if not chain.hops:
+        raise _fail(f"{agg.key}: no events")
+    console.print(f"[bold]why {escape(agg.key)}[/]  correlation {escape(chain.correlation_id)}")
+    for i, h in enumerate(chain.hops):
+        mark = "  [red bold]◀ slowest[/]" if i == slowest else ""
+        seqtxt = f"#{h.seq}" if h.seq else "-"
+        link = "" if h.link in ("causation", "anchor") else f" [dim]({h.link})[/]"
+        console.print(
+            f"[dim]{seqtxt:>7}[/] {_hms(h.at)} {_latency(h.latency):>9} "
+            f"[cyan]{escape(h.actor):<20}[/] [bold]{h.type:<24}[/] {escape(h.aggregate)} "
+            f"{escape(h.detail)}{link}{mark}"
+        )
+    if chain.missing:
+        console.print(f"[yellow]cause {escape(chain.missing)} not found in the stream[/]")
+    console.print(f"{len(chain.hops)} hops, {chain.total:.3f}s from the first to the last")
+
+
+# ----------------------------------------------------------------- verify
+def verify_cmd(
+    server: str = typer.Option(
+        DEFAULT_SERVER, "--server", envvar="VIRTSTREAM_SERVER", help="The api serving the views"
+    ),
+    output: str = Output,
+    nats_url: str = NatsUrl,
+    stream: str = StreamName,
+) -> None:
+    """Rebuild every view from the first event and compare it with the live projection."""
+
+    async def body(store: EventStore) -> verify.Report:
+        async with httpx.AsyncClient(base_url=server, timeout=30) as client:
+            try:
+                return await verify.verify(store, client)
+            except httpx.HTTPError as e:
+                raise _fail(f"cannot read the live views from {server}: {e}") from None
+
+    report = _run(nats_url, stream, body)
+    if output == "json":
+        _json_line(msgspec.to_builtins(report))
+    else:
+        console = _console()
+        for d in report.differences:
+            console.print(f"[red]{d.problem}[/] {d.kind}/{escape(d.key)}")
+            for c in d.changes:
+                console.print(f"    {escape(str(c))}  [dim](rebuilt → live)[/]")
+        at_seqs = ", ".join(f"{k}@{v}" for k, v in report.seqs.items())
+        verdict = "[green]OK[/]" if report.ok else f"[red]{len(report.differences)} differ[/]"
+        console.print(f"{verdict}: {report.compared} objects compared ({at_seqs})")
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+# --------------------------------------------------------------- snapshot
+def snapshot(
+    name: str = typer.Option("api", "--name", help="Projection name (the snapshot's key)"),
+    bucket: str = typer.Option(snapshots.BUCKET, "--bucket", help="KV bucket"),
+    nats_url: str = NatsUrl,
+    stream: str = StreamName,
+) -> None:
+    """Save a snapshot of all views (snapshot + tail replay = a rebuild)."""
+
+    async def body(store: EventStore) -> snapshots.Head:
+        cluster, _ = await snapshots.load_cluster(store, name, bucket_name=bucket)
+        return await snapshots.save(store, name, cluster, bucket_name=bucket)
+
+    head = _run(nats_url, stream, body)
+    _console().print(
+        f"snapshot {escape(name)}: sequence {head.last_seq}, {head.size} bytes in "
+        f"{head.chunks} chunk(s) of bucket {escape(bucket)}"
+    )
+
+
+# ----------------------------------------------------------- dead letters
+def dead_letters_cmd(
+    retry: bool = typer.Option(False, "--retry", help="Re-deliver them to their subjects"),
+    seq: int = typer.Option(0, "--seq", help="Only the dead letter with this sequence"),
+    output: str = Output,
+    nats_url: str = NatsUrl,
+    stream: str = StreamName,
+) -> None:
+    """Messages a service could not handle: error, service, original event; --retry."""
+
+    async def body(
+        store: EventStore,
+    ) -> tuple[list[dead_letters.DeadLetter], list[dead_letters.Retried]]:
+        dls = await dead_letters.list_dead_letters(store)
+        if seq:
+            dls = [d for d in dls if d.seq == seq]
+        done = []
+        for d in dls if retry else []:
+            if d.original_subject:  # else there is nowhere to send it back to
+                done.append(await dead_letters.retry(store, d))
+        return dls, done
+
+    dls, done = _run(nats_url, stream, body)
+    if output == "json":
+        for d in dls:
+            _json_line(
+                {
+                    "seq": d.seq,
+                    "time": history.iso(d.time),
+                    "service": d.service,
+                    "error": d.error,
+                    "originalSubject": d.original_subject,
+                    "originalSeq": d.original_seq,
+                    "event": msgspec.to_builtins(d.event) if d.event else None,
+                    "data": None if d.event else d.data.decode(errors="replace"),
+                }
+            )
+        for r in done:
+            _json_line({"retried": r.dead_letter_seq, "subject": r.subject, "seq": r.new_seq})
+        return
+    console = _console()
+    if not dls:
+        console.print("no dead letters")
+        return
+    for d in dls:
+        etype = type(d.event).__name__ if d.event else "(undecodable)"
+        where = f"{d.original_subject}#{d.original_seq}" if d.original_seq else d.original_subject
+        console.print(
+            f"[dim]{d.seq:>5}[/] {history.iso(d.time)} [cyan]{escape(d.service)}[/] "
+            f"[bold]{etype}[/] {escape(where)}"
+        )
+        first, *rest = (d.error or "(no error recorded)").splitlines()
+        console.print(
+            f"      [red]{escape(first)}[/]" + (f" [dim](+{len(rest)} lines)[/]" if rest else "")
+        )
+    for r in done:
+        console.print(f"retried {r.dead_letter_seq} → {escape(r.subject)} as #{r.new_seq}")
+    if retry and len(done) < len(dls):
+        console.print(f"[yellow]{len(dls) - len(done)} without an original subject stay[/]")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the debugging commands to the `virtstream` app."""
+    app.command("events")(events)
+    app.command("replay")(replay)
+    app.command("at")(at)
+    app.command("why")(why)
+    app.command("verify")(verify_cmd)
+    app.command("snapshot")(snapshot)
+    app.command("dead-letters")(dead_letters_cmd)
+
+
+# standalone: python -m cli.debug ...
+debug_app = typer.Typer(help="virtstream debugging from the event log", no_args_is_help=True)
+register(debug_app)
+
+if __name__ == "__main__":
+    os.environ.setdefault("COLUMNS", "200")
+    debug_app()

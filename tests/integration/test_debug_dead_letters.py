@@ -1,0 +1,107 @@
+"""Dead letters: a real service shell parks a poison event; `virtstream dead-letters`
+lists it; after the fix, `--retry` re-delivers it and the service handles it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable, Sequence
+
+import typer
+from nats.aio.client import Client as NATS
+from typer.testing import CliRunner
+
+from cli.debug import register
+from events.catalog import VMIPauseRequested, VMStartRequested
+from events.meta import Aggregate, Kind
+from eventstore import dead_letters
+from eventstore.settings import StreamSettings
+from eventstore.store import EventStore, Stored
+from ops.nats_server import NatsServer
+from services.runtime.context import Context, Decision
+from services.runtime.shell import ServiceShell
+from tests.factories import meta
+from tests.integration.echo_service import Echo
+
+app = typer.Typer()
+register(app)
+
+
+class Fixable(Echo):
+    """Echo with a bug that refuses VMs named "poison" until it is fixed."""
+
+    broken = True
+
+    def react(self, state: int, stored: Stored, ctx: Context) -> Sequence[Decision]:
+        m = stored.event.meta
+        if isinstance(stored.event, VMStartRequested) and m.aggregate.name == "poison":
+            if self.broken:
+                raise ValueError("decider refuses poison")
+            vmi = Aggregate(kind=Kind.VMI, namespace="default", name="poison")
+            return [Decision(VMIPauseRequested(meta=ctx.meta(vmi)), occ=False)]
+        return super().react(state, stored, ctx)
+
+
+async def eventually(cond: Callable[[], Awaitable[bool]], timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await cond():
+        assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
+        await asyncio.sleep(0.05)
+
+
+async def cli(server: NatsServer, settings: StreamSettings, *args: str) -> str:
+    argv = [*args, "--nats-url", server.url, "--stream", settings.name]
+    result = await asyncio.to_thread(CliRunner().invoke, app, argv, env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    return result.stdout
+
+
+async def test_dead_letter_is_listed_and_retried_after_the_fix(
+    nats_server: NatsServer, nc: NATS, stream_settings: StreamSettings, store: EventStore
+) -> None:
+    reactor = Fixable()
+    shell = ServiceShell(reactor, store, tick_interval=0.1)
+    task = asyncio.create_task(shell.run())
+    poison_vmi = Aggregate(kind=Kind.VMI, namespace="default", name="poison")
+    try:
+        await store.dead_letter("handler-node-1", None, b"{not json", "undecodable event: x")
+        appended = await store.append(VMStartRequested(meta=meta(name="poison")))
+
+        async def parked() -> bool:
+            return len(await dead_letters.list_dead_letters(store)) == 2
+
+        await eventually(parked)
+        listed = [
+            json.loads(x)
+            for x in (
+                await cli(nats_server, stream_settings, "dead-letters", "-o", "json")
+            ).splitlines()
+        ]
+        poison = next(d for d in listed if d["service"] == "echo")
+        assert "decider refuses poison" in poison["error"]
+        assert poison["originalSubject"] == "virt.vm.default.poison.VMStartRequested._"
+        assert poison["originalSeq"] == appended.seq
+        assert poison["event"]["type"] == "VMStartRequested"
+        junk = next(d for d in listed if d["service"] == "handler-node-1")
+        assert junk["event"] is None and junk["data"] == "{not json"
+        text = await cli(nats_server, stream_settings, "dead-letters")
+        assert "VMStartRequested" in text and "decider refuses poison" in text
+        assert "(undecodable)" in text
+        assert await store.load(poison_vmi) == []
+
+        reactor.broken = False  # the fix is deployed
+        out = await cli(nats_server, stream_settings, "dead-letters", "--retry")
+        assert "retried" in out and "1 without an original subject stay" in out
+
+        async def handled() -> bool:
+            return len(await store.load(poison_vmi)) == 1
+
+        await eventually(handled)
+    finally:
+        shell.stop()
+        await task
+    left = await dead_letters.list_dead_letters(store)
+    assert [d.service for d in left] == ["handler-node-1"]
+    last = await store.stream_last_seq()
+    retried = await nc.jetstream().get_msg(stream_settings.name, last - 1)
+    assert retried.headers and retried.headers[dead_letters.RETRY_HEADER].endswith("/2")
