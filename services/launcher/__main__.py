@@ -14,6 +14,7 @@ import msgspec
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
 from services.launcher.hypervisor import TEST_URI
 from services.launcher.process import LauncherConfig, configure_logging, run_launcher
+from services.launcher.storage import DEFAULT_DISK_SIZE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,6 +27,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--emulator", default=None, help="emulator binary (qemu mode)")
     parser.add_argument("--disk-dir", default=DEFAULT_DISK_DIR)
+    parser.add_argument("--image-dir", default=None, help="containerDisk images by name")
+    parser.add_argument("--default-disk-size", default=DEFAULT_DISK_SIZE)
+    parser.add_argument("--qemu-pid-dir", default=None, help="the node's QEMU pidfile dir")
+    parser.add_argument(
+        "--migration-target", action="store_true", help="attach to a domain arriving by migration"
+    )
     args = parser.parse_args(argv)
 
     if args.vmi == "-":
@@ -42,6 +49,10 @@ def main(argv: list[str] | None = None) -> int:
             domain_type=DomainType(args.domain_type),
             emulator=args.emulator,
             disk_dir=args.disk_dir,
+            image_dir=args.image_dir,
+            default_disk_size=args.default_disk_size,
+            qemu_pid_dir=args.qemu_pid_dir,
+            migration_target=args.migration_target,
         )
     )
 

@@ -12,6 +12,8 @@ from services.launcher.protocol import (
     CommandResult,
     DomainStatus,
     Hello,
+    MigrationProgress,
+    MigrationResult,
     decode_report,
     encode,
 )
@@ -25,7 +27,8 @@ class LauncherClient:
     """One connection to one launcher.
 
     Results of commands are matched to their command by id; DomainStatus reports are
-    queued in arrival order for `next_status` / `statuses`.
+    queued in arrival order for `next_status` / `statuses`; MigrationProgress and
+    MigrationResult reports are queued apart, for `next_migration_report`.
     """
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: Hello):
@@ -36,6 +39,7 @@ class LauncherClient:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[CommandResult]] = {}
         self._statuses: asyncio.Queue[DomainStatus | None] = asyncio.Queue()
+        self._migration: asyncio.Queue[MigrationProgress | MigrationResult | None] = asyncio.Queue()
         self._reader_task = asyncio.get_running_loop().create_task(self._read())
 
     @classmethod
@@ -89,6 +93,27 @@ class LauncherClient:
                 if predicate(status):
                     return status
 
+    async def next_migration_report(
+        self, timeout: float | None = None
+    ) -> MigrationProgress | MigrationResult:
+        report = await asyncio.wait_for(self._migration.get(), timeout)
+        if report is None:
+            self._migration.put_nowait(None)
+            raise LauncherGone("launcher connection closed")
+        return report
+
+    async def migration_result(
+        self, on_progress: Callable[[MigrationProgress], None] | None = None, timeout: float = 60
+    ) -> MigrationResult:
+        """Wait for the MigrationResult, passing each progress report to on_progress."""
+        async with asyncio.timeout(timeout):
+            while True:
+                report = await self.next_migration_report()
+                if isinstance(report, MigrationResult):
+                    return report
+                if on_progress is not None:
+                    on_progress(report)
+
     async def statuses(self) -> AsyncIterator[DomainStatus]:
         with contextlib.suppress(LauncherGone):
             while True:
@@ -111,10 +136,13 @@ class LauncherClient:
                 elif isinstance(report, DomainStatus):
                     self.latest_status = report
                     self._statuses.put_nowait(report)
+                elif isinstance(report, MigrationProgress | MigrationResult):
+                    self._migration.put_nowait(report)
         except ConnectionError:
             pass
         finally:
             self._statuses.put_nowait(None)
+            self._migration.put_nowait(None)
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(LauncherGone("launcher connection closed"))

@@ -11,7 +11,7 @@ import enum
 import math
 import uuid
 import xml.etree.ElementTree as ET
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from events.quantity import parse_cpu_millis, parse_quantity
@@ -89,13 +89,16 @@ def build_domain_xml(
     emulator: str | None = None,
     disk_dir: str = DEFAULT_DISK_DIR,
     disk_paths: Mapping[str, str] | None = None,
+    omit_disks: Collection[str] = (),
 ) -> str:
     """The libvirt domain XML for a VMI.
 
-    disk_paths maps disk names to host image paths (prepared by whoever provides storage);
-    a disk without one points at `<disk_dir>/<domain>/<disk>.img`, which only the `test`
-    driver accepts without the file existing. `emulator` is only written when given
-    (QEMU mode on a host where libvirt's default binary is not the one to use).
+    disk_paths maps disk names to host image paths (prepared by whoever provides storage;
+    `.qcow2` files are qcow2, others raw); a disk without one points at
+    `<disk_dir>/<domain>/<disk>.img`, which only the `test` driver accepts without the file
+    existing. Disks in omit_disks are left out (storage could not provide them).
+    `emulator` is only written when given (QEMU mode on a host where libvirt's default
+    binary is not the one to use).
     """
     name = domain_name(vmi)
     meta = vmi.get("metadata") or {}
@@ -137,7 +140,8 @@ def build_domain_xml(
     if emulator:
         ET.SubElement(devices, "emulator").text = emulator
     devices_spec = domain_spec.get("devices") or {}
-    _add_disks(devices, devices_spec.get("disks") or [], name, disk_dir, disk_paths or {})
+    disks = [d for d in devices_spec.get("disks") or [] if d["name"] not in omit_disks]
+    _add_disks(devices, disks, name, disk_dir, disk_paths or {})
     _add_interfaces(devices, devices_spec.get("interfaces") or [])
     ET.SubElement(devices, "serial", type="pty")
     ET.SubElement(devices, "console", type="pty")
@@ -224,8 +228,9 @@ def _add_disks(
         counters[prefix] = index + 1
 
         el = ET.SubElement(devices, "disk", type="file", device=device)
-        ET.SubElement(el, "driver", name="qemu", type="raw", cache="none")
         path = disk_paths.get(name)
+        fmt = "qcow2" if path is not None and path.endswith(".qcow2") else "raw"
+        ET.SubElement(el, "driver", name="qemu", type=fmt, cache="none")
         if path is None and device != "cdrom":  # an empty CD-ROM tray is valid, a disk is not
             path = f"{disk_dir}/{dom_name}/{name}.img"
         if path is not None:

@@ -2,8 +2,9 @@
 
 `LibvirtHypervisor` serves both modes: `test:///default` (the embedded default: an in-memory
 driver private to this process, no daemon) and `qemu` (a node's libvirtd, e.g.
-`qemu+unix:///system?socket=<dir>/libvirt-sock`); only the connect URI differs. Migration
-(simulated in test mode, migrateToURI3 in qemu mode) is added by a later issue.
+`qemu+unix:///system?socket=<dir>/libvirt-sock`); only the connect URI differs. Live
+migration (`migrate`, `job_progress`, `abort_job`) needs the QEMU driver: the test driver
+has none, so in test mode the choreography simulates it.
 
 Lifecycle events are delivered on the asyncio loop through libvirt-python's `libvirtaio`
 event implementation, so callbacks never race with the launcher's own calls (no thread).
@@ -12,7 +13,10 @@ event implementation, so callbacks never race with the launcher's own calls (no 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, Protocol
 
 import libvirt
@@ -39,6 +43,36 @@ class DomainInfo(msgspec.Struct, kw_only=True):
     cpu_time_ns: int
 
 
+class MigrationOptions(msgspec.Struct, kw_only=True):
+    #: Where QEMU sends the memory; libvirt's `migration_address` may not be a local
+    #: address, so several nodes on one machine pass it per call.
+    migration_uri: str = "tcp://127.0.0.1"
+    #: 0: unlimited.
+    bandwidth_bytes_per_second: int = 0
+    allow_auto_converge: bool = False
+    allow_post_copy: bool = False
+    #: The disks sit on a local filesystem that source and target both see (the nodes
+    #: share one machine's disk dir), which libvirt cannot tell from a private one and
+    #: calls unsafe; with cache=none it is as safe as shared storage.
+    disks_on_shared_local_dir: bool = True
+
+
+class JobProgress(msgspec.Struct, kw_only=True):
+    """A snapshot of the migration job (libvirt's jobStats), in bytes."""
+
+    active: bool
+    data_processed: int = 0
+    data_remaining: int = 0
+    data_total: int = 0
+    memory_processed: int = 0
+    memory_remaining: int = 0
+    memory_total: int = 0
+    elapsed_ms: int = 0
+    #: Dirty pages per second, what makes a migration not converge.
+    dirty_rate: int = 0
+    iterations: int = 0
+
+
 class Hypervisor(Protocol):
     """One domain's lifecycle, as the launcher needs it."""
 
@@ -48,6 +82,10 @@ class Hypervisor(Protocol):
         """Connect; call from inside the running asyncio loop that receives the events."""
 
     def define(self, xml: str) -> None: ...
+    def attach(self, uuid: str) -> bool:
+        """Watch an existing domain (e.g. arriving by migration) instead of defining one;
+        False while it does not exist yet (its events are watched from now on anyway)."""
+
     def start(self, paused: bool = False) -> None: ...
     def pause(self) -> None: ...
     def resume(self) -> None: ...
@@ -59,6 +97,12 @@ class Hypervisor(Protocol):
     def state(self) -> tuple[DomainState, StateReason]: ...
     def info(self) -> DomainInfo: ...
     def pid(self) -> int | None: ...
+    def migrate(self, target_uri: str, options: MigrationOptions) -> None:
+        """Live-migrate to another libvirtd; blocks until done (run it in a thread)."""
+
+    def job_progress(self) -> JobProgress: ...
+    def abort_job(self) -> None: ...
+    def switch_to_post_copy(self) -> None: ...
     def close(self) -> None:
         """Undefine the domain (when stopped) and disconnect."""
 
@@ -161,8 +205,11 @@ def _quiet_libvirt_errors(_ctx: Any, _err: Any) -> None:
 
 
 class LibvirtHypervisor:
-    def __init__(self, uri: str = TEST_URI) -> None:
+    def __init__(self, uri: str = TEST_URI, pid_dir: str | None = None) -> None:
+        """pid_dir: where the node's libvirtd writes `<domain>.pid` for each QEMU (seen
+        from outside its mount namespace); None when there is no process (test driver)."""
         self.uri = uri
+        self._pid_dir = Path(pid_dir) if pid_dir else None
         # The test driver rejects flags it has no use for (START_PAUSED, ACPI_POWER_BTN).
         self._is_test = uri.startswith("test:")
         self._conn: Any = None
@@ -185,6 +232,14 @@ class LibvirtHypervisor:
     def define(self, xml: str) -> None:
         self._dom = self._call(self._conn.defineXML, xml)
         self._uuid = self._dom.UUIDString()
+
+    def attach(self, uuid: str) -> bool:
+        self._uuid = uuid  # events of this domain are dispatched from now on
+        try:
+            self._dom = self._conn.lookupByUUIDString(uuid)
+        except libvirt.libvirtError:
+            return False
+        return True
 
     def start(self, paused: bool = False) -> None:
         if paused and self._is_test:
@@ -229,8 +284,69 @@ class LibvirtHypervisor:
         )
 
     def pid(self) -> int | None:
-        # The test driver runs no process; QEMU's pid comes with the qemu mode issue.
+        """QEMU's pid while the domain is active (libvirt has no API for it: its pidfile)."""
+        if self._pid_dir is None or self._dom is None:
+            return None
+        try:
+            if not self._dom.isActive():
+                return None
+            pid = int((self._pid_dir / f"{self._dom.name()}.pid").read_text().strip())
+        except (libvirt.libvirtError, OSError, ValueError):
+            return None
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, 0)
+            return pid
         return None
+
+    def migrate(self, target_uri: str, options: MigrationOptions) -> None:
+        if self._is_test:
+            raise HypervisorError("the test driver cannot migrate (test mode simulates it)")
+        params: dict[str, Any] = {libvirt.VIR_MIGRATE_PARAM_URI: options.migration_uri}
+        if options.bandwidth_bytes_per_second > 0:
+            # libvirt's bandwidth unit is MiB/s; never round a throttle down to unlimited.
+            params[libvirt.VIR_MIGRATE_PARAM_BANDWIDTH] = max(
+                1, options.bandwidth_bytes_per_second // (1024 * 1024)
+            )
+        flags = (
+            libvirt.VIR_MIGRATE_LIVE
+            | libvirt.VIR_MIGRATE_PEER2PEER
+            | libvirt.VIR_MIGRATE_PERSIST_DEST
+            | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
+        )
+        if options.disks_on_shared_local_dir:
+            flags |= libvirt.VIR_MIGRATE_UNSAFE
+        if options.allow_auto_converge:
+            flags |= libvirt.VIR_MIGRATE_AUTO_CONVERGE
+        if options.allow_post_copy:
+            flags |= libvirt.VIR_MIGRATE_POSTCOPY
+        self._call(self._domain().migrateToURI3, target_uri, params, flags)
+
+    def job_progress(self) -> JobProgress:
+        stats = self._call(self._domain().jobStats)
+        active = stats.get("type", libvirt.VIR_DOMAIN_JOB_NONE) not in (
+            libvirt.VIR_DOMAIN_JOB_NONE,
+            libvirt.VIR_DOMAIN_JOB_COMPLETED,
+            libvirt.VIR_DOMAIN_JOB_FAILED,
+            libvirt.VIR_DOMAIN_JOB_CANCELLED,
+        )
+        return JobProgress(
+            active=active,
+            data_processed=int(stats.get("data_processed", 0)),
+            data_remaining=int(stats.get("data_remaining", 0)),
+            data_total=int(stats.get("data_total", 0)),
+            memory_processed=int(stats.get("memory_processed", 0)),
+            memory_remaining=int(stats.get("memory_remaining", 0)),
+            memory_total=int(stats.get("memory_total", 0)),
+            elapsed_ms=int(stats.get("time_elapsed", 0)),
+            dirty_rate=int(stats.get("memory_dirty_rate", 0)),
+            iterations=int(stats.get("memory_iteration", 0)),
+        )
+
+    def abort_job(self) -> None:
+        self._call(self._domain().abortJob)
+
+    def switch_to_post_copy(self) -> None:
+        self._call(self._domain().migrateStartPostCopy, 0)
 
     def close(self) -> None:
         conn, self._conn = self._conn, None
@@ -255,6 +371,8 @@ class LibvirtHypervisor:
     def _dispatch(self, _conn: Any, dom: Any, event: int, detail: int, _opaque: Any) -> None:
         if self._on_event is None or self._uuid is None or dom.UUIDString() != self._uuid:
             return
+        if self._dom is None:
+            self._dom = dom  # attached: the domain arrived (incoming migration)
         kind = _EVENTS.get(event)
         if kind is None:
             return

@@ -7,7 +7,9 @@ a DomainStatus on every lifecycle event to every connected handler. A handler th
 
 Tags are explicit and stable (never derived from renamed classes); new fields get
 defaults so a restarted handler and an older running launcher still understand each
-other. Migration commands will join the Command union under new tags.
+other. PROTOCOL_VERSION 2 added live migration (MigrateTo, AbortMigration →
+MigrationProgress, MigrationResult), Hello.domain_type/migration_target and
+DomainStatus.domain_pid.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import msgspec
 
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 # -- commands (handler → launcher) ------------------------------------------------------
@@ -59,7 +61,44 @@ class Crash(msgspec.Struct, tag="Crash", kw_only=True):
     id: int = 0
 
 
-Command = Start | Pause | Resume | SoftReboot | Shutdown | Status | Crash
+class MigrateTo(msgspec.Struct, tag="MigrateTo", kw_only=True):
+    """Live-migrate the running domain to another node's libvirtd (qemu mode only).
+
+    The result comes at once (accepted or not); then MigrationProgress reports every
+    `progress_interval_seconds` and one MigrationResult. On success the launcher's final
+    DomainStatus follows (Shutoff/Migrated: the guest lives on at the target) and the
+    launcher exits.
+    """
+
+    id: int = 0
+    #: The migration object's uid, echoed in the progress and result reports.
+    migration_uid: str = ""
+    #: The target node's libvirtd, e.g. qemu+unix:///system?socket=<dir>/libvirt-sock.
+    target_uri: str
+    #: Where QEMU sends the memory (a target address, not the libvirtd's).
+    migration_uri: str = "tcp://127.0.0.1"
+    #: MigrationPolicy/config bandwidthPerMigration in bytes per second; 0: unlimited.
+    bandwidth_bytes_per_second: int = 0
+    allow_auto_converge: bool = False
+    allow_post_copy: bool = False
+    #: KubeVirt's completionTimeoutPerGiB: abort (or switch to post-copy when allowed) once
+    #: the migration runs longer than this many seconds per GiB of guest memory; 0: never.
+    completion_timeout_per_gib: int = 150
+    #: KubeVirt's progressTimeout: abort when the remaining data has not shrunk for this
+    #: many seconds; 0: never.
+    progress_timeout_seconds: int = 150
+    progress_interval_seconds: float = 0.25
+
+
+class AbortMigration(msgspec.Struct, tag="AbortMigration", kw_only=True):
+    """Cancel the running migration (abortJob); the guest stays on the source, running."""
+
+    id: int = 0
+
+
+Command = (
+    Start | Pause | Resume | SoftReboot | Shutdown | Status | Crash | MigrateTo | AbortMigration
+)
 
 
 # -- reports (launcher → handler) -------------------------------------------------------
@@ -81,6 +120,8 @@ class DomainStatus(msgspec.Struct, tag="DomainStatus", kw_only=True):
     final: bool = False
     #: Why, when the launcher knows more than the reason says (e.g. the define error).
     message: str | None = None
+    #: QEMU's pid while the domain runs (qemu mode); None for the `test` driver.
+    domain_pid: int | None = None
 
 
 class Hello(msgspec.Struct, tag="Hello", kw_only=True):
@@ -92,6 +133,10 @@ class Hello(msgspec.Struct, tag="Hello", kw_only=True):
     domain_pid: int | None = None
     hypervisor_uri: str = ""
     protocol_version: int = PROTOCOL_VERSION
+    #: The libvirt domain type: test, qemu (TCG: KubeVirt's SoftwareEmulation) or kvm.
+    domain_type: str = "test"
+    #: This launcher waits for (or watches) a domain arriving by live migration.
+    migration_target: bool = False
 
 
 class CommandResult(msgspec.Struct, tag="CommandResult", kw_only=True):
@@ -102,7 +147,32 @@ class CommandResult(msgspec.Struct, tag="CommandResult", kw_only=True):
     status: DomainStatus | None = None
 
 
-Report = Hello | DomainStatus | CommandResult
+class MigrationProgress(msgspec.Struct, tag="MigrationProgress", kw_only=True):
+    """The source's migration job, a few times per second (libvirt's jobStats), in bytes."""
+
+    migration_uid: str = ""
+    processed: int = 0
+    remaining: int = 0
+    total: int = 0
+    elapsed_ms: int = 0
+    dirty_rate: int = 0
+    iterations: int = 0
+    #: "PreCopy" or "PostCopy" (after a switch on completion timeout).
+    mode: str = "PreCopy"
+
+
+class MigrationResult(msgspec.Struct, tag="MigrationResult", kw_only=True):
+    migration_uid: str = ""
+    ok: bool
+    #: The migration was aborted (AbortMigration, a timeout); the guest stays on the source.
+    aborted: bool = False
+    error: str | None = None
+    #: Wall time of the migration job as the launcher saw it.
+    duration_seconds: float = 0.0
+    mode: str = "PreCopy"
+
+
+Report = Hello | DomainStatus | CommandResult | MigrationProgress | MigrationResult
 
 
 _encoder = msgspec.json.Encoder()

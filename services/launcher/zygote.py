@@ -53,6 +53,11 @@ class SpawnRequest(msgspec.Struct, kw_only=True):
     disk_paths: dict[str, str] = {}
     #: Where the child's stdout/stderr go; default `<socket minus .sock>.log`.
     log_path: str | None = None
+    # qemu mode (see LauncherConfig)
+    image_dir: str | None = None
+    default_disk_size: str | None = None
+    qemu_pid_dir: str | None = None
+    migration_target: bool = False
 
 
 class SpawnReply(msgspec.Struct, kw_only=True):
@@ -90,6 +95,10 @@ def spawn_launcher(
     emulator: str | None = None,
     disk_dir: str = DEFAULT_DISK_DIR,
     disk_paths: dict[str, str] | None = None,
+    image_dir: str | None = None,
+    default_disk_size: str | None = None,
+    qemu_pid_dir: str | None = None,
+    migration_target: bool = False,
     timeout: float = 5.0,
 ) -> int:
     """Ask the zygote for a launcher; returns its pid (blocks ~2 ms).
@@ -106,6 +115,10 @@ def spawn_launcher(
         emulator=emulator,
         disk_dir=disk_dir,
         disk_paths=disk_paths or {},
+        image_dir=image_dir,
+        default_disk_size=default_disk_size,
+        qemu_pid_dir=qemu_pid_dir,
+        migration_target=migration_target,
     )
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout)
@@ -274,17 +287,21 @@ def _run_child(request: SpawnRequest, vmi: dict[str, Any]) -> None:
         from services.launcher.process import LauncherConfig, configure_logging, run_launcher
 
         configure_logging()
-        code = run_launcher(
-            LauncherConfig(
-                vmi=vmi,
-                socket_path=request.socket_path,
-                hypervisor_uri=request.hypervisor_uri,
-                domain_type=request.domain_type,
-                emulator=request.emulator,
-                disk_dir=request.disk_dir,
-                disk_paths=request.disk_paths,
-            )
+        config = LauncherConfig(
+            vmi=vmi,
+            socket_path=request.socket_path,
+            hypervisor_uri=request.hypervisor_uri,
+            domain_type=request.domain_type,
+            emulator=request.emulator,
+            disk_dir=request.disk_dir,
+            disk_paths=request.disk_paths,
+            image_dir=request.image_dir,
+            qemu_pid_dir=request.qemu_pid_dir,
+            migration_target=request.migration_target,
         )
+        if request.default_disk_size:
+            config.default_disk_size = request.default_disk_size
+        code = run_launcher(config)
     except BaseException:
         traceback.print_exc()
     finally:

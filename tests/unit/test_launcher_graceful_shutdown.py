@@ -17,7 +17,13 @@ import pytest
 from services.launcher import process
 from services.launcher.client import LauncherClient
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
-from services.launcher.hypervisor import DomainInfo, EventCallback
+from services.launcher.hypervisor import (
+    DomainInfo,
+    EventCallback,
+    HypervisorError,
+    JobProgress,
+    MigrationOptions,
+)
 from services.launcher.process import Launcher, LauncherConfig
 from services.launcher.protocol import Shutdown, Start
 
@@ -74,6 +80,21 @@ class AcpiDeafHypervisor:
 
     def pid(self) -> int | None:
         return None
+
+    def attach(self, uuid: str) -> bool:
+        return False
+
+    def migrate(self, target_uri: str, options: MigrationOptions) -> None:
+        raise HypervisorError("no migration here")
+
+    def job_progress(self) -> JobProgress:
+        return JobProgress(active=False)
+
+    def abort_job(self) -> None:
+        raise HypervisorError("no job")
+
+    def switch_to_post_copy(self) -> None:
+        raise HypervisorError("no job")
 
     def close(self) -> None:
         pass

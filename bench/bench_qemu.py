@@ -1,0 +1,250 @@
+"""qemu mode benchmark: what the launcher adds on top of libvirt, measured in the same run
+on the same two node libvirtds (ops.node_runtime). Needs the qemu packages and root.
+
+  python -m bench.bench_qemu [--runs N] [--base DIR]
+
+Guest: examples/kubevirt/vm-cirros.yaml's template (128 MiB, 1 vCPU, no image → blank disk,
+so it stays in the firmware; the cloud-init ISO is attached when genisoimage is there).
+
+- raw create: libvirt `createXML(<the launcher's XML>)` until it returns (RUNNING), disks
+  prepared beforehand;
+- launcher create: spawn (zygote) → connect → Start → the Running DomainStatus, including
+  the launcher's disk preparation (qemu-img, NoCloud ISO) and the define;
+- raw migrate: `migrateToURI3(node-2, LIVE|PEER2PEER|PERSIST_DEST|UNDEFINE_SOURCE|UNSAFE)`
+  until it returns;
+- launcher migrate: MigrateTo sent to the source launcher → the target launcher (spawned
+  beforehand in migration-target mode) reports Running, and → the source's MigrationResult;
+  progress polled every 0.25 s.
+Both migrations start SETTLE_SECONDS after the guest started (past the firmware).
+Target (issue 6): raw/total ≥ 50% for both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import statistics
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import libvirt
+import msgspec
+
+from events.manifest import dump, load, yaml_documents
+from events.objects import VirtualMachineInstance
+from ops.kvm_probe import domain_type as probe_domain_type
+from ops.node_runtime import NodeRuntime, cleanup_stale
+from services.api.admission import default_vmi
+from services.launcher import rundir, storage
+from services.launcher.client import LauncherClient
+from services.launcher.domain_state import DomainState
+from services.launcher.domain_xml import DomainType, build_domain_xml, domain_name
+from services.launcher.hypervisor import MigrationOptions
+from services.launcher.protocol import MigrateTo, Shutdown, Start
+from services.launcher.zygote import spawn_launcher, start_zygote
+
+#: Both migration measurements start this long after the guest started, past its firmware.
+SETTLE_SECONDS = 0.5
+CIRROS = Path(__file__).resolve().parents[1] / "examples" / "kubevirt" / "vm-cirros.yaml"
+
+
+def cirros_vmi(name: str) -> dict[str, Any]:
+    vm = yaml_documents(CIRROS.read_text())[0]
+    raw = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": name, "namespace": "bench", "uid": str(uuid.uuid4())},
+        "spec": vm["spec"]["template"]["spec"],
+    }
+    return dump(default_vmi(load(raw, VirtualMachineInstance), str(uuid.uuid4())), raw)
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def row(label: str, values: list[float]) -> str:
+    p50, p99, mean = (
+        x * 1000 for x in (pct(values, 0.5), pct(values, 0.99), statistics.mean(values))
+    )
+    return f"{label:<36} p50 {p50:8.1f} ms   p99 {p99:8.1f} ms   mean {mean:8.1f} ms"
+
+
+class Bench:
+    def __init__(self, base: Path, dtype: DomainType) -> None:
+        self.base = base
+        self.dtype = dtype
+        self.disk_dir = str(base / "disks")
+        self.nodes = [NodeRuntime("node-1", base), NodeRuntime("node-2", base)]
+        self.run_dirs = [base / "l1", base / "l2"]
+        self.zygote = str(base / "zygote.sock")
+        self.pids: list[int] = []
+        #: launcher migrations, MigrateTo → the source's MigrationResult received
+        self.result_seconds: list[float] = []
+
+    def raw_xml(self, vmi: dict[str, Any]) -> str:
+        name = domain_name(vmi)
+        paths = storage.prepare_disks(vmi, name, self.disk_dir)
+        omit = storage.skipped_disks(vmi, paths)
+        return build_domain_xml(vmi, domain_type=self.dtype, disk_paths=paths, omit_disks=omit)
+
+    def raw_create(self, i: int) -> float:
+        conn = libvirt.open(self.nodes[0].uri)
+        vmi = cirros_vmi(f"raw-create-{i}")
+        xml = self.raw_xml(vmi)
+        started = time.perf_counter()
+        dom = conn.createXML(xml, 0)
+        took = time.perf_counter() - started
+        assert dom.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+        dom.destroy()
+        storage.remove_disks(domain_name(vmi), self.disk_dir)
+        conn.close()
+        return took
+
+    def raw_migrate(self, i: int) -> float:
+        src, dst = (libvirt.open(n.uri) for n in self.nodes)
+        vmi = cirros_vmi(f"raw-mig-{i}")
+        dom = src.defineXML(self.raw_xml(vmi))
+        dom.create()
+        time.sleep(SETTLE_SECONDS)
+        options = MigrationOptions()
+        flags = (
+            libvirt.VIR_MIGRATE_LIVE
+            | libvirt.VIR_MIGRATE_PEER2PEER
+            | libvirt.VIR_MIGRATE_PERSIST_DEST
+            | libvirt.VIR_MIGRATE_UNDEFINE_SOURCE
+            | libvirt.VIR_MIGRATE_UNSAFE
+        )
+        params = {libvirt.VIR_MIGRATE_PARAM_URI: options.migration_uri}
+        started = time.perf_counter()
+        dom.migrateToURI3(self.nodes[1].uri, params, flags)
+        took = time.perf_counter() - started
+        moved = dst.lookupByName(domain_name(vmi))
+        assert moved.state()[0] == libvirt.VIR_DOMAIN_RUNNING
+        moved.destroy()
+        moved.undefine()
+        storage.remove_disks(domain_name(vmi), self.disk_dir)
+        src.close()
+        dst.close()
+        return took
+
+    async def spawn(self, node: int, vmi: dict[str, Any], target: bool = False) -> LauncherClient:
+        runtime = self.nodes[node]
+        sock = str(rundir.launcher_socket_path(self.run_dirs[node], domain_name(vmi)))
+        pid = spawn_launcher(
+            self.zygote,
+            msgspec.json.encode(vmi),
+            sock,
+            hypervisor_uri=runtime.uri,
+            domain_type=self.dtype,
+            disk_dir=self.disk_dir,
+            qemu_pid_dir=str(runtime.qemu_pid_dir),
+            migration_target=target,
+        )
+        self.pids.append(pid)
+        return await LauncherClient.connect(sock)
+
+    async def launcher_create(self, i: int) -> float:
+        vmi = cirros_vmi(f"l-create-{i}")
+        started = time.perf_counter()
+        client = await self.spawn(0, vmi)
+        await client.call(Start(), timeout=30)
+        await client.wait_for(lambda s: s.state is DomainState.RUNNING, timeout=30)
+        took = time.perf_counter() - started
+        await client.call(Shutdown(grace_period_seconds=0))
+        await client.wait_for(lambda s: s.final, timeout=30)
+        await client.close()
+        return took
+
+    async def launcher_migrate(self, i: int) -> float:
+        vmi = cirros_vmi(f"l-mig-{i}")
+        source = await self.spawn(0, vmi)
+        await source.call(Start(), timeout=30)
+        await source.wait_for(lambda s: s.state is DomainState.RUNNING, timeout=30)
+        target = await self.spawn(1, vmi, target=True)
+        await asyncio.sleep(SETTLE_SECONDS)
+        started = time.perf_counter()
+        accepted = await source.call(MigrateTo(target_uri=self.nodes[1].uri))
+        assert accepted.ok, accepted.error
+        await target.wait_for(lambda s: s.state is DomainState.RUNNING, timeout=60)
+        took = time.perf_counter() - started
+        result = await source.migration_result(timeout=60)
+        assert result.ok, result.error
+        self.result_seconds.append(time.perf_counter() - started)
+        await source.close()
+        await target.call(Shutdown(grace_period_seconds=0))
+        await target.wait_for(lambda s: s.final, timeout=30)
+        await target.close()
+        return took
+
+
+async def measure_async(runs: int, fn: Callable[[int], Awaitable[float]]) -> list[float]:
+    await fn(-1)  # warm-up (capability caches, first QEMU start)
+    return [await fn(i) for i in range(runs)]
+
+
+def measure(runs: int, fn: Callable[[int], float]) -> list[float]:
+    fn(-1)
+    return [fn(i) for i in range(runs)]
+
+
+async def main_async(runs: int, base: Path) -> None:
+    dtype = probe_domain_type().domain_type
+    bench = Bench(base, dtype)
+    cleanup_stale(base)
+    for node, run_dir in zip(bench.nodes, bench.run_dirs, strict=True):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        node.start(adopt=False)
+    zygote = start_zygote(bench.zygote)
+    libvirt.registerErrorHandler(lambda *_: None, None)  # errors are raised, not printed
+    try:
+        raw_create = await asyncio.to_thread(measure, runs, bench.raw_create)
+        launcher_create = await measure_async(runs, bench.launcher_create)
+        raw_migrate = await asyncio.to_thread(measure, runs, bench.raw_migrate)
+        launcher_migrate = await measure_async(runs, bench.launcher_migrate)
+    finally:
+        zygote.terminate()
+        zygote.wait(5)
+        for pid in bench.pids:
+            if rundir.pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        for node in bench.nodes:
+            node.stop()
+    print(f"qemu mode, domain type {dtype}, {runs} runs each (after one warm-up)")
+    print(row("raw createXML → RUNNING", raw_create))
+    print(row("launcher spawn → Running", launcher_create))
+    print(
+        f"  ratio raw/total (p50): {pct(raw_create, 0.5) / pct(launcher_create, 0.5):.0%}"
+        "   (target ≥ 50%)"
+    )
+    print(row("raw migrateToURI3", raw_migrate))
+    print(row("launcher MigrateTo → target Running", launcher_migrate))
+    print(row("launcher MigrateTo → MigrationResult", bench.result_seconds[1:]))
+    print(
+        "  ratio raw/total (p50, to MigrationResult): "
+        f"{pct(raw_migrate, 0.5) / pct(bench.result_seconds[1:], 0.5):.0%}"
+        "   (target ≥ 50%)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_qemu")
+    parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--base", default=None, help="node dirs (default: a temp dir)")
+    args = parser.parse_args()
+    if args.base:
+        asyncio.run(main_async(args.runs, Path(args.base)))
+        return
+    with tempfile.TemporaryDirectory(prefix="vs-bq-") as tmp:
+        asyncio.run(main_async(args.runs, Path(tmp)))
+
+
+if __name__ == "__main__":
+    main()
