@@ -21,6 +21,7 @@ import structlog
 from events.meta import Kind
 from eventstore.store import EventStore, Stored
 from projections.cluster import Cluster, key
+from projections.metrics import ProjectionMetrics
 from projections.render import render_migration, render_node, render_policy, render_vm, render_vmi
 from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
 from projections.watch import Change, EventType, Selector, TooOldResourceVersion, Watcher
@@ -46,6 +47,8 @@ class ProjectionRunner:
         self.store = store
         self.cluster = Cluster()
         self.clock = clock
+        # KubeVirt's metrics are read off this fold (one registration per process)
+        self.metrics = ProjectionMetrics(self.cluster, clock=clock).register()
         self.history: deque[Change] = deque(maxlen=history)
         # The newest seq whose changes fell out of the history: watches from rv ≥ this resume.
         self.history_floor = 0
@@ -106,6 +109,7 @@ class ProjectionRunner:
         k = agg.name if agg.kind in (Kind.NODE, Kind.POLICY) else key(agg.namespace, agg.name)
         before = {kind: self._view(kind, k) for kind in Kind}
         touched = self.cluster.apply(s)
+        self.metrics.observe(s, touched, replaying=s.seq <= self.caught_up_to)
         changes: list[Change] = []
         for kind, tk in dict.fromkeys(touched):
             new = self._view(kind, tk)

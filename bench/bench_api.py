@@ -1,0 +1,169 @@
+"""API throughput beside the raw event-store rate, on one embedded nats-server.
+
+`python -m bench.bench_api [--vms N] [--concurrency C]`:
+1. raw OCC appends (EventStore.append(VMCreated, expected=0)), C concurrent writers;
+2. VM creates/s through HTTP (the api as its own process on uvicorn, httpx client with C
+   concurrent requests; each 201 means appended *and* folded by the api's projection);
+3. p50/p99 latency of a subresource call (start on Halted VMs, one at a time).
+Prints the ratio HTTP/raw (target ≥ 25%)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import nats
+
+from events.catalog import VMCreated
+from events.meta import Actor, Aggregate, Kind, Meta
+from eventstore.settings import StreamSettings
+from eventstore.store import EventStore
+from ops.nats_server import NatsServer
+
+REPO = str(Path(__file__).resolve().parents[1])
+VMS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines"
+SUB = "/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/{name}/start"
+
+
+def vm_doc(name: str, strategy: str = "Manual") -> dict[str, object]:
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name},
+        "spec": {
+            "runStrategy": strategy,
+            "template": {"spec": {"domain": {"memory": {"guest": "64Mi"}}}},
+        },
+    }
+
+
+async def raw_appends(url: str, n: int, concurrency: int) -> float:
+    nc = await nats.connect(url)
+    store = EventStore(nc, StreamSettings())
+    await store.ensure()
+
+    async def worker(w: int) -> None:
+        for i in range(w, n, concurrency):
+            name = f"raw-{i}"
+            meta = Meta(
+                event_id=uuid.uuid4().hex,
+                aggregate=Aggregate(kind=Kind.VM, namespace="rawbench", name=name),
+                occurred_at=time.time(),
+                correlation_id="bench",
+                actor=Actor(service="bench"),
+            )
+            await store.append(VMCreated(meta=meta, manifest=vm_doc(name)), expected=0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(w) for w in range(concurrency)))
+    elapsed = time.perf_counter() - t0
+    await nc.close()
+    return n / elapsed
+
+
+async def wait_ready(base: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(base_url=base) as client:
+        while time.monotonic() < deadline:
+            try:
+                if (await client.get("/readyz")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            await asyncio.sleep(0.1)
+    raise RuntimeError("api did not become ready")
+
+
+async def http_creates(base: str, n: int, concurrency: int, prefix: str = "http") -> float:
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=base, limits=limits, timeout=30) as client:
+
+        async def worker(w: int) -> None:
+            for i in range(w, n, concurrency):
+                r = await client.post(VMS.format(ns="httpbench"), json=vm_doc(f"{prefix}-{i}"))
+                if r.status_code != 201:
+                    raise RuntimeError(r.text)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(w) for w in range(concurrency)))
+        return n / (time.perf_counter() - t0)
+
+
+async def subresource_latency(base: str, n: int) -> list[float]:
+    async with httpx.AsyncClient(base_url=base, timeout=30) as client:
+        for i in range(n):
+            r = await client.post(VMS.format(ns="subbench"), json=vm_doc(f"s-{i}", "Halted"))
+            assert r.status_code == 201, r.text
+        lat = []
+        for i in range(n):
+            t0 = time.perf_counter()
+            r = await client.put(SUB.format(ns="subbench", name=f"s-{i}"), json={})
+            lat.append(time.perf_counter() - t0)
+            assert r.status_code == 202, r.text
+        return lat
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
+
+
+async def run(n: int, concurrency: int, port: int) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        server = NatsServer(Path(tmp) / "nats")
+        server.start_sync()
+        api = None
+        try:
+            raw = await raw_appends(server.url, n, concurrency)
+            env = {**os.environ, "PYTHONPATH": REPO}
+            api = subprocess.Popen(  # noqa: ASYNC220 (started once, before the timed part)
+                [
+                    sys.executable,
+                    "-m",
+                    "services.api",
+                    "--nats-url",
+                    server.url,
+                    "--port",
+                    str(port),
+                ],
+                env=env,
+            )
+            base = f"http://127.0.0.1:{port}"
+            await wait_ready(base)
+            await http_creates(base, 50, concurrency, "warm")
+            creates = await http_creates(base, n, concurrency)
+            lat = await subresource_latency(base, min(n, 300))
+        finally:
+            if api is not None:
+                api.terminate()
+                api.wait(10)
+            server.stop_sync()
+    print(f"raw OCC appends (c={concurrency}):      {raw:8.0f} /s")
+    print(f"HTTP VM creates (c={concurrency}):      {creates:8.0f} /s")
+    print(f"ratio HTTP/raw:                {creates / raw:8.1%}  (target >= 25%)")
+    print(
+        f"subresource start latency:     p50 {statistics.median(lat) * 1000:.2f} ms  "
+        f"p99 {pct(lat, 99) * 1000:.2f} ms  (n={len(lat)})"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.bench_api")
+    parser.add_argument("--vms", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--port", type=int, default=18080)
+    args = parser.parse_args()
+    asyncio.run(run(args.vms, args.concurrency, args.port))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,458 @@
+"""Python client for scripts: `Client` (sync) and `AsyncClient` (asyncio), over httpx.
+
+Objects come back typed (events.objects: VirtualMachine, VirtualMachineInstance, ...) via
+events.manifest, or as the server's JSON with `raw=True`. Errors raise `ApiError` carrying
+the server's Kubernetes `Status` (message, reason, code)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import msgspec
+
+from events.manifest import OBJECT_TYPES, api_group, dump, load
+from events.objects import Status
+
+DEFAULT_SERVER = "http://127.0.0.1:8080"
+JSON = dict[str, Any]
+
+
+class ApiError(Exception):
+    def __init__(self, status: Status) -> None:
+        super().__init__(status.message)
+        self.status = status
+
+    @property
+    def code(self) -> int:
+        return self.status.code
+
+    @property
+    def reason(self) -> str:
+        return self.status.reason
+
+
+@dataclass(frozen=True)
+class ResourceInfo:
+    plural: str
+    base: str  # path up to the namespace segment (namespaced) or the collection
+    namespaced: bool
+    kind: str
+
+
+VM = ResourceInfo("virtualmachines", "/apis/kubevirt.io/v1", True, "VirtualMachine")
+VMI = ResourceInfo(
+    "virtualmachineinstances", "/apis/kubevirt.io/v1", True, "VirtualMachineInstance"
+)
+VMIM = ResourceInfo(
+    "virtualmachineinstancemigrations",
+    "/apis/kubevirt.io/v1",
+    True,
+    "VirtualMachineInstanceMigration",
+)
+POLICY = ResourceInfo(
+    "migrationpolicies", "/apis/migrations.kubevirt.io/v1alpha1", False, "MigrationPolicy"
+)
+NODE = ResourceInfo("nodes", "/api/v1", False, "Node")
+
+ALIASES: dict[str, ResourceInfo] = {}
+for _info, _names in (
+    (VM, ("vm", "vms", "virtualmachine", "virtualmachines")),
+    (VMI, ("vmi", "vmis", "virtualmachineinstance", "virtualmachineinstances")),
+    (
+        VMIM,
+        (
+            "vmim",
+            "vmims",
+            "migration",
+            "migrations",
+            "virtualmachineinstancemigration",
+            "virtualmachineinstancemigrations",
+        ),
+    ),
+    (POLICY, ("migrationpolicy", "migrationpolicies", "policy", "policies")),
+    (NODE, ("node", "nodes", "no")),
+):
+    for _n in _names:
+        ALIASES[_n] = _info
+KIND_RESOURCES = {info.kind: info for info in ALIASES.values()}
+
+
+def resource(kind: str) -> ResourceInfo:
+    try:
+        return ALIASES[kind.lower()] if kind.lower() in ALIASES else KIND_RESOURCES[kind]
+    except KeyError:
+        raise ValueError(f'the server doesn\'t have a resource type "{kind}"') from None
+
+
+def collection_path(info: ResourceInfo, namespace: str | None) -> str:
+    if info.namespaced and namespace:
+        return f"{info.base}/namespaces/{namespace}/{info.plural}"
+    return f"{info.base}/{info.plural}"
+
+
+def typed(obj: JSON) -> Any:
+    """The typed object for a server document (unknown kinds stay dicts)."""
+    t = OBJECT_TYPES.get((api_group(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))))
+    return load(obj, t) if t is not None else obj
+
+
+def as_dict(obj: Any) -> JSON:
+    return obj if isinstance(obj, dict) else dump(obj)
+
+
+def _raise_for(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    try:
+        status = msgspec.convert(resp.json(), Status)
+    except Exception:
+        status = Status(message=resp.text or resp.reason_phrase, code=resp.status_code)
+    if not status.code:
+        status.code = resp.status_code
+    raise ApiError(status)
+
+
+def _json(resp: httpx.Response) -> Any:
+    _raise_for(resp)
+    return resp.json() if resp.content else None
+
+
+class _Requests:
+    """Builds (method, path, params, body) for every call; the clients only send them."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+
+    def ns(self, namespace: str | None) -> str:
+        return namespace or self.namespace
+
+    def item(self, kind: str, name: str, namespace: str | None) -> str:
+        info = resource(kind)
+        return f"{collection_path(info, self.ns(namespace))}/{name}"
+
+    def vm_sub(self, name: str, action: str, namespace: str | None) -> str:
+        ns = self.ns(namespace)
+        return f"/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/{name}/{action}"
+
+    def vmi_sub(self, name: str, action: str, namespace: str | None) -> str:
+        ns = self.ns(namespace)
+        return (
+            f"/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/"
+            f"{name}/{action}"
+        )
+
+    @staticmethod
+    def node_sub(name: str, action: str) -> str:
+        return f"/apis/subresources.virtstream.io/v1/nodes/{name}/{action}"
+
+    def list_params(
+        self,
+        label_selector: str | None,
+        field_selector: str | None,
+        watch: bool = False,
+        resource_version: str | int | None = None,
+        timeout_seconds: float | None = None,
+    ) -> dict[str, str]:
+        params: dict[str, str] = {}
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        if watch:
+            params["watch"] = "true"
+        if resource_version is not None:
+            params["resourceVersion"] = str(resource_version)
+        if timeout_seconds:
+            params["timeoutSeconds"] = str(timeout_seconds)
+        return params
+
+    def object_target(self, obj: JSON, namespace: str | None) -> tuple[str, str, str]:
+        """(collection path, item path, name) for a document."""
+        info = resource(str(obj.get("kind", "")))
+        meta = obj.get("metadata") or {}
+        ns = meta.get("namespace") or self.ns(namespace)
+        coll = collection_path(info, ns if info.namespaced else None)
+        return coll, f"{coll}/{meta.get('name', '')}", str(meta.get("name", ""))
+
+
+class Client:
+    """Synchronous client: `Client(server="http://127.0.0.1:8080")`."""
+
+    def __init__(
+        self, server: str = DEFAULT_SERVER, *, namespace: str = "default", timeout: float = 30.0
+    ) -> None:
+        self.http = httpx.Client(base_url=server, timeout=timeout)
+        self.r = _Requests(namespace)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _out(self, body: Any, raw: bool) -> Any:
+        return body if raw or not isinstance(body, dict) else typed(body)
+
+    # ------------------------------------------------------------- objects
+    def create(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
+        doc = as_dict(obj)
+        coll, _, _ = self.r.object_target(doc, namespace)
+        return self._out(_json(self.http.post(coll, json=doc)), raw)
+
+    def update(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
+        doc = as_dict(obj)
+        _, item, _ = self.r.object_target(doc, namespace)
+        return self._out(_json(self.http.put(item, json=doc)), raw)
+
+    def apply(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
+        """Create, or update the existing object (on its current resourceVersion)."""
+        doc = as_dict(obj)
+        _, item, _ = self.r.object_target(doc, namespace)
+        current = self.http.get(item)
+        if current.status_code == 404:
+            return self.create(doc, namespace, raw=raw)
+        rv = _json(current)["metadata"]["resourceVersion"]
+        doc = {**doc, "metadata": {**doc.get("metadata", {}), "resourceVersion": rv}}
+        return self.update(doc, namespace, raw=raw)
+
+    def get(self, kind: str, name: str, namespace: str | None = None, *, raw: bool = False) -> Any:
+        return self._out(_json(self.http.get(self.r.item(kind, name, namespace))), raw)
+
+    def list(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        all_namespaces: bool = False,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        raw: bool = False,
+    ) -> list[Any]:
+        info = resource(kind)
+        path = collection_path(info, None if all_namespaces else self.r.ns(namespace))
+        params = self.r.list_params(label_selector, field_selector)
+        body = _json(self.http.get(path, params=params))
+        return [self._out(i, raw) for i in body["items"]]
+
+    def delete(
+        self, kind: str, name: str, namespace: str | None = None, *, grace_period: int | None = None
+    ) -> JSON:
+        params = {} if grace_period is None else {"gracePeriodSeconds": str(grace_period)}
+        return dict(_json(self.http.delete(self.r.item(kind, name, namespace), params=params)))
+
+    def watch(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        all_namespaces: bool = False,
+        resource_version: str | int | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: float | None = None,
+    ) -> Iterator[tuple[str, JSON]]:
+        """(type, object) pairs: ADDED/MODIFIED/DELETED, or ERROR with a Status."""
+        info = resource(kind)
+        path = collection_path(info, None if all_namespaces else self.r.ns(namespace))
+        params = self.r.list_params(
+            label_selector, field_selector, True, resource_version, timeout_seconds
+        )
+        with self.http.stream("GET", path, params=params, timeout=None) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                _raise_for(resp)
+            for line in resp.iter_lines():
+                if line.strip():
+                    ev = json.loads(line)
+                    yield ev["type"], ev["object"]
+
+    # -------------------------------------------------------- subresources
+    def start(self, name: str, namespace: str | None = None, *, paused: bool = False) -> None:
+        body = {"paused": True} if paused else {}
+        _json(self.http.put(self.r.vm_sub(name, "start", namespace), json=body))
+
+    def stop(
+        self, name: str, namespace: str | None = None, *, grace_period: int | None = None
+    ) -> None:
+        body = {} if grace_period is None else {"gracePeriod": grace_period}
+        _json(self.http.put(self.r.vm_sub(name, "stop", namespace), json=body))
+
+    def restart(self, name: str, namespace: str | None = None) -> None:
+        _json(self.http.put(self.r.vm_sub(name, "restart", namespace), json={}))
+
+    def migrate(
+        self,
+        name: str,
+        namespace: str | None = None,
+        *,
+        added_node_selector: dict[str, str] | None = None,
+        raw: bool = False,
+    ) -> Any:
+        body = {"addedNodeSelector": added_node_selector} if added_node_selector else {}
+        return self._out(
+            _json(self.http.put(self.r.vm_sub(name, "migrate", namespace), json=body)), raw
+        )
+
+    def pause(self, name: str, namespace: str | None = None) -> None:
+        _json(self.http.put(self.r.vmi_sub(name, "pause", namespace), json={}))
+
+    def unpause(self, name: str, namespace: str | None = None) -> None:
+        _json(self.http.put(self.r.vmi_sub(name, "unpause", namespace), json={}))
+
+    def softreboot(self, name: str, namespace: str | None = None) -> None:
+        _json(self.http.put(self.r.vmi_sub(name, "softreboot", namespace), json={}))
+
+    def cordon(self, node: str) -> Any:
+        return self._out(_json(self.http.put(self.r.node_sub(node, "cordon"))), False)
+
+    def uncordon(self, node: str) -> Any:
+        return self._out(_json(self.http.put(self.r.node_sub(node, "uncordon"))), False)
+
+    def drain(self, node: str) -> Any:
+        return self._out(_json(self.http.put(self.r.node_sub(node, "drain"))), False)
+
+
+class AsyncClient:
+    """The same calls for asyncio code: `async with AsyncClient(server) as c: await c.get(...)`."""
+
+    def __init__(
+        self, server: str = DEFAULT_SERVER, *, namespace: str = "default", timeout: float = 30.0
+    ) -> None:
+        self.http = httpx.AsyncClient(base_url=server, timeout=timeout)
+        self.r = _Requests(namespace)
+
+    async def aclose(self) -> None:
+        await self.http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    def _out(self, body: Any, raw: bool) -> Any:
+        return body if raw or not isinstance(body, dict) else typed(body)
+
+    async def create(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
+        doc = as_dict(obj)
+        coll, _, _ = self.r.object_target(doc, namespace)
+        return self._out(_json(await self.http.post(coll, json=doc)), raw)
+
+    async def update(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
+        doc = as_dict(obj)
+        _, item, _ = self.r.object_target(doc, namespace)
+        return self._out(_json(await self.http.put(item, json=doc)), raw)
+
+    async def apply(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
+        doc = as_dict(obj)
+        _, item, _ = self.r.object_target(doc, namespace)
+        current = await self.http.get(item)
+        if current.status_code == 404:
+            return await self.create(doc, namespace, raw=raw)
+        rv = _json(current)["metadata"]["resourceVersion"]
+        doc = {**doc, "metadata": {**doc.get("metadata", {}), "resourceVersion": rv}}
+        return await self.update(doc, namespace, raw=raw)
+
+    async def get(
+        self, kind: str, name: str, namespace: str | None = None, *, raw: bool = False
+    ) -> Any:
+        return self._out(_json(await self.http.get(self.r.item(kind, name, namespace))), raw)
+
+    async def list(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        all_namespaces: bool = False,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        raw: bool = False,
+    ) -> list[Any]:
+        info = resource(kind)
+        path = collection_path(info, None if all_namespaces else self.r.ns(namespace))
+        params = self.r.list_params(label_selector, field_selector)
+        body = _json(await self.http.get(path, params=params))
+        return [self._out(i, raw) for i in body["items"]]
+
+    async def delete(
+        self, kind: str, name: str, namespace: str | None = None, *, grace_period: int | None = None
+    ) -> JSON:
+        params = {} if grace_period is None else {"gracePeriodSeconds": str(grace_period)}
+        return dict(
+            _json(await self.http.delete(self.r.item(kind, name, namespace), params=params))
+        )
+
+    async def watch(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        all_namespaces: bool = False,
+        resource_version: str | int | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        timeout_seconds: float | None = None,
+    ) -> AsyncIterator[tuple[str, JSON]]:
+        info = resource(kind)
+        path = collection_path(info, None if all_namespaces else self.r.ns(namespace))
+        params = self.r.list_params(
+            label_selector, field_selector, True, resource_version, timeout_seconds
+        )
+        async with self.http.stream("GET", path, params=params, timeout=None) as resp:
+            if resp.status_code >= 400:
+                await resp.aread()
+                _raise_for(resp)
+            async for line in resp.aiter_lines():
+                if line.strip():
+                    ev = json.loads(line)
+                    yield ev["type"], ev["object"]
+
+    async def start(self, name: str, namespace: str | None = None, *, paused: bool = False) -> None:
+        body = {"paused": True} if paused else {}
+        _json(await self.http.put(self.r.vm_sub(name, "start", namespace), json=body))
+
+    async def stop(
+        self, name: str, namespace: str | None = None, *, grace_period: int | None = None
+    ) -> None:
+        body = {} if grace_period is None else {"gracePeriod": grace_period}
+        _json(await self.http.put(self.r.vm_sub(name, "stop", namespace), json=body))
+
+    async def restart(self, name: str, namespace: str | None = None) -> None:
+        _json(await self.http.put(self.r.vm_sub(name, "restart", namespace), json={}))
+
+    async def migrate(
+        self,
+        name: str,
+        namespace: str | None = None,
+        *,
+        added_node_selector: dict[str, str] | None = None,
+        raw: bool = False,
+    ) -> Any:
+        body = {"addedNodeSelector": added_node_selector} if added_node_selector else {}
+        resp = await self.http.put(self.r.vm_sub(name, "migrate", namespace), json=body)
+        return self._out(_json(resp), raw)
+
+    async def pause(self, name: str, namespace: str | None = None) -> None:
+        _json(await self.http.put(self.r.vmi_sub(name, "pause", namespace), json={}))
+
+    async def unpause(self, name: str, namespace: str | None = None) -> None:
+        _json(await self.http.put(self.r.vmi_sub(name, "unpause", namespace), json={}))
+
+    async def softreboot(self, name: str, namespace: str | None = None) -> None:
+        _json(await self.http.put(self.r.vmi_sub(name, "softreboot", namespace), json={}))
+
+    async def cordon(self, node: str) -> Any:
+        return self._out(_json(await self.http.put(self.r.node_sub(node, "cordon"))), False)
+
+    async def uncordon(self, node: str) -> Any:
+        return self._out(_json(await self.http.put(self.r.node_sub(node, "uncordon"))), False)
+
+    async def drain(self, node: str) -> Any:
+        return self._out(_json(await self.http.put(self.r.node_sub(node, "drain"))), False)

@@ -1,0 +1,54 @@
+"""`python -m services.api --nats-url URL --port P [--host H] [--read-only]`."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+
+import nats
+import uvicorn
+
+from eventstore.settings import StreamSettings
+from eventstore.store import EventStore
+from projections.runner import ProjectionRunner
+from services.api.app import create_app
+from services.api.service import ApiService
+
+
+async def serve(
+    nats_url: str,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    *,
+    read_only: bool = False,
+    settings: StreamSettings | None = None,
+) -> None:
+    """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM."""
+    nc = await nats.connect(nats_url)
+    store = EventStore(nc, settings or StreamSettings())
+    await store.ensure()
+    runner = ProjectionRunner(store)
+    await runner.start()
+    app = create_app(ApiService(runner, None if read_only else store))
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    )
+    try:
+        await server.serve()  # uvicorn handles SIGINT/SIGTERM
+    finally:
+        await runner.stop()
+        await nc.drain()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m services.api")
+    parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--read-only", action="store_true", help="serve reads only (replica)")
+    args = parser.parse_args(argv)
+    asyncio.run(serve(args.nats_url, args.host, args.port, read_only=args.read_only))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Kubernetes `Status` error bodies, with Kubernetes' own wording, raised as `ApiError`."""
+
+from __future__ import annotations
+
+from events.objects import Status, StatusCause, StatusDetails
+
+
+class ApiError(Exception):
+    """An answer that is a Status body (the api turns it into a response)."""
+
+    def __init__(self, status: Status) -> None:
+        super().__init__(status.message)
+        self.status = status
+
+    @property
+    def code(self) -> int:
+        return self.status.code
+
+
+class Resource:
+    """A resource's names as Kubernetes prints them: `virtualmachines.kubevirt.io`."""
+
+    def __init__(self, plural: str, group: str, kind: str) -> None:
+        self.plural, self.group, self.kind = plural, group, kind
+
+    def __str__(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+VMS = Resource("virtualmachines", "kubevirt.io", "VirtualMachine")
+VMIS = Resource("virtualmachineinstances", "kubevirt.io", "VirtualMachineInstance")
+MIGRATIONS = Resource(
+    "virtualmachineinstancemigrations", "kubevirt.io", "VirtualMachineInstanceMigration"
+)
+POLICIES = Resource("migrationpolicies", "migrations.kubevirt.io", "MigrationPolicy")
+NODES = Resource("nodes", "", "Node")
+# KubeVirt's subresource handlers name the singular resource in their conflicts.
+VM_SUBRESOURCE = Resource("virtualmachine", "kubevirt.io", "VirtualMachine")
+VMI_SUBRESOURCE = Resource("virtualmachineinstance", "kubevirt.io", "VirtualMachineInstance")
+
+
+def _status(
+    code: int, reason: str, message: str, res: Resource | None = None, name: str | None = None
+) -> ApiError:
+    details = (
+        StatusDetails(name=name, group=res.group or None, kind=res.plural)
+        if res is not None
+        else None
+    )
+    return ApiError(Status(message=message, reason=reason, code=code, details=details))
+
+
+def not_found(res: Resource, name: str) -> ApiError:
+    return _status(404, "NotFound", f'{res} "{name}" not found', res, name)
+
+
+def already_exists(res: Resource, name: str) -> ApiError:
+    return _status(409, "AlreadyExists", f'{res} "{name}" already exists', res, name)
+
+
+def conflict(res: Resource, name: str, why: str) -> ApiError:
+    return _status(
+        409, "Conflict", f'Operation cannot be fulfilled on {res} "{name}": {why}', res, name
+    )
+
+
+MODIFIED = (
+    "the object has been modified; please apply your changes to the latest version and try again"
+)
+
+
+def stale(res: Resource, name: str) -> ApiError:
+    return conflict(res, name, MODIFIED)
+
+
+def bad_request(message: str) -> ApiError:
+    return _status(400, "BadRequest", message)
+
+
+def invalid(res: Resource, name: str, causes: list[StatusCause], message: str) -> ApiError:
+    status = Status(
+        message=message,
+        reason="Invalid",
+        code=422,
+        details=StatusDetails(name=name, group=res.group or None, kind=res.kind, causes=causes),
+    )
+    return ApiError(status)
+
+
+def method_not_allowed(
+    message: str = "the server does not allow this method on the requested resource",
+) -> ApiError:
+    return _status(405, "MethodNotAllowed", message)
+
+
+def gone(message: str) -> ApiError:
+    return _status(410, "Expired", message)
+
+
+def timeout(message: str) -> ApiError:
+    return _status(504, "Timeout", message)
+
+
+def internal(message: str) -> ApiError:
+    return _status(500, "InternalError", message)
+
+
+RESOURCE_OF_KIND = {
+    "vm": VMS,
+    "vmi": VMIS,
+    "migration": MIGRATIONS,
+    "policy": POLICIES,
+    "node": NODES,
+}

@@ -1,0 +1,157 @@
+"""The CLI and the Python client against a running api (CliRunner in a worker thread, the
+server in the test's event loop)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from client.api import ApiError, AsyncClient, Client
+from events.objects import VirtualMachine
+from eventstore.store import EventStore
+from tests.integration.test_api_support import RunningApi, running_api
+from tests.unit.kubevirt_examples import examples_dir
+
+VM_YAML = """
+apiVersion: kubevirt.io/v1
+kind: VirtualMachine
+metadata:
+  name: {name}
+spec:
+  runStrategy: {strategy}
+  template:
+    spec:
+      domain:
+        memory:
+          guest: 64Mi
+"""
+
+
+@pytest.fixture
+async def api(store: EventStore) -> AsyncIterator[RunningApi]:
+    async with running_api(store) as running:
+        yield running
+
+
+async def cli(api: RunningApi, *args: str, stdin: str | None = None) -> tuple[int, str, str]:
+    runner = CliRunner()
+    result = await asyncio.to_thread(runner.invoke, app, ["--server", api.url, *args], input=stdin)
+    return result.exit_code, result.stdout, result.stderr
+
+
+async def test_apply_get_and_errors(api: RunningApi, tmp_path: Path) -> None:
+    f = tmp_path / "vms.yaml"
+    f.write_text(
+        VM_YAML.format(name="a", strategy="Manual")
+        + "---"
+        + VM_YAML.format(name="b", strategy="Halted")
+    )
+    code, out, _ = await cli(api, "apply", "-f", str(f))
+    assert code == 0, out
+    assert "virtualmachine.kubevirt.io/a created" in out
+    code, out, _ = await cli(api, "apply", "-f", str(f))
+    assert code == 0 and "virtualmachine.kubevirt.io/a configured" in out
+    code, out, _ = await cli(
+        api, "create", "-f", "-", stdin=VM_YAML.format(name="c", strategy="Manual")
+    )
+    assert code == 0 and "virtualmachine.kubevirt.io/c created" in out
+    code, out, err = await cli(api, "create", "-f", str(f))
+    assert code == 1
+    assert (
+        'Error from server (AlreadyExists): virtualmachines.kubevirt.io "a" already exists' in err
+    )
+    code, out, _ = await cli(api, "get", "vms")
+    assert code == 0
+    lines = out.splitlines()
+    assert lines[0].split() == ["NAME", "AGE", "STATUS", "READY"]
+    assert [line.split()[0] for line in lines[1:]] == ["a", "b", "c"]
+    assert lines[1].split()[2:] == ["Stopped", "False"]
+    code, out, _ = await cli(api, "get", "vm", "a", "-o", "yaml")
+    assert code == 0 and "name: a" in out and "printableStatus: Stopped" in out
+    code, out, _ = await cli(api, "get", "vms", "-A")
+    assert out.splitlines()[0].split()[0] == "NAMESPACE"
+    code, _, err = await cli(api, "stop", "a")
+    assert code == 1
+    assert "Error from server (Conflict):" in err and "VM is not running" in err
+    code, out, _ = await cli(api, "start", "a")
+    assert code == 0 and "VM a was scheduled to start" in out
+    code, _, err = await cli(api, "start", "a")
+    assert code == 1 and "stop/start already underway" in err
+    code, out, _ = await cli(api, "delete", "vm", "c")
+    assert code == 0 and 'virtualmachine.kubevirt.io "c" deleted' in out
+    code, _, err = await cli(api, "get", "vm", "c")
+    assert code == 1 and "(NotFound)" in err
+
+
+async def test_apply_examples_directory(api: RunningApi) -> None:
+    docs_dir = examples_dir()
+    code, out, err = await cli(api, "apply", "-f", str(docs_dir))
+    # kubectl's habit: every document is tried; the migration's VMI is not Running → 422
+    assert code == 1
+    assert "virtualmachine.kubevirt.io/vm-cirros created" in out
+    assert "virtualmachineinstance.kubevirt.io/vmi-fedora created" in out
+    assert 'Error from server (Invalid): admission webhook "migration-create-validator' in err
+
+
+async def test_nodes_table_and_cordon(api: RunningApi) -> None:
+    from events.catalog import NodeJoined, Resources
+    from events.meta import Kind
+    from tests.factories import meta
+
+    ack = await api.store.append(
+        NodeJoined(
+            meta=meta(Kind.NODE, "node-1", "_"),
+            node="node-1",
+            capacity=Resources(cpu_millis=4000, memory_bytes=8 << 30),
+        )
+    )
+    await api.runner.wait_for(ack.seq)
+    code, out, _ = await cli(api, "cordon", "node-1")
+    assert code == 0 and "node/node-1 cordoned" in out
+    code, out, _ = await cli(api, "get", "nodes")
+    header, row = out.splitlines()[:2]
+    assert header.split() == ["NAME", "STATUS", "VMIS", "CPU", "MEMORY", "AGE"]
+    assert row.split()[:3] == ["node-1", "Ready,SchedulingDisabled", "0"]
+    code, _, err = await cli(api, "cordon", "ghost")
+    assert code == 1 and 'nodes "ghost" not found' in err
+
+
+async def test_python_clients(api: RunningApi) -> None:
+    import yaml
+
+    doc = yaml.safe_load(VM_YAML.format(name="py", strategy="Manual"))
+    async with AsyncClient(api.url) as ac:
+        created = await ac.create(doc)
+        assert isinstance(created, VirtualMachine) and created.metadata.uid
+        rv = created.metadata.resource_version
+        with pytest.raises(ApiError) as exc:
+            await ac.stop("py")
+        assert exc.value.code == 409 and "VM is not running" in exc.value.status.message
+        await ac.start("py")
+        events = []
+        async for ev_type, obj in ac.watch("vms", resource_version=rv):
+            events.append((ev_type, obj["metadata"]["name"]))
+            break
+
+    def sync_part() -> list[str]:
+        with Client(api.url) as c:
+            vm = c.get("vm", "py")
+            assert vm.status.state_change_requests[0].action == "Start"
+            names = [v.metadata.name for v in c.list("vms")]
+            updated = c.apply({**doc, "metadata": {"name": "py", "labels": {"x": "y"}}})
+            assert updated.metadata.labels == {"x": "y"}
+            seen = []
+            for ev_type, _obj in c.watch("vms", resource_version=rv):
+                seen.append(ev_type)
+                if len(seen) == 2:
+                    break
+            return names + seen
+
+    assert events == [("MODIFIED", "py")]
+    results = await asyncio.to_thread(sync_part)
+    assert results == ["py", "MODIFIED", "MODIFIED"]
