@@ -145,6 +145,15 @@ class VMIRemoved(Event, tag="VMIRemoved"):
     """The VMI object is gone (deleted and its launcher cleaned up)."""
 
 
+class VMIEvictionBlocked(Event, tag="VMIEvictionBlocked"):
+    """A drain cannot move this VMI (eviction strategy LiveMigrate, not live-migratable);
+    it stays where it is and keeps the node from emptying."""
+
+    node: str
+    reason: str
+    message: str
+
+
 # ---------------------------------------------------- VirtualMachineInstance (handler)
 class LauncherStarted(Event, tag="LauncherStarted"):
     node: str
@@ -341,6 +350,7 @@ AnyEvent = (
     | Unschedulable
     | VMIFailed
     | VMIRemoved
+    | VMIEvictionBlocked
     | LauncherStarted
     | DomainStarted
     | DomainPaused

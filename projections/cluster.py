@@ -14,6 +14,8 @@ from msgspec.structs import replace
 from events.catalog import (
     DomainStarted,
     LauncherStarted,
+    MigrationAborted,
+    MigrationFailed,
     MigrationScheduled,
     MigrationSucceeded,
     PodScheduled,
@@ -155,6 +157,10 @@ class Cluster:
                 pod_uid=ev.target_pod_uid,
                 active_pods=((ev.target_pod_uid, ev.target_node),),
             )
+        elif isinstance(ev, MigrationFailed | MigrationAborted) and vmi.node != new.target_node:
+            # the target pod is going away; the VMI stays on its source
+            pods = tuple(p for p in vmi.active_pods if p[0] != new.target_pod_uid)
+            updated = replace(vmi, active_pods=pods)
         else:
             updated = vmi
         updated = replace(updated, migration=new.name, resource_version=s.seq)

@@ -195,7 +195,11 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
             if v.final:
                 return v
             return _phase(v, "Failed", at, reason=reason, message=msg, paused=False)
-        case LauncherExited():
+        case LauncherExited(pod_uid=pod_uid):
+            if v.migration and pod_uid and pod_uid != v.pod_uid:
+                # another pod of this VMI: a migration's source after the handoff, or a
+                # failed target; the VMI's own launcher lives on
+                return replace(v, active_pods=tuple(p for p in v.active_pods if p[0] != pod_uid))
             return replace(v, launcher_exited=True, active_pods=())
         case VMIDeleteRequested(grace_period_seconds=grace):
             if v.deletion_requested_at is not None:

@@ -1,5 +1,6 @@
 """python -m services.controller --nats-url URL [--metrics-port P] [--node-timeout S]
-[--max-backoff S]"""
+[--max-backoff S] [--parallel-migrations N] [--parallel-outbound-migrations N]
+[--migration-bandwidth BYTES_PER_S]"""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 
 from services.controller.backoff import BackoffConfig
 from services.controller.node_health import DEFAULT_NODE_TIMEOUT
+from services.controller.policy import MigrationConfig
 from services.controller.reactor import Controller
 from services.controller.service import serve
 from services.runtime import logs
@@ -26,10 +28,21 @@ def main() -> None:
     p.add_argument(
         "--max-backoff", type=float, default=300.0, help="cap of the crash-loop backoff, seconds"
     )
+    p.add_argument("--parallel-migrations", type=int, default=5, help="per cluster")
+    p.add_argument("--parallel-outbound-migrations", type=int, default=2, help="per node")
+    p.add_argument(
+        "--migration-bandwidth", type=int, default=0, help="bytes/s per migration, 0: unlimited"
+    )
     args = p.parse_args()
     logs.configure()
     controller = Controller(
-        node_timeout=args.node_timeout, backoff_config=BackoffConfig(max_delay=args.max_backoff)
+        node_timeout=args.node_timeout,
+        backoff_config=BackoffConfig(max_delay=args.max_backoff),
+        migration_config=MigrationConfig(
+            parallel_migrations_per_cluster=args.parallel_migrations,
+            parallel_outbound_migrations_per_node=args.parallel_outbound_migrations,
+            bandwidth_per_migration=args.migration_bandwidth,
+        ),
     )
     asyncio.run(serve(controller, args.nats_url, metrics_port=args.metrics_port))
 

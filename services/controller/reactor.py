@@ -3,8 +3,10 @@ and on every tick reconciles everything (timers: backoff expiry, heartbeat timeo
 
 Each concern is a module of pure functions (run_strategy, backoff, lifecycle, scheduler,
 node_health); this module only decides which objects to look at and in what order.
-Migration deciders will hang off `react`/`tick` the same way (a `Kind.MIGRATION` scope),
-placing targets with `scheduler.place(..., exclude={source}, extra_selector=...)`."""
+Migrations (migration.py) and drains (evacuation.py) are decided over the whole cluster on
+every pass: the parallel limits and FIFO queueing are global, and the non-final migrations
+and draining nodes are few. Migration targets are placed before pending VMIs, sharing the
+pass's reservations."""
 
 from __future__ import annotations
 
@@ -16,8 +18,17 @@ from events.catalog import Event
 from events.meta import Kind
 from eventstore.store import Stored
 from projections.cluster import key
-from services.controller import backoff, lifecycle, node_health, run_strategy, scheduler
+from services.controller import (
+    backoff,
+    evacuation,
+    lifecycle,
+    migration,
+    node_health,
+    run_strategy,
+    scheduler,
+)
 from services.controller.backoff import BackoffConfig
+from services.controller.policy import MigrationConfig
 from services.controller.state import ControllerState
 from services.controller.state import evolve as evolve_state
 from services.runtime.context import Context, Decision
@@ -40,9 +51,11 @@ class Controller:
         *,
         node_timeout: float = node_health.DEFAULT_NODE_TIMEOUT,
         backoff_config: BackoffConfig | None = None,
+        migration_config: MigrationConfig | None = None,
     ) -> None:
         self.node_timeout = node_timeout
         self.backoff = backoff_config or BackoffConfig()
+        self.migrations = migration_config or MigrationConfig()
 
     def filters(self) -> Sequence[str]:
         return [subjects.kind_filter(k) for k in Kind]
@@ -74,7 +87,7 @@ class Controller:
                     scope.vmis.add(k)
                     scope.vms.add(k)
             case _:
-                pass  # migrations and policies: later
+                pass  # migrations and policies: decided cluster-wide in _decide
         return self._decide(state, scope, ctx, check_nodes=False)
 
     def tick(self, state: ControllerState, ctx: Context) -> Sequence[Decision]:
@@ -105,7 +118,10 @@ class Controller:
             # backoff first: a failed start must be on record before the VMI is replaced
             out += backoff.reconcile(vm, c.vmi_of_vm(vm), ctx, self.backoff)
             out += run_strategy.reconcile(state, vm, ctx)
-        out += scheduler.schedule_pending(c, ctx)
+        reserved = scheduler.Reserved()
+        out += migration.reconcile(state, ctx, self.migrations, reserved)
+        out += evacuation.reconcile(state, ctx, self.migrations)
+        out += scheduler.schedule_pending(c, ctx, reserved)
         return [Decision(ev) for ev in _unique(out)]
 
 

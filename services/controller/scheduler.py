@@ -317,15 +317,17 @@ def needs_node(vmi: VMIView) -> bool:
     )
 
 
-def schedule_pending(cluster: Cluster, ctx: Context) -> list[Event]:
+def schedule_pending(
+    cluster: Cluster, ctx: Context, reserved: Reserved | None = None
+) -> list[Event]:
     """Place every VMI waiting for a node, oldest first; each placement counts against the
-    capacity seen by the next. A VMI that does not fit gets Unschedulable once per
-    distinct reason."""
+    capacity seen by the next (and `reserved`: e.g. migration targets placed in this pass).
+    A VMI that does not fit gets Unschedulable once per distinct reason."""
     pending = sorted(
         (v for v in cluster.vmis.values() if needs_node(v)),
         key=lambda v: (v.created_at, v.namespace, v.name),
     )
-    reserved = Reserved()
+    reserved = reserved if reserved is not None else Reserved()
     out: list[Event] = []
     for vmi in pending:
         result = place(vmi.manifest, cluster, reserved=reserved)

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from events.catalog import VMIDeleteRequested, VMIRemoved
+from events.catalog import (
+    MigrationAbortRequested,
+    NodeUncordoned,
+    VMIDeleteRequested,
+    VMIEvictionBlocked,
+    VMIRemoved,
+)
 from events.meta import Kind
 from eventstore.store import Stored
 from projections.cluster import Cluster, key
@@ -27,6 +33,11 @@ class ControllerState:
     # vm uid → phase its last removed VMI had when deleted; absent: the VM never had one
     # removed (RerunOnFailure restarts only after "Failed"; Once never restarts)
     last_outcome: dict[str, str] = field(default_factory=dict)
+    # migration uid → the node its latest abort request was routed to (an abort of a
+    # Running migration must reach the source's handler; the controller relays it if not)
+    abort_routed: dict[str, str] = field(default_factory=dict)
+    # (vmi uid, node): a drain of that node already reported the VMI as not movable
+    eviction_blocked: set[tuple[str, str]] = field(default_factory=set)
 
 
 def evolve(state: ControllerState, s: Stored) -> ControllerState:
@@ -43,5 +54,13 @@ def evolve(state: ControllerState, s: Stored) -> ControllerState:
                     phase = state.phase_at_delete.pop(vmi.uid, vmi.phase)
                     if vmi.owner_vm_uid:
                         state.last_outcome[vmi.owner_vm_uid] = phase
+                case VMIEvictionBlocked(node=node):
+                    state.eviction_blocked.add((vmi.uid, node))
+    elif agg.kind is Kind.MIGRATION and isinstance(ev, MigrationAbortRequested):
+        mig = state.cluster.migrations.get(key(agg.namespace, agg.name))
+        if mig is not None and ev.meta.node:
+            state.abort_routed[mig.uid] = ev.meta.node
+    elif isinstance(ev, NodeUncordoned):  # a later drain reports blocked VMIs afresh
+        state.eviction_blocked = {b for b in state.eviction_blocked if b[1] != agg.name}
     state.cluster.apply(s)
     return state

@@ -1,0 +1,115 @@
+"""`virtstream drain NODE` progress: after the drain request, show the node emptying.
+
+Polls the VMIs still on the node and the migrations moving them, printing a line whenever
+something changes, until no non-final VMI is left (exit 0). VMIs a drain cannot move
+(evictionStrategy LiveMigrate but not live-migratable) are reported with KubeVirt's reason;
+when only those are left, or on timeout, it stops with exit 1 (the node stays cordoned)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+JSON = dict[str, Any]
+FINAL = ("Succeeded", "Failed")
+
+
+def _condition(vmi: JSON, ctype: str) -> JSON | None:
+    for c in (vmi.get("status") or {}).get("conditions") or []:
+        if c.get("type") == ctype:
+            return dict(c)
+    return None
+
+
+def blocked_reason(vmi: JSON) -> str | None:
+    """KubeVirt's message when the drain will leave this VMI where it is."""
+    if (vmi.get("spec") or {}).get("evictionStrategy") != "LiveMigrate":
+        return None
+    cond = _condition(vmi, "LiveMigratable")
+    if cond is None or cond.get("status") != "False":
+        return None
+    name = (vmi.get("metadata") or {}).get("name", "")
+    return f"VMI {name} is configured with an eviction strategy but is not live-migratable"
+
+
+def _key(obj: JSON) -> str:
+    md = obj.get("metadata") or {}
+    return f"{md.get('namespace', '')}/{md.get('name', '')}"
+
+
+def _remaining(client: Any, node: str) -> list[JSON]:
+    vmis = client.list("vmi", all_namespaces=True, raw=True)
+    return [
+        v
+        for v in vmis
+        if (v.get("status") or {}).get("nodeName") == node
+        and (v.get("status") or {}).get("phase") not in FINAL
+    ]
+
+
+def _moving(client: Any) -> dict[str, JSON]:
+    """Active migrations by "ns/vmiName"."""
+    out = {}
+    for m in client.list("vmim", all_namespaces=True, raw=True):
+        status = m.get("status") or {}
+        if status.get("phase") in FINAL:
+            continue
+        ns = (m.get("metadata") or {}).get("namespace", "")
+        out[f"{ns}/{(m.get('spec') or {}).get('vmiName', '')}"] = m
+    return out
+
+
+def _describe(vmi: JSON, mig: JSON | None) -> str:
+    if (reason := blocked_reason(vmi)) is not None:
+        return f"blocked: {reason}"
+    if (vmi.get("metadata") or {}).get("deletionTimestamp"):
+        return "shutting down"
+    if mig is None:
+        return (vmi.get("status") or {}).get("phase", "")
+    st = mig.get("status") or {}
+    state = st.get("migrationState") or {}
+    line = f"migrating ({st.get('phase', 'Pending')})"
+    if state.get("targetNode"):
+        line += f" to {state['targetNode']}"
+    total = state.get("dataTotalBytes")
+    if total:
+        done = state.get("dataProcessedBytes", 0)
+        line += f" {100 * done // total}%"
+    return line
+
+
+def drain_progress(
+    client: Any,
+    node: str,
+    *,
+    timeout: float = 600.0,
+    interval: float = 0.5,
+    out: Callable[[str], None] = print,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Follow the drain of `node` (already requested) until it is empty: 0, or 1 when only
+    blocked VMIs remain or `timeout` seconds pass. `client` is a client.api.Client."""
+    deadline = clock() + timeout
+    shown: dict[str, str] = {}
+    while True:
+        vmis = _remaining(client, node)
+        moving = _moving(client) if vmis else {}
+        lines = {_key(v): _describe(v, moving.get(_key(v))) for v in vmis}
+        for k, line in sorted(lines.items()):
+            if shown.get(k) != line:
+                out(f"{k}: {line}")
+        for k in sorted(shown.keys() - lines.keys()):
+            out(f"{k}: gone from {node}")
+        shown = lines
+        if not vmis:
+            out(f"node/{node} drained")
+            return 0
+        if all(line.startswith("blocked:") for line in lines.values()):
+            out(f"node/{node} cannot be drained: {len(lines)} VMI(s) cannot be moved")
+            return 1
+        if clock() >= deadline:
+            out(f"node/{node}: timed out with {len(vmis)} VMI(s) left")
+            return 1
+        sleep(interval)
