@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+from collections.abc import Coroutine
+from typing import Any
 
 import nats
 import uvicorn
@@ -47,7 +49,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--read-only", action="store_true", help="serve reads only (replica)")
     args = parser.parse_args(argv)
-    asyncio.run(serve(args.nats_url, args.host, args.port, read_only=args.read_only))
+    run(serve(args.nats_url, args.host, args.port, read_only=args.read_only))
+
+
+def run(main: Coroutine[Any, Any, None]) -> None:
+    """uvloop when installed: the api is CPU-bound on HTTP parsing and the event loop, and
+    uvloop cuts the loop's share (measured in bench/bench_api.py)."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
 
 
 if __name__ == "__main__":
