@@ -1,0 +1,159 @@
+"""Supervises `virtstream up`'s services: one subprocess each, logs to files, restarts with
+backoff, ordered stop.
+
+Each service runs in its own session (process group), so a terminal's Ctrl-C reaches only
+the supervisor, which then stops everything in order. Synchronous on purpose: `up` polls
+a handful of processes a few times a second, no event loop needed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+
+REPO = Path(__file__).resolve().parents[1]
+
+#: a service that ran at least this long before dying restarts without delay
+HEALTHY_AFTER_SECONDS = 30.0
+MAX_BACKOFF_SECONDS = 10.0
+
+
+class ServiceSpec(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    module: str  # run as `python -m <module>`
+    args: tuple[str, ...] = ()
+    metrics_url: str = ""  # shown to the user
+    env: dict[str, str] = {}
+
+    def argv(self) -> list[str]:
+        return [sys.executable, "-m", self.module, *self.args]
+
+
+def importable(module: str) -> bool:
+    """Whether `python -m module` can run: the module (or its package's __main__) exists."""
+    try:
+        spec = importlib.util.find_spec(module)
+        if spec is None:
+            return False
+        if spec.submodule_search_locations is not None:  # a package: needs __main__
+            return importlib.util.find_spec(f"{module}.__main__") is not None
+        return True
+    except (ImportError, ValueError):
+        return False
+
+
+class Supervised:
+    def __init__(self, spec: ServiceSpec, log_dir: Path) -> None:
+        self.spec = spec
+        self.log_path = log_dir / f"{spec.name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started_at = 0.0
+        self.restarts = 0
+        self.failures = 0  # consecutive quick deaths, for the backoff
+        self.restart_at: float | None = None
+
+    def start(self) -> None:
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                self.spec.argv(),
+                cwd=REPO,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env={**os.environ, **self.spec.env},
+            )
+        self.started_at = time.monotonic()
+        self.restart_at = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def terminate(self) -> None:
+        if self.running:
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.send_signal(signal.SIGTERM)
+
+    def wait(self, timeout: float) -> bool:
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(timeout)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
+    def kill(self) -> None:
+        if self.running:
+            assert self.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            self.proc.wait()
+
+
+class Supervisor:
+    """Starts services, restarts the ones that die, stops them in reverse order."""
+
+    def __init__(self, log_dir: Path, say: Callable[[str], None] = print) -> None:
+        self.log_dir = log_dir
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.say = say
+        self.services: list[Supervised] = []
+        self.stopping = False
+
+    def add(self, spec: ServiceSpec) -> Supervised | None:
+        """Start a service; a module that is not there yet is reported and skipped."""
+        if not importable(spec.module):
+            self.say(f"[yellow]skipped[/] {spec.name}: `{spec.module}` is not importable yet")
+            return None
+        s = Supervised(spec, self.log_dir)
+        s.start()
+        self.services.append(s)
+        return s
+
+    def poll(self) -> None:
+        """Restart what died (with backoff); call a few times a second."""
+        if self.stopping:
+            return
+        now = time.monotonic()
+        for s in self.services:
+            if s.running:
+                continue
+            if s.restart_at is None:
+                assert s.proc is not None
+                code = s.proc.returncode
+                lived = now - s.started_at
+                s.failures = 0 if lived >= HEALTHY_AFTER_SECONDS else s.failures + 1
+                delay = min(MAX_BACKOFF_SECONDS, 0.5 * 2 ** max(0, s.failures - 1))
+                s.restart_at = now + delay
+                self.say(
+                    f"[red]{s.spec.name} exited[/] with {code} after {lived:.1f}s; "
+                    f"restarting in {delay:.1f}s (log {s.log_path})"
+                )
+            elif now >= s.restart_at:
+                s.restarts += 1
+                s.start()
+                self.say(f"[green]{s.spec.name} restarted[/] (restart #{s.restarts})")
+
+    def stop(self, names: set[str] | None = None, timeout: float = 10.0) -> None:
+        """SIGTERM (reverse start order), wait, then SIGKILL what is left."""
+        self.stopping = True
+        chosen = [s for s in reversed(self.services) if names is None or s.spec.name in names]
+        for s in chosen:
+            s.terminate()
+        deadline = time.monotonic() + timeout
+        for s in chosen:
+            if not s.wait(max(0.0, deadline - time.monotonic())):
+                self.say(f"[yellow]{s.spec.name} did not stop in {timeout}s: killed[/]")
+                s.kill()

@@ -1,0 +1,171 @@
+"""What a handler knows from its own node's events: the VMIs assigned to it.
+
+Pure: `evolve(state, event)` folds one event routed to this node into the state. The state
+is a plain dict keyed "ns/name" (a VMI aggregate); a PodScheduled with a new uid replaces
+the record of an earlier VMI of the same name (a VM restart creates a new VMI uid).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from events.catalog import (
+    DomainPaused,
+    DomainResumed,
+    DomainSoftRebooted,
+    DomainStarted,
+    DomainStopped,
+    Event,
+    LauncherExited,
+    LauncherStarted,
+    Manifest,
+    PodScheduled,
+    VMIDeleteRequested,
+    VMIFailed,
+    VMIPauseRequested,
+    VMIRemoved,
+    VMISoftRebootRequested,
+    VMIUnpauseRequested,
+)
+from events.meta import Kind
+
+DEFAULT_GRACE_SECONDS = 30
+
+
+class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One VMI on this node, as the events say (not as the launcher says)."""
+
+    namespace: str
+    name: str
+    uid: str
+    pod_uid: str
+    manifest: Manifest
+    # the intent behind the handler's next events (correlation/causation of its appends)
+    correlation_id: str = ""
+    causation_id: str = ""
+    launcher_pid: int = 0  # LauncherStarted
+    started: bool = False  # DomainStarted
+    paused: bool = False  # the domain's pause state per DomainStarted/Paused/Resumed
+    pause_events: int = 0
+    resume_events: int = 0
+    want_paused: bool | None = None  # last of VMIPauseRequested / VMIUnpauseRequested
+    soft_reboot_requests: int = 0
+    soft_reboots: int = 0
+    stopped: bool = False  # DomainStopped
+    exited: bool = False  # LauncherExited
+    delete_requested: bool = False
+    delete_grace: int | None = None
+    failed: bool = False  # VMIFailed (e.g. NodeUnresponsive): destroy the launcher
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        return self.manifest.get("spec") or {}
+
+    @property
+    def start_paused(self) -> bool:
+        return self.spec.get("startStrategy") == "Paused"
+
+    @property
+    def termination_grace(self) -> int:
+        grace = self.spec.get("terminationGracePeriodSeconds")
+        return DEFAULT_GRACE_SECONDS if grace is None else int(grace)
+
+    @property
+    def stop_grace(self) -> int:
+        """The grace period a stop gets: 0 for a failed VMI (destroy), else the delete's,
+        else spec.terminationGracePeriodSeconds."""
+        if self.failed:
+            return 0
+        return self.termination_grace if self.delete_grace is None else self.delete_grace
+
+    @property
+    def wants_stop(self) -> bool:
+        return self.delete_requested or self.failed
+
+    @property
+    def done(self) -> bool:
+        """Nothing left to do on this node for it."""
+        return self.exited or (self.launcher_pid == 0 and self.wants_stop)
+
+
+NodeState = dict[str, VMIRecord]
+
+
+def vmi_key(event: Event) -> str:
+    agg = event.meta.aggregate
+    return f"{agg.namespace}/{agg.name}"
+
+
+def manifest_uid(manifest: Manifest) -> str:
+    return str((manifest.get("metadata") or {}).get("uid") or "")
+
+
+def evolve(state: NodeState, event: Event) -> NodeState:
+    """Fold one event of this node's stream into the state (mutates and returns `state`:
+    the handler owns it alone, and copying per event would be waste)."""
+    agg = event.meta.aggregate
+    if agg.kind is not Kind.VMI:
+        return state  # migrations: not handled yet
+    key = vmi_key(event)
+    if isinstance(event, PodScheduled):
+        uid = agg.uid or manifest_uid(event.manifest)
+        old = state.get(key)
+        if old is not None and old.uid == uid:
+            return state  # redelivered
+        state[key] = VMIRecord(
+            namespace=agg.namespace,
+            name=agg.name,
+            uid=uid,
+            pod_uid=event.pod_uid,
+            manifest=event.manifest,
+            correlation_id=event.meta.correlation_id,
+            causation_id=event.meta.event_id,
+        )
+        return state
+    r = state.get(key)
+    if r is None or (agg.uid and agg.uid != r.uid):
+        return state  # an earlier VMI of the same name, or one never scheduled here
+    cause = {"correlation_id": event.meta.correlation_id, "causation_id": event.meta.event_id}
+    match event:
+        case LauncherStarted(pid=pid):
+            r = msgspec.structs.replace(r, launcher_pid=pid)
+        case DomainStarted(paused=paused):
+            r = msgspec.structs.replace(r, started=True, paused=paused)
+        case DomainPaused():
+            r = msgspec.structs.replace(r, paused=True, pause_events=r.pause_events + 1)
+        case DomainResumed():
+            r = msgspec.structs.replace(r, paused=False, resume_events=r.resume_events + 1)
+        case DomainSoftRebooted():
+            r = msgspec.structs.replace(r, soft_reboots=r.soft_reboots + 1)
+        case DomainStopped():
+            r = msgspec.structs.replace(r, stopped=True, paused=False)
+        case LauncherExited():
+            r = msgspec.structs.replace(r, exited=True)
+        case VMIDeleteRequested(grace_period_seconds=grace):
+            # a later delete may shorten the grace period, never extend it
+            if r.delete_requested and grace is not None and r.delete_grace is not None:
+                grace = min(grace, r.delete_grace)
+            elif r.delete_requested and grace is None:
+                grace = r.delete_grace
+            r = msgspec.structs.replace(r, delete_requested=True, delete_grace=grace, **cause)
+        case VMIPauseRequested():
+            r = msgspec.structs.replace(r, want_paused=True, **cause)
+        case VMIUnpauseRequested():
+            r = msgspec.structs.replace(r, want_paused=False, **cause)
+        case VMISoftRebootRequested():
+            r = msgspec.structs.replace(r, soft_reboot_requests=r.soft_reboot_requests + 1, **cause)
+        case VMIFailed():
+            r = msgspec.structs.replace(r, failed=True, **cause)
+        case VMIRemoved():
+            del state[key]
+            return state
+        case _:
+            return state
+    state[key] = r
+    return state
