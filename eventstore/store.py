@@ -220,7 +220,9 @@ class EventStore:
         try:
             if not follow:
                 info = await sub.consumer_info()
-                if info.num_pending == 0 and not (info.delivered and info.delivered.stream_seq):
+                # the consumer sequence counts deliveries to us; the stream sequence may point
+                # past skipped messages even when nothing matched
+                if info.num_pending == 0 and not (info.delivered and info.delivered.consumer_seq):
                     return
             while True:
                 try:
