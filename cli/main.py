@@ -186,13 +186,16 @@ def get(
     output: str = typer.Option("", "--output", "-o", help="wide | yaml | json"),
     watch: bool = typer.Option(False, "--watch", "-w"),
     selector: str | None = typer.Option(None, "--selector", "-l", help="Label selector"),
+    at: str | None = typer.Option(
+        None, "--at", help="As it was at a stream sequence or a time (5m, @epoch, ISO)"
+    ),
 ) -> None:
-    """Show objects as a table (or YAML/JSON); -w follows changes."""
+    """Show objects as a table (or YAML/JSON); -w follows changes; --at travels back."""
     with client() as c:
         info = resource(kind)
         ns_col = all_namespaces and info.namespaced
         if name:
-            objs = [c.get(kind, name, _ns(namespace), raw=True)]
+            objs = [c.get(kind, name, _ns(namespace), raw=True, at=at)]
         else:
             objs = c.list(
                 kind,
@@ -200,9 +203,10 @@ def get(
                 all_namespaces=all_namespaces,
                 label_selector=selector,
                 raw=True,
+                at=at,
             )
         _print_objects(info.kind, objs, output, ns_col, single=bool(name))
-        if not watch:
+        if not watch or at:
             return
         field = f"metadata.name={name}" if name else None
         last_rv = None

@@ -222,8 +222,20 @@ class Client:
         doc = {**doc, "metadata": {**doc.get("metadata", {}), "resourceVersion": rv}}
         return self.update(doc, namespace, raw=raw)
 
-    def get(self, kind: str, name: str, namespace: str | None = None, *, raw: bool = False) -> Any:
-        return self._out(_json(self.http.get(self.r.item(kind, name, namespace))), raw)
+    def get(
+        self,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        raw: bool = False,
+        at: str | None = None,
+    ) -> Any:
+        """`at`: a stream sequence or a time (`5m`, `@epoch`, ISO): the object as it was."""
+        params = {"at": at} if at else {}
+        return self._out(
+            _json(self.http.get(self.r.item(kind, name, namespace), params=params)), raw
+        )
 
     def list(
         self,
@@ -234,10 +246,13 @@ class Client:
         label_selector: str | None = None,
         field_selector: str | None = None,
         raw: bool = False,
+        at: str | None = None,
     ) -> list[Any]:
         info = resource(kind)
         path = collection_path(info, None if all_namespaces else self.r.ns(namespace))
         params = self.r.list_params(label_selector, field_selector)
+        if at:
+            params["at"] = at
         body = _json(self.http.get(path, params=params))
         return [self._out(i, raw) for i in body["items"]]
 
@@ -361,9 +376,17 @@ class AsyncClient:
         return await self.update(doc, namespace, raw=raw)
 
     async def get(
-        self, kind: str, name: str, namespace: str | None = None, *, raw: bool = False
+        self,
+        kind: str,
+        name: str,
+        namespace: str | None = None,
+        *,
+        raw: bool = False,
+        at: str | None = None,
     ) -> Any:
-        return self._out(_json(await self.http.get(self.r.item(kind, name, namespace))), raw)
+        params = {"at": at} if at else {}
+        path = self.r.item(kind, name, namespace)
+        return self._out(_json(await self.http.get(path, params=params)), raw)
 
     async def list(
         self,
@@ -374,10 +397,13 @@ class AsyncClient:
         label_selector: str | None = None,
         field_selector: str | None = None,
         raw: bool = False,
+        at: str | None = None,
     ) -> list[Any]:
         info = resource(kind)
         path = collection_path(info, None if all_namespaces else self.r.ns(namespace))
         params = self.r.list_params(label_selector, field_selector)
+        if at:
+            params["at"] = at
         body = _json(await self.http.get(path, params=params))
         return [self._out(i, raw) for i in body["items"]]
 

@@ -26,7 +26,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from events.manifest import ManifestError, yaml_documents
 from events.meta import Kind
-from projections.cluster import key
+from projections import history
+from projections.cluster import Cluster, key
 from projections.watch import Selector, SelectorError, TooOldResourceVersion, Watcher
 from services.api import intents
 from services.api.errors import (
@@ -158,9 +159,23 @@ def _is_watch(request: Request[Any, Any, Any]) -> bool:
     return request.query_params.get("watch", "").lower() in ("true", "1")
 
 
-def _list_or_watch(request: Request[Any, Any, Any], kind: Kind, namespace: str) -> Response[Any]:
+async def _list_or_watch(
+    request: Request[Any, Any, Any], kind: Kind, namespace: str
+) -> Response[Any]:
     api = _api(request)
     selector = _selector(request, kind, namespace)
+    if (past := await _at(request, api)) is not None:
+        cluster, now, seq = past
+        items = [
+            obj
+            for obj in history.render_all(cluster, kind, now).values()
+            if selector.matches(kind, obj)
+        ]
+        api_version, list_kind = LIST_KINDS[kind]
+        meta = {"resourceVersion": str(seq)}
+        return _respond(
+            {"apiVersion": api_version, "kind": list_kind, "metadata": meta, "items": items}
+        )
     if _is_watch(request):
         return _watch(request, api, selector)
     api_version, list_kind = LIST_KINDS[kind]
@@ -217,11 +232,39 @@ async def _next(watcher: Watcher, wait: float | None) -> JSON | None:
     return item
 
 
-def _get_one(request: Request[Any, Any, Any], kind: Kind, k: str, res: Resource) -> Response[Any]:
-    obj = _api(request).runner.get(kind, k)
+async def _get_one(
+    request: Request[Any, Any, Any], kind: Kind, k: str, res: Resource
+) -> Response[Any]:
+    api = _api(request)
+    if (past := await _at(request, api)) is not None:
+        cluster, now, _ = past
+        obj = history.render_object(cluster, kind, k, now)
+    else:
+        obj = api.runner.get(kind, k)
     if obj is None:
         raise not_found(res, k.rsplit("/", 1)[-1])
     return _respond(obj)
+
+
+async def _at(
+    request: Request[Any, Any, Any], api: ApiService
+) -> tuple[Cluster, float, int] | None:
+    """`?at=SEQ|TIME` (time travel): the cluster as folded up to that point, from the log.
+
+    Rebuilt per request from the stream (a snapshot would shorten it); time-dependent status
+    (CrashLoopBackOff, heartbeat age) is evaluated at the point's time when it has one."""
+    text = request.query_params.get("at")
+    if not text:
+        return None
+    if _is_watch(request):
+        raise bad_request("at cannot be combined with watch")
+    try:
+        point = history.parse_point(text)
+    except ValueError as exc:
+        raise bad_request(f"invalid at: {exc}") from None
+    seq = await history.resolve(api.runner.store, point)
+    cluster = await history.cluster_at(api.runner.store, seq=seq)
+    return cluster, point.time if point.time is not None else time.time(), seq
 
 
 def _grace(request: Request[Any, Any, Any], body: JSON) -> int | None:
@@ -243,7 +286,7 @@ async def collection(
 ) -> Response[Any]:
     kind, _ = _plural(plural)
     if request.method == "GET":
-        return _list_or_watch(request, kind, ns)
+        return await _list_or_watch(request, kind, ns)
     api = _api(request)
     _writable(api)
     body = await _body(request)
@@ -261,7 +304,7 @@ def _create(
 @get(f"{KUBEVIRT}/{{plural:str}}")
 async def all_namespaces(request: Request[Any, Any, Any], plural: FromPath[str]) -> Response[Any]:
     kind, _ = _plural(plural)
-    return _list_or_watch(request, kind, "")
+    return await _list_or_watch(request, kind, "")
 
 
 @route(
@@ -274,7 +317,7 @@ async def item(
 ) -> Response[Any]:
     kind, res = _plural(plural)
     if request.method == "GET":
-        return _get_one(request, kind, key(ns, name), res)
+        return await _get_one(request, kind, key(ns, name), res)
     api = _api(request)
     _writable(api)
     body = await _body(request)
@@ -294,7 +337,7 @@ async def item(
 @route(POLICY_BASE, http_method=["GET", "POST"], status_code=200)
 async def policies(request: Request[Any, Any, Any]) -> Response[Any]:
     if request.method == "GET":
-        return _list_or_watch(request, Kind.POLICY, "")
+        return await _list_or_watch(request, Kind.POLICY, "")
     api = _api(request)
     _writable(api)
     body = await _body(request)
@@ -308,7 +351,7 @@ async def policies(request: Request[Any, Any, Any]) -> Response[Any]:
 @route(f"{POLICY_BASE}/{{name:str}}", http_method=["GET", "PUT", "DELETE"], status_code=200)
 async def policy(request: Request[Any, Any, Any], name: FromPath[str]) -> Response[Any]:
     if request.method == "GET":
-        return _get_one(request, Kind.POLICY, name, POLICIES)
+        return await _get_one(request, Kind.POLICY, name, POLICIES)
     api = _api(request)
     _writable(api)
     body = await _body(request)
@@ -325,12 +368,12 @@ async def policy(request: Request[Any, Any, Any], name: FromPath[str]) -> Respon
 # ------------------------------------------------------------------ nodes
 @get("/api/v1/nodes")
 async def nodes(request: Request[Any, Any, Any]) -> Response[Any]:
-    return _list_or_watch(request, Kind.NODE, "")
+    return await _list_or_watch(request, Kind.NODE, "")
 
 
 @get("/api/v1/nodes/{name:str}")
 async def node(request: Request[Any, Any, Any], name: FromPath[str]) -> Response[Any]:
-    return _get_one(request, Kind.NODE, name, NODES)
+    return await _get_one(request, Kind.NODE, name, NODES)
 
 
 @put(NODE_SUBRESOURCES, status_code=202)
