@@ -21,6 +21,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ops.nats_server import NatsServer, free_port
+from ops.prometheus_server import PrometheusServer, start_for_cluster, target_for
+from ops.prometheus_server import find_binary as find_prometheus
 from ops.supervisor import ServiceSpec, Supervisor
 from services.launcher import rundir
 
@@ -39,6 +41,10 @@ def up(
     port: int = typer.Option(8080, help="API port"),
     keep_vms: bool = typer.Option(False, help="On Ctrl-C leave the VMs running"),
     demo: bool = typer.Option(False, help="Run the demo workload, then stop"),
+    metrics: bool = typer.Option(
+        False, help="Also run Prometheus (Debian's package) scraping every service"
+    ),
+    prometheus_port: int = typer.Option(9090, help="Prometheus port with --metrics"),
 ) -> None:
     """Run nats-server, api, controller and N handlers until Ctrl-C."""
     data_dir = data_dir.resolve()
@@ -99,6 +105,9 @@ def up(
         )
     started = [s for s in (sup.add(spec) for spec in specs) if s is not None]
     _print_urls(server, nats_url, api_url, [s.spec for s in started], sup.log_dir)
+    prom = (
+        _start_prometheus(data_dir, [s.spec for s in started], prometheus_port) if metrics else None
+    )
 
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
@@ -124,11 +133,33 @@ def up(
         if not keep_vms:
             shutdown_vms(api_url, run_dir, any(s.spec.name == "api" for s in started))
         sup.stop()
+        if prom is not None:
+            prom.stop_sync()
         if server:
             server.stop_sync()
         console.print("stopped")
     if demo and not (result and result[0]):
         raise typer.Exit(1)
+
+
+def _start_prometheus(
+    data_dir: Path, specs: list[ServiceSpec], port: int
+) -> PrometheusServer | None:
+    """Prometheus on loopback with a config rendered from what this `up` started
+    (ops/prometheus/, dashboards in ops/grafana/). A restarted service keeps its port, so
+    the targets stay valid without a reload."""
+    if find_prometheus() is None:
+        console.print(
+            "[yellow]--metrics[/]: Prometheus is not installed "
+            "(apt-get install --no-install-recommends prometheus); continuing without it"
+        )
+        return None
+    targets = [target_for(spec.name, spec.metrics_url) for spec in specs]
+    with console.status("starting Prometheus"):
+        prom = start_for_cluster(targets, data_dir / "prometheus", port=port)
+    console.print(f"[green]Prometheus[/] {prom.url}  (Grafana data source: Prometheus, {prom.url})")
+    console.print("  dashboards to import: ops/grafana/dashboards/*.json")
+    return prom
 
 
 def _print_urls(
