@@ -34,6 +34,7 @@ from typing import Any
 import msgspec
 
 from ops.node_reaper import mount_namespace_id
+from ops.procs import pid_alive
 
 REQUIRED_PACKAGES = (
     "qemu-system-x86",
@@ -199,7 +200,7 @@ class NodeRuntime:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait(5)
-        elif state is not None and _alive(state.reaper_pid):
+        elif state is not None and pid_alive(state.reaper_pid):
             os.kill(state.reaper_pid, signal.SIGTERM)
             _wait_gone([state.reaper_pid], timeout)
         self._proc = None
@@ -207,7 +208,7 @@ class NodeRuntime:
 
     def _responsive_leftover(self) -> bool:
         state = read_state(self.node_dir)
-        if state is None or not _alive(state.reaper_pid):
+        if state is None or not pid_alive(state.reaper_pid):
             return False
         try:
             _open(self.uri).close()
@@ -291,7 +292,7 @@ def cleanup_node(node_dir: Path) -> None:
     if state is not None:
         pids = processes_in_namespace(state.mount_namespace)
         # The reaper first: it would otherwise respawn nothing, but reap our kills noisily.
-        if _alive(state.reaper_pid) and state.reaper_pid not in pids:
+        if pid_alive(state.reaper_pid) and state.reaper_pid not in pids:
             pids.append(state.reaper_pid)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
@@ -343,20 +344,7 @@ def _destroy_all_domains(uri: str) -> None:
         conn.close()
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
-
-
 def _wait_gone(pids: list[int], timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.02)

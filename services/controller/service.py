@@ -15,7 +15,7 @@ from services.controller import heartbeats
 from services.controller.reactor import Controller
 from services.controller.state import ControllerState
 from services.runtime import metrics as m
-from services.runtime.shell import ServiceShell, connect, install_signal_handlers
+from services.runtime.shell import ServiceShell, run_process
 
 
 class ControllerService:
@@ -77,20 +77,11 @@ async def serve(
     settings: StreamSettings | None = None,
     bucket: str = heartbeats.BUCKET,
 ) -> None:
-    """Like services.runtime.shell.serve, with the heartbeat watch."""
-    from services.runtime.http import HealthServer
-
-    nc = await connect(nats_url, controller.name)
-    service = ControllerService(controller, EventStore(nc, settings), bucket=bucket)
-    install_signal_handlers(service.stop)
-    health = None
-    if metrics_port is not None:
-        health = HealthServer("127.0.0.1", metrics_port, lambda: service.ready and nc.is_connected)
-        await health.start()
-    try:
-        await service.run()
-    finally:
-        if health:
-            await health.stop()
-        with contextlib.suppress(Exception):
-            await nc.drain()
+    """The controller's service process: the shell plus the heartbeat watch."""
+    await run_process(
+        controller.name,
+        nats_url,
+        lambda store: ControllerService(controller, store, bucket=bucket),
+        metrics_port=metrics_port,
+        settings=settings,
+    )

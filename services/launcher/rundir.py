@@ -8,11 +8,12 @@ live pid is a launcher to re-attach to.
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 
 import msgspec
+
+from ops.procs import pid_alive
 
 SOCKET_SUFFIX = ".sock"
 
@@ -41,20 +42,6 @@ def read_pid(pidfile: str | os.PathLike[str]) -> int | None:
         return int(Path(pidfile).read_text().strip())
     except (OSError, ValueError):
         return None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie still "exists" for kill(0); it is not a launcher any more.
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return False
-    return True
 
 
 def write_pidfile(socket_path: str | os.PathLike[str], pid: int) -> None:

@@ -15,7 +15,7 @@ import signal
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 import nats
@@ -252,6 +252,45 @@ def install_signal_handlers(stop: Callable[[], None]) -> None:
         loop.add_signal_handler(sig, stop)
 
 
+class Runnable(Protocol):
+    """What a service process runs: a shell, or a shell with companions (heartbeats)."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    async def run(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+
+async def run_process(
+    name: str,
+    nats_url: str,
+    make: Callable[[EventStore], Runnable],
+    *,
+    metrics_port: int | None = None,
+    settings: StreamSettings | None = None,
+) -> None:
+    """Run one service until SIGTERM/SIGINT: connect, serve health/metrics, consume,
+    then finish the message in hand, drain and close."""
+    from services.runtime.http import HealthServer
+
+    nc = await connect(nats_url, name)
+    service = make(EventStore(nc, settings))
+    install_signal_handlers(service.stop)
+    health = None
+    if metrics_port is not None:
+        health = HealthServer("127.0.0.1", metrics_port, lambda: service.ready and nc.is_connected)
+        await health.start()
+    try:
+        await service.run()
+    finally:
+        if health:
+            await health.stop()
+        with contextlib.suppress(Exception):
+            await nc.drain()
+
+
 async def serve(
     reactor: Reactor[S],
     nats_url: str,
@@ -260,21 +299,11 @@ async def serve(
     metrics_port: int | None = None,
     settings: StreamSettings | None = None,
 ) -> None:
-    """Run one service until SIGTERM/SIGINT: connect, serve health/metrics, consume,
-    then finish the message in hand, drain and close."""
-    from services.runtime.http import HealthServer
-
-    nc = await connect(nats_url, reactor.name)
-    shell = ServiceShell(reactor, EventStore(nc, settings), node=node)
-    install_signal_handlers(shell.stop)
-    health = None
-    if metrics_port is not None:
-        health = HealthServer("127.0.0.1", metrics_port, lambda: shell.ready and nc.is_connected)
-        await health.start()
-    try:
-        await shell.run()
-    finally:
-        if health:
-            await health.stop()
-        with contextlib.suppress(Exception):
-            await nc.drain()
+    """Run a reactor in its shell as a service process."""
+    await run_process(
+        reactor.name,
+        nats_url,
+        lambda store: ServiceShell(reactor, store, node=node),
+        metrics_port=metrics_port,
+        settings=settings,
+    )
