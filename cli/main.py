@@ -395,9 +395,24 @@ def uncordon(node: str) -> None:
 
 
 @app.command()
-def drain(node: str) -> None:
-    """Cordon a node and evacuate its VMIs (per their evictionStrategy)."""
-    _vm_action(lambda c: c.drain(node), f"node/{node} drained")
+def drain(
+    node: str,
+    no_wait: bool = typer.Option(False, "--no-wait", help="request the drain and return"),
+    timeout: float = typer.Option(600.0, "--timeout", help="seconds to follow the drain"),
+) -> None:
+    """Cordon a node and evacuate its VMIs (per their evictionStrategy); shows the progress
+    until the node is empty (exit 1 if only VMIs that cannot move are left, or on timeout)."""
+    from cli.drain import drain_progress
+
+    with client() as c:
+        c.drain(node)
+        if no_wait:
+            _out(f"node/{node} drain requested")
+            return
+        _out(f"node/{node} cordoned, evacuating")
+        code = drain_progress(c, node, timeout=timeout, out=_out)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command()

@@ -4,6 +4,12 @@ nats-server (embedded unless --nats-url), api, controller and one handler per no
 supervised subprocess logging to `<data-dir>/logs/`. Ctrl-C shuts the VMs down (unless
 --keep-vms), then stops the services, then nats. Starting again on the same data dir
 resumes from the stored events (and, with --keep-vms, re-attaches to the running VMs).
+
+`--hypervisor qemu`: before the handlers, one libvirtd per node (ops.node_runtime, in
+`<data-dir>/nodes/<node>/`); its URI goes to the node's handler. Ctrl-C stops them after the
+handlers (unless --keep-vms: then they and their guests live on, and the next `up` adopts
+them). A previous `up` that was killed leaves its services running: they are recorded in
+`<data-dir>/up.json` and stopped on the next start; node dirs no longer in use are cleaned.
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -20,10 +27,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ops import node_runtime
 from ops.nats_server import NatsServer, free_port
+from ops.node_runtime import NodeRuntime
 from ops.prometheus_server import PrometheusServer, start_for_cluster, target_for
 from ops.prometheus_server import find_binary as find_prometheus
-from ops.supervisor import ServiceSpec, Supervisor
+from ops.supervisor import ServiceSpec, Supervisor, stop_recorded
 from services.launcher import rundir
 
 console = Console()
@@ -37,7 +46,12 @@ def up(
     nats_url: str = typer.Option("", help="Use this NATS server instead of the embedded one"),
     nats_port: int = typer.Option(4222, help="Embedded nats-server client port"),
     nodes: int = typer.Option(1, min=1, help="How many nodes (one virt-handler each)"),
-    hypervisor: str = typer.Option("test", help="test (libvirt's test driver)"),
+    hypervisor: str = typer.Option(
+        "test", help="test (libvirt's test driver) or qemu (a libvirtd per node, real QEMU)"
+    ),
+    image_dir: Path | None = typer.Option(
+        None, help="qemu: containerDisk images by name (<dir>/<image>.qcow2|.img|.raw)"
+    ),
     port: int = typer.Option(8080, help="API port"),
     keep_vms: bool = typer.Option(False, help="On Ctrl-C leave the VMs running"),
     demo: bool = typer.Option(False, help="Run the demo workload, then stop"),
@@ -45,10 +59,27 @@ def up(
         False, help="Also run Prometheus (Debian's package) scraping every service"
     ),
     prometheus_port: int = typer.Option(9090, help="Prometheus port with --metrics"),
+    node_memory: str = typer.Option(
+        "", help="Each node's memory capacity, e.g. 64Gi (default: the hypervisor's)"
+    ),
+    node_cpus: int = typer.Option(0, min=0, help="Each node's CPUs (default: the hypervisor's)"),
 ) -> None:
     """Run nats-server, api, controller and N handlers until Ctrl-C."""
+    # from the start: a Ctrl-C while starting lets the start finish, then stops in order
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if hypervisor not in ("test", "qemu"):
+        console.print(f"[red]error[/]: --hypervisor must be test or qemu, not {hypervisor!r}")
+        raise typer.Exit(2)
+    if hypervisor == "qemu":
+        qemu_preflight()
     data_dir = data_dir.resolve()
+    data_dir.mkdir(parents=True, exist_ok=True)
     run_dir = data_dir / "run"
+    state_file = data_dir / "up.json"
+    if leftovers := stop_recorded(state_file):
+        console.print(f"stopped what a killed previous run left: {', '.join(leftovers)}")
     if len(str(run_dir)) > 60:
         console.print(
             f"[yellow]warning[/]: {run_dir} is long; launcher socket paths may exceed the "
@@ -63,7 +94,22 @@ def up(
         with console.status("starting nats-server"):
             server.start_sync()
         nats_url = server.url
-    sup = Supervisor(data_dir / "logs", console.print)
+    sup = Supervisor(data_dir / "logs", console.print, state_file=state_file)
+    if server is not None and server.proc is not None:
+        sup.record("nats-server", server.proc.pid, list(server.proc.args))  # type: ignore[arg-type]
+    node_names = [f"node-{i}" for i in range(1, nodes + 1)]
+    runtimes: dict[str, NodeRuntime] = {}
+    handler_extra: dict[str, tuple[str, ...]] = {n: () for n in node_names}
+    if hypervisor == "qemu":
+        try:
+            runtimes = start_node_runtimes(data_dir / "nodes", node_names)
+            handler_extra = qemu_handler_args(runtimes, data_dir / "disks", image_dir)
+        except Exception:
+            stop_node_runtimes(runtimes)
+            if server:
+                server.stop_sync()
+            sup.forget()
+            raise
     api_url = f"http://127.0.0.1:{port}"
     specs = [
         ServiceSpec(
@@ -82,15 +128,15 @@ def up(
             metrics_url=f"http://127.0.0.1:{cport}/metrics",
         )
     )
-    for i in range(1, nodes + 1):
+    for node in node_names:
         hport = free_port()
         specs.append(
             ServiceSpec(
-                name=f"handler node-{i}",
+                name=f"handler {node}",
                 module="services.handler",
                 args=(
                     "--node",
-                    f"node-{i}",
+                    node,
                     "--nats-url",
                     nats_url,
                     "--run-dir",
@@ -99,19 +145,21 @@ def up(
                     hypervisor,
                     "--metrics-port",
                     str(hport),
+                    *(("--memory", node_memory) if node_memory else ()),
+                    *(("--cpus", str(node_cpus)) if node_cpus else ()),
+                    *handler_extra[node],
                 ),
                 metrics_url=f"http://127.0.0.1:{hport}/metrics",
             )
         )
     started = [s for s in (sup.add(spec) for spec in specs) if s is not None]
     _print_urls(server, nats_url, api_url, [s.spec for s in started], sup.log_dir)
+    for node, runtime in runtimes.items():
+        console.print(f"{node} libvirtd: {runtime.uri}")
     prom = (
         _start_prometheus(data_dir, [s.spec for s in started], prometheus_port) if metrics else None
     )
 
-    stop = threading.Event()
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     result: list[bool] = []
     if demo:
         from cli.demo import run_demo
@@ -133,13 +181,85 @@ def up(
         if not keep_vms:
             shutdown_vms(api_url, run_dir, any(s.spec.name == "api" for s in started))
         sup.stop()
+        if runtimes and keep_vms:
+            console.print("the nodes' libvirtds keep running with the VMs (the next `up` adopts)")
+        elif runtimes:
+            stop_node_runtimes(runtimes)
         if prom is not None:
             prom.stop_sync()
         if server:
             server.stop_sync()
+        sup.forget()
         console.print("stopped")
     if demo and not (result and result[0]):
         raise typer.Exit(1)
+
+
+def qemu_preflight() -> None:
+    """Exit with the one command that fixes it when qemu mode cannot run here."""
+    missing = node_runtime.missing_requirements()
+    if missing:
+        console.print(
+            f"[red]error[/]: --hypervisor qemu needs {', '.join(missing)}; install them with: "
+            "bash ops/install.sh --qemu"
+        )
+        raise typer.Exit(1)
+    if os.geteuid() != 0:
+        console.print("[red]error[/]: --hypervisor qemu runs a libvirtd per node: run as root")
+        raise typer.Exit(1)
+    node_runtime.ensure_accounts()  # once, before the nodes start side by side
+
+
+def start_node_runtimes(base: Path, names: list[str]) -> dict[str, NodeRuntime]:
+    """A libvirtd per node; one a previous run left running (with its guests) is adopted.
+    Node dirs of that run not among `names` are cleaned up (processes, mounts, domains)."""
+    base.mkdir(parents=True, exist_ok=True)
+    sock = base / names[-1] / "sock" / "libvirt-sock"
+    if len(str(sock)) > 100:
+        console.print(f"[yellow]warning[/]: {sock} is near the 107-byte unix socket limit")
+    for node_dir in sorted(p for p in base.iterdir() if p.name not in names):
+        if (node_dir / node_runtime.STATE_FILE).exists():
+            node_runtime.cleanup_node(node_dir)
+            console.print(f"cleaned up {node_dir.name} of a previous run")
+    runtimes = {n: NodeRuntime(n, base) for n in names}
+    errors = []
+    with console.status(f"starting {len(names)} libvirtd(s)"), ThreadPoolExecutor() as pool:
+        futures = {n: pool.submit(r.start, True) for n, r in runtimes.items()}
+        for n, f in futures.items():
+            try:
+                f.result()
+            except Exception as e:
+                errors.append(f"{n}: {e}")
+    if errors:
+        stop_node_runtimes(runtimes)
+        raise RuntimeError("; ".join(errors))
+    return runtimes
+
+
+def stop_node_runtimes(runtimes: dict[str, NodeRuntime]) -> None:
+    """Destroy what is left on each node and stop its libvirtd (nothing stays behind)."""
+    with ThreadPoolExecutor() as pool:
+        for f in [pool.submit(r.stop) for r in runtimes.values()]:
+            with contextlib.suppress(Exception):
+                f.result()
+
+
+def qemu_handler_args(
+    runtimes: dict[str, NodeRuntime], disk_dir: Path, image_dir: Path | None
+) -> dict[str, tuple[str, ...]]:
+    from ops.kvm_probe import domain_type
+
+    with console.status("probing KVM"):
+        probe = domain_type()  # once for all handlers (cached per boot)
+    if str(probe.domain_type) == "qemu":
+        console.print(f"domain type qemu (software emulation): {probe.reason}")
+    common: tuple[str, ...] = ("--domain-type", str(probe.domain_type), "--disk-dir", str(disk_dir))
+    if image_dir is not None:
+        common += ("--image-dir", str(image_dir.resolve()))
+    return {
+        n: ("--libvirt-uri", r.uri, "--qemu-pid-dir", str(r.qemu_pid_dir), *common)
+        for n, r in runtimes.items()
+    }
 
 
 def _start_prometheus(

@@ -166,6 +166,8 @@ class DomainStarted(Event, tag="DomainStarted"):
     domain: str
     paused: bool = False
     qemu_pid: int = 0
+    #: libvirt's domain type: "qemu" is software emulation (TCG), "kvm", "test"; "" = unknown
+    domain_type: str = ""
 
 
 class DomainPaused(Event, tag="DomainPaused"):

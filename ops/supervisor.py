@@ -4,6 +4,10 @@ backoff, ordered stop.
 Each service runs in its own session (process group), so a terminal's Ctrl-C reaches only
 the supervisor, which then stops everything in order. Synchronous on purpose: `up` polls
 a handful of processes a few times a second, no event loop needed.
+
+The pids (with their command lines) are recorded in a state file, so when the supervisor
+itself was killed (its services, in their own sessions, live on) the next start stops
+those leftovers first (`stop_recorded`): they would hold the ports and the consumers.
 """
 
 from __future__ import annotations
@@ -25,6 +29,42 @@ REPO = Path(__file__).resolve().parents[1]
 #: a service that ran at least this long before dying restarts without delay
 HEALTHY_AFTER_SECONDS = 30.0
 MAX_BACKOFF_SECONDS = 10.0
+
+
+class Recorded(msgspec.Struct, frozen=True):
+    pid: int
+    argv: list[str]
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]
+
+
+def stop_recorded(state_file: Path, timeout: float = 10.0) -> list[str]:
+    """SIGTERM (then SIGKILL) the processes a previous supervisor recorded that still run
+    the recorded command (a reused pid is left alone); returns their names."""
+    try:
+        recorded = msgspec.json.decode(state_file.read_bytes(), type=dict[str, Recorded])
+    except (OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return []
+    alive = {n: r for n, r in recorded.items() if _cmdline(r.pid) == r.argv}
+    for r in alive.values():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(r.pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for r in alive.values():
+        while _cmdline(r.pid) == r.argv and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if _cmdline(r.pid) == r.argv:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(r.pid, signal.SIGKILL)
+    with contextlib.suppress(FileNotFoundError):
+        state_file.unlink()
+    return sorted(alive)
 
 
 class ServiceSpec(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,12 +145,34 @@ class Supervised:
 class Supervisor:
     """Starts services, restarts the ones that die, stops them in reverse order."""
 
-    def __init__(self, log_dir: Path, say: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        log_dir: Path,
+        say: Callable[[str], None] = print,
+        state_file: Path | None = None,
+    ) -> None:
         self.log_dir = log_dir
         self.log_dir.mkdir(parents=True, exist_ok=True)
         self.say = say
         self.services: list[Supervised] = []
         self.stopping = False
+        self.state_file = state_file
+        #: processes started outside the supervisor (nats-server) recorded alongside
+        self.extra: dict[str, Recorded] = {}
+
+    def record(self, name: str | None = None, pid: int = 0, argv: list[str] | None = None) -> None:
+        """Write the state file (adding an outside process when given)."""
+        if name is not None and argv is not None:
+            self.extra[name] = Recorded(pid, [str(a) for a in argv])
+        if self.state_file is None:
+            return
+        state = dict(self.extra)
+        for s in self.services:
+            if s.proc is not None and s.proc.poll() is None:
+                state[s.spec.name] = Recorded(s.proc.pid, s.spec.argv())
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_bytes(msgspec.json.encode(state))
+        tmp.replace(self.state_file)
 
     def add(self, spec: ServiceSpec) -> Supervised | None:
         """Start a service; a module that is not there yet is reported and skipped."""
@@ -120,6 +182,7 @@ class Supervisor:
         s = Supervised(spec, self.log_dir)
         s.start()
         self.services.append(s)
+        self.record()
         return s
 
     def poll(self) -> None:
@@ -144,6 +207,7 @@ class Supervisor:
             elif now >= s.restart_at:
                 s.restarts += 1
                 s.start()
+                self.record()
                 self.say(f"[green]{s.spec.name} restarted[/] (restart #{s.restarts})")
 
     def stop(self, names: set[str] | None = None, timeout: float = 10.0) -> None:
@@ -157,3 +221,10 @@ class Supervisor:
             if not s.wait(max(0.0, deadline - time.monotonic())):
                 self.say(f"[yellow]{s.spec.name} did not stop in {timeout}s: killed[/]")
                 s.kill()
+
+    def forget(self) -> None:
+        """Everything recorded has been stopped: drop the state file."""
+        self.extra.clear()
+        if self.state_file is not None:
+            with contextlib.suppress(FileNotFoundError):
+                self.state_file.unlink()

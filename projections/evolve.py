@@ -173,10 +173,18 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
             if v.final:
                 return v
             return _phase(v, "Scheduled", at, launcher_pid=pid, active_pods=((pod_uid, node),))
-        case DomainStarted(paused=paused, qemu_pid=qpid):
+        case DomainStarted(paused=paused, qemu_pid=qpid, domain_type=dtype):
             if v.final:
                 return v
-            return _phase(v, "Running", at, paused=paused, ever_running=True, qemu_pid=qpid)
+            return _phase(
+                v,
+                "Running",
+                at,
+                paused=paused,
+                ever_running=True,
+                qemu_pid=qpid,
+                domain_type=dtype or v.domain_type,
+            )
         case DomainPaused():
             return replace(v, paused=True)
         case DomainResumed():

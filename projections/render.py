@@ -187,7 +187,19 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
     if vmi.unschedulable:
         conditions.append(_condition("PodScheduled", False, "Unschedulable", vmi.unschedulable))
     conditions.append(_condition("LiveMigratable", *live_migratable(vmi.manifest)))
+    if vmi.domain_type == "qemu":
+        conditions.append(
+            _condition(
+                "SoftwareEmulation",
+                True,
+                "KVMNotUsable",
+                "the guest runs under QEMU's software emulation (TCG): KVM is not usable on "
+                "this node",
+            )
+        )
     status["conditions"] = conditions
+    if vmi.ever_running:
+        status[DOMAIN_STATUS_KEY] = domain_status(vmi)
     if vmi.active_pods:
         status["activePods"] = dict(vmi.active_pods)
     mig = cluster.migrations.get(f"{vmi.namespace}/{vmi.migration}") if vmi.migration else None
@@ -199,6 +211,20 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
         status.pop("activePods", None)
     obj["status"] = status
     return obj
+
+
+#: virtstream's extra: the libvirt domain behind the VMI (KubeVirt's status has no such field)
+DOMAIN_STATUS_KEY = "virtstream.io/domain"
+
+
+def domain_status(vmi: VMIView) -> JSON:
+    """The domain's state as the handler last reported it, its type and QEMU's pid."""
+    if vmi.final:
+        return {"state": "Shutoff", "type": vmi.domain_type}
+    st: JSON = {"state": "Paused" if vmi.paused else "Running", "type": vmi.domain_type}
+    if vmi.qemu_pid:
+        st["qemuPid"] = vmi.qemu_pid
+    return st
 
 
 def live_migratable(manifest: JSON) -> tuple[bool, str, str]:

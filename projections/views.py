@@ -65,6 +65,7 @@ class VMIView(msgspec.Struct, frozen=True, kw_only=True):
     launcher_pid: int = 0
     launcher_exited: bool = False
     qemu_pid: int = 0
+    domain_type: str = ""  # DomainStarted's: "qemu" = software emulation (TCG)
     paused: bool = False
     ever_running: bool = False
     unschedulable: str = ""  # the scheduler's message while no node fits

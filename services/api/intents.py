@@ -353,7 +353,11 @@ def delete(
                 raise not_found(res, name)
             if mig.deleted:
                 return Outcome((), kind, key(namespace, name), 200)
-            event = MigrationAbortRequested(meta=ctx.meta(kind, namespace, name, mig.uid))
+            # routed to the handler that must act: the source while the transfer runs,
+            # else the target (the controller relays too; this saves it a hop)
+            node = mig.source_node if mig.phase == "Running" else mig.target_node
+            meta = ctx.meta(kind, namespace, name, mig.uid, node=node)
+            event = MigrationAbortRequested(meta=meta)
             return Outcome((Append(event, mig.version),), kind, key(namespace, name), 200)
         case _:
             policy = cluster.policies.get(name)

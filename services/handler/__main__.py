@@ -1,4 +1,7 @@
-"""`python -m services.handler --node NAME --nats-url URL --run-dir DIR`: one virt-handler."""
+"""`python -m services.handler --node NAME --nats-url URL --run-dir DIR`: one virt-handler.
+
+`--hypervisor qemu --libvirt-uri URI` runs real QEMU guests on that node's libvirtd (an
+ops.node_runtime.NodeRuntime, started by `virtstream up` or the test fixtures)."""
 
 from __future__ import annotations
 
@@ -6,9 +9,28 @@ import argparse
 import asyncio
 
 from eventstore.settings import StreamSettings
-from services.handler.node_info import NodeConfig
+from ops.kvm_probe import domain_type as probe_domain_type
+from services.handler.node_info import LaunchSettings, NodeConfig, qemu_pid_dir_of
 from services.handler.service import HandlerConfig, serve
+from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
+from services.launcher.hypervisor import TEST_URI
 from services.runtime import logs
+
+
+def launch_settings(a: argparse.Namespace) -> LaunchSettings:
+    if a.hypervisor == "test":
+        return LaunchSettings(disk_dir=a.disk_dir)
+    if a.libvirt_uri == TEST_URI:
+        raise SystemExit("--hypervisor qemu needs --libvirt-uri (the node's libvirtd)")
+    # KVM when a guest really gets past its firmware with it, else TCG (cached per boot)
+    dtype = DomainType(a.domain_type) if a.domain_type else probe_domain_type().domain_type
+    return LaunchSettings(
+        hypervisor_uri=a.libvirt_uri,
+        domain_type=dtype,
+        disk_dir=a.disk_dir,
+        image_dir=a.image_dir,
+        qemu_pid_dir=a.qemu_pid_dir or qemu_pid_dir_of(a.libvirt_uri),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -18,7 +40,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--run-dir", required=True, help="launcher sockets go in <dir>/<node>/")
     p.add_argument("--cpus", type=int, default=None, help="default: libvirt getInfo()")
     p.add_argument("--memory", default=None, help="e.g. 16Gi; default: libvirt getInfo()")
-    p.add_argument("--hypervisor", default="test", choices=["test"])
+    p.add_argument("--hypervisor", default="test", choices=["test", "qemu"])
+    p.add_argument("--libvirt-uri", default=TEST_URI, help="qemu: the node's libvirtd")
+    p.add_argument(
+        "--domain-type", default=None, choices=["qemu", "kvm"], help="qemu: default: probed"
+    )
+    p.add_argument("--disk-dir", default=DEFAULT_DISK_DIR, help="the VMs' disks (shared)")
+    p.add_argument("--image-dir", default=None, help="containerDisk images by name")
+    p.add_argument("--qemu-pid-dir", default=None, help="default: from a NodeRuntime's URI")
     p.add_argument("--address", default="127.0.0.1")
     p.add_argument("--metrics-port", type=int, default=None)
     p.add_argument("--heartbeat-interval", type=float, default=5.0)
@@ -28,13 +57,19 @@ def main(argv: list[str] | None = None) -> None:
     logs.configure()
     cfg = HandlerConfig(
         node=NodeConfig(
-            name=a.node, cpus=a.cpus, memory=a.memory, hypervisor=a.hypervisor, address=a.address
+            name=a.node,
+            cpus=a.cpus,
+            memory=a.memory,
+            hypervisor=a.hypervisor,
+            address=a.address,
+            libvirt_uri=a.libvirt_uri,
         ),
         nats_url=a.nats_url,
         run_dir=a.run_dir,
         metrics_port=a.metrics_port,
         heartbeat_interval=a.heartbeat_interval,
         settings=StreamSettings(name=a.stream, dlq_name=f"{a.stream}_DLQ", storage=a.storage),
+        launch=launch_settings(a),
     )
     asyncio.run(serve(cfg))
 

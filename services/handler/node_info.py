@@ -1,15 +1,19 @@
-"""The node a handler registers: capacity, labels, address (NodeJoined)."""
+"""The node a handler registers (capacity, labels, address: NodeJoined) and how it runs
+its launchers (hypervisor URI, domain type, disk/image/pidfile dirs)."""
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import socket
+from pathlib import Path
 
 import msgspec
 
 from events.catalog import NodeJoined, Resources
 from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
 from events.quantity import parse_quantity
+from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
 from services.launcher.hypervisor import TEST_URI
 
 
@@ -19,6 +23,38 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
     memory: str | None = None  # a Kubernetes quantity, e.g. "16Gi"
     hypervisor: str = "test"
     address: str = "127.0.0.1"
+    #: where capacity comes from (the node's libvirtd in qemu mode)
+    libvirt_uri: str = TEST_URI
+
+
+class LaunchSettings(msgspec.Struct, frozen=True, kw_only=True):
+    """What every launcher of this node gets (the zygote's spawn_launcher arguments)."""
+
+    hypervisor_uri: str = TEST_URI
+    domain_type: DomainType = DomainType.TEST
+    #: shared by all nodes of one machine: migration then copies memory only
+    disk_dir: str = DEFAULT_DISK_DIR
+    image_dir: str | None = None
+    qemu_pid_dir: str | None = None
+
+    def spawn_kwargs(self) -> dict[str, object]:
+        return {
+            "hypervisor_uri": self.hypervisor_uri,
+            "domain_type": self.domain_type,
+            "disk_dir": self.disk_dir,
+            "image_dir": self.image_dir,
+            "qemu_pid_dir": self.qemu_pid_dir,
+        }
+
+
+def qemu_pid_dir_of(uri: str) -> str | None:
+    """A NodeRuntime's QEMU pidfile dir from its URI (`...?socket=<node dir>/sock/
+    libvirt-sock` → `<node dir>/run/qemu`); None for other URIs."""
+    _, _, sock = uri.partition("socket=")
+    path = Path(sock.split("&", 1)[0]) if sock else None
+    if path is None or path.parent.name != "sock":
+        return None
+    return str(path.parent.parent / "run" / "qemu")
 
 
 def host_capacity(uri: str = TEST_URI) -> tuple[int, int]:
@@ -36,7 +72,7 @@ def host_capacity(uri: str = TEST_URI) -> tuple[int, int]:
 def capacity(cfg: NodeConfig) -> Resources:
     cpus, memory = cfg.cpus, parse_quantity(cfg.memory) if cfg.memory else None
     if cpus is None or memory is None:
-        host_cpus, host_memory = host_capacity()
+        host_cpus, host_memory = host_capacity(cfg.libvirt_uri)
         cpus = host_cpus if cpus is None else cpus
         memory = host_memory if memory is None else memory
     return Resources(cpu_millis=cpus * 1000, memory_bytes=int(memory))
@@ -74,3 +110,27 @@ def node_joined(cfg: NodeConfig, now: float) -> NodeJoined:
         address=cfg.address,
         hypervisor=cfg.hypervisor,
     )
+
+
+def destroy_unowned_domains(uri: str, owned: set[str]) -> list[str]:
+    """Destroy and undefine the domains on `uri` whose names are not in `owned`; returns
+    their names. Disks are left alone: the disk dir is shared by the nodes, and a VMI of
+    that name may run elsewhere."""
+    import libvirt
+
+    conn = libvirt.open(uri)
+    gone = []
+    try:
+        for dom in conn.listAllDomains():
+            name = dom.name()
+            if name in owned:
+                continue
+            with contextlib.suppress(libvirt.libvirtError):
+                if dom.isActive():
+                    dom.destroy()
+            with contextlib.suppress(libvirt.libvirtError):
+                dom.undefine()
+            gone.append(name)
+    finally:
+        conn.close()
+    return gone

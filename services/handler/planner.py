@@ -44,6 +44,7 @@ class Observed(msgspec.Struct, kw_only=True):
     domain_name: str = ""
     pid: int = 0
     domain_pid: int | None = None
+    domain_type: str = ""  # Hello.domain_type: "qemu" = software emulation
     status: DomainStatus | None = None  # the latest report (highest seq)
     final: DomainStatus | None = None  # the report that said the domain is gone
     spawning: bool = False  # spawn requested, no Hello yet
@@ -106,7 +107,7 @@ def service_name(node: str) -> str:
 def handler_meta(r: VMIRecord, node: str, what: str, now: float) -> Meta:
     name = service_name(node)
     return Meta(
-        event_id=f"{name}/{r.uid}/{what}",
+        event_id=f"{name}/{r.id_scope or r.uid}/{what}",
         aggregate=Aggregate(kind=Kind.VMI, namespace=r.namespace, name=r.name, uid=r.uid),
         occurred_at=now,
         correlation_id=r.correlation_id or f"{name}/{r.uid}",
@@ -131,9 +132,9 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
         out.append(Append(event))
 
     if o is None:
-        if r.launcher_pid == 0 and not r.wants_stop and not r.stopped:
+        if r.launcher_pid == 0 and not r.migrated_in and not r.wants_stop and not r.stopped:
             return [Spawn(key=key)]
-        if r.launcher_pid and not r.exited:
+        if (r.launcher_pid or r.migrated_in) and not r.exited:
             # the launcher vanished while nobody watched (e.g. killed while the handler was down)
             if not r.stopped:
                 emit(
@@ -152,7 +153,7 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
     if o.spawning:
         return []
 
-    if o.pid and r.launcher_pid != o.pid and not r.exited:
+    if o.pid and r.launcher_pid != o.pid and not r.exited and not r.migrated_in:
         emit(
             LauncherStarted(
                 meta=handler_meta(r, node, f"LauncherStarted/{o.pid}", now),
@@ -173,7 +174,8 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
                     node=node,
                     domain=o.domain_name,
                     paused=paused,
-                    qemu_pid=o.domain_pid or 0,
+                    qemu_pid=s.domain_pid or o.domain_pid or 0,
+                    domain_type=o.domain_type,
                 )
             )
         elif active and paused and not r.paused:

@@ -40,7 +40,13 @@ from events.meta import Kind
 from eventstore.settings import StreamSettings
 from eventstore.store import EventStore, Stored, _stored
 from services.controller import heartbeats as heartbeat
-from services.handler.node_info import NodeConfig, node_joined
+from services.handler.migration import MigrationDriver
+from services.handler.node_info import (
+    LaunchSettings,
+    NodeConfig,
+    destroy_unowned_domains,
+    node_joined,
+)
 from services.handler.planner import (
     Action,
     Append,
@@ -55,9 +61,11 @@ from services.handler.planner import (
 from services.handler.state import NodeState, evolve, vmi_key
 from services.launcher import rundir
 from services.launcher.client import LauncherClient, LauncherGone
+from services.launcher.domain_xml import DomainType
 from services.launcher.protocol import Command, Shutdown, SoftReboot, Start
 from services.launcher.zygote import spawn_launcher, start_zygote
 from services.runtime import metrics as m
+from services.runtime.pull import Puller
 from services.runtime.shell import connect
 
 log = structlog.get_logger()
@@ -78,6 +86,7 @@ class HandlerConfig(msgspec.Struct, kw_only=True):
     heartbeat_interval: float = 5.0
     tick_interval: float = 1.0
     settings: StreamSettings = StreamSettings()
+    launch: LaunchSettings = LaunchSettings()
 
 
 class Handler:
@@ -104,6 +113,7 @@ class Handler:
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
         self.log = log.bind(service=self.name, node=self.node)
+        self.migrations = MigrationDriver(self)  # live migration jobs (migration.py)
 
     @property
     def filters(self) -> list[str]:
@@ -134,9 +144,11 @@ class Handler:
         await self._ensure_consumer()
         await self._catch_up()
         await self._discover()
+        await self._destroy_unowned_domains()
         async with self._lock:
             for key in list(self.records.keys() | self.observed.keys()):
                 await self._reconcile(key)
+        await self.migrations.start()
         self._spawn_task(self._worker())
         self.ready = True
         self.log.info("handler started", vmis=len(self.records), launchers=len(self.observed))
@@ -146,6 +158,7 @@ class Handler:
         await self.start()
         assert self.store is not None
         psub = await self.store.js.pull_subscribe_bind(self.name, self.store.stream)
+        puller = Puller(psub, 64)  # no stalls on a trickle (see services/runtime/pull.py)
         next_tick = time.monotonic() + self.cfg.tick_interval
         try:
             while not self._stop.is_set():
@@ -153,7 +166,7 @@ class Handler:
                     await self._tick()
                     next_tick = time.monotonic() + self.cfg.tick_interval
                 try:
-                    msgs = await psub.fetch(64, timeout=min(self.cfg.tick_interval, 1.0))
+                    msgs = await puller.fetch(timeout=min(self.cfg.tick_interval, 1.0))
                 except (TimeoutError, nats.errors.TimeoutError):
                     continue
                 for msg in msgs:
@@ -241,6 +254,7 @@ class Handler:
             return False
         self.folded.add(stored.seq)
         evolve(self.records, stored.event)
+        self.migrations.fold(stored.event)
         return True
 
     async def _handle(self, msg: Msg) -> None:
@@ -288,8 +302,11 @@ class Handler:
         async with self._lock:
             for key in list(self.records.keys() | self.observed.keys()):
                 await self._reconcile(key)
+            await self.migrations.tick()
 
     async def _reconcile(self, key: str) -> None:
+        if await self.migrations.reconcile(key):
+            return  # a migration owns this VMI on this node right now
         for _ in range(8):  # each pass acts; the next sees the effects, until nothing is left
             actions = plan(
                 key, self.records.get(key), self.observed.get(key), self.node, time.time()
@@ -353,7 +370,11 @@ class Handler:
         sock = self._socket_path(key)
         try:
             pid = await asyncio.to_thread(
-                spawn_launcher, self.zygote_socket, msgspec.json.encode(manifest), sock
+                spawn_launcher,
+                self.zygote_socket,
+                msgspec.json.encode(manifest),
+                sock,
+                **self.cfg.launch.spawn_kwargs(),  # type: ignore[arg-type]
             )
             client = await LauncherClient.connect(sock, timeout=10.0)
         except Exception as e:
@@ -381,6 +402,7 @@ class Handler:
         o.pid = hello.pid
         o.domain_name = hello.domain_name
         o.domain_pid = hello.domain_pid
+        o.domain_type = hello.domain_type
         self.clients[key] = client
         self._spawn_task(self._read(key, client, o))
 
@@ -432,6 +454,23 @@ class Handler:
             if all(o.status is not None for o in self.observed.values() if o.connected):
                 break
             await asyncio.sleep(0.01)
+
+    async def _destroy_unowned_domains(self) -> None:
+        """qemu mode: a domain on this node's libvirtd with no launcher attached lost its
+        launcher while nobody watched (the planner reports the VMI failed); destroy it, or
+        a restarted VM of the same name could not start."""
+        if self.cfg.launch.domain_type is DomainType.TEST:
+            return  # the test driver's domains live inside their launcher's process
+        owned = {o.domain_name for o in self.observed.values() if o.domain_name}
+        try:
+            gone = await asyncio.to_thread(
+                destroy_unowned_domains, self.cfg.launch.hypervisor_uri, owned
+            )
+        except Exception as e:  # libvirtd unreachable: the launchers will report it
+            self.log.warning("cannot list the node's domains", error=repr(e))
+            return
+        for name in gone:
+            self.log.warning("destroyed a domain without a launcher", domain=name)
 
     async def _send(self, key: str, command: Command) -> None:
         o = self.observed[key]

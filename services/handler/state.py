@@ -58,6 +58,12 @@ class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
     delete_requested: bool = False
     delete_grace: int | None = None
     failed: bool = False  # VMIFailed (e.g. NodeUnresponsive): destroy the launcher
+    # arrived by live migration (MigrationSucceeded on the target): its launcher was started
+    # as a migration target, so no LauncherStarted/DomainStarted is reported (they would
+    # move the Running VMI back to Scheduled); event ids are scoped by the target pod uid
+    # (`id_scope`), so a VMI that returns to a node does not repeat that node's old ids
+    migrated_in: bool = False
+    id_scope: str = ""
 
     @property
     def key(self) -> str:

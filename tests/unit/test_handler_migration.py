@@ -1,0 +1,151 @@
+"""The handler's migration state and target planning (pure), and the api's abort routing."""
+
+from __future__ import annotations
+
+from events.catalog import (
+    MigrationAborted,
+    MigrationFailed,
+    MigrationScheduled,
+    MigrationSettings,
+    MigrationSucceeded,
+    TargetPrepared,
+    TargetPreparing,
+)
+from events.meta import Actor, Aggregate, Kind, Meta
+from services.handler.migration import (
+    TARGET_POD_DOWN,
+    Forget,
+    MigrationState,
+    SpawnTarget,
+    TargetJob,
+    fold,
+    plan_target,
+)
+from services.handler.planner import Append, Observed, Send, plan
+from services.handler.state import NodeState
+from services.launcher.domain_state import DomainState
+from services.launcher.protocol import DomainStatus, Resume, Shutdown, Start
+
+MIG = Aggregate(Kind.MIGRATION, "default", "m1", "mig-uid")
+VMI = {"metadata": {"name": "vm1", "namespace": "default", "uid": "vmi-uid"}, "spec": {}}
+
+
+def meta(node: str, n: int = 0) -> Meta:
+    return Meta(
+        event_id=f"e{n}",
+        aggregate=MIG,
+        occurred_at=1.0,
+        correlation_id="corr",
+        actor=Actor(service="test"),
+        node=node,
+    )
+
+
+def scheduled() -> MigrationScheduled:
+    return MigrationScheduled(
+        meta=meta("node-2"),
+        vmi_name="vm1",
+        vmi_uid="vmi-uid",
+        source_node="node-1",
+        source_pod="pod-src",
+        target_node="node-2",
+        target_pod="pod-tgt",
+        target_pod_uid="tpod",
+        settings=MigrationSettings(),
+        manifest=VMI,
+    )
+
+
+def target_state() -> tuple[MigrationState, NodeState, TargetJob]:
+    ms, records = MigrationState(), NodeState()
+    assert fold(ms, records, scheduled(), "node-2") == "default/vm1"
+    return ms, records, ms.targets["default/vm1"]
+
+
+def status(state: DomainState) -> DomainStatus:
+    return DomainStatus(state=state, seq=1)
+
+
+def test_only_events_routed_here_are_folded() -> None:
+    ms: MigrationState = MigrationState()
+    assert fold(ms, {}, scheduled(), "node-1") is None  # routed to node-2
+    assert not ms.targets
+
+
+def test_target_prepares_spawns_then_starts_paused_and_reports_ready() -> None:
+    _, _, job = target_state()
+    first = plan_target(job, None, "node-2", False, "10.0.0.2", 5.0)
+    assert isinstance(first[0], Append) and isinstance(first[0].event, TargetPreparing)
+    assert first[0].event.meta.event_id == "virt-handler-node-2/mig-uid/TargetPreparing"
+    assert first[1] == SpawnTarget("default/vm1")
+    job.preparing = True
+    o = Observed(uid="vmi-uid", connected=True, pid=7, status=status(DomainState.SHUTOFF))
+    assert plan_target(job, o, "node-2", False, "10.0.0.2", 5.0) == [
+        Send("default/vm1", Start(paused=True))
+    ]
+    o.start_sent, o.status = True, status(DomainState.PAUSED)
+    (ready,) = plan_target(job, o, "node-2", False, "10.0.0.2", 5.0)
+    assert isinstance(ready, Append) and isinstance(ready.event, TargetPrepared)
+    assert ready.event.meta.node == "node-1"  # routed to the source
+    assert ready.event.target_address == "10.0.0.2" and ready.event.target_pod_uid == "tpod"
+
+
+def test_qemu_target_is_ready_once_its_launcher_waits() -> None:
+    _, _, job = target_state()
+    job.preparing = True
+    o = Observed(uid="vmi-uid", connected=True, pid=7, status=status(DomainState.SHUTOFF))
+    (ready,) = plan_target(job, o, "node-2", True, "qemu+unix:///system?socket=/x", 5.0)
+    assert isinstance(ready, Append) and isinstance(ready.event, TargetPrepared)
+    assert ready.event.target_address.startswith("qemu+unix://")
+
+
+def test_target_launcher_gone_reports_target_pod_down_to_the_source() -> None:
+    _, _, job = target_state()
+    job.preparing = True
+    o = Observed(uid="vmi-uid", gone=True, pid=7)
+    (down,) = plan_target(job, o, "node-2", False, "a", 5.0)
+    assert isinstance(down, Append) and isinstance(down.event, MigrationFailed)
+    assert down.event.message == TARGET_POD_DOWN and down.event.meta.node == "node-1"
+    # unobserved after a restart (TargetPreparing recorded: it had been spawned)
+    (down2,) = plan_target(job, None, "node-2", False, "a", 5.0)
+    assert isinstance(down2, Append) and down2.event.meta.event_id == down.event.meta.event_id
+
+
+def test_success_makes_an_ordinary_record_and_resumes_then_the_planner_takes_over() -> None:
+    ms, records, job = target_state()
+    job.preparing = True
+    ok = MigrationSucceeded(meta=meta("node-2", 2), target_node="node-2", target_pod_uid="tpod")
+    fold(ms, records, ok, "node-2")
+    r = records["default/vm1"]
+    assert r.migrated_in and r.started and r.pod_uid == "tpod" and r.id_scope == "tpod"
+    o = Observed(uid="vmi-uid", connected=True, pid=7, status=status(DomainState.PAUSED))
+    assert plan_target(job, o, "node-2", False, "a", 5.0) == [Send("default/vm1", Resume())]
+    o.status = status(DomainState.RUNNING)
+    assert plan_target(job, o, "node-2", False, "a", 5.0) == [Forget("default/vm1")]
+    # no LauncherStarted / DomainStarted for a migrated-in VMI: it is Running already
+    assert plan("default/vm1", r, o, "node-2", 5.0) == []
+
+
+def test_failure_or_abort_destroys_the_target_launcher() -> None:
+    ms, records, job = target_state()
+    aborted = MigrationAborted(meta=meta("node-2", 3), reason="Migration aborted by user")
+    fold(ms, records, aborted, "node-2")
+    assert job.outcome == "failed" and "default/vm1" not in records
+    o = Observed(uid="vmi-uid", connected=True, pid=7, status=status(DomainState.PAUSED))
+    assert plan_target(job, o, "node-2", False, "a", 5.0) == [
+        Send("default/vm1", Shutdown(grace_period_seconds=0))
+    ]
+    o.gone = True
+    assert plan_target(job, o, "node-2", False, "a", 5.0) == [Forget("default/vm1")]
+
+
+def test_source_job_folds_start_progress_abort_and_failure() -> None:
+    ms: MigrationState = MigrationState()
+    prepared = TargetPrepared(
+        meta=meta("node-1"), target_node="node-2", target_address="a", target_pod_uid="tpod"
+    )
+    fold(ms, {}, prepared, "node-1")
+    job = ms.sources["default/m1"]
+    assert job.target_node == "node-2"
+    fold(ms, {}, MigrationFailed(meta=meta("node-1", 4), reason="X", message="why"), "node-1")
+    assert job.failure == "why"
