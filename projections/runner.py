@@ -16,10 +16,12 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import structlog
 
 from events.meta import Kind
 from eventstore.store import EventStore, Stored
+from projections import snapshots
 from projections.cluster import Cluster, key
 from projections.metrics import ProjectionMetrics
 from projections.render import render_migration, render_node, render_policy, render_vm, render_vmi
@@ -29,6 +31,27 @@ from projections.watch import Change, EventType, Selector, TooOldResourceVersion
 log = structlog.get_logger()
 JSON = dict[str, Any]
 View = VMView | VMIView | MigrationView | NodeView | PolicyView
+
+
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder().decode
+
+
+class KeptChange(msgspec.Struct, frozen=True, array_like=True):
+    """A Change as the history keeps it: the object JSON-encoded."""
+
+    seq: int
+    type: EventType
+    kind: Kind
+    key: str
+    raw: bytes
+
+    @classmethod
+    def of(cls, c: Change) -> KeptChange:
+        return cls(c.seq, c.type, c.kind, c.key, _encode(c.object))
+
+    def change(self) -> Change:
+        return Change(self.seq, self.type, self.kind, self.key, _decode(self.raw))
 
 
 def _gone(view: object) -> bool:
@@ -43,13 +66,17 @@ class ProjectionRunner:
         *,
         history: int = 20_000,
         clock: Callable[[], float] = time.time,
+        snapshot_name: str | None = None,
+        snapshot_every: int = 10_000,
     ) -> None:
         self.store = store
         self.cluster = Cluster()
         self.clock = clock
         # KubeVirt's metrics are read off this fold (one registration per process)
         self.metrics = ProjectionMetrics(self.cluster, clock=clock).register()
-        self.history: deque[Change] = deque(maxlen=history)
+        # kept encoded: a rendered object as JSON bytes is ~1/4 of the dict (measured: ~0.7
+        # KiB against ~3 KiB for a VMI), and only a resuming watch ever reads it back
+        self.history: deque[KeptChange] = deque(maxlen=history)
         # The newest seq whose changes fell out of the history: watches from rv ≥ this resume.
         self.history_floor = 0
         self.watchers: set[Watcher] = set()
@@ -57,6 +84,12 @@ class ProjectionRunner:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
+        # Snapshots (projections/snapshots.py) bound the restart cost to the events since
+        # the last one: start from the snapshot, fold the tail, save every N events.
+        self.snapshot_name = snapshot_name
+        self.snapshot_every = snapshot_every
+        self.snapshot_seq = 0
+        self._saving: asyncio.Task[int] | None = None
 
     # ------------------------------------------------------------- lifecycle
     @property
@@ -71,6 +104,16 @@ class ProjectionRunner:
 
     async def start(self, *, wait: bool = True, timeout: float = 30.0) -> None:
         self.caught_up_to = await self.store.stream_last_seq()
+        if self.snapshot_name and self.cluster.last_seq == 0:
+            loaded = await snapshots.load(self.store, self.snapshot_name)
+            if loaded is not None:
+                self.cluster = loaded
+                self.snapshot_seq = loaded.last_seq
+                # watches cannot resume from before the snapshot: they get 410 and re-list
+                self.history_floor = loaded.last_seq
+                self.metrics.unregister()
+                self.metrics = ProjectionMetrics(self.cluster, clock=self.clock).register()
+                log.info("projection snapshot loaded", seq=loaded.last_seq)
         self._task = asyncio.create_task(self._run(), name="projection-runner")
         if wait:
             await self.wait_for(self.caught_up_to, timeout)
@@ -80,6 +123,12 @@ class ProjectionRunner:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        if self._saving is not None:
+            with contextlib.suppress(Exception):
+                await self._saving
+        if self.snapshot_name and self.last_seq > self.snapshot_seq and self._error is None:
+            with contextlib.suppress(Exception):
+                await self.save_snapshot()
         for w in list(self.watchers):
             w.close()
         self.watchers.clear()
@@ -100,6 +149,14 @@ class ProjectionRunner:
                     fut.set_exception(exc)
             raise
 
+    async def save_snapshot(self) -> int:
+        """Save the views as of now; the encoding happens before the first await, so the
+        snapshot is one consistent point of the fold."""
+        assert self.snapshot_name is not None
+        self.snapshot_seq = self.last_seq
+        head = await snapshots.save(self.store, self.snapshot_name, self.cluster)
+        return head.last_seq
+
     # --------------------------------------------------------------- folding
     def fold(self, s: Stored) -> list[Change]:
         """Fold one event, record and fan out the changes it made."""
@@ -110,6 +167,12 @@ class ProjectionRunner:
         before = {kind: self._view(kind, k) for kind in Kind}
         touched = self.cluster.apply(s)
         self.metrics.observe(s, touched, replaying=s.seq <= self.caught_up_to)
+        if (
+            self.snapshot_name
+            and s.seq - self.snapshot_seq >= self.snapshot_every
+            and (self._saving is None or self._saving.done())
+        ):
+            self._saving = asyncio.create_task(self.save_snapshot())
         changes: list[Change] = []
         for kind, tk in dict.fromkeys(touched):
             new = self._view(kind, tk)
@@ -132,7 +195,7 @@ class ProjectionRunner:
         for change in changes:
             if len(self.history) == self.history.maxlen:
                 self.history_floor = self.history[0].seq
-            self.history.append(change)
+            self.history.append(KeptChange.of(change))
             for w in list(self.watchers):
                 w.offer(change)
                 if w.closed:
@@ -222,9 +285,9 @@ class ProjectionRunner:
         else:
             if resource_version < self.history_floor:
                 raise TooOldResourceVersion(resource_version, self.history_floor)
-            for change in self.history:
-                if change.seq > resource_version:
-                    watcher.offer(change)
+            for kept in self.history:
+                if kept.seq > resource_version:
+                    watcher.offer(kept.change())
         self.watchers.add(watcher)
         return watcher
 

@@ -29,7 +29,8 @@ async def serve(
     nc = await nats.connect(nats_url)
     store = EventStore(nc, settings or StreamSettings())
     await store.ensure()
-    runner = ProjectionRunner(store)
+    # the api and its read replicas fold the same views: one shared snapshot name
+    runner = ProjectionRunner(store, snapshot_name="cluster-views")
     await runner.start()
     app = create_app(ApiService(runner, None if read_only else store))
     server = uvicorn.Server(
