@@ -334,7 +334,9 @@ def verify_cmd(
 
 # --------------------------------------------------------------- snapshot
 def snapshot(
-    name: str = typer.Option("api", "--name", help="Projection name (the snapshot's key)"),
+    name: str = typer.Option(
+        "cluster-views", "--name", help="Projection name (the snapshot's key)"
+    ),
     bucket: str = typer.Option(snapshots.BUCKET, "--bucket", help="KV bucket"),
     nats_url: str = NatsUrl,
     stream: str = StreamName,
