@@ -280,8 +280,10 @@ class ProjectionRunner:
         it. Registration and replay happen without awaiting, so no change is missed."""
         watcher = Watcher(selector)
         if not resource_version:
-            for obj in self.list(selector):
-                watcher.queue.put_nowait({"type": "ADDED", "object": obj})
+            for k in sorted(self._table(selector.kind)):
+                obj = self.get(selector.kind, k)
+                if obj is not None and selector.matches(selector.kind, obj):
+                    watcher.initial(k, obj)
         else:
             if resource_version < self.history_floor:
                 raise TooOldResourceVersion(resource_version, self.history_floor)

@@ -182,14 +182,38 @@ class Watcher:
         self.limit = limit
         self.queue: asyncio.Queue[JSON | None] = asyncio.Queue()
         self.closed = False
+        # keys this watcher has shown as present: an object that stops matching the
+        # selector is then sent as DELETED, one that starts matching as ADDED (Kubernetes)
+        self.shown: set[str] = set()
+
+    def initial(self, key: str, obj: JSON) -> None:
+        self.shown.add(key)
+        self.queue.put_nowait({"type": "ADDED", "object": obj})
 
     def offer(self, change: Change) -> None:
-        if self.closed or not self.selector.matches(change.kind, change.object):
+        if self.closed:
+            return
+        matches = self.selector.matches(change.kind, change.object)
+        was_shown = change.key in self.shown
+        if change.type is EventType.DELETED:
+            if not (matches or was_shown):
+                return
+            self.shown.discard(change.key)
+            etype = EventType.DELETED
+        elif matches:
+            self.shown.add(change.key)
+            filtered = bool(self.selector.labels or self.selector.fields)
+            # newly matching a label/field selector reads as ADDED to this watcher
+            etype = EventType.ADDED if filtered and not was_shown else change.type
+        elif was_shown:
+            self.shown.discard(change.key)
+            etype = EventType.DELETED
+        else:
             return
         if self.queue.qsize() >= self.limit:
             self.close()
             return
-        self.queue.put_nowait({"type": str(change.type), "object": change.object})
+        self.queue.put_nowait({"type": str(etype), "object": change.object})
 
     def close(self) -> None:
         if not self.closed:
