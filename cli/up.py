@@ -59,6 +59,24 @@ def up(
         False, help="Also run Prometheus (Debian's package) scraping every service"
     ),
     prometheus_port: int = typer.Option(9090, help="Prometheus port with --metrics"),
+    sync_interval: str = typer.Option(
+        "2m", help="Embedded server's fsync interval ('always': acknowledged = on disk)"
+    ),
+    replicas: int = typer.Option(
+        1, help="Stream replicas (3 or 5 on a NATS cluster given with --nats-url)"
+    ),
+    duplicate_window: float = typer.Option(
+        120.0, help="Seconds JetStream remembers event ids to drop duplicate appends"
+    ),
+    scrape_interval: str = typer.Option(
+        "5s", hidden=True, help="Prometheus scrape interval with --metrics (tests use 1s)"
+    ),
+    node_timeout: float = typer.Option(
+        0.0,
+        min=0.0,
+        help="Seconds without a heartbeat before the controller declares a node "
+        "unresponsive (default: the controller's, 60); handlers beat 4 times per timeout",
+    ),
     node_memory: str = typer.Option(
         "", help="Each node's memory capacity, e.g. 64Gi (default: the hypervisor's)"
     ),
@@ -88,12 +106,19 @@ def up(
     server = None
     if not nats_url:
         server = NatsServer(
-            data_dir / "nats", port=nats_port, log_file=data_dir / "logs" / "nats-server.log"
+            data_dir / "nats",
+            port=nats_port,
+            log_file=data_dir / "logs" / "nats-server.log",
+            sync_interval=sync_interval,
         )
         (data_dir / "logs").mkdir(parents=True, exist_ok=True)
         with console.status("starting nats-server"):
             server.start_sync()
         nats_url = server.url
+    # the services read the stream settings from the environment (StreamSettings.from_env)
+    os.environ["VIRTSTREAM_STREAM_REPLICAS"] = str(replicas)
+    os.environ["VIRTSTREAM_STREAM_DUPLICATE_WINDOW"] = str(duplicate_window)
+    os.environ["VIRTSTREAM_SYNC_INTERVAL"] = sync_interval
     sup = Supervisor(data_dir / "logs", console.print, state_file=state_file)
     if server is not None and server.proc is not None:
         sup.record("nats-server", server.proc.pid, list(server.proc.args))  # type: ignore[arg-type]
@@ -124,7 +149,13 @@ def up(
         ServiceSpec(
             name="controller",
             module="services.controller",
-            args=("--nats-url", nats_url, "--metrics-port", str(cport)),
+            args=(
+                "--nats-url",
+                nats_url,
+                "--metrics-port",
+                str(cport),
+                *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
+            ),
             metrics_url=f"http://127.0.0.1:{cport}/metrics",
         )
     )
@@ -147,6 +178,12 @@ def up(
                     str(hport),
                     *(("--memory", node_memory) if node_memory else ()),
                     *(("--cpus", str(node_cpus)) if node_cpus else ()),
+                    # a short node timeout needs heartbeats well within it (default 5 s)
+                    *(
+                        ("--heartbeat-interval", str(min(5.0, node_timeout / 4)))
+                        if node_timeout
+                        else ()
+                    ),
                     *handler_extra[node],
                 ),
                 metrics_url=f"http://127.0.0.1:{hport}/metrics",
@@ -157,7 +194,9 @@ def up(
     for node, runtime in runtimes.items():
         console.print(f"{node} libvirtd: {runtime.uri}")
     prom = (
-        _start_prometheus(data_dir, [s.spec for s in started], prometheus_port) if metrics else None
+        _start_prometheus(data_dir, [s.spec for s in started], prometheus_port, scrape_interval)
+        if metrics
+        else None
     )
 
     result: list[bool] = []
@@ -263,7 +302,7 @@ def qemu_handler_args(
 
 
 def _start_prometheus(
-    data_dir: Path, specs: list[ServiceSpec], port: int
+    data_dir: Path, specs: list[ServiceSpec], port: int, scrape_interval: str = "5s"
 ) -> PrometheusServer | None:
     """Prometheus on loopback with a config rendered from what this `up` started
     (ops/prometheus/, dashboards in ops/grafana/). A restarted service keeps its port, so
@@ -276,7 +315,9 @@ def _start_prometheus(
         return None
     targets = [target_for(spec.name, spec.metrics_url) for spec in specs]
     with console.status("starting Prometheus"):
-        prom = start_for_cluster(targets, data_dir / "prometheus", port=port)
+        prom = start_for_cluster(
+            targets, data_dir / "prometheus", port=port, scrape_interval=scrape_interval
+        )
     console.print(f"[green]Prometheus[/] {prom.url}  (Grafana data source: Prometheus, {prom.url})")
     console.print("  dashboards to import: ops/grafana/dashboards/*.json")
     return prom

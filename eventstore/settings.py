@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Literal
 
 import msgspec
@@ -18,3 +19,23 @@ class StreamSettings(msgspec.Struct, frozen=True, kw_only=True):
     # fsync policy is a server setting (`jetstream { sync_interval: ... }`); the embedded
     # server takes it from here, an external cluster from its own config
     sync_interval: str = "2m"
+
+    @classmethod
+    def from_env(cls, **overrides: object) -> StreamSettings:
+        """Defaults, overridden by VIRTSTREAM_STREAM_{NAME,STORAGE,REPLICAS,DUPLICATE_WINDOW}
+        and VIRTSTREAM_SYNC_INTERVAL (what `virtstream up` sets for its services), then by
+        explicit arguments."""
+        env = os.environ
+        values: dict[str, object] = {}
+        if name := env.get("VIRTSTREAM_STREAM_NAME"):
+            values["name"] = name
+            values["dlq_name"] = f"{name}_DLQ"
+        if storage := env.get("VIRTSTREAM_STREAM_STORAGE"):
+            values["storage"] = storage
+        if replicas := env.get("VIRTSTREAM_STREAM_REPLICAS"):
+            values["replicas"] = int(replicas)
+        if window := env.get("VIRTSTREAM_STREAM_DUPLICATE_WINDOW"):
+            values["duplicate_window_seconds"] = float(window)
+        if sync := env.get("VIRTSTREAM_SYNC_INTERVAL"):
+            values["sync_interval"] = sync
+        return msgspec.convert({**values, **overrides}, cls)

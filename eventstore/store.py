@@ -70,7 +70,7 @@ class EventStore:
     def __init__(self, nc: NATS, settings: StreamSettings | None = None) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
-        self.settings = settings or StreamSettings()
+        self.settings = settings or StreamSettings.from_env()
 
     @property
     def stream(self) -> str:

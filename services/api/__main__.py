@@ -27,7 +27,7 @@ async def serve(
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM."""
     nc = await nats.connect(nats_url)
-    store = EventStore(nc, settings or StreamSettings())
+    store = EventStore(nc, settings or StreamSettings.from_env())
     await store.ensure()
     # the api and its read replicas fold the same views: one shared snapshot name
     runner = ProjectionRunner(store, snapshot_name="cluster-views")

@@ -51,8 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--address", default="127.0.0.1")
     p.add_argument("--metrics-port", type=int, default=None)
     p.add_argument("--heartbeat-interval", type=float, default=5.0)
-    p.add_argument("--stream", default="VIRT", help="event stream name (tests use others)")
-    p.add_argument("--storage", default="file", choices=["file", "memory"])
+    p.add_argument("--stream", default="", help="event stream name (tests use others)")
+    p.add_argument("--storage", default="", choices=["", "file", "memory"])
     a = p.parse_args(argv)
     logs.configure()
     cfg = HandlerConfig(
@@ -68,7 +68,10 @@ def main(argv: list[str] | None = None) -> None:
         run_dir=a.run_dir,
         metrics_port=a.metrics_port,
         heartbeat_interval=a.heartbeat_interval,
-        settings=StreamSettings(name=a.stream, dlq_name=f"{a.stream}_DLQ", storage=a.storage),
+        settings=StreamSettings.from_env(
+            **({"name": a.stream, "dlq_name": f"{a.stream}_DLQ"} if a.stream else {}),
+            **({"storage": a.storage} if a.storage else {}),
+        ),
         launch=launch_settings(a),
     )
     asyncio.run(serve(cfg))

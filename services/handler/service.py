@@ -85,7 +85,7 @@ class HandlerConfig(msgspec.Struct, kw_only=True):
     metrics_port: int | None = None
     heartbeat_interval: float = 5.0
     tick_interval: float = 1.0
-    settings: StreamSettings = StreamSettings()
+    settings: StreamSettings = msgspec.field(default_factory=StreamSettings.from_env)
     launch: LaunchSettings = LaunchSettings()
 
 
@@ -297,7 +297,9 @@ class Handler:
 
     async def _tick(self) -> None:
         for key, o in list(self.observed.items()):
-            if not o.connected and not o.gone and not o.spawning:
+            # a launcher that sent its final report is exiting: its socket is gone, and a
+            # reattach would block this loop for the whole connect timeout (1 s)
+            if not o.connected and not o.gone and not o.spawning and o.final is None:
                 await self._reattach(key, o)
         async with self._lock:
             for key in list(self.records.keys() | self.observed.keys()):
