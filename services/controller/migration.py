@@ -151,7 +151,7 @@ def reconcile(
     state: ControllerState, ctx: Context, config: MigrationConfig, reserved: Reserved
 ) -> list[Event]:
     c = state.cluster
-    active = sorted((m for m in c.migrations.values() if not m.final), key=order)
+    active = sorted((m for m in state.index.migrations(c) if not m.final), key=order)
     started = [m for m in active if m.phase != "Pending"]
     in_cluster = len(started)
     outbound: Counter[str] = Counter(m.source_node for m in started)
@@ -247,6 +247,7 @@ def _schedule(
         exclude={source_node},
         extra_selector=added_node_selector(mig),
         reserved=reserved,
+        index=state.index,
     )
     agg = migration_aggregate(mig)
     if isinstance(result, NoFit):

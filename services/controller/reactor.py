@@ -121,7 +121,7 @@ class Controller:
         reserved = scheduler.Reserved()
         out += migration.reconcile(state, ctx, self.migrations, reserved)
         out += evacuation.reconcile(state, ctx, self.migrations)
-        out += scheduler.schedule_pending(c, ctx, reserved)
+        out += scheduler.schedule_pending(c, ctx, reserved, state.index)
         return [Decision(ev) for ev in _unique(out)]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +20,7 @@ from projections.cluster import Cluster
 from projections.render import node_allocated, vmi_requests
 from projections.views import NodeView, VMIView
 from services.controller import emit
+from services.controller.placement_index import PlacementIndex
 from services.runtime.context import Context
 
 JSON = dict[str, Any]
@@ -149,13 +150,18 @@ def _meta(manifest: JSON) -> JSON:
     return manifest.get("metadata") or {}
 
 
-def _peers(cluster: Cluster, reserved: Reserved) -> list[_Peer]:
+def _peers(
+    cluster: Cluster, reserved: Reserved, vmis: Iterable[VMIView] | None = None
+) -> list[_Peer]:
+    """Non-final VMIs placed on known nodes (or only `vmis` of them), plus this pass's
+    reservations."""
     peers = []
-    for node in cluster.nodes:
-        for vmi in cluster.vmis_on(node):
-            if not vmi.final:
-                labels = _meta(vmi.manifest).get("labels") or {}
-                peers.append(_Peer(node, vmi.namespace, labels, vmi.manifest))
+    if vmis is None:
+        vmis = (v for node in cluster.nodes for v in cluster.vmis_on(node))
+    for vmi in vmis:
+        if not vmi.final and vmi.node in cluster.nodes:
+            labels = _meta(vmi.manifest).get("labels") or {}
+            peers.append(_Peer(vmi.node, vmi.namespace, labels, vmi.manifest))
     for node, manifests in reserved.manifests.items():
         for m in manifests:
             md = _meta(m)
@@ -190,10 +196,20 @@ def _domains(
 class _PodAffinity:
     """Per-node verdicts of the required pod (anti-)affinity, computed once per VMI."""
 
-    def __init__(self, manifest: JSON, cluster: Cluster, reserved: Reserved) -> None:
+    def __init__(
+        self,
+        manifest: JSON,
+        cluster: Cluster,
+        reserved: Reserved,
+        index: PlacementIndex | None = None,
+    ) -> None:
         md = _meta(manifest)
         ns, labels = md.get("namespace", ""), md.get("labels") or {}
-        peers = _peers(cluster, reserved)
+        own_terms = _terms(manifest, "podAffinity") or _terms(manifest, "podAntiAffinity")
+        if index is None or own_terms:
+            peers = _peers(cluster, reserved)
+        else:  # only the existing pods' anti-affinity can concern this pod
+            peers = _peers(cluster, reserved, index.anti_affine_vmis(cluster))
         self.labels_of = {n.name: node_labels(n) for n in cluster.nodes.values()}
         self.affinity = []
         for term in _terms(manifest, "podAffinity"):
@@ -238,25 +254,37 @@ def place(
     exclude: Iterable[str] = (),
     extra_selector: Mapping[str, str] | None = None,
     reserved: Reserved | None = None,
+    index: PlacementIndex | None = None,
 ) -> Placement | NoFit:
     """Where a pod for this VMI manifest can run. `exclude`: nodes that must not be chosen
-    (a migration's source); `extra_selector`: labels the node must also have."""
+    (a migration's source); `extra_selector`: labels the node must also have. `index`
+    (the controller's, in step with `cluster`) answers allocations without a scan."""
     reserved = reserved or Reserved()
     spec = manifest.get("spec") or {}
     excluded = set(exclude)
     cpu, mem = vmi_requests(manifest)
-    affinity = _PodAffinity(manifest, cluster, reserved)
+    affinity = _PodAffinity(manifest, cluster, reserved, index)
+    allocated: dict[str, tuple[int, int]] = {}
+
+    def used(node: str) -> tuple[int, int]:
+        if node not in allocated:
+            if index is not None:
+                allocated[node] = index.allocated(cluster, node)
+            else:
+                allocated[node] = node_allocated(cluster, node)[:2]
+        return allocated[node]
+
     reasons: Counter[str] = Counter()
     fits: list[tuple[int, str]] = []
     for node in sorted(cluster.nodes.values(), key=lambda n: n.name):
-        why = _filter(node, spec, cluster, reserved, cpu, mem, excluded, extra_selector)
+        why = _filter(node, spec, used, reserved, cpu, mem, excluded, extra_selector)
         if not why:
             r = affinity.reason(node.name)
             why = [r] if r else []
         if why:
             reasons.update(why)
             continue
-        fits.append((node_allocated(cluster, node.name)[1] + reserved.memory[node.name], node.name))
+        fits.append((used(node.name)[1] + reserved.memory[node.name], node.name))
     if fits:
         return Placement(min(fits)[1])
     return NoFit(unschedulable_message(len(cluster.nodes), reasons))
@@ -265,7 +293,7 @@ def place(
 def _filter(
     node: NodeView,
     spec: JSON,
-    cluster: Cluster,
+    used: Callable[[str], tuple[int, int]],
     reserved: Reserved,
     cpu: int,
     mem: int,
@@ -282,7 +310,7 @@ def _filter(
         return [f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"]
     if not matches_node_selection(spec, node, extra_selector):
         return [NODE_SELECTOR]
-    used_cpu, used_mem, _ = node_allocated(cluster, node.name)
+    used_cpu, used_mem = used(node.name)
     why = []
     if used_cpu + reserved.cpu[node.name] + cpu > node.capacity.cpu_millis:
         why.append("Insufficient cpu")
@@ -318,19 +346,23 @@ def needs_node(vmi: VMIView) -> bool:
 
 
 def schedule_pending(
-    cluster: Cluster, ctx: Context, reserved: Reserved | None = None
+    cluster: Cluster,
+    ctx: Context,
+    reserved: Reserved | None = None,
+    index: PlacementIndex | None = None,
 ) -> list[Event]:
     """Place every VMI waiting for a node, oldest first; each placement counts against the
     capacity seen by the next (and `reserved`: e.g. migration targets placed in this pass).
     A VMI that does not fit gets Unschedulable once per distinct reason."""
+    candidates = index.pending(cluster) if index is not None else cluster.vmis.values()
     pending = sorted(
-        (v for v in cluster.vmis.values() if needs_node(v)),
+        (v for v in candidates if needs_node(v)),
         key=lambda v: (v.created_at, v.namespace, v.name),
     )
     reserved = reserved if reserved is not None else Reserved()
     out: list[Event] = []
     for vmi in pending:
-        result = place(vmi.manifest, cluster, reserved=reserved)
+        result = place(vmi.manifest, cluster, reserved=reserved, index=index)
         agg = emit.vmi_aggregate(vmi)
         if isinstance(result, Placement):
             reserved.add(result.node, vmi.manifest)

@@ -18,6 +18,7 @@ from events.catalog import (
 from events.meta import Kind
 from eventstore.store import Stored
 from projections.cluster import Cluster, key
+from services.controller.placement_index import PlacementIndex
 
 
 @dataclass
@@ -38,6 +39,8 @@ class ControllerState:
     abort_routed: dict[str, str] = field(default_factory=dict)
     # (vmi uid, node): a drain of that node already reported the VMI as not movable
     eviction_blocked: set[tuple[str, str]] = field(default_factory=set)
+    # what the scheduler and the migration pass would otherwise scan every VMI for
+    index: PlacementIndex = field(default_factory=PlacementIndex)
 
 
 def evolve(state: ControllerState, s: Stored) -> ControllerState:
@@ -62,5 +65,5 @@ def evolve(state: ControllerState, s: Stored) -> ControllerState:
             state.abort_routed[mig.uid] = ev.meta.node
     elif isinstance(ev, NodeUncordoned):  # a later drain reports blocked VMIs afresh
         state.eviction_blocked = {b for b in state.eviction_blocked if b[1] != agg.name}
-    state.cluster.apply(s)
+    state.index.touched(state.cluster, state.cluster.apply(s))
     return state

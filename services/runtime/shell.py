@@ -31,6 +31,7 @@ from eventstore.settings import StreamSettings
 from eventstore.store import ConcurrencyConflict, EventStore, Stored, _stored
 from services.runtime import metrics as m
 from services.runtime.context import Context, Decision
+from services.runtime.pull import Puller
 from services.runtime.reactor import Reactor
 
 S = TypeVar("S")
@@ -211,6 +212,7 @@ class ServiceShell(Generic[S]):
         n = await self.catch_up()
         self.log.info("caught up", events=n, last_seq=self.last_folded)
         psub = await self.store.js.pull_subscribe_bind(self.name, self.store.stream)
+        puller = Puller(psub, self.batch)
         # export the counters at 0 from the start: increase()/rate() miss a series' first
         # increment, so an alert on the first dead letter needs the 0 sample before it
         for counter in (m.DEAD_LETTERS, m.CONFLICTS, m.DUPLICATES):
@@ -225,7 +227,7 @@ class ServiceShell(Generic[S]):
                     await self.tick()
                     next_tick = time.monotonic() + self.tick_interval
                 try:
-                    msgs = await psub.fetch(self.batch, timeout=min(self.tick_interval, 1.0))
+                    msgs = await puller.fetch(timeout=min(self.tick_interval, 1.0))
                 except (TimeoutError, nats.errors.TimeoutError):
                     # nothing deliverable: the backlog is empty (and the series exists
                     # from the first idle poll, not only after the first batch)
@@ -235,8 +237,7 @@ class ServiceShell(Generic[S]):
                     await self.handle(msg)
                     if self._stop.is_set():
                         break  # the rest are redelivered to the next incarnation
-                with contextlib.suppress(Exception):
-                    m.CONSUMER_PENDING.labels(self.name).set(msgs[-1].metadata.num_pending)
+                m.CONSUMER_PENDING.labels(self.name).set(puller.pending)
         finally:
             self.ready = False
             with contextlib.suppress(Exception):

@@ -1,0 +1,121 @@
+"""Incremental indexes over the controller's cluster fold, so a decision pass costs what the
+event touched instead of a scan of every VMI.
+
+Kept in step by `ControllerState.evolve`: after each fold, every touched VMI or migration
+key is re-read from the cluster and its contribution replaced (no old view needed, so an
+index can never drift from the views it summarises). What they answer equals a full scan:
+- per node, the CPU/memory held by non-final VMIs placed there (render.node_allocated
+  without the walk; migration targets are added at query time from the few active ones);
+- the non-final VMIs without a node (the scheduler's candidates);
+- the non-final placed VMIs with required pod anti-affinity (the only peers a new pod
+  without affinity terms of its own must be checked against);
+- the non-final migrations."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from events.meta import Kind
+from projections.cluster import Cluster, Touched, key
+from projections.render import vmi_requests
+from projections.views import MigrationView, VMIView
+
+JSON = dict[str, Any]
+
+
+def has_required_anti_affinity(manifest: JSON) -> bool:
+    aff = ((manifest.get("spec") or {}).get("affinity") or {}).get("podAntiAffinity") or {}
+    return bool(aff.get("requiredDuringSchedulingIgnoredDuringExecution"))
+
+
+class PlacementIndex:
+    def __init__(self) -> None:
+        # vmi key → (node, cpu millis, memory bytes, the manifest they were computed from)
+        self._counted: dict[str, tuple[str, int, int, JSON]] = {}
+        self._used: dict[str, list[int]] = {}  # node → [cpu millis, memory bytes, count]
+        self.unplaced: set[str] = set()
+        self.anti_affine: set[str] = set()
+        self.active_migrations: set[str] = set()
+
+    # ------------------------------------------------------------------ upkeep
+    def touched(self, cluster: Cluster, touched: Iterable[Touched]) -> None:
+        for kind, k in touched:
+            if kind is Kind.VMI:
+                self._vmi(k, cluster.vmis.get(k))
+            elif kind is Kind.MIGRATION:
+                self._migration(k, cluster.migrations.get(k))
+
+    def rebuild(self, cluster: Cluster) -> None:
+        self.__init__()  # type: ignore[misc]
+        for k, vmi in cluster.vmis.items():
+            self._vmi(k, vmi)
+        for k, mig in cluster.migrations.items():
+            self._migration(k, mig)
+
+    def _vmi(self, k: str, vmi: VMIView | None) -> None:
+        old = self._counted.pop(k, None)
+        if old is not None:
+            used = self._used[old[0]]
+            used[0] -= old[1]
+            used[1] -= old[2]
+            used[2] -= 1
+        live = vmi is not None and not vmi.final
+        if live and vmi is not None and vmi.node:
+            if old is not None and old[3] is vmi.manifest:
+                cpu, mem = old[1], old[2]
+            else:
+                cpu, mem = vmi_requests(vmi.manifest)
+            self._counted[k] = (vmi.node, cpu, mem, vmi.manifest)
+            used = self._used.setdefault(vmi.node, [0, 0, 0])
+            used[0] += cpu
+            used[1] += mem
+            used[2] += 1
+        placed_live = live and vmi is not None and bool(vmi.node)
+        _flag(self.unplaced, k, live and vmi is not None and not vmi.node)
+        _flag(
+            self.anti_affine,
+            k,
+            placed_live and vmi is not None and has_required_anti_affinity(vmi.manifest),
+        )
+
+    def _migration(self, k: str, mig: MigrationView | None) -> None:
+        _flag(self.active_migrations, k, mig is not None and not mig.final)
+
+    # ----------------------------------------------------------------- queries
+    def allocated(self, cluster: Cluster, node: str) -> tuple[int, int]:
+        """(cpu millis, memory bytes) = render.node_allocated(cluster, node)[:2]."""
+        used = self._used.get(node)
+        cpu, mem = (used[0], used[1]) if used else (0, 0)
+        for mig in self.migrations(cluster):
+            if mig.target_node == node:
+                moving = cluster.vmis.get(key(mig.namespace, mig.vmi_name))
+                if moving is not None:
+                    c, m = vmi_requests(moving.manifest)
+                    cpu, mem = cpu + c, mem + m
+        return cpu, mem
+
+    def migrations(self, cluster: Cluster) -> Iterator[MigrationView]:
+        for k in self.active_migrations:
+            mig = cluster.migrations.get(k)
+            if mig is not None:
+                yield mig
+
+    def pending(self, cluster: Cluster) -> Iterator[VMIView]:
+        for k in self.unplaced:
+            vmi = cluster.vmis.get(k)
+            if vmi is not None:
+                yield vmi
+
+    def anti_affine_vmis(self, cluster: Cluster) -> Iterator[VMIView]:
+        for k in self.anti_affine:
+            vmi = cluster.vmis.get(k)
+            if vmi is not None:
+                yield vmi
+
+
+def _flag(members: set[str], k: str, on: bool) -> None:
+    if on:
+        members.add(k)
+    else:
+        members.discard(k)
