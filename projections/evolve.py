@@ -168,6 +168,9 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
                 v, "Scheduling", at, node=node, pod_name=pod, pod_uid=pod_uid, unschedulable=""
             )
         case Unschedulable(message=msg):
+            # KubeVirt: the launcher pod exists but cannot be placed → Scheduling
+            if v.phase == "Pending":
+                return _phase(v, "Scheduling", at, unschedulable=msg)
             return replace(v, unschedulable=msg)
         case LauncherStarted(pid=pid, node=node, pod_uid=pod_uid):
             if v.final:

@@ -337,8 +337,9 @@ def pod_name(vmi_name: str, uid: str) -> str:
 
 
 def needs_node(vmi: VMIView) -> bool:
+    # Scheduling without a node = its pod is pending, Unschedulable (KubeVirt's phase)
     return (
-        vmi.phase == "Pending"
+        vmi.phase in ("Pending", "Scheduling")
         and not vmi.node
         and vmi.deletion_requested_at is None
         and not vmi.final

@@ -136,6 +136,8 @@ def test_printable_status_precedence() -> None:
     assert status() == "Starting"
     g(Unschedulable(meta=g.m(Kind.VMI), reason="Unschedulable", message="0/1 nodes"))
     assert status() == "ErrorUnschedulable"
+    # as in KubeVirt: the launcher pod exists but cannot be placed
+    assert g.cluster.vmis[f"{NS}/vm1"].phase == "Scheduling"
     g(
         PodScheduled(meta=g.m(Kind.VMI), node="n", pod_name="p", pod_uid="u", manifest={}),
         DomainStarted(meta=g.m(Kind.VMI), node="n", domain="d"),
