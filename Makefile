@@ -9,7 +9,7 @@ install-qemu:
 	bash ops/install.sh --qemu
 
 demo: install
-	.venv/bin/virtstream up --demo
+	.venv/bin/virtstream up --demo --nodes 2
 
 test: install-qemu
 	.venv/bin/ruff check .
