@@ -5,6 +5,7 @@ unchanged. Cross-aggregate effects (a migration moving its VMI) live in `cluster
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from msgspec.structs import replace
@@ -65,19 +66,24 @@ from projections.views import (
     StateChangeRequest,
     VMIView,
     VMView,
+    pack_manifest,
 )
+
+# Strings that many views (and a VM's and its VMI's view) repeat are interned, so each
+# process holds one copy instead of one per decoded event: namespaces, names, uids, nodes.
+_s = sys.intern
 
 
 def run_strategy_of(manifest: dict[str, Any]) -> str:
     spec = manifest.get("spec") or {}
     if spec.get("runStrategy"):
-        return str(spec["runStrategy"])
+        return _s(str(spec["runStrategy"]))
     running = spec.get("running")
     return "Always" if running else "Halted"
 
 
 def _uid(manifest: dict[str, Any]) -> str:
-    return str((manifest.get("metadata") or {}).get("uid") or "")
+    return _s(str((manifest.get("metadata") or {}).get("uid") or ""))
 
 
 # --------------------------------------------------------------------------- VM
@@ -88,10 +94,10 @@ def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
         if isinstance(ev, VMCreated):
             m = ev.manifest["metadata"]
             return VMView(
-                namespace=m.get("namespace", ""),
-                name=m["name"],
+                namespace=_s(m.get("namespace", "")),
+                name=_s(m["name"]),
                 uid=_uid(ev.manifest),
-                manifest=ev.manifest,
+                manifest_json=pack_manifest(ev.manifest),
                 run_strategy=run_strategy_of(ev.manifest),
                 created_at=at,
                 version=s.seq,
@@ -103,7 +109,7 @@ def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
         case VMUpdated(manifest=manifest):
             return replace(
                 v,
-                manifest=manifest,
+                manifest_json=pack_manifest(manifest),
                 run_strategy=run_strategy_of(manifest),
                 generation=v.generation + 1,
             )
@@ -122,10 +128,12 @@ def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
         case VMStateChangeRequestsCleared():
             return replace(v, requests=(), start_paused=False)
         case VMRunStrategyChanged(run_strategy=rs):
-            spec = dict(v.manifest.get("spec") or {})
+            manifest = v.manifest
+            spec = dict(manifest.get("spec") or {})
             spec.pop("running", None)
             spec["runStrategy"] = rs
-            return replace(v, run_strategy=rs, manifest={**v.manifest, "spec": spec})
+            packed = pack_manifest({**manifest, "spec": spec})
+            return replace(v, run_strategy=rs, manifest_json=packed)
         case VMStartFailed():
             failure = StartFailure(
                 ev.consecutive_fail_count, ev.last_failed_vmi_uid, ev.retry_after
@@ -150,14 +158,14 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
         if isinstance(ev, VMICreated):
             m = ev.manifest["metadata"]
             return VMIView(
-                namespace=m.get("namespace", ""),
-                name=m["name"],
+                namespace=_s(m.get("namespace", "")),
+                name=_s(m["name"]),
                 uid=_uid(ev.manifest),
-                manifest=ev.manifest,
+                manifest_json=pack_manifest(ev.manifest),
                 created_at=at,
                 version=s.seq,
                 resource_version=s.seq,
-                owner_vm_uid=ev.owner_vm_uid,
+                owner_vm_uid=_s(ev.owner_vm_uid),
                 transitions=(("Pending", at),),
             )
         return None
@@ -165,7 +173,7 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
     match ev:
         case PodScheduled(node=node, pod_name=pod, pod_uid=pod_uid):
             return _phase(
-                v, "Scheduling", at, node=node, pod_name=pod, pod_uid=pod_uid, unschedulable=""
+                v, "Scheduling", at, node=_s(node), pod_name=pod, pod_uid=pod_uid, unschedulable=""
             )
         case Unschedulable(message=msg):
             # KubeVirt: the launcher pod exists but cannot be placed → Scheduling
@@ -175,7 +183,8 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
         case LauncherStarted(pid=pid, node=node, pod_uid=pod_uid):
             if v.final:
                 return v
-            return _phase(v, "Scheduled", at, launcher_pid=pid, active_pods=((pod_uid, node),))
+            pods = ((pod_uid, _s(node)),)
+            return _phase(v, "Scheduled", at, launcher_pid=pid, active_pods=pods)
         case DomainStarted(paused=paused, qemu_pid=qpid, domain_type=dtype):
             if v.final:
                 return v
@@ -229,10 +238,10 @@ def evolve_migration(view: MigrationView | None, s: Stored) -> MigrationView | N
         if isinstance(ev, MigrationRequested):
             m = ev.manifest["metadata"]
             return MigrationView(
-                namespace=m.get("namespace", ""),
-                name=m["name"],
+                namespace=_s(m.get("namespace", "")),
+                name=_s(m["name"]),
                 uid=_uid(ev.manifest),
-                manifest=ev.manifest,
+                manifest_json=pack_manifest(ev.manifest),
                 vmi_name=(ev.manifest.get("spec") or {}).get("vmiName", ""),
                 created_at=at,
                 version=s.seq,
@@ -347,7 +356,7 @@ def evolve_policy(view: PolicyView | None, s: Stored) -> PolicyView | None:
             return PolicyView(
                 name=manifest["metadata"]["name"],
                 uid=_uid(manifest) or (view.uid if view else ""),
-                manifest=manifest,
+                manifest_json=pack_manifest(manifest),
                 created_at=view.created_at if view else ev.meta.occurred_at,
                 version=s.seq,
                 resource_version=s.seq,

@@ -105,9 +105,9 @@ def printable_status(cluster: Cluster, vm: VMView, now: float) -> str:
 
 def render_vm(cluster: Cluster, vm: VMView, now: float) -> JSON:
     vmi = cluster.vmi_of_vm(vm)
-    obj = dict(vm.manifest)
+    obj = vm.manifest  # a fresh decode: ours to change
     obj["metadata"] = _metadata(
-        vm.manifest,
+        obj,
         vm.resource_version,
         vm.created_at,
         uid=vm.uid,
@@ -150,9 +150,9 @@ def render_vm(cluster: Cluster, vm: VMView, now: float) -> JSON:
 
 # ------------------------------------------------------------------------ VMI
 def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
-    obj = dict(vmi.manifest)
+    obj = vmi.manifest  # a fresh decode: ours to change
     obj["metadata"] = _metadata(
-        vmi.manifest,
+        obj,
         vmi.resource_version,
         vmi.created_at,
         uid=vmi.uid,
@@ -186,7 +186,7 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
         conditions.append(_condition("Paused", True, "PausedByUser", "VMI was paused by user"))
     if vmi.unschedulable:
         conditions.append(_condition("PodScheduled", False, "Unschedulable", vmi.unschedulable))
-    conditions.append(_condition("LiveMigratable", *live_migratable(vmi.manifest)))
+    conditions.append(_condition("LiveMigratable", *live_migratable(obj)))
     if vmi.domain_type == "qemu":
         conditions.append(
             _condition(
@@ -275,8 +275,8 @@ def migration_state(mig: MigrationView) -> JSON:
 
 # ------------------------------------------------------------------ migration
 def render_migration(mig: MigrationView) -> JSON:
-    obj = dict(mig.manifest)
-    obj["metadata"] = _metadata(mig.manifest, mig.resource_version, mig.created_at, uid=mig.uid)
+    obj = mig.manifest  # a fresh decode: ours to change
+    obj["metadata"] = _metadata(obj, mig.resource_version, mig.created_at, uid=mig.uid)
     status: JSON = {
         "phase": mig.phase,
         "phaseTransitionTimestamps": [
@@ -359,8 +359,6 @@ def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
 
 
 def render_policy(policy: PolicyView) -> JSON:
-    obj = dict(policy.manifest)
-    obj["metadata"] = _metadata(
-        policy.manifest, policy.resource_version, policy.created_at, uid=policy.uid
-    )
+    obj = policy.manifest  # a fresh decode: ours to change
+    obj["metadata"] = _metadata(obj, policy.resource_version, policy.created_at, uid=policy.uid)
     return obj

@@ -158,7 +158,10 @@ async def load(store: EventStore, name: str, *, bucket_name: str = BUCKET) -> Cl
     body = b"".join(parts)
     if len(body) != head.size or zlib.crc32(body) != head.crc32:
         return None
-    return decode_views(zlib.decompress(body))
+    try:
+        return decode_views(zlib.decompress(body))
+    except msgspec.DecodeError:  # an older view format: replay the stream instead
+        return None
 
 
 class Loaded(msgspec.Struct, frozen=True):

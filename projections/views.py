@@ -15,6 +15,22 @@ from events.catalog import Resources, Taint
 
 Manifest = dict[str, Any]
 
+# Views keep the user's manifest as compact JSON (`manifest_json`) and decode it per use
+# (`.manifest`): a decoded KubeVirt object costs ~5x its JSON in dicts and strings, held
+# once per view in every process that folds the cluster (api, controller). Callers on hot
+# paths keep only the small values they derive from it (placement_index.py).
+_manifest_decoder = msgspec.json.Decoder(dict[str, Any])
+_manifest_encoder = msgspec.json.Encoder()
+
+
+def pack_manifest(manifest: Manifest) -> bytes:
+    return _manifest_encoder.encode(manifest)
+
+
+def unpack_manifest(data: bytes) -> Manifest:
+    """A fresh dict per call: callers may modify it."""
+    return _manifest_decoder.decode(data)
+
 
 class StateChangeRequest(msgspec.Struct, frozen=True):
     action: str  # Start | Stop
@@ -32,7 +48,7 @@ class VMView(msgspec.Struct, frozen=True, kw_only=True):
     namespace: str
     name: str
     uid: str
-    manifest: Manifest
+    manifest_json: bytes  # pack_manifest(manifest); decode per use via `.manifest`
     run_strategy: str
     created_at: float
     version: int
@@ -45,12 +61,16 @@ class VMView(msgspec.Struct, frozen=True, kw_only=True):
     start_failure: StartFailure | None = None
     vmi_uid: str = ""  # the current VMI's uid, "" when none
 
+    @property
+    def manifest(self) -> Manifest:
+        return unpack_manifest(self.manifest_json)
+
 
 class VMIView(msgspec.Struct, frozen=True, kw_only=True):
     namespace: str
     name: str
     uid: str
-    manifest: Manifest
+    manifest_json: bytes  # pack_manifest(manifest); decode per use via `.manifest`
     created_at: float
     version: int
     resource_version: int
@@ -76,6 +96,10 @@ class VMIView(msgspec.Struct, frozen=True, kw_only=True):
     active_pods: tuple[tuple[str, str], ...] = ()  # (pod uid, node)
 
     @property
+    def manifest(self) -> Manifest:
+        return unpack_manifest(self.manifest_json)
+
+    @property
     def final(self) -> bool:
         return self.phase in ("Succeeded", "Failed")
 
@@ -84,7 +108,7 @@ class MigrationView(msgspec.Struct, frozen=True, kw_only=True):
     namespace: str
     name: str
     uid: str
-    manifest: Manifest
+    manifest_json: bytes  # pack_manifest(manifest); decode per use via `.manifest`
     vmi_name: str
     created_at: float
     version: int
@@ -110,6 +134,10 @@ class MigrationView(msgspec.Struct, frozen=True, kw_only=True):
     data_total: int = 0
     deleted: bool = False
     message: str = ""
+
+    @property
+    def manifest(self) -> Manifest:
+        return unpack_manifest(self.manifest_json)
 
     @property
     def final(self) -> bool:
@@ -139,7 +167,11 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
 class PolicyView(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     uid: str
-    manifest: Manifest
+    manifest_json: bytes  # pack_manifest(manifest); decode per use via `.manifest`
     created_at: float
     version: int
     resource_version: int
+
+    @property
+    def manifest(self) -> Manifest:
+        return unpack_manifest(self.manifest_json)

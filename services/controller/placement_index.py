@@ -31,8 +31,10 @@ def has_required_anti_affinity(manifest: JSON) -> bool:
 
 class PlacementIndex:
     def __init__(self) -> None:
-        # vmi key → (node, cpu millis, memory bytes, the manifest they were computed from)
-        self._counted: dict[str, tuple[str, int, int, JSON]] = {}
+        # vmi key → (node, cpu millis, memory bytes, required anti-affinity, the packed
+        # manifest they were derived from: reused while the view keeps that same object,
+        # so a fold does not decode the manifest again)
+        self._counted: dict[str, tuple[str, int, int, bool, bytes]] = {}
         self._used: dict[str, list[int]] = {}  # node → [cpu millis, memory bytes, count]
         self.unplaced: set[str] = set()
         self.anti_affine: set[str] = set()
@@ -61,23 +63,22 @@ class PlacementIndex:
             used[1] -= old[2]
             used[2] -= 1
         live = vmi is not None and not vmi.final
+        anti = False
         if live and vmi is not None and vmi.node:
-            if old is not None and old[3] is vmi.manifest:
-                cpu, mem = old[1], old[2]
+            packed = vmi.manifest_json
+            if old is not None and old[4] is packed:
+                cpu, mem, anti = old[1], old[2], old[3]
             else:
-                cpu, mem = vmi_requests(vmi.manifest)
-            self._counted[k] = (vmi.node, cpu, mem, vmi.manifest)
+                manifest = vmi.manifest
+                cpu, mem = vmi_requests(manifest)
+                anti = has_required_anti_affinity(manifest)
+            self._counted[k] = (vmi.node, cpu, mem, anti, packed)
             used = self._used.setdefault(vmi.node, [0, 0, 0])
             used[0] += cpu
             used[1] += mem
             used[2] += 1
-        placed_live = live and vmi is not None and bool(vmi.node)
         _flag(self.unplaced, k, live and vmi is not None and not vmi.node)
-        _flag(
-            self.anti_affine,
-            k,
-            placed_live and vmi is not None and has_required_anti_affinity(vmi.manifest),
-        )
+        _flag(self.anti_affine, k, anti)
 
     def _migration(self, k: str, mig: MigrationView | None) -> None:
         _flag(self.active_migrations, k, mig is not None and not mig.final)

@@ -160,8 +160,9 @@ def _peers(
         vmis = (v for node in cluster.nodes for v in cluster.vmis_on(node))
     for vmi in vmis:
         if not vmi.final and vmi.node in cluster.nodes:
-            labels = _meta(vmi.manifest).get("labels") or {}
-            peers.append(_Peer(vmi.node, vmi.namespace, labels, vmi.manifest))
+            manifest = vmi.manifest
+            labels = _meta(manifest).get("labels") or {}
+            peers.append(_Peer(vmi.node, vmi.namespace, labels, manifest))
     for node, manifests in reserved.manifests.items():
         for m in manifests:
             md = _meta(m)
@@ -363,10 +364,11 @@ def schedule_pending(
     reserved = reserved if reserved is not None else Reserved()
     out: list[Event] = []
     for vmi in pending:
-        result = place(vmi.manifest, cluster, reserved=reserved, index=index)
+        manifest = vmi.manifest  # decoded once per pass
+        result = place(manifest, cluster, reserved=reserved, index=index)
         agg = emit.vmi_aggregate(vmi)
         if isinstance(result, Placement):
-            reserved.add(result.node, vmi.manifest)
+            reserved.add(result.node, manifest)
             k = f"schedule/{vmi.uid}"
             out.append(
                 PodScheduled(
@@ -374,7 +376,7 @@ def schedule_pending(
                     node=result.node,
                     pod_name=pod_name(vmi.name, vmi.uid),
                     pod_uid=emit.new_uid(ctx, k),
-                    manifest=vmi.manifest,
+                    manifest=manifest,
                 )
             )
         elif result.message != vmi.unschedulable:

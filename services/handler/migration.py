@@ -185,7 +185,7 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
                         name=name,
                         uid=target.vmi_uid,
                         pod_uid=target.target_pod_uid,
-                        manifest=target.manifest,
+                        manifest_json=msgspec.json.encode(target.manifest),
                         started=True,
                         migrated_in=True,
                         id_scope=target.target_pod_uid,

@@ -62,7 +62,7 @@ from services.handler.state import NodeState, evolve, vmi_key
 from services.launcher import rundir
 from services.launcher.client import LauncherClient, LauncherGone
 from services.launcher.domain_xml import DomainType
-from services.launcher.protocol import Command, Shutdown, SoftReboot, Start
+from services.launcher.protocol import Command, DomainStatus, Shutdown, SoftReboot, Start
 from services.launcher.zygote import spawn_launcher, start_zygote
 from services.runtime import metrics as m
 from services.runtime.pull import Puller
@@ -112,6 +112,7 @@ class Handler:
         self._dirty: set[str] = set()
         self._wake = asyncio.Event()
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closing = False  # close() has begun: connections ending now need no follow-up
         self.log = log.bind(service=self.name, node=self.node)
         self.migrations = MigrationDriver(self)  # live migration jobs (migration.py)
 
@@ -182,6 +183,7 @@ class Handler:
     async def close(self, psub: object | None = None) -> None:
         """Leave the launchers running (a handler restart never touches VMs)."""
         self.ready = False
+        self._closing = True
         for task in list(self._tasks):
             task.cancel()
         for client in self.clients.values():
@@ -363,7 +365,7 @@ class Handler:
         r = self.records[key]
         o = Observed(uid=r.uid, spawning=True)
         self.observed[key] = o
-        manifest = dict(r.manifest)
+        manifest = r.manifest  # a fresh decode: ours to change
         meta = dict(manifest.get("metadata") or {})
         meta.setdefault("namespace", r.namespace)
         meta.setdefault("name", r.name)
@@ -406,12 +408,19 @@ class Handler:
         o.domain_pid = hello.domain_pid
         o.domain_type = hello.domain_type
         self.clients[key] = client
-        self._spawn_task(self._read(key, client, o))
 
-    async def _read(self, key: str, client: LauncherClient, o: Observed) -> None:
-        async for status in client.statuses():
+        # statuses arrive by callback: no task per launcher (memory per VMI on the node)
+        def on_status(status: DomainStatus) -> None:
             o.update(status)
             self._kick(key)
+
+        def on_close() -> None:
+            if not self._closing:
+                self._spawn_task(self._detached(key, client, o))
+
+        client.subscribe(on_status, on_close)
+
+    async def _detached(self, key: str, client: LauncherClient, o: Observed) -> None:
         o.connected = False
         if self.clients.get(key) is client:
             del self.clients[key]

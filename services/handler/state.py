@@ -32,6 +32,7 @@ from events.catalog import (
 from events.meta import Kind
 
 DEFAULT_GRACE_SECONDS = 30
+_manifest_decoder = msgspec.json.Decoder(dict[str, Any])
 
 
 class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -41,7 +42,9 @@ class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     uid: str
     pod_uid: str
-    manifest: Manifest
+    # the VMI manifest as compact JSON (what the launcher is spawned with): a decoded dict
+    # would cost ~5x, held for every VMI on the node
+    manifest_json: bytes
     # the intent behind the handler's next events (correlation/causation of its appends)
     correlation_id: str = ""
     causation_id: str = ""
@@ -68,6 +71,11 @@ class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def manifest(self) -> Manifest:
+        """Decoded per use (a fresh dict)."""
+        return _manifest_decoder.decode(self.manifest_json)
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -129,7 +137,7 @@ def evolve(state: NodeState, event: Event) -> NodeState:
             name=agg.name,
             uid=uid,
             pod_uid=event.pod_uid,
-            manifest=event.manifest,
+            manifest_json=msgspec.json.encode(event.manifest),
             correlation_id=event.meta.correlation_id,
             causation_id=event.meta.event_id,
         )

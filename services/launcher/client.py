@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import itertools
 from collections.abc import AsyncIterator, Callable
+from typing import Generic, TypeVar
 
 from services.launcher.protocol import (
     Command,
@@ -23,6 +24,66 @@ class LauncherGone(ConnectionError):
     """The launcher closed the connection (it exited, or is exiting)."""
 
 
+T = TypeVar("T")
+
+
+class _Mailbox(Generic[T]):
+    """Reports in arrival order until the connection closes. An asyncio.Queue holds four
+    deques (~3 KiB) and a handler keeps a connection (two queues) per VMI on its node;
+    this holds a list only while reports wait, and a future only while someone waits."""
+
+    __slots__ = ("_closed", "_items", "_waiters")
+
+    def __init__(self) -> None:
+        self._items: list[T] | None = None
+        self._waiters: list[asyncio.Future[None]] | None = None
+        self._closed = False
+
+    def put(self, item: T) -> None:
+        if self._items is None:
+            self._items = []
+        self._items.append(item)
+        self._wake()
+
+    def close(self) -> None:
+        self._closed = True
+        self._wake()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def drain(self) -> list[T]:
+        items, self._items = self._items, None
+        return items or []
+
+    def _wake(self) -> None:
+        waiters, self._waiters = self._waiters, None
+        for w in waiters or ():
+            if not w.done():
+                w.set_result(None)
+
+    async def get(self) -> T:
+        """The next report; LauncherGone once closed and drained (for every later caller
+        too). Cancelling a waiting get loses nothing."""
+        while not self._items:
+            if self._closed:
+                raise LauncherGone("launcher connection closed")
+            waiter = asyncio.get_running_loop().create_future()
+            if self._waiters is None:
+                self._waiters = []
+            self._waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if self._waiters is not None and waiter in self._waiters:
+                    self._waiters.remove(waiter)
+        item = self._items.pop(0)
+        if not self._items:
+            self._items = None
+        return item
+
+
 class LauncherClient:
     """One connection to one launcher.
 
@@ -38,8 +99,10 @@ class LauncherClient:
         self._writer = writer
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[CommandResult]] = {}
-        self._statuses: asyncio.Queue[DomainStatus | None] = asyncio.Queue()
-        self._migration: asyncio.Queue[MigrationProgress | MigrationResult | None] = asyncio.Queue()
+        self._statuses: _Mailbox[DomainStatus] = _Mailbox()
+        self._migration: _Mailbox[MigrationProgress | MigrationResult] = _Mailbox()
+        self._on_status: Callable[[DomainStatus], None] | None = None
+        self._on_close: Callable[[], None] | None = None
         self._reader_task = asyncio.get_running_loop().create_task(self._read())
 
     @classmethod
@@ -77,11 +140,7 @@ class LauncherClient:
             self._pending.pop(command.id, None)
 
     async def next_status(self, timeout: float | None = None) -> DomainStatus:
-        status = await asyncio.wait_for(self._statuses.get(), timeout)
-        if status is None:
-            self._statuses.put_nowait(None)  # keep reporting the end to later callers
-            raise LauncherGone("launcher connection closed")
-        return status
+        return await asyncio.wait_for(self._statuses.get(), timeout)
 
     async def wait_for(
         self, predicate: Callable[[DomainStatus], bool], timeout: float = 10.0
@@ -96,11 +155,7 @@ class LauncherClient:
     async def next_migration_report(
         self, timeout: float | None = None
     ) -> MigrationProgress | MigrationResult:
-        report = await asyncio.wait_for(self._migration.get(), timeout)
-        if report is None:
-            self._migration.put_nowait(None)
-            raise LauncherGone("launcher connection closed")
-        return report
+        return await asyncio.wait_for(self._migration.get(), timeout)
 
     async def migration_result(
         self, on_progress: Callable[[MigrationProgress], None] | None = None, timeout: float = 60
@@ -119,6 +174,18 @@ class LauncherClient:
             while True:
                 yield await self.next_status()
 
+    def subscribe(
+        self, on_status: Callable[[DomainStatus], None], on_close: Callable[[], None]
+    ) -> None:
+        """Hand statuses to `on_status` as they arrive (those already queued first) instead
+        of queueing them, and call `on_close` once when the connection ends: a consumer
+        that follows every launcher (the handler) needs no task of its own per launcher."""
+        self._on_status, self._on_close = on_status, on_close
+        for status in self._statuses.drain():
+            on_status(status)
+        if self._statuses.closed:
+            on_close()
+
     async def close(self) -> None:
         self._reader_task.cancel()
         self._writer.close()
@@ -135,14 +202,19 @@ class LauncherClient:
                         future.set_result(report)
                 elif isinstance(report, DomainStatus):
                     self.latest_status = report
-                    self._statuses.put_nowait(report)
+                    if self._on_status is not None:
+                        self._on_status(report)
+                    else:
+                        self._statuses.put(report)
                 elif isinstance(report, MigrationProgress | MigrationResult):
-                    self._migration.put_nowait(report)
+                    self._migration.put(report)
         except ConnectionError:
             pass
         finally:
-            self._statuses.put_nowait(None)
-            self._migration.put_nowait(None)
+            self._statuses.close()
+            self._migration.close()
+            if self._on_close is not None:
+                self._on_close()
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(LauncherGone("launcher connection closed"))

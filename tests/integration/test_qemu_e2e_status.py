@@ -68,7 +68,7 @@ def test_kvm_guest_has_no_software_emulation_condition() -> None:
 
 def test_domain_started_carries_qemu_pid_from_the_running_status_and_the_type() -> None:
     record = VMIRecord(
-        namespace=NS, name="vm1", uid="u1", pod_uid="p1", manifest={}, launcher_pid=7
+        namespace=NS, name="vm1", uid="u1", pod_uid="p1", manifest_json=b"{}", launcher_pid=7
     )
     running = DomainStatus(state=DomainState.RUNNING, seq=2, domain_pid=999)
     observed = Observed(

@@ -16,7 +16,7 @@ KEY = "default/vm1"
 def record(**kw: object) -> VMIRecord:
     base: dict[str, object] = dict(
         namespace="default", name="vm1", uid="u1", pod_uid="p1",
-        manifest={"spec": {"terminationGracePeriodSeconds": 7}},
+        manifest_json=b'{"spec": {"terminationGracePeriodSeconds": 7}}',
     )  # fmt: skip
     base.update(kw)
     return VMIRecord(**base)  # type: ignore[arg-type]
