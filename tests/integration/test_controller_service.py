@@ -104,7 +104,7 @@ async def controller(
     end, and the test's heartbeat bucket is deleted."""
     bucket = unique("hb")
     await heartbeats.ensure_bucket(nc.jetstream(), bucket, storage=StorageType.MEMORY)
-    tasks: list[asyncio.Task[None]] = []
+    tasks: list[tuple[ControllerService, asyncio.Task[None]]] = []
 
     def start(node_timeout: float = 120.0) -> asyncio.Task[None]:
         service = ControllerService(
@@ -116,14 +116,17 @@ async def controller(
         )
         start.bucket = bucket  # type: ignore[attr-defined]
         task = asyncio.create_task(service.run())
-        tasks.append(task)
+        tasks.append((service, task))
         return task
 
     yield start
-    for t in tasks:
+    for service, t in tasks:
+        # stop() first: Python 3.11's wait_for can swallow a cancel that races its timeout
+        # (inside nats-py's fetch), and a loop that lost its cancel still sees the flag
+        service.stop()
         t.cancel()
         with contextlib.suppress(BaseException):
-            await t
+            await asyncio.wait_for(t, 10)
     with contextlib.suppress(Exception):
         await nc.jetstream().delete_key_value(bucket)
 
@@ -187,7 +190,7 @@ async def test_a_controller_killed_mid_workload_creates_no_vmi_twice(
             await c.wait_for(names[0], VMICreated)
             first.cancel()  # abrupt: mid-batch, maybe between append and ack
             with contextlib.suppress(BaseException):
-                await first
+                await asyncio.wait_for(first, 10)  # re-cancels if a cancel was swallowed
     controller()
 
     async def all_created() -> bool:

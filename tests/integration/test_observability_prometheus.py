@@ -242,7 +242,7 @@ async def cancel(task: asyncio.Task[Any] | None) -> None:
         return
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
+        await asyncio.wait_for(task, 10)  # re-cancels if the first cancel was swallowed
 
 
 class Stack:
