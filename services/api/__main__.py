@@ -1,4 +1,5 @@
-"""`python -m services.api --nats-url URL --port P [--host H] [--read-only]`."""
+"""`python -m services.api --nats-url URL --port P [--host H] [--read-only]
+[--watch-history N]`."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import uvicorn
 
 from eventstore.settings import StreamSettings
 from eventstore.store import EventStore
-from projections.runner import ProjectionRunner
+from projections.runner import WATCH_HISTORY, ProjectionRunner
 from services.api.app import create_app
 from services.api.service import ApiService
 
@@ -24,13 +25,14 @@ async def serve(
     *,
     read_only: bool = False,
     settings: StreamSettings | None = None,
+    watch_history: int = WATCH_HISTORY,
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM."""
     nc = await nats.connect(nats_url)
     store = EventStore(nc, settings or StreamSettings.from_env())
     await store.ensure()
     # the api and its read replicas fold the same views: one shared snapshot name
-    runner = ProjectionRunner(store, snapshot_name="cluster-views")
+    runner = ProjectionRunner(store, history=watch_history, snapshot_name="cluster-views")
     await runner.start()
     app = create_app(ApiService(runner, None if read_only else store))
     server = uvicorn.Server(
@@ -49,8 +51,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--read-only", action="store_true", help="serve reads only (replica)")
+    parser.add_argument(
+        "--watch-history",
+        type=int,
+        default=WATCH_HISTORY,
+        help="changes kept for watches resuming from a resourceVersion (older ones get 410)",
+    )
     args = parser.parse_args(argv)
-    run(serve(args.nats_url, args.host, args.port, read_only=args.read_only))
+    if args.watch_history < 1:
+        parser.error("--watch-history must be at least 1")
+    run(
+        serve(
+            args.nats_url,
+            args.host,
+            args.port,
+            read_only=args.read_only,
+            watch_history=args.watch_history,
+        )
+    )
 
 
 def run(main: Coroutine[Any, Any, None]) -> None:

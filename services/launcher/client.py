@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 from collections.abc import AsyncIterator, Callable
 from typing import Generic, TypeVar
+
+import msgspec
 
 from services.launcher.protocol import (
     Command,
@@ -22,6 +25,14 @@ from services.launcher.protocol import (
 
 class LauncherGone(ConnectionError):
     """The launcher closed the connection (it exited, or is exiting)."""
+
+
+def _same(client: LauncherClient) -> LauncherClient:
+    return client
+
+
+_NO_HELLO = Hello(vmi_uid="", domain_name="", pid=0)  # until connect() has read it
+_MAX_LINE = 1 << 20  # a report is a few hundred bytes; a longer line is a broken peer
 
 
 T = TypeVar("T")
@@ -84,26 +95,48 @@ class _Mailbox(Generic[T]):
         return item
 
 
-class LauncherClient:
+class LauncherClient(asyncio.Protocol):
     """One connection to one launcher.
 
     Results of commands are matched to their command by id; DomainStatus reports are
     queued in arrival order for `next_status` / `statuses`; MigrationProgress and
     MigrationResult reports are queued apart, for `next_migration_report`.
+
+    A plain protocol on the loop's transport, not a StreamReader/StreamWriter pair and a
+    reader task: a handler keeps one connection per VMI on its node, and the streams and
+    the task were most of a connection's memory (~5.7 → ~2.5 KiB, tracemalloc).
     """
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, hello: Hello):
-        self.hello = hello
+    __slots__ = (
+        "_buf",
+        "_closed",
+        "_drained",
+        "_hello",
+        "_ids",
+        "_migration",
+        "_on_close",
+        "_on_status",
+        "_pending",
+        "_statuses",
+        "_transport",
+        "hello",
+        "latest_status",
+    )
+
+    def __init__(self) -> None:
+        self.hello: Hello = _NO_HELLO
         self.latest_status: DomainStatus | None = None
-        self._reader = reader
-        self._writer = writer
+        self._transport: asyncio.Transport | None = None
+        self._buf = b""  # a partial line
+        self._hello: asyncio.Future[Hello] | None = None  # only until the Hello arrives
+        self._closed: asyncio.Future[None] | None = None  # only while close() waits
+        self._drained: asyncio.Future[None] | None = None  # only while writing is paused
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[CommandResult]] = {}
         self._statuses: _Mailbox[DomainStatus] = _Mailbox()
         self._migration: _Mailbox[MigrationProgress | MigrationResult] = _Mailbox()
         self._on_status: Callable[[DomainStatus], None] | None = None
         self._on_close: Callable[[], None] | None = None
-        self._reader_task = asyncio.get_running_loop().create_task(self._read())
 
     @classmethod
     async def connect(cls, socket_path: str, timeout: float = 5.0) -> LauncherClient:
@@ -113,19 +146,23 @@ class LauncherClient:
         # A freshly forked launcher listens within ~3 ms: poll fast at first, then back off.
         fast_until = loop.time() + 0.1
         while True:
+            client = cls()
+            client._hello = hello = loop.create_future()
             try:
-                reader, writer = await asyncio.open_unix_connection(socket_path)
+                await loop.create_unix_connection(functools.partial(_same, client), socket_path)
                 break
             except (FileNotFoundError, ConnectionRefusedError):
                 if loop.time() >= deadline:
                     raise
                 await asyncio.sleep(0.001 if loop.time() < fast_until else 0.05)
-        line = await asyncio.wait_for(reader.readline(), max(0.1, deadline - loop.time()))
-        hello = decode_report(line) if line else None
-        if not isinstance(hello, Hello):
-            writer.close()
-            raise LauncherGone(f"expected Hello from {socket_path}, got {line!r}")
-        return cls(reader, writer, hello)
+        try:
+            await asyncio.wait_for(hello, max(0.1, deadline - loop.time()))
+        except BaseException:
+            client._hello = None
+            if client._transport is not None:
+                client._transport.close()
+            raise
+        return client
 
     async def call(self, command: Command, timeout: float = 10.0) -> CommandResult:
         """Send a command (its id is assigned here) and wait for its result."""
@@ -133,8 +170,11 @@ class LauncherClient:
         future: asyncio.Future[CommandResult] = asyncio.get_running_loop().create_future()
         self._pending[command.id] = future
         try:
-            self._writer.write(encode(command))
-            await self._writer.drain()
+            if self._transport is None or self._transport.is_closing():
+                raise LauncherGone("launcher connection closed")
+            self._transport.write(encode(command))
+            if self._drained is not None:
+                await asyncio.shield(self._drained)
             return await asyncio.wait_for(future, timeout)
         finally:
             self._pending.pop(command.id, None)
@@ -187,34 +227,95 @@ class LauncherClient:
             on_close()
 
     async def close(self) -> None:
-        self._reader_task.cancel()
-        self._writer.close()
-        with contextlib.suppress(ConnectionError):
-            await self._writer.wait_closed()
+        transport = self._transport
+        if transport is None:
+            return
+        if self._closed is None:
+            self._closed = asyncio.get_running_loop().create_future()
+        transport.close()
+        with contextlib.suppress(TimeoutError):  # connection_lost follows on the next turn
+            await asyncio.wait_for(asyncio.shield(self._closed), 1.0)
 
-    async def _read(self) -> None:
-        try:
-            while line := await self._reader.readline():
-                report = decode_report(line)
-                if isinstance(report, CommandResult):
-                    future = self._pending.get(report.id)
-                    if future is not None and not future.done():
-                        future.set_result(report)
-                elif isinstance(report, DomainStatus):
-                    self.latest_status = report
-                    if self._on_status is not None:
-                        self._on_status(report)
-                    else:
-                        self._statuses.put(report)
-                elif isinstance(report, MigrationProgress | MigrationResult):
-                    self._migration.put(report)
-        except ConnectionError:
-            pass
-        finally:
-            self._statuses.close()
-            self._migration.close()
-            if self._on_close is not None:
-                self._on_close()
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(LauncherGone("launcher connection closed"))
+    # -------------------------------------------------------- asyncio.Protocol
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        transport = self._transport
+        assert transport is not None
+        if self._buf:
+            data = self._buf + data
+        *lines, self._buf = data.split(b"\n")
+        if len(self._buf) > _MAX_LINE:
+            transport.close()
+            return
+        for line in lines:
+            if transport.is_closing():  # a broken peer: ignore the rest
+                return
+            try:
+                self._report(decode_report(line))
+            except msgspec.DecodeError:
+                transport.close()
+
+    def eof_received(self) -> bool | None:
+        if self._buf:
+            line, self._buf = self._buf, b""
+            with contextlib.suppress(msgspec.DecodeError):
+                self._report(decode_report(line))
+        return None  # close the transport
+
+    def pause_writing(self) -> None:
+        if self._drained is None:
+            self._drained = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        drained, self._drained = self._drained, None
+        if drained is not None and not drained.done():
+            drained.set_result(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None  # close() has nothing left to wait for
+        gone = LauncherGone("launcher connection closed")
+        if self._hello is not None and not self._hello.done():
+            self._hello.set_exception(gone)
+        self.resume_writing()
+        self._statuses.close()
+        self._migration.close()
+        if self._on_close is not None:
+            self._on_close()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(gone)
+        if self._closed is not None and not self._closed.done():
+            self._closed.set_result(None)
+
+    def _report(
+        self, report: Hello | DomainStatus | CommandResult | MigrationProgress | MigrationResult
+    ) -> None:
+        hello, self._hello = self._hello, None
+        if hello is not None:  # the first line must be the Hello (connect() waits for it)
+            if isinstance(report, Hello):
+                self.hello = report
+                if not hello.done():
+                    hello.set_result(report)
+            else:
+                if not hello.done():
+                    hello.set_exception(
+                        LauncherGone(f"expected Hello, got {type(report).__name__}")
+                    )
+                if self._transport is not None:
+                    self._transport.close()
+            return
+        if isinstance(report, CommandResult):
+            future = self._pending.get(report.id)
+            if future is not None and not future.done():
+                future.set_result(report)
+        elif isinstance(report, DomainStatus):
+            self.latest_status = report
+            if self._on_status is not None:
+                self._on_status(report)
+            else:
+                self._statuses.put(report)
+        elif isinstance(report, MigrationProgress | MigrationResult):
+            self._migration.put(report)

@@ -438,6 +438,7 @@ async def test_every_dashboard_panel_query_returns_series(stack: Stack) -> None:
 
     # a scrape must land after the second wave's transitions: poll, don't race it
     assert await eventually(p50, "a creation→Running p50")
+
     async def dead_letters() -> list[dict[str, Any]]:
         q = 'virtstream_dead_letters_total{service="obs-choreography"} >= 1'
         return await stack.query(q)
