@@ -17,7 +17,7 @@ from nats.js.errors import NotFoundError
 
 from events.catalog import Event
 from events.codec import decode
-from eventstore.store import EventStore
+from eventstore.store import REDELIVERY_HEADER, EventStore
 
 RETRY_HEADER = "Virt-Retry-Of"  # "<dlq stream>/<dlq seq>" on the re-appended event
 
@@ -91,6 +91,8 @@ async def retry(store: EventStore, dl: DeadLetter) -> Retried:
         "Nats-Msg-Id": f"retry/{dlq}/{dl.seq}",
         RETRY_HEADER: f"{dlq}/{dl.seq}",
     }
+    if dl.original_seq:
+        headers[REDELIVERY_HEADER] = str(dl.original_seq)
     ack = await store.js.publish(dl.original_subject, dl.data, stream=store.stream, headers=headers)
     with contextlib.suppress(NotFoundError):
         await store.js.delete_msg(dlq, dl.seq)

@@ -46,13 +46,21 @@ class ConcurrencyConflict(Exception):
         self.actual = actual
 
 
+REDELIVERY_HEADER = "Virt-Redelivery-Of"  # the original stream sequence of a retried event
+
+
 class Stored(msgspec.Struct, frozen=True):
-    """An event as stored: its stream sequence, subject and server timestamp."""
+    """An event as stored: its stream sequence, subject and server timestamp.
+
+    `redelivery_of` > 0 marks a dead letter re-appended by `virtstream dead-letters --retry`:
+    the original (at that sequence) was folded already, so folds only advance the
+    aggregate's version past the copy and services react to it again."""
 
     seq: int
     subject: str
     time: float
     event: Event
+    redelivery_of: int = 0
 
 
 class Appended(msgspec.Struct, frozen=True):
@@ -63,7 +71,14 @@ class Appended(msgspec.Struct, frozen=True):
 def _stored(msg: Msg) -> Stored:
     md = msg.metadata
     ts = md.timestamp.timestamp() if md.timestamp else 0.0
-    return Stored(seq=md.sequence.stream, subject=msg.subject, time=ts, event=decode(msg.data))
+    again = (msg.headers or {}).get(REDELIVERY_HEADER, "")
+    return Stored(
+        seq=md.sequence.stream,
+        subject=msg.subject,
+        time=ts,
+        event=decode(msg.data),
+        redelivery_of=int(again) if again.isdigit() else 0,
+    )
 
 
 class EventStore:

@@ -71,6 +71,9 @@ class Cluster:
     def apply(self, s: Stored) -> list[Touched]:
         agg = s.event.meta.aggregate
         self.last_seq = max(self.last_seq, s.seq)
+        if s.redelivery_of:
+            self._advance_version(agg.kind, agg.namespace, agg.name, s.seq)
+            return []
         match agg.kind:
             case Kind.VM:
                 return self._apply_vm(s, key(agg.namespace, agg.name))
@@ -86,6 +89,22 @@ class Cluster:
                 new = evolve_policy(self.policies.get(agg.name), s)
                 return self._swap(self.policies, agg.name, new, Kind.POLICY)
         return []
+
+    def _advance_version(self, kind: Kind, namespace: str, name: str, seq: int) -> None:
+        """A retried dead letter (a copy of an event folded at its original sequence) is
+        not folded again, but it is the aggregate's last event: OCC appends expect it."""
+        tables: dict[Kind, dict[str, Any]] = {
+            Kind.VM: self.vms,
+            Kind.VMI: self.vmis,
+            Kind.MIGRATION: self.migrations,
+            Kind.NODE: self.nodes,
+            Kind.POLICY: self.policies,
+        }
+        table = tables[kind]
+        k = name if kind in (Kind.NODE, Kind.POLICY) else key(namespace, name)
+        view = table.get(k)
+        if view is not None:
+            table[k] = replace(view, version=seq)
 
     @staticmethod
     def _swap(table: dict[str, Any], k: str, new: object, kind: Kind) -> list[Touched]:

@@ -252,8 +252,8 @@ class Handler:
 
     # ------------------------------------------------------------------ folding
     def _fold(self, stored: Stored) -> bool:
-        if stored.seq in self.folded:
-            return False
+        if stored.seq in self.folded or stored.redelivery_of:
+            return False  # a retried dead letter's original was folded already
         self.folded.add(stored.seq)
         evolve(self.records, stored.event)
         self.migrations.fold(stored.event)

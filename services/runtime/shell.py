@@ -87,6 +87,12 @@ class ServiceShell(Generic[S]):
         key = subjects.aggregate_key(stored.subject)
         if stored.seq <= self.versions.get(key, 0):
             return False
+        if stored.redelivery_of:
+            # a retried dead letter: its original was folded; only the version moves
+            # (the copy is the aggregate's last event now: OCC appends expect it)
+            self.versions[key] = stored.seq
+            self.last_folded = max(self.last_folded, stored.seq)
+            return False
         self.state = self.reactor.evolve(self.state, stored)
         self.versions[key] = stored.seq
         self.last_folded = max(self.last_folded, stored.seq)

@@ -7,6 +7,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable, Sequence
 
+import msgspec
 import typer
 from nats.aio.client import Client as NATS
 from typer.testing import CliRunner
@@ -105,3 +106,36 @@ async def test_dead_letter_is_listed_and_retried_after_the_fix(
     last = await store.stream_last_seq()
     retried = await nc.jetstream().get_msg(stream_settings.name, last - 1)
     assert retried.headers and retried.headers[dead_letters.RETRY_HEADER].endswith("/2")
+
+
+async def test_a_retried_dead_letter_is_not_folded_twice(store: EventStore) -> None:
+    """The retry copy re-runs the reaction; views keep the original's single effect and
+    move their OCC version past the copy."""
+    from projections.cluster import Cluster
+
+    vm = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": "dup", "namespace": "default", "uid": "uid-dup"},
+        "spec": {"runStrategy": "Manual", "template": {"spec": {}}},
+    }
+    from events.catalog import VMCreated
+
+    await store.append(VMCreated(meta=meta(name="dup"), manifest=vm))
+    start = await store.append(VMStartRequested(meta=meta(name="dup")))
+    await store.dead_letter("virt-controller", None, b"", "boom")  # stands in for the shell's
+    parked = (await dead_letters.list_dead_letters(store))[-1]
+    original = msgspec.structs.replace(
+        parked,
+        original_subject="virt.vm.default.dup.VMStartRequested._",
+        original_seq=start.seq,
+        data=(await store.js.get_msg(store.stream, start.seq)).data,
+    )
+    retried = await dead_letters.retry(store, original)
+
+    cluster = Cluster()
+    async for s in store.replay():
+        cluster.apply(s)
+    view = cluster.vms["default/dup"]
+    assert len(view.requests) == 1  # the start request counted once
+    assert view.version == retried.new_seq  # the copy is the aggregate's last event
