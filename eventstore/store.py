@@ -31,9 +31,11 @@ from events import subjects
 from events.catalog import Event
 from events.codec import decode, encode, event_type
 from events.meta import Aggregate
+from eventstore import nats_headers
 from eventstore.settings import StreamSettings
 
 WRONG_LAST_SEQUENCE = 10071
+nats_headers.install()
 
 
 class ConcurrencyConflict(Exception):

@@ -28,6 +28,7 @@ from projections.watch import Change, EventType, Selector, TooOldResourceVersion
 from projections.watch_history import WatchHistory
 
 log = structlog.get_logger()
+FRESH_RENDERS = 256  # objects kept rendered for the responses that follow their events
 JSON = dict[str, Any]
 View = VMView | VMIView | MigrationView | NodeView | PolicyView
 
@@ -62,6 +63,7 @@ class ProjectionRunner:
         self.history = WatchHistory(history)
         # The newest seq whose changes fell out of the history: watches from rv ≥ this resume.
         self.history_floor = 0
+        self._fresh: dict[tuple[Kind, str], tuple[Any, object, JSON]] = {}
         self.watchers: set[Watcher] = set()
         self.caught_up_to = 0  # the stream's last seq when the runner started
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -167,6 +169,8 @@ class ProjectionRunner:
                 old = new  # other keys are only ever modified by a cross-aggregate effect
             if new is not None:
                 obj = self._render(kind, new)
+                self._remember(kind, tk, new, obj)
+                obj = dict(obj)  # the history's copy gets its own metadata below
                 ctype = EventType.MODIFIED if old is not None else EventType.ADDED
             elif old is not None:
                 obj = self._render(kind, old)
@@ -241,11 +245,34 @@ class ProjectionRunner:
             case _:
                 return render_policy(view)
 
+    def _remember(self, kind: Kind, k: str, view: Any, obj: JSON) -> None:
+        """Keep the object just rendered for this exact view: the api's response to the
+        request that caused the event renders it again otherwise (measured: one of the two
+        renders per create). Views are immutable and replaced on every change, joins
+        included, so identity is freshness; clock-dependent renders are not kept."""
+        if kind is Kind.NODE or (kind is Kind.VM and view.start_failure is not None):
+            return
+        self._fresh[(kind, k)] = (view, self._joined(kind, view), obj)
+        if len(self._fresh) > FRESH_RENDERS:
+            del self._fresh[next(iter(self._fresh))]
+
+    def _joined(self, kind: Kind, view: Any) -> object:
+        """The other view a rendering reads (a VM's VMI, a VMI's migration)."""
+        if kind is Kind.VM:
+            return self.cluster.vmi_of_vm(view)
+        if kind is Kind.VMI and view.migration:
+            return self.cluster.migrations.get(f"{view.namespace}/{view.migration}")
+        return None
+
     def get(self, kind: Kind, k: str) -> JSON | None:
-        """The rendered object at key ("ns/name", or the name of a node or policy)."""
+        """The rendered object at key ("ns/name", or the name of a node or policy).
+        Shared with the render cache: callers encode it, never mutate it."""
         view = self._view(kind, k)
         if view is None or _gone(view):
             return None
+        hit = self._fresh.get((kind, k))
+        if hit is not None and hit[0] is view and hit[1] is self._joined(kind, view):
+            return hit[2]
         return self._render(kind, view)
 
     def list(self, selector: Selector) -> list[JSON]:
