@@ -170,6 +170,16 @@ class DomainStarted(Event, tag="DomainStarted"):
     domain_type: str = ""
 
 
+class DomainMigratedIn(Event, tag="DomainMigratedIn"):
+    """The target's domain runs after a live migration (appended once by the target handler
+    after MigrationSucceeded): the VMI's QEMU pid and domain type are now the target's. Not
+    a DomainStarted: the VMI is Running throughout, and no phase changes."""
+
+    node: str
+    qemu_pid: int = 0
+    domain_type: str = ""
+
+
 class DomainPaused(Event, tag="DomainPaused"):
     reason: str = "PausedByUser"
 
@@ -355,6 +365,7 @@ AnyEvent = (
     | VMIEvictionBlocked
     | LauncherStarted
     | DomainStarted
+    | DomainMigratedIn
     | DomainPaused
     | DomainResumed
     | DomainSoftRebooted

@@ -11,6 +11,7 @@ from typing import Any
 from msgspec.structs import replace
 
 from events.catalog import (
+    DomainMigratedIn,
     DomainPaused,
     DomainResumed,
     DomainStarted,
@@ -197,6 +198,11 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
                 qemu_pid=qpid,
                 domain_type=dtype or v.domain_type,
             )
+        case DomainMigratedIn(qemu_pid=qpid, domain_type=dtype):
+            # the target's domain after a live migration: no phase change (Running throughout)
+            if v.final:
+                return v
+            return replace(v, qemu_pid=qpid, domain_type=dtype or v.domain_type)
         case DomainPaused():
             return replace(v, paused=True)
         case DomainResumed():

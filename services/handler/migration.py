@@ -10,7 +10,8 @@ for the incoming domain) → TargetPrepared(address) routed to the SOURCE. The t
 reports LauncherStarted/DomainStarted on the VMI (the VMI is Running on the source; those
 would move it back to Scheduled). MigrationSucceeded (routed here) turns the job into an
 ordinary VMIRecord (`migrated_in`): test mode resumes the domain; from then on the planner
-reports the VMI's domain events from this node. MigrationFailed/Aborted → destroy the
+reports the VMI's domain events from this node, first DomainMigratedIn (the target QEMU's
+pid and domain type, no phase change). MigrationFailed/Aborted → destroy the
 target launcher. The target launcher dying first → MigrationFailed("Target pod is down")
 routed to the source.
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import msgspec
 
 from events.catalog import (
+    DomainMigratedIn,
     DomainPaused,
     DomainResumed,
     DomainSoftRebooted,
@@ -174,6 +175,16 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
                     node=node,
                     domain=o.domain_name,
                     paused=paused,
+                    qemu_pid=s.domain_pid or o.domain_pid or 0,
+                    domain_type=o.domain_type,
+                )
+            )
+        elif active and r.migrated_in and not r.migrated_in_reported:
+            # arrived by live migration: the VMI keeps its phase, only its domain moved
+            emit(
+                DomainMigratedIn(
+                    meta=handler_meta(r, node, "DomainMigratedIn", now),
+                    node=node,
                     qemu_pid=s.domain_pid or o.domain_pid or 0,
                     domain_type=o.domain_type,
                 )

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from events.catalog import (
+    DomainMigratedIn,
     DomainPaused,
     DomainResumed,
     DomainSoftRebooted,
@@ -67,6 +68,8 @@ class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
     # (`id_scope`), so a VMI that returns to a node does not repeat that node's old ids
     migrated_in: bool = False
     id_scope: str = ""
+    # DomainMigratedIn folded: the target's QEMU pid/domain type went out (once per arrival)
+    migrated_in_reported: bool = False
 
     @property
     def key(self) -> str:
@@ -151,6 +154,8 @@ def evolve(state: NodeState, event: Event) -> NodeState:
             r = msgspec.structs.replace(r, launcher_pid=pid)
         case DomainStarted(paused=paused):
             r = msgspec.structs.replace(r, started=True, paused=paused)
+        case DomainMigratedIn():
+            r = msgspec.structs.replace(r, migrated_in_reported=True)
         case DomainPaused():
             r = msgspec.structs.replace(r, paused=True, pause_events=r.pause_events + 1)
         case DomainResumed():

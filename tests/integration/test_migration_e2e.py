@@ -18,6 +18,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from events.catalog import (
+    DomainMigratedIn,
     DomainStarted,
     DomainStopped,
     LauncherExited,
@@ -149,6 +150,19 @@ def _running(vmi: VMIView | None) -> VMIView | None:
     return vmi if vmi is not None and vmi.phase == "Running" else None
 
 
+async def migrated_in(w: World, name: str, timeout: float = 10.0) -> DomainMigratedIn:
+    """The target handler's one DomainMigratedIn for the VMI (waits for it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        events = await w.store.load(Aggregate(Kind.VMI, "default", name))
+        found = [s.event for s in events if isinstance(s.event, DomainMigratedIn)]
+        if found:
+            assert len(found) == 1, found
+            return found[0]
+        assert time.monotonic() < deadline, "no DomainMigratedIn from the target"
+        await asyncio.sleep(0.05)
+
+
 def other(node: str) -> str:
     return NODES[1] if node == NODES[0] else NODES[0]
 
@@ -233,6 +247,16 @@ async def test_migrate_a_running_vmi_keeps_it_running_and_moves_it(world: World)
     events = await vmi_events()
     started = [s.event for s in events if isinstance(s.event, LauncherStarted | DomainStarted)]
     assert {e.node for e in started} == {source}
+    # the target reports its domain once (pid/type only): the VMI's phases never moved
+    moved_in = await migrated_in(world, name)
+    assert moved_in.node == target and moved_in.meta.node == target
+    assert moved_in.meta.event_id == f"virt-handler-{target}/{mig.target_pod_uid}/DomainMigratedIn"
+    assert moved_in.domain_type == "test"
+    vmi = (await world.view()).vmis[f"default/{name}"]
+    assert [p for p, _ in vmi.transitions] == ["Pending", "Scheduling", "Scheduled", "Running"]
+    assert vmi.phase == "Running" and not vmi.paused and vmi.node == target
+    # the test driver's domain has no QEMU: the pid is whatever the target launcher reported
+    assert vmi.qemu_pid == moved_in.qemu_pid and vmi.domain_type == "test"
     stopped = [s.event for s in events if isinstance(s.event, DomainStopped)]
     assert [(e.reason, e.meta.node) for e in stopped] == [(StopReason.MIGRATED, source)]
     exited = [s.event for s in events if isinstance(s.event, LauncherExited)]
@@ -362,6 +386,14 @@ async def test_handlers_restarted_mid_migration_finish_it_without_duplicates(
     events = await world.store.load(Aggregate(Kind.MIGRATION, "default", "m4"))
     ids = [s.event.meta.event_id for s in events]
     assert len(ids) == len(set(ids))
+    moved_in = await migrated_in(world, name)
+    assert moved_in.node == mig.target_node
+    vmi_ids = [
+        s.event.meta.event_id for s in await world.store.load(Aggregate(Kind.VMI, "default", name))
+    ]
+    assert len(vmi_ids) == len(set(vmi_ids))
+    vmi = (await world.view()).vmis[f"default/{name}"]
+    assert [p for p, _ in vmi.transitions] == ["Pending", "Scheduling", "Scheduled", "Running"]
     kinds = [type(s.event).__name__ for s in events]
     for once in ("TargetPreparing", "TargetPrepared", "MigrationStarted", "MigrationSucceeded"):
         assert kinds.count(once) == 1, (once, kinds)

@@ -8,14 +8,23 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 from nats.aio.client import Client as NATS
 
-from events.catalog import MigrationRequested, VMICreated, VMIDeleteRequested
-from events.meta import Kind
+from events.catalog import (
+    DomainMigratedIn,
+    DomainStarted,
+    LauncherStarted,
+    MigrationRequested,
+    VMICreated,
+    VMIDeleteRequested,
+)
+from events.meta import Aggregate, Kind
 from eventstore.settings import StreamSettings
 from eventstore.store import EventStore
 from projections.cluster import Cluster as ClusterView
+from projections.render import DOMAIN_STATUS_KEY, render_vmi
 from services.handler.node_info import LaunchSettings, NodeConfig
 from services.handler.service import Handler, HandlerConfig
 from services.launcher.domain_xml import DomainType
@@ -77,6 +86,14 @@ async def until(store: EventStore, probe: Callable[[ClusterView], object], timeo
         await asyncio.sleep(0.1)
 
 
+def qemu_alive(pid: int) -> bool:
+    """A live QEMU process (the node reapers reap exited ones at once)."""
+    try:
+        return b"qemu-system" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
 async def test_qemu_live_migration_through_the_handlers(
     nc: NATS,
     store: EventStore,
@@ -92,7 +109,9 @@ async def test_qemu_live_migration_through_the_handlers(
     ):
         await store.append(VMICreated(meta=meta(Kind.VMI, "qmig"), manifest=vmi))
         await until(store, lambda c: c.vmis["default/qmig"].phase == "Running", 30)
-        source = (await view(store)).vmis["default/qmig"].node
+        before = (await view(store)).vmis["default/qmig"]
+        source, source_pid = before.node, before.qemu_pid
+        assert source_pid and qemu_alive(source_pid)
         manifest = {
             "apiVersion": "kubevirt.io/v1",
             "kind": "VirtualMachineInstanceMigration",
@@ -111,6 +130,32 @@ async def test_qemu_live_migration_through_the_handlers(
             "Scheduled",
             "Running",
         ]
+        # the status follows the guest: the target's live QEMU, not the source's (gone)
+        await until(store, lambda c: c.vmis["default/qmig"].qemu_pid != source_pid, 30)
+        c = await view(store)
+        moved = c.vmis["default/qmig"]
+        events = [s.event for s in await store.load(Aggregate(Kind.VMI, "default", "qmig"))]
+        (domain_name,) = {e.domain for e in events if isinstance(e, DomainStarted)}
+        pidfile = qemu_cluster.nodes[moved.node].qemu_pid_dir / f"{domain_name}.pid"
+        target_pid = int(pidfile.read_text().strip())
+        assert moved.qemu_pid == target_pid != source_pid and qemu_alive(target_pid)
+        deadline = time.monotonic() + 10
+        while qemu_alive(source_pid):  # the source QEMU exits with libvirt's confirm phase
+            assert time.monotonic() < deadline, "the source QEMU outlived the migration"
+            await asyncio.sleep(0.05)
+        domain = render_vmi(c, moved)["status"][DOMAIN_STATUS_KEY]
+        assert domain == {"state": "Running", "type": "qemu", "qemuPid": target_pid}
+        assert moved.phase == "Running" and not moved.paused
+        assert [p for p, _ in moved.transitions] == [
+            "Pending",
+            "Scheduling",
+            "Scheduled",
+            "Running",
+        ]
+        (migrated_in,) = [e for e in events if isinstance(e, DomainMigratedIn)]
+        assert migrated_in.node == moved.node and migrated_in.domain_type == "qemu"
+        started = [e for e in events if isinstance(e, LauncherStarted | DomainStarted)]
+        assert {e.node for e in started} == {source}  # no second start from the target
         delete = VMIDeleteRequested(meta=meta(Kind.VMI, "qmig", node=moved.node))
         await store.append(delete)
         # final, or already removed by the controller between two polls

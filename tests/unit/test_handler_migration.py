@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from msgspec.structs import replace
+
 from events.catalog import (
+    DomainMigratedIn,
     MigrationAborted,
     MigrationFailed,
     MigrationScheduled,
@@ -22,7 +25,7 @@ from services.handler.migration import (
     plan_target,
 )
 from services.handler.planner import Append, Observed, Send, plan
-from services.handler.state import NodeState
+from services.handler.state import NodeState, evolve
 from services.launcher.domain_state import DomainState
 from services.launcher.protocol import DomainStatus, Resume, Shutdown, Start
 
@@ -122,8 +125,63 @@ def test_success_makes_an_ordinary_record_and_resumes_then_the_planner_takes_ove
     assert plan_target(job, o, "node-2", False, "a", 5.0) == [Send("default/vm1", Resume())]
     o.status = status(DomainState.RUNNING)
     assert plan_target(job, o, "node-2", False, "a", 5.0) == [Forget("default/vm1")]
-    # no LauncherStarted / DomainStarted for a migrated-in VMI: it is Running already
-    assert plan("default/vm1", r, o, "node-2", 5.0) == []
+    # no LauncherStarted / DomainStarted for a migrated-in VMI (it is Running already): one
+    # DomainMigratedIn with the target's QEMU pid and domain type, id scoped by the target pod
+    o.status = DomainStatus(state=DomainState.RUNNING, seq=2, domain_pid=4242)
+    o.domain_type = "qemu"
+    (moved,) = plan("default/vm1", r, o, "node-2", 5.0)
+    assert isinstance(moved, Append) and isinstance(moved.event, DomainMigratedIn)
+    assert (moved.event.node, moved.event.qemu_pid, moved.event.domain_type) == (
+        "node-2",
+        4242,
+        "qemu",
+    )
+    assert moved.event.meta.event_id == "virt-handler-node-2/tpod/DomainMigratedIn"
+    assert moved.event.meta.node == "node-2" and moved.event.meta.aggregate.uid == "vmi-uid"
+    # a plan repeated before its append was folded repeats the same id (a duplicate)
+    (again,) = plan("default/vm1", r, o, "node-2", 6.0)
+    assert isinstance(again, Append) and again.event.meta.event_id == moved.event.meta.event_id
+    # folded (live or on a restart's catch-up): reported once, nothing more to say
+    evolve(records, moved.event)
+    assert records["default/vm1"].migrated_in_reported
+    assert plan("default/vm1", records["default/vm1"], o, "node-2", 7.0) == []
+
+
+def test_migrated_in_is_not_reported_before_the_domain_runs_here() -> None:
+    ms, records, job = target_state()
+    job.preparing = True
+    ok = MigrationSucceeded(meta=meta("node-2", 2), target_node="node-2", target_pod_uid="tpod")
+    fold(ms, records, ok, "node-2")
+    r = records["default/vm1"]
+    assert plan("default/vm1", r, Observed(uid="vmi-uid", connected=True, pid=7), "n", 5.0) == []
+    gone = Observed(uid="vmi-uid", pid=7, status=status(DomainState.RUNNING))
+    gone.update(DomainStatus(state=DomainState.SHUTOFF, seq=2, final=True))
+    assert not any(
+        isinstance(a, Append) and isinstance(a.event, DomainMigratedIn)
+        for a in plan("default/vm1", r, gone, "node-2", 5.0)
+    )
+
+
+def test_a_second_arrival_on_the_same_node_is_reported_again_with_its_own_id() -> None:
+    ms, records, _ = target_state()
+    ok = MigrationSucceeded(meta=meta("node-2", 2), target_node="node-2", target_pod_uid="tpod")
+    fold(ms, records, ok, "node-2")
+    r = records["default/vm1"]
+    o = Observed(uid="vmi-uid", connected=True, pid=7, status=status(DomainState.RUNNING))
+    (first,) = plan("default/vm1", r, o, "node-2", 5.0)
+    assert isinstance(first, Append)
+    evolve(records, first.event)
+    # the VMI left and comes back by another migration (a new target pod)
+    del ms.targets["default/vm1"]
+    m2 = replace(meta("node-2", 5), aggregate=Aggregate(Kind.MIGRATION, "default", "m2", "mig2"))
+    fold(ms, records, replace(scheduled(), meta=m2, target_pod_uid="tpod2"), "node-2")
+    ok2 = MigrationSucceeded(meta=m2, target_node="node-2", target_pod_uid="tpod2")
+    fold(ms, records, ok2, "node-2")
+    r2 = records["default/vm1"]
+    assert r2.migrated_in and not r2.migrated_in_reported
+    (second,) = plan("default/vm1", r2, o, "node-2", 6.0)
+    assert isinstance(second, Append) and isinstance(second.event, DomainMigratedIn)
+    assert second.event.meta.event_id == "virt-handler-node-2/tpod2/DomainMigratedIn"
 
 
 def test_failure_or_abort_destroys_the_target_launcher() -> None:

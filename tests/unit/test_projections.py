@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from events.catalog import (
+    DomainMigratedIn,
     DomainPaused,
     DomainStarted,
     DomainStopped,
@@ -33,7 +34,13 @@ from events.catalog import (
 from events.meta import Kind
 from eventstore.store import Stored
 from projections.cluster import Cluster
-from projections.render import node_allocated, printable_status, render_vm, render_vmi
+from projections.render import (
+    DOMAIN_STATUS_KEY,
+    node_allocated,
+    printable_status,
+    render_vm,
+    render_vmi,
+)
 from tests.factories import meta
 
 NS = "default"
@@ -220,6 +227,17 @@ def test_successful_migration_moves_the_vmi_and_its_allocation() -> None:
     state = render_vmi(g.cluster, vmi)["status"]["migrationState"]
     assert state["completed"] and state["targetNode"] == "node-2"
     assert node_allocated(g.cluster, "node-1") == (0, 0, 0)
+    # the target handler reports its domain: pid and type follow, the phase does not move
+    g(
+        DomainMigratedIn(
+            meta=g.m(Kind.VMI, node="node-2"), node="node-2", qemu_pid=777, domain_type="qemu"
+        )
+    )
+    vmi = g.cluster.vmis[f"{NS}/vm1"]
+    assert vmi.phase == "Running" and not vmi.paused
+    assert [p for p, _ in vmi.transitions] == ["Pending", "Scheduling", "Scheduled", "Running"]
+    domain = render_vmi(g.cluster, vmi)["status"][DOMAIN_STATUS_KEY]
+    assert domain == {"state": "Running", "type": "qemu", "qemuPid": 777}
 
 
 def test_vmi_delete_request_then_removal() -> None:
