@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
@@ -63,7 +64,7 @@ class ProjectionRunner:
         self.history = WatchHistory(history)
         # The newest seq whose changes fell out of the history: watches from rv ≥ this resume.
         self.history_floor = 0
-        self._fresh: dict[tuple[Kind, str], tuple[Any, object, JSON]] = {}
+        self._fresh: OrderedDict[tuple[Kind, str], tuple[Any, object, JSON]] = OrderedDict()
         self.watchers: set[Watcher] = set()
         self.caught_up_to = 0  # the stream's last seq when the runner started
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -253,8 +254,9 @@ class ProjectionRunner:
         if kind is Kind.NODE or (kind is Kind.VM and view.start_failure is not None):
             return
         self._fresh[(kind, k)] = (view, self._joined(kind, view), obj)
+        self._fresh.move_to_end((kind, k))
         if len(self._fresh) > FRESH_RENDERS:
-            del self._fresh[next(iter(self._fresh))]
+            self._fresh.popitem(last=False)  # O(1), unlike deleting a plain dict's first key
 
     def _joined(self, kind: Kind, view: Any) -> object:
         """The other view a rendering reads (a VM's VMI, a VMI's migration)."""
