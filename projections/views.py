@@ -44,11 +44,29 @@ class StartFailure(msgspec.Struct, frozen=True):
     retry_after: float
 
 
-class VMView(msgspec.Struct, frozen=True, kw_only=True):
+class ManifestView(msgspec.Struct, frozen=True, kw_only=True):
+    """A view of an object the user wrote: its manifest kept as compact JSON (a decoded
+    manifest costs ~5x the memory), decoded per use."""
+
+    manifest_json: bytes  # pack_manifest(manifest)
+
+    @property
+    def manifest(self) -> Manifest:
+        return unpack_manifest(self.manifest_json)
+
+
+class PhasedView(ManifestView, frozen=True, kw_only=True):
+    phase: str = "Pending"
+
+    @property
+    def final(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+
+class VMView(ManifestView, frozen=True, kw_only=True):
     namespace: str
     name: str
     uid: str
-    manifest_json: bytes  # pack_manifest(manifest); decode per use via `.manifest`
     run_strategy: str
     created_at: float
     version: int
@@ -61,21 +79,15 @@ class VMView(msgspec.Struct, frozen=True, kw_only=True):
     start_failure: StartFailure | None = None
     vmi_uid: str = ""  # the current VMI's uid, "" when none
 
-    @property
-    def manifest(self) -> Manifest:
-        return unpack_manifest(self.manifest_json)
 
-
-class VMIView(msgspec.Struct, frozen=True, kw_only=True):
+class VMIView(PhasedView, frozen=True, kw_only=True):
     namespace: str
     name: str
     uid: str
-    manifest_json: bytes  # pack_manifest(manifest); decode per use via `.manifest`
     created_at: float
     version: int
     resource_version: int
     owner_vm_uid: str = ""
-    phase: str = "Pending"
     reason: str = ""
     message: str = ""
     transitions: tuple[tuple[str, float], ...] = ()
@@ -95,25 +107,16 @@ class VMIView(msgspec.Struct, frozen=True, kw_only=True):
     migration: str = ""  # name of the migration that last touched this VMI
     active_pods: tuple[tuple[str, str], ...] = ()  # (pod uid, node)
 
-    @property
-    def manifest(self) -> Manifest:
-        return unpack_manifest(self.manifest_json)
-
-    @property
-    def final(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
 
 
-class MigrationView(msgspec.Struct, frozen=True, kw_only=True):
+class MigrationView(PhasedView, frozen=True, kw_only=True):
     namespace: str
     name: str
     uid: str
-    manifest_json: bytes  # pack_manifest(manifest); decode per use via `.manifest`
     vmi_name: str
     created_at: float
     version: int
     resource_version: int
-    phase: str = "Pending"
     transitions: tuple[tuple[str, float], ...] = ()
     vmi_uid: str = ""
     source_node: str = ""
@@ -135,13 +138,6 @@ class MigrationView(msgspec.Struct, frozen=True, kw_only=True):
     deleted: bool = False
     message: str = ""
 
-    @property
-    def manifest(self) -> Manifest:
-        return unpack_manifest(self.manifest_json)
-
-    @property
-    def final(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
 
 
 class NodeView(msgspec.Struct, frozen=True, kw_only=True):
@@ -164,10 +160,9 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
         return not (self.cordoned or self.unresponsive)
 
 
-class PolicyView(msgspec.Struct, frozen=True, kw_only=True):
+class PolicyView(ManifestView, frozen=True, kw_only=True):
     name: str
     uid: str
-    manifest_json: bytes  # pack_manifest(manifest); decode per use via `.manifest`
     created_at: float
     version: int
     resource_version: int
