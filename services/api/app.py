@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 from functools import partial
 from typing import Any
@@ -40,6 +39,7 @@ from services.api.errors import (
     method_not_allowed,
     not_found,
 )
+from services.api.ids import new_id
 from services.api.metrics import REQUEST_SECONDS, REQUESTS
 from services.api.service import ApiService
 
@@ -65,7 +65,7 @@ def _api(request: Request[Any, Any, Any]) -> ApiService:
 
 
 def _correlation_id(request: Request[Any, Any, Any]) -> str:
-    return str(request.scope.get("state", {}).get("correlation_id") or uuid.uuid4().hex)
+    return str(request.scope.get("state", {}).get("correlation_id") or new_id())
 
 
 def _respond(body: Any, code: int = 200) -> Response[bytes]:
@@ -468,7 +468,7 @@ def observe(app: ASGIApp) -> ASGIApp:
             await app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or [])
-        cid = headers.get(CORRELATION_HEADER.encode(), b"").decode() or uuid.uuid4().hex
+        cid = headers.get(CORRELATION_HEADER.encode(), b"").decode() or new_id()
         scope.setdefault("state", {})["correlation_id"] = cid
         started = time.perf_counter()
         code = 500

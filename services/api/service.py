@@ -7,7 +7,6 @@ from __future__ import annotations
 import secrets
 import string
 import time
-import uuid
 from collections.abc import Callable
 
 from events.codec import event_type
@@ -15,6 +14,7 @@ from eventstore.store import ConcurrencyConflict, EventStore
 from projections.cluster import Cluster
 from projections.runner import ProjectionRunner
 from services.api.errors import RESOURCE_OF_KIND, internal, stale, timeout
+from services.api.ids import new_id
 from services.api.intents import Outcome, RequestContext
 from services.api.metrics import APPENDS, CONFLICTS
 
@@ -30,7 +30,7 @@ def request_context(correlation_id: str) -> RequestContext:
     return RequestContext(
         now=time.time(),
         correlation_id=correlation_id,
-        new_id=lambda: uuid.uuid4().hex,
+        new_id=new_id,
         suffix=random_suffix,
     )
 
