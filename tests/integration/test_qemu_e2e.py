@@ -16,8 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +34,7 @@ from eventstore.store import EventStore
 from ops.nats_server import free_port
 from ops.node_runtime import connect_uri, processes_in_namespace, read_state
 from ops.procs import pid_alive
+from tests.integration.polling import until
 from tests.integration.qemu_support import CIRROS, process_name, qemu_marks
 
 pytestmark = qemu_marks
@@ -148,19 +148,6 @@ class Up:
     def namespaces(self) -> list[str]:
         states = (read_state(self.data_dir / "nodes" / n) for n in NODES)
         return [s.mount_namespace for s in states if s is not None]
-
-
-def until(probe: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = probe()
-            if value:
-                return value
-        except (httpx.HTTPError, KeyError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def qemu_pid(vmi: dict[str, Any]) -> int:

@@ -9,8 +9,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ import pytest
 from cli.up import live_launchers
 from ops.nats_server import free_port
 from ops.supervisor import importable
+from tests.integration.polling import until
 
 REPO = Path(__file__).resolve().parents[2]
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
@@ -39,19 +39,6 @@ def _up(data_dir: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         env={**os.environ, "COLUMNS": "120"},
     )  # fmt: skip
-
-
-def _until(probe: Callable[[], Any], timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = probe()
-            if value:
-                return value
-        except (httpx.HTTPError, KeyError):
-            pass
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {probe}")
 
 
 def _vmi(http: httpx.Client, name: str) -> dict[str, Any] | None:
@@ -89,7 +76,7 @@ def test_up_vm_lifecycle_restart_and_ctrl_c(data_dir: Path) -> None:
     up = _up(data_dir, port, "--nodes", "2")
     try:
         with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
-            _until(lambda: http.get(VMS).is_success)
+            until(lambda: http.get(VMS).is_success)
             vm = {
                 "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
                 "metadata": {"name": "vm1", "namespace": "default"},
@@ -98,7 +85,7 @@ def test_up_vm_lifecycle_restart_and_ctrl_c(data_dir: Path) -> None:
                     "terminationGracePeriodSeconds": 0}}},
             }  # fmt: skip
             assert http.post(VMS, json=vm).is_success
-            first = _until(
+            first = until(
                 lambda: (v := _vmi(http, "vm1")) and v["status"].get("phase") == "Running" and v
             )
             uid1 = first["metadata"]["uid"]
@@ -108,11 +95,11 @@ def test_up_vm_lifecycle_restart_and_ctrl_c(data_dir: Path) -> None:
             pid = _handler_pid(data_dir, node)
             assert pid is not None
             os.kill(pid, signal.SIGKILL)
-            _until(lambda: (p := _handler_pid(data_dir, node)) and p != pid)
+            until(lambda: (p := _handler_pid(data_dir, node)) and p != pid)
             assert _vmi(http, "vm1")["status"]["phase"] == "Running"  # type: ignore[index]
 
             assert http.put(f"{SUB}/vm1/restart", json={}).is_success
-            second = _until(
+            second = until(
                 lambda: (
                     (v := _vmi(http, "vm1"))
                     and v["metadata"]["uid"] != uid1
@@ -123,14 +110,14 @@ def test_up_vm_lifecycle_restart_and_ctrl_c(data_dir: Path) -> None:
             assert second["metadata"]["uid"] != uid1
 
             assert http.put(f"{SUB}/vm1/stop", json={}).is_success
-            _until(lambda: _vmi(http, "vm1") is None)
-            _until(
+            until(lambda: _vmi(http, "vm1") is None)
+            until(
                 lambda: http.get(f"{VMS}/vm1").json()["status"].get("printableStatus") == "Stopped"
             )
             assert not live_launchers(data_dir / "run")
 
             assert http.put(f"{SUB}/vm1/start", json={}).is_success
-            _until(lambda: (v := _vmi(http, "vm1")) and v["status"].get("phase") == "Running")
+            until(lambda: (v := _vmi(http, "vm1")) and v["status"].get("phase") == "Running")
         up.send_signal(signal.SIGINT)
         out, _ = up.communicate(timeout=60)
         assert up.returncode == 0, out.decode()
