@@ -1,7 +1,7 @@
 """API throughput beside the raw event-store rate, on one embedded nats-server.
 
 `python -m bench.bench_api [--vms N] [--concurrency C]`:
-1. raw OCC appends (EventStore.append(VMCreated, expected=0)), C concurrent writers;
+1. raw OCC appends (JetStreamStore.append(VMCreated, expected=0)), C concurrent writers;
 2. VM creates/s through HTTP (the api as its own process on uvicorn, C keep-alive
    connections from a lean raw-asyncio client, `bench/http_load.py`: httpx spends more CPU
    per request than the api and would measure itself on 2 cores); each 201 means appended
@@ -28,8 +28,8 @@ import nats
 from bench import http_load
 from events.catalog import VMCreated
 from events.meta import Actor, Aggregate, Kind, Meta
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from ops.nats_server import NatsServer
 
 REPO = str(Path(__file__).resolve().parents[1])
@@ -51,7 +51,7 @@ def vm_doc(name: str, strategy: str = "Manual") -> dict[str, object]:
 
 async def raw_appends(url: str, n: int, concurrency: int, prefix: str = "raw") -> float:
     nc = await nats.connect(url)
-    store = EventStore(nc, StreamSettings())
+    store = JetStreamStore(nc, StreamSettings())
     await store.ensure()
 
     async def worker(w: int) -> None:

@@ -4,10 +4,10 @@ nats-py rate measured in the same run on the same nats-server.
   python -m bench.bench_backbone [--events N]
 
 - raw publish: `js.publish` awaited one at a time (no headers);
-- OCC append: `EventStore.append(event, expected=<aggregate's last seq>)`, i.e. encode +
+- OCC append: `JetStreamStore.append(event, expected=<aggregate's last seq>)`, i.e. encode +
   Nats-Msg-Id + expected-sequence headers, round-robin over 100 aggregates;
 - raw replay: an ordered push consumer over the stream that only decodes each event;
-- fold replay: `EventStore.replay()` folded into the projections' `Cluster`.
+- fold replay: `JetStreamStore.replay()` folded into the projections' `Cluster`.
 Targets (issue 2): OCC ≥ 70% of raw publish, fold ≥ 50% of raw replay.
 """
 
@@ -26,8 +26,8 @@ import nats
 from events.catalog import DomainStarted, LauncherStarted, PodScheduled, VMICreated
 from events.codec import decode, encode
 from events.meta import Actor, Aggregate, Kind, Meta
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from ops.nats_server import NatsServer
 from projections.cluster import Cluster
 
@@ -80,7 +80,7 @@ async def run(n: int) -> dict[str, float]:
         # raw publish and OCC append alternate in rounds (the machine is shared and noisy:
         # alternating spreads the noise over both); the median round of each is reported
         await js.add_stream(name="RAW", subjects=["raw.>"])
-        store = EventStore(nc, StreamSettings(name="VIRT"))
+        store = JetStreamStore(nc, StreamSettings(name="VIRT"))
         await store.ensure()
         events = [lifecycle(i, 100) for i in range(n)]
         payloads = [encode(ev) for ev in events]  # type: ignore[arg-type]

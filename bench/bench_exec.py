@@ -390,12 +390,12 @@ DELETE_CHAIN = ("VMDeleted", "VMIDeleteRequested", "DomainStopped", "LauncherExi
 async def stream_times(up: Up) -> dict[str, dict[str, float]]:
     """VM name → event type → JetStream timestamp of its first such event (VM and VMI)."""
     from events.codec import event_type
-    from eventstore.store import EventStore
+    from eventstore.jetstream import JetStreamStore
 
     nc = await nats.connect(up.nats_url)
     first: dict[str, dict[str, float]] = {}
     try:
-        async for s in EventStore(nc).replay(["virt.vm.>", "virt.vmi.>"]):
+        async for s in JetStreamStore(nc).replay(["virt.vm.>", "virt.vmi.>"]):
             et = event_type(s.event)
             first.setdefault(s.event.meta.aggregate.name, {}).setdefault(et, s.time)
     finally:

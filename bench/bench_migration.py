@@ -36,8 +36,8 @@ import httpx
 import nats
 
 from bench.bench_exec import ms, pct, start_up, vm_manifest, wait_ready
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from services.handler.migration_sim import DEFAULT_RATE
 
 NS = "default"
@@ -105,7 +105,7 @@ async def run(a: argparse.Namespace) -> int:
                 await until(done, 120, f"round {r} final")
         nc = await nats.connect(up.nats_url)
         try:
-            store = EventStore(nc, StreamSettings())
+            store = JetStreamStore(nc, StreamSettings())
             times: dict[str, dict[str, float]] = defaultdict(dict)
             async for s in store.replay(["virt.migration.>"]):
                 name = s.event.meta.aggregate.name

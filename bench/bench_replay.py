@@ -4,7 +4,7 @@ same run on the same nats-server.
   python -m bench.bench_replay [--events N]
 
 - raw read: an ordered push consumer over the stream that only decodes each event;
-- rebuild: `EventStore.replay()` folded into the projections' `Cluster` (all views);
+- rebuild: `JetStreamStore.replay()` folded into the projections' `Cluster` (all views);
 - snapshot: saving the rebuilt views to the KV bucket, then `load_cluster` (snapshot + an
   empty tail) and a rebuild from a snapshot taken 10% before the end;
 - why: the causal chain of one VM (direct gets per hop) and a full scan of the stream
@@ -57,8 +57,8 @@ from events.catalog import (
 )
 from events.codec import decode, encode, event_type
 from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from ops.nats_server import NatsServer
 from projections import snapshots
 from projections.causality import why
@@ -222,7 +222,7 @@ def generate(n: int) -> Iterator[Event]:
             gens = alive
 
 
-async def fill(store: EventStore, n: int, batch: int = 2000) -> int:
+async def fill(store: JetStreamStore, n: int, batch: int = 2000) -> int:
     """Append `n` generated events with publish_async in batches; returns the last seq."""
     js = store.js
     pending = 0
@@ -237,7 +237,7 @@ async def fill(store: EventStore, n: int, batch: int = 2000) -> int:
     return await store.stream_last_seq()
 
 
-async def raw_read(store: EventStore, n: int) -> float:
+async def raw_read(store: JetStreamStore, n: int) -> float:
     t = time.perf_counter()
     sub = await store.js.subscribe("virt.>", stream=store.stream, ordered_consumer=True)
     for _ in range(n):
@@ -247,7 +247,7 @@ async def raw_read(store: EventStore, n: int) -> float:
     return n / (time.perf_counter() - t)
 
 
-async def rebuild(store: EventStore) -> tuple[float, Cluster]:
+async def rebuild(store: JetStreamStore) -> tuple[float, Cluster]:
     t = time.perf_counter()
     cluster = Cluster()
     count = 0
@@ -262,7 +262,7 @@ async def run(n: int, rounds: int) -> dict[str, float]:
     await server.start()
     nc = await nats.connect(server.url)
     try:
-        store = EventStore(nc, StreamSettings(name="VIRT"))
+        store = JetStreamStore(nc, StreamSettings(name="VIRT"))
         await store.ensure()
         t = time.perf_counter()
         n = await fill(store, n)

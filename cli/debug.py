@@ -22,10 +22,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from events.envelope import Stored
 from events.meta import Kind
 from eventstore import dead_letters
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore, Stored
 from projections import causality, history, snapshots, verify
 from projections.cluster import Cluster
 
@@ -53,7 +54,7 @@ def _settings(stream: str) -> StreamSettings:
     return StreamSettings(name=stream, dlq_name=f"{stream}_DLQ")
 
 
-def _run(nats_url: str, stream: str, body: Callable[[EventStore], Awaitable[T]]) -> T:
+def _run(nats_url: str, stream: str, body: Callable[[JetStreamStore], Awaitable[T]]) -> T:
     """Connect, check the stream exists, run `body`, close."""
 
     async def main() -> T:
@@ -64,7 +65,7 @@ def _run(nats_url: str, stream: str, body: Callable[[EventStore], Awaitable[T]])
         except Exception as e:
             raise _fail(f"cannot connect to NATS at {nats_url}: {e}") from None
         try:
-            store = EventStore(nc, _settings(stream))
+            store = JetStreamStore(nc, _settings(stream))
             try:
                 await store.js.stream_info(stream)
             except NotFoundError:
@@ -113,7 +114,7 @@ def events(
     start = history.parse_point(since) if since else None
     console = _console()
 
-    async def body(store: EventStore) -> None:
+    async def body(store: JetStreamStore) -> None:
         n = 0
         async for s in store.replay(
             filters,
@@ -187,7 +188,7 @@ def replay(
 
 
 # --------------------------------------------------------------------- at
-async def _time_of(store: EventStore, seq: int) -> float:
+async def _time_of(store: JetStreamStore, seq: int) -> float:
     if seq <= 0:
         return 0.0
     msg = await store.js.get_msg(store.stream, seq)
@@ -207,7 +208,7 @@ def at(
     k = history.parse_kind(kind)
     p = history.parse_point(point)
 
-    async def body(store: EventStore) -> tuple[int, list[dict[str, Any]]]:
+    async def body(store: JetStreamStore) -> tuple[int, list[dict[str, Any]]]:
         seq = await history.resolve(store, p)
         cluster = await history.cluster_at(store, seq=seq) if seq > 0 else Cluster()
         now = p.time if p.time is not None else await _time_of(store, seq)
@@ -309,7 +310,7 @@ def verify_cmd(
 ) -> None:
     """Rebuild every view from the first event and compare it with the live projection."""
 
-    async def body(store: EventStore) -> verify.Report:
+    async def body(store: JetStreamStore) -> verify.Report:
         async with httpx.AsyncClient(base_url=server, timeout=30) as client:
             try:
                 return await verify.verify(store, client)
@@ -343,7 +344,7 @@ def snapshot(
 ) -> None:
     """Save a snapshot of all views (snapshot + tail replay = a rebuild)."""
 
-    async def body(store: EventStore) -> snapshots.Head:
+    async def body(store: JetStreamStore) -> snapshots.Head:
         cluster, _ = await snapshots.load_cluster(store, name, bucket_name=bucket)
         return await snapshots.save(store, name, cluster, bucket_name=bucket)
 
@@ -365,7 +366,7 @@ def dead_letters_cmd(
     """Messages a service could not handle: error, service, original event; --retry."""
 
     async def body(
-        store: EventStore,
+        store: JetStreamStore,
     ) -> tuple[list[dead_letters.DeadLetter], list[dead_letters.Retried]]:
         dls = await dead_letters.list_dead_letters(store)
         if seq:

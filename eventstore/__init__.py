@@ -1,7 +1,9 @@
-"""The JetStream event store: append with optimistic concurrency and idempotency, load one
-aggregate, replay ranges, dead letters."""
+"""The event log: its port (`port.py`) and the JetStream adapter behind it (`jetstream.py`):
+append with optimistic concurrency and idempotency, load one aggregate, replay ranges,
+durable consumers, dead letters."""
 
+from eventstore.jetstream import JetStreamStore
+from eventstore.port import Consumer, Delivery, EventLog
 from eventstore.settings import StreamSettings
-from eventstore.store import Appended, ConcurrencyConflict, EventStore, Stored
 
-__all__ = ["Appended", "ConcurrencyConflict", "EventStore", "Stored", "StreamSettings"]
+__all__ = ["Consumer", "Delivery", "EventLog", "JetStreamStore", "StreamSettings"]

@@ -1,6 +1,6 @@
 """Reading and retrying the dead-letter stream (`VIRT_DLQ`, subjects `dlq.<service>`).
 
-`EventStore.dead_letter` parks a message a service could not handle with its original
+`JetStreamStore.dead_letter` parks a message a service could not handle with its original
 bytes and the headers `Virt-Error`, `Virt-Service`, `Virt-Original-Subject`,
 `Virt-Original-Sequence`. A retry appends the original bytes to the original subject
 again (after a fix the service handles it like any new event; every other consumer sees a
@@ -17,7 +17,7 @@ from nats.js.errors import NotFoundError
 
 from events.catalog import Event
 from events.codec import decode
-from eventstore.store import REDELIVERY_HEADER, EventStore
+from eventstore.jetstream import REDELIVERY_HEADER, JetStreamStore
 
 RETRY_HEADER = "Virt-Retry-Of"  # "<dlq stream>/<dlq seq>" on the re-appended event
 
@@ -33,7 +33,7 @@ class DeadLetter(msgspec.Struct, frozen=True):
     event: Event | None  # None when the bytes do not decode (the reason it died, maybe)
 
 
-async def list_dead_letters(store: EventStore) -> list[DeadLetter]:
+async def list_dead_letters(store: JetStreamStore) -> list[DeadLetter]:
     out: list[DeadLetter] = []
     js = store.js
     dlq = store.settings.dlq_name
@@ -82,7 +82,7 @@ class Retried(msgspec.Struct, frozen=True):
     duplicate: bool
 
 
-async def retry(store: EventStore, dl: DeadLetter) -> Retried:
+async def retry(store: JetStreamStore, dl: DeadLetter) -> Retried:
     """Append the dead letter's original bytes to its original subject, then delete it."""
     if not dl.original_subject:
         raise ValueError(f"dead letter {dl.seq} has no original subject to retry to")

@@ -26,12 +26,11 @@ heartbeating at T"."""
 from __future__ import annotations
 
 import msgspec
-from nats.js.errors import NotFoundError
 
 from events.catalog import NodeUnresponsive, VMIFailed
-from events.codec import decode
+from events.envelope import Stored
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
-from eventstore.store import EventStore, Stored
+from eventstore.port import EventLog
 from projections.cluster import Cluster
 from projections.history import (
     actor_of,
@@ -117,7 +116,7 @@ def with_latencies(hops: list[Hop]) -> list[Hop]:
 class EventIndex:
     """Events by id, filled from what was read and from lookups in the stream."""
 
-    def __init__(self, store: EventStore, events: list[Stored]) -> None:
+    def __init__(self, store: EventLog, events: list[Stored]) -> None:
         self.store = store
         self.by_id: dict[str, Stored] = {s.event.meta.event_id: s for s in events}
         self.scanned_from: float | None = None  # earliest time a scan covered
@@ -143,16 +142,7 @@ class EventIndex:
         return None
 
     async def _get(self, seq: int) -> Stored | None:
-        try:
-            msg = await self.store.js.get_msg(self.store.stream, seq)
-        except NotFoundError:
-            return None
-        try:
-            ev = decode(msg.data or b"")
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return None
-        ts = msg.time.timestamp() if msg.time else 0.0
-        return Stored(seq=seq, subject=msg.subject or "", time=ts, event=ev)
+        return await self.store.get(seq)
 
     async def _scan(self, start_time: float | None, until_seq: int) -> None:
         start = None if start_time is None else max(start_time, 0.0)
@@ -174,7 +164,7 @@ def anchor_of(events: list[Stored], agg: Aggregate) -> Stored | None:
 
 
 async def _node_unresponsive(
-    store: EventStore, events: list[Stored], failed: Stored
+    store: EventLog, events: list[Stored], failed: Stored
 ) -> Stored | None:
     """The NodeUnresponsive behind a VMIFailed(NodeUnresponsive) that names no cause: the
     latest one, up to the failure, of the node the VMI was on."""
@@ -213,7 +203,7 @@ def _heartbeat(s: Stored) -> Hop | None:
     )
 
 
-async def why(store: EventStore, agg: Aggregate, *, anchor_seq: int | None = None) -> Chain:
+async def why(store: EventLog, agg: Aggregate, *, anchor_seq: int | None = None) -> Chain:
     """The chain behind `agg`'s state (or behind the event at `anchor_seq`)."""
     filters = (
         related_filters(agg)

@@ -22,8 +22,8 @@ from events.catalog import (
     VMICreated,
     VMIRemoved,
 )
+from events.envelope import Stored
 from events.meta import Kind
-from eventstore.store import Stored
 from projections.evolve import (
     evolve_migration,
     evolve_node,

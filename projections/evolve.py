@@ -58,7 +58,7 @@ from events.catalog import (
     VMStopRequested,
     VMUpdated,
 )
-from eventstore.store import Stored
+from events.envelope import Stored
 from projections.views import (
     MigrationView,
     NodeView,

@@ -22,8 +22,10 @@ import msgspec
 from events import subjects
 from events.catalog import Event
 from events.codec import event_type
+from events.envelope import Stored
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
-from eventstore.store import EventStore, Stored
+from eventstore.jetstream import JetStreamStore
+from eventstore.port import EventLog
 from projections import snapshots
 from projections.cluster import Cluster, key
 from projections.render import render_migration, render_node, render_policy, render_vm, render_vmi
@@ -366,15 +368,7 @@ def fold(events: Iterable[Stored], cluster: Cluster | None = None) -> Cluster:
 
 
 # ------------------------------------------------------------ reading the log
-async def seq_at_time(store: EventStore, when: float) -> int:
-    """The last sequence stored at or before `when` (server time): the server seeks to the
-    first message after it, so this reads one message, not the stream."""
-    async for msg in store.replay_msgs(start_time=when + 1e-6):
-        return int(msg.metadata.sequence.stream) - 1
-    return await store.stream_last_seq()
-
-
-async def resolve(store: EventStore, point: Point | None) -> int:
+async def resolve(store: EventLog, point: Point | None) -> int:
     """A point → the last sequence it includes (the stream's last when None)."""
     last = await store.stream_last_seq()
     if point is None:
@@ -382,11 +376,11 @@ async def resolve(store: EventStore, point: Point | None) -> int:
     if point.seq is not None:
         return min(point.seq, last)
     assert point.time is not None
-    return min(await seq_at_time(store, point.time), last)
+    return min(await store.seq_at_time(point.time), last)
 
 
 async def read(
-    store: EventStore, filters: list[str] | None = None, until_seq: int | None = None
+    store: EventLog, filters: list[str] | None = None, until_seq: int | None = None
 ) -> list[Stored]:
     if until_seq is not None and until_seq <= 0:
         return []
@@ -394,7 +388,7 @@ async def read(
 
 
 async def cluster_at(
-    store: EventStore,
+    store: JetStreamStore,
     seq: int | None = None,
     time: float | None = None,
     *,
@@ -418,7 +412,7 @@ async def cluster_at(
 
 
 async def aggregate_replay(
-    store: EventStore, agg: Aggregate, until: Point | None = None
+    store: JetStreamStore, agg: Aggregate, until: Point | None = None
 ) -> list[Step]:
     """`virtstream replay`: the steps of one aggregate up to a point."""
     until_seq = await resolve(store, until)

@@ -26,8 +26,8 @@ from typing import Any
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from events.envelope import Stored
 from events.meta import Kind
-from eventstore.store import Stored
 from projections.cluster import Cluster, Touched
 from projections.render import node_allocated, printable_status
 from projections.views import MigrationView, VMIView, VMView

@@ -18,8 +18,9 @@ from typing import Any
 
 import structlog
 
+from events.envelope import Stored
 from events.meta import Kind
-from eventstore.store import EventStore, Stored
+from eventstore.jetstream import JetStreamStore
 from projections import snapshots
 from projections.cluster import Cluster, key
 from projections.metrics import ProjectionMetrics
@@ -47,7 +48,7 @@ def _gone(view: object) -> bool:
 class ProjectionRunner:
     def __init__(
         self,
-        store: EventStore,
+        store: JetStreamStore,
         *,
         history: int = WATCH_HISTORY,
         clock: Callable[[], float] = time.time,

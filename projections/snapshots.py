@@ -19,7 +19,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
-from eventstore.store import EventStore
+from eventstore.jetstream import JetStreamStore
 from projections.cluster import Cluster
 from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
 
@@ -78,7 +78,7 @@ def decode_views(data: bytes) -> Cluster:
 
 
 # ------------------------------------------------------------------ bucket
-async def bucket(store: EventStore, name: str = BUCKET) -> KeyValue:
+async def bucket(store: JetStreamStore, name: str = BUCKET) -> KeyValue:
     try:
         return await store.js.key_value(name)
     except BucketNotFoundError:
@@ -99,7 +99,7 @@ def _chunk_key(name: str, seq: int, i: int) -> str:
 
 
 async def save(
-    store: EventStore, name: str, cluster: Cluster, *, bucket_name: str = BUCKET
+    store: JetStreamStore, name: str, cluster: Cluster, *, bucket_name: str = BUCKET
 ) -> Head:
     """Write a snapshot of `cluster` under `name`; returns its head record."""
     kv = await bucket(store, bucket_name)
@@ -137,7 +137,7 @@ async def _head(kv: KeyValue, name: str) -> Head | None:
         return None
 
 
-async def load(store: EventStore, name: str, *, bucket_name: str = BUCKET) -> Cluster | None:
+async def load(store: JetStreamStore, name: str, *, bucket_name: str = BUCKET) -> Cluster | None:
     """The latest usable snapshot, or None."""
     try:
         kv = await store.js.key_value(bucket_name)
@@ -170,7 +170,7 @@ class Loaded(msgspec.Struct, frozen=True):
 
 
 async def load_cluster(
-    store: EventStore,
+    store: JetStreamStore,
     name: str,
     *,
     until_seq: int | None = None,

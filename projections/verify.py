@@ -15,7 +15,7 @@ import httpx
 import msgspec
 
 from events.meta import Kind
-from eventstore.store import EventStore
+from eventstore.port import EventLog
 from projections.cluster import Cluster
 from projections.history import FieldChange, diff_objects, render_all
 
@@ -88,7 +88,7 @@ async def fetch_live(client: httpx.AsyncClient) -> dict[Kind, LiveList]:
     return out
 
 
-async def verify(store: EventStore, client: httpx.AsyncClient) -> Report:
+async def verify(store: EventLog, client: httpx.AsyncClient) -> Report:
     live = await fetch_live(client)
     now = time.time()
     cluster = Cluster()

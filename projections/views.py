@@ -108,7 +108,6 @@ class VMIView(PhasedView, frozen=True, kw_only=True):
     active_pods: tuple[tuple[str, str], ...] = ()  # (pod uid, node)
 
 
-
 class MigrationView(PhasedView, frozen=True, kw_only=True):
     namespace: str
     name: str
@@ -137,7 +136,6 @@ class MigrationView(PhasedView, frozen=True, kw_only=True):
     data_total: int = 0
     deleted: bool = False
     message: str = ""
-
 
 
 class NodeView(msgspec.Struct, frozen=True, kw_only=True):

@@ -14,8 +14,8 @@ import nats
 import pytest
 from nats.aio.client import Client as NATS
 
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from ops.nats_server import NatsServer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,8 +46,8 @@ def stream_settings() -> StreamSettings:
 
 
 @pytest.fixture
-async def store(nc: NATS, stream_settings: StreamSettings) -> AsyncIterator[EventStore]:
-    s = EventStore(nc, stream_settings)
+async def store(nc: NATS, stream_settings: StreamSettings) -> AsyncIterator[JetStreamStore]:
+    s = JetStreamStore(nc, stream_settings)
     await s.ensure()
     yield s
     js = nc.jetstream()

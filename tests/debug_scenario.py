@@ -40,8 +40,8 @@ from events.catalog import (
     VMStopRequested,
 )
 from events.codec import event_type
+from events.envelope import Stored
 from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
-from eventstore.store import Stored
 
 NS = "default"
 T0 = 1_800_000_000.0

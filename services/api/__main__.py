@@ -11,8 +11,8 @@ from typing import Any
 import nats
 import uvicorn
 
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from projections.runner import WATCH_HISTORY, ProjectionRunner
 from services.api.app import create_app
 from services.api.service import ApiService
@@ -29,7 +29,7 @@ async def serve(
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM."""
     nc = await nats.connect(nats_url)
-    store = EventStore(nc, settings or StreamSettings.from_env())
+    store = JetStreamStore(nc, settings or StreamSettings.from_env())
     await store.ensure()
     # the api and its read replicas fold the same views: one shared snapshot name
     runner = ProjectionRunner(store, history=watch_history, snapshot_name="cluster-views")

@@ -10,7 +10,8 @@ import time
 from collections.abc import Callable
 
 from events.codec import event_type
-from eventstore.store import ConcurrencyConflict, EventStore
+from events.envelope import ConcurrencyConflict
+from eventstore.port import EventLog
 from projections.cluster import Cluster
 from projections.runner import ProjectionRunner
 from services.api.errors import RESOURCE_OF_KIND, internal, stale, timeout
@@ -38,7 +39,7 @@ def request_context(correlation_id: str) -> RequestContext:
 class ApiService:
     """Holds the store (None on a read replica) and the projection it answers from."""
 
-    def __init__(self, runner: ProjectionRunner, store: EventStore | None) -> None:
+    def __init__(self, runner: ProjectionRunner, store: EventLog | None) -> None:
         self.runner = runner
         self.store = store
 

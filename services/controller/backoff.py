@@ -11,9 +11,9 @@ import hashlib
 from dataclasses import dataclass
 
 from events.catalog import Event, VMStartFailed, VMStartFailureCleared
+from events.envelope import Context
 from projections.views import VMIView, VMView
 from services.controller import emit
-from services.runtime.context import Context
 
 # strategies that restart on their own, and so can crash-loop
 RESTARTING = ("Always", "RerunOnFailure")

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import uuid
 
+from events.envelope import Context
 from events.meta import Aggregate, Kind, Meta
 from projections.views import NodeView, VMIView, VMView
-from services.runtime.context import Context
 
 _NS = uuid.UUID("0f7c55c4-1d0e-4d1a-9a43-5a3f3b7e2c61")
 

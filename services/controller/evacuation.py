@@ -18,6 +18,7 @@ import hashlib
 from typing import Any
 
 from events.catalog import Event, MigrationRequested, VMIDeleteRequested, VMIEvictionBlocked
+from events.envelope import Context
 from events.meta import Aggregate, Kind
 from projections.cluster import Cluster
 from projections.render import live_migratable
@@ -25,7 +26,6 @@ from projections.views import MigrationView, NodeView, VMIView
 from services.controller import emit
 from services.controller.policy import MigrationConfig
 from services.controller.state import ControllerState
-from services.runtime.context import Context
 
 EVACUATION_PREFIX = "kubevirt-evacuation-"
 EVACUATION_ANNOTATION = "kubevirt.io/evacuationMigration"  # value: the drained node

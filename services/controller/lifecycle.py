@@ -5,10 +5,10 @@ unresponsive or gone, so no handler will ever report back)."""
 from __future__ import annotations
 
 from events.catalog import Event, VMIRemoved
+from events.envelope import Context
 from projections.cluster import Cluster
 from projections.views import VMIView
 from services.controller import emit
-from services.runtime.context import Context
 
 
 def removable(vmi: VMIView, cluster: Cluster) -> bool:

@@ -35,6 +35,7 @@ from events.catalog import (
     MigrationScheduled,
     MigrationScheduling,
 )
+from events.envelope import Context
 from events.meta import Aggregate, Kind
 from projections.cluster import Cluster, key
 from projections.render import live_migratable
@@ -43,7 +44,6 @@ from services.controller import emit, scheduler
 from services.controller.policy import MigrationConfig, effective_settings
 from services.controller.scheduler import NoFit, Placement, Reserved
 from services.controller.state import ControllerState
-from services.runtime.context import Context
 
 IN_PROGRESS = "VMI is not eligible for migration because another migration job is in progress."
 TARGET_POD_DOWN = "Target pod is down"

@@ -9,11 +9,11 @@ projection's NodeJoined starts a fresh view)."""
 from __future__ import annotations
 
 from events.catalog import Event, NodeResponsive, NodeUnresponsive, VMIFailed
+from events.envelope import Context
 from projections.cluster import Cluster
 from projections.views import NodeView
 from services.controller import emit
 from services.controller.state import ControllerState
-from services.runtime.context import Context
 
 DEFAULT_NODE_TIMEOUT = 60.0
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from events import subjects
 from events.catalog import Event
+from events.envelope import Context, Decision, Stored
 from events.meta import Kind
-from eventstore.store import Stored
 from projections.cluster import key
 from services.controller import (
     backoff,
@@ -31,7 +31,6 @@ from services.controller.backoff import BackoffConfig
 from services.controller.policy import MigrationConfig
 from services.controller.state import ControllerState
 from services.controller.state import evolve as evolve_state
-from services.runtime.context import Context, Decision
 
 NAME = "virt-controller"
 

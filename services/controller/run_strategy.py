@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from events.catalog import Event, VMICreated, VMIDeleteRequested, VMStateChangeRequestsCleared
+from events.envelope import Context
 from events.meta import Aggregate, Kind
 from projections.cluster import key
 from projections.views import VMIView, VMView
 from services.controller import backoff, emit
 from services.controller.state import ControllerState
-from services.runtime.context import Context
 
 ALWAYS, RERUN, MANUAL, HALTED, ONCE = "Always", "RerunOnFailure", "Manual", "Halted", "Once"
 

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from events.catalog import Event, PodScheduled, Taint, Unschedulable
+from events.envelope import Context
 from projections.cluster import Cluster
 from projections.render import node_allocated, vmi_requests
 from projections.views import NodeView, VMIView
 from services.controller import emit
 from services.controller.placement_index import PlacementIndex
-from services.runtime.context import Context
 
 JSON = dict[str, Any]
 HOSTNAME = "kubernetes.io/hostname"

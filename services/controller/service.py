@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from services.controller import heartbeats
 from services.controller.reactor import Controller
 from services.controller.state import ControllerState
@@ -22,7 +22,7 @@ class ControllerService:
     def __init__(
         self,
         controller: Controller,
-        store: EventStore,
+        store: JetStreamStore,
         *,
         bucket: str = heartbeats.BUCKET,
         tick_interval: float = 1.0,

@@ -15,8 +15,8 @@ from events.catalog import (
     VMIEvictionBlocked,
     VMIRemoved,
 )
+from events.envelope import Stored
 from events.meta import Kind
-from eventstore.store import Stored
 from projections.cluster import Cluster, key
 from services.controller.placement_index import PlacementIndex
 

@@ -56,8 +56,8 @@ from events.catalog import (
     TargetPrepared,
     TargetPreparing,
 )
+from events.envelope import ConcurrencyConflict, Stored
 from events.meta import Actor, Aggregate, Kind, Meta
-from eventstore.store import ConcurrencyConflict, Stored
 from projections.evolve import evolve_migration
 from projections.views import MigrationView
 from services.handler import migration_sim as sim

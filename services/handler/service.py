@@ -36,9 +36,11 @@ from prometheus_client import Gauge
 from events import subjects
 from events.catalog import DomainStopped, Event, StopReason
 from events.codec import event_type
+from events.envelope import Stored, Undecodable
 from events.meta import Kind
+from eventstore.jetstream import JetStreamStore, JsDelivery, _stored
+from eventstore.pull import Puller
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore, Stored, _stored
 from services.controller import heartbeats as heartbeat
 from services.handler.migration import MigrationDriver
 from services.handler.node_info import (
@@ -65,7 +67,6 @@ from services.launcher.domain_xml import DomainType
 from services.launcher.protocol import Command, DomainStatus, Shutdown, SoftReboot, Start
 from services.launcher.zygote import spawn_launcher, start_zygote
 from services.runtime import metrics as m
-from services.runtime.pull import Puller
 from services.runtime.shell import connect
 
 log = structlog.get_logger()
@@ -99,7 +100,7 @@ class Handler:
         self.zygote_socket = str(self.base / "zygote.sock")
         self._own_nc = nc is None
         self.nc: NATS | None = nc
-        self.store: EventStore | None = None
+        self.store: JetStreamStore | None = None
         self.records: NodeState = {}
         self.observed: dict[str, Observed] = {}
         self.clients: dict[str, LauncherClient] = {}
@@ -128,7 +129,7 @@ class Handler:
         self.launchers_dir.mkdir(parents=True, exist_ok=True)
         if self.nc is None:
             self.nc = await connect(self.cfg.nats_url, self.name)
-        self.store = EventStore(self.nc, self.cfg.settings)
+        self.store = JetStreamStore(self.nc, self.cfg.settings)
         await self.store.ensure()
         # In this thread: the zygote dies with the thread that started it (PDEATHSIG).
         self.zygote = start_zygote(self.zygote_socket)
@@ -237,7 +238,7 @@ class Handler:
         if last == 0:
             return
         async for msg in self.store.replay_msgs(self.filters, start_seq=1, until_seq=last):
-            with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
+            with contextlib.suppress(Undecodable):
                 self._fold(_stored(msg))
 
     async def _heartbeats(self, kv: KeyValue) -> None:
@@ -263,9 +264,9 @@ class Handler:
         assert self.store is not None
         try:
             stored = _stored(msg)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        except Undecodable as e:
             m.DEAD_LETTERS.labels(self.name).inc()
-            await self.store.dead_letter(self.name, msg, msg.data, f"undecodable event: {e}")
+            await self.store.dead_letter(self.name, JsDelivery(msg), f"undecodable event: {e}")
             await msg.ack()
             return
         started = time.perf_counter()

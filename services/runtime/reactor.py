@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol, TypeVar
 
-from eventstore.store import Stored
-from services.runtime.context import Context, Decision
+from events.envelope import Context, Decision, Stored
 
 S = TypeVar("S")
 

@@ -17,21 +17,17 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-import msgspec
 import nats
 import structlog
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
 
 from events import subjects
 from events.codec import event_type
+from events.envelope import ConcurrencyConflict, Context, Decision, Stored, Undecodable
+from eventstore.jetstream import JetStreamStore
+from eventstore.port import Delivery, EventLog
 from eventstore.settings import StreamSettings
-from eventstore.store import ConcurrencyConflict, EventStore, Stored, _stored
 from services.runtime import metrics as m
-from services.runtime.context import Context, Decision
-from services.runtime.pull import Puller
 from services.runtime.reactor import Reactor
 
 S = TypeVar("S")
@@ -54,7 +50,7 @@ class ServiceShell(Generic[S]):
     def __init__(
         self,
         reactor: Reactor[S],
-        store: EventStore,
+        store: EventLog,
         *,
         node: str = "",
         batch: int = 256,
@@ -104,11 +100,11 @@ class ServiceShell(Generic[S]):
     async def catch_up(self, filters: Sequence[str] | None = None, start_seq: int = 1) -> int:
         """Fold everything matching our filters (or a narrower set) from `start_seq`."""
         n = 0
-        async for msg in self.store.replay_msgs(filters or self.filters, start_seq=start_seq):
-            try:
-                stored = _stored(msg)
-            except (msgspec.DecodeError, msgspec.ValidationError):
-                continue  # the durable consumer delivers it too and dead-letters it once
+        # raw: poison is skipped here; the durable consumer delivers it too and
+        # dead-letters it once
+        async for stored in self.store.replay(
+            filters or self.filters, start_seq=start_seq, raw=True
+        ):
             if self.fold(stored):
                 n += 1
         return n
@@ -160,11 +156,11 @@ class ServiceShell(Generic[S]):
             self.fold(Stored(seq=ack.seq, subject=subject, time=ev.meta.occurred_at, event=ev))
 
     # ------------------------------------------------------------------ running
-    async def handle(self, msg: Msg) -> None:
+    async def handle(self, msg: Delivery) -> None:
         started = time.perf_counter()
         try:
-            stored = _stored(msg)
-        except (msgspec.DecodeError, msgspec.ValidationError) as e:
+            stored = msg.decode()
+        except Undecodable as e:
             await self._dead_letter(msg, f"undecodable event: {e}")
             return
         etype = event_type(stored.event)
@@ -187,38 +183,22 @@ class ServiceShell(Generic[S]):
         m.EVENTS_HANDLED.labels(self.name, etype).inc()
         m.HANDLING_SECONDS.labels(self.name, etype).observe(time.perf_counter() - started)
 
-    async def _dead_letter(self, msg: Msg, error: str) -> None:
+    async def _dead_letter(self, msg: Delivery, error: str) -> None:
         m.DEAD_LETTERS.labels(self.name).inc()
         self.log.warning("dead letter", subject=msg.subject, error=error.splitlines()[0])
-        await self.store.dead_letter(self.name, msg, msg.data, error)
+        await self.store.dead_letter(self.name, msg, error)
         await msg.ack()
-
-    async def ensure_consumer(self) -> None:
-        cfg = ConsumerConfig(
-            durable_name=self.name,
-            filter_subjects=self.filters,
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_wait=self.ack_wait,
-            max_ack_pending=4096,
-            max_deliver=-1,
-        )
-        js = self.store.js
-        try:
-            await js.consumer_info(self.store.stream, self.name)
-        except NotFoundError:
-            await js.add_consumer(self.store.stream, cfg)
 
     async def tick(self) -> None:
         await self.apply(lambda ctx: self.reactor.tick(self.state, ctx), None)
 
     async def run(self, started: Callable[[], Any] | None = None) -> None:
         await self.store.ensure()
-        await self.ensure_consumer()
+        consumer = await self.store.durable(
+            self.name, self.filters, ack_wait=self.ack_wait, batch=self.batch
+        )
         n = await self.catch_up()
         self.log.info("caught up", events=n, last_seq=self.last_folded)
-        psub = await self.store.js.pull_subscribe_bind(self.name, self.store.stream)
-        puller = Puller(psub, self.batch)
         # export the counters at 0 from the start: increase()/rate() miss a series' first
         # increment, so an alert on the first dead letter needs the 0 sample before it
         for counter in (m.DEAD_LETTERS, m.CONFLICTS, m.DUPLICATES):
@@ -233,8 +213,8 @@ class ServiceShell(Generic[S]):
                     await self.tick()
                     next_tick = time.monotonic() + self.tick_interval
                 try:
-                    msgs = await puller.fetch(timeout=min(self.tick_interval, 1.0))
-                except (TimeoutError, nats.errors.TimeoutError):
+                    msgs = await consumer.fetch(timeout=min(self.tick_interval, 1.0))
+                except TimeoutError:
                     # nothing deliverable: the backlog is empty (and the series exists
                     # from the first idle poll, not only after the first batch)
                     m.CONSUMER_PENDING.labels(self.name).set(0)
@@ -243,11 +223,10 @@ class ServiceShell(Generic[S]):
                     await self.handle(msg)
                     if self._stop.is_set():
                         break  # the rest are redelivered to the next incarnation
-                m.CONSUMER_PENDING.labels(self.name).set(puller.pending)
+                m.CONSUMER_PENDING.labels(self.name).set(consumer.pending)
         finally:
             self.ready = False
-            with contextlib.suppress(Exception):
-                await psub.unsubscribe()
+            await consumer.close()
 
     def stop(self) -> None:
         self._stop.set()
@@ -273,7 +252,7 @@ class Runnable(Protocol):
 async def run_process(
     name: str,
     nats_url: str,
-    make: Callable[[EventStore], Runnable],
+    make: Callable[[JetStreamStore], Runnable],
     *,
     metrics_port: int | None = None,
     settings: StreamSettings | None = None,
@@ -283,7 +262,7 @@ async def run_process(
     from services.runtime.http import HealthServer
 
     nc = await connect(nats_url, name)
-    service = make(EventStore(nc, settings))
+    service = make(JetStreamStore(nc, settings))
     install_signal_handlers(service.stop)
     health = None
     if metrics_port is not None:

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 
 from events import subjects
 from events.catalog import VMIPauseRequested, VMStartRequested
+from events.envelope import Context, Decision, Stored
 from events.meta import Aggregate, Kind
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore, Stored
-from services.runtime.context import Context, Decision
 from services.runtime.shell import ServiceShell, connect
 
 
@@ -60,7 +60,7 @@ async def main(url: str, stream: str, crash: bool) -> None:
     nc = await connect(url, "echo")
     settings = StreamSettings(name=stream, dlq_name=f"{stream}_DLQ", storage="memory")
     shell_cls = CrashingShell if crash else ServiceShell
-    shell = shell_cls(Echo(), EventStore(nc, settings), tick_interval=0.2, ack_wait=1.0)
+    shell = shell_cls(Echo(), JetStreamStore(nc, settings), tick_interval=0.2, ack_wait=1.0)
     await shell.run()
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from events.catalog import DomainPaused, DomainStarted, LauncherStarted, PodScheduled, VMICreated
 from events.meta import Kind
-from eventstore.store import EventStore
+from eventstore.jetstream import JetStreamStore
 from tests.factories import meta
 from tests.integration.test_api_crud import VMS, vm
 from tests.integration.test_api_support import RunningApi, running_api
@@ -20,12 +20,12 @@ VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
 
 
 @pytest.fixture
-async def api(store: EventStore) -> AsyncIterator[RunningApi]:
+async def api(store: JetStreamStore) -> AsyncIterator[RunningApi]:
     async with running_api(store) as running:
         yield running
 
 
-async def test_at_shows_objects_as_they_were(api: RunningApi, store: EventStore) -> None:
+async def test_at_shows_objects_as_they_were(api: RunningApi, store: JetStreamStore) -> None:
     async with httpx.AsyncClient(base_url=api.url) as http:
         r = await http.post(VMS, json=vm("tt", "Manual"))
         assert r.status_code == 201, r.text

@@ -9,7 +9,7 @@ import httpx
 import pytest
 import yaml
 
-from eventstore.store import EventStore
+from eventstore.jetstream import JetStreamStore
 from tests.integration.test_api_support import RunningApi, running_api
 from tests.unit.kubevirt_examples import example_documents
 
@@ -22,7 +22,7 @@ PLURALS = {
 
 
 @pytest.fixture
-async def api(store: EventStore) -> AsyncIterator[RunningApi]:
+async def api(store: JetStreamStore) -> AsyncIterator[RunningApi]:
     async with running_api(store) as running:
         yield running
 
@@ -109,7 +109,9 @@ async def test_yaml_body_and_list(http: httpx.AsyncClient) -> None:
     assert (await http.get(f"{VMS}?labelSelector=app%3Dnone")).json()["items"] == []
 
 
-async def test_validation_errors_append_nothing(http: httpx.AsyncClient, store: EventStore) -> None:
+async def test_validation_errors_append_nothing(
+    http: httpx.AsyncClient, store: JetStreamStore
+) -> None:
     before = await store.stream_last_seq()
     cases: list[tuple[dict[str, Any], str]] = [
         ({"runStrategy": None}, "RunStrategy must be specified"),
@@ -207,7 +209,7 @@ async def test_ops_endpoints(http: httpx.AsyncClient) -> None:
     assert "virtstream_api_requests_total" in metrics
 
 
-async def test_read_replica_refuses_writes(store: EventStore) -> None:
+async def test_read_replica_refuses_writes(store: JetStreamStore) -> None:
     async with (
         running_api(store, read_only=True) as replica,
         httpx.AsyncClient(base_url=replica.url) as client,

@@ -24,7 +24,7 @@ from events.catalog import (
     VMICreated,
 )
 from events.meta import Kind
-from eventstore.store import EventStore
+from eventstore.jetstream import JetStreamStore
 from tests.factories import meta
 from tests.integration.test_api_crud import VMS, vm
 from tests.integration.test_api_support import RunningApi, running_api
@@ -35,7 +35,7 @@ MIGS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigrations
 
 
 @pytest.fixture
-async def api(store: EventStore) -> AsyncIterator[RunningApi]:
+async def api(store: JetStreamStore) -> AsyncIterator[RunningApi]:
     async with running_api(store) as running:
         yield running
 

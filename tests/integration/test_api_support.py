@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import uvicorn
 
-from eventstore.store import EventStore
+from eventstore.jetstream import JetStreamStore
 from projections.runner import ProjectionRunner
 from services.api.app import create_app
 from services.api.service import ApiService
@@ -19,11 +19,13 @@ from services.api.service import ApiService
 class RunningApi:
     url: str
     runner: ProjectionRunner
-    store: EventStore
+    store: JetStreamStore
 
 
 @contextlib.asynccontextmanager
-async def running_api(store: EventStore, *, read_only: bool = False) -> AsyncIterator[RunningApi]:
+async def running_api(
+    store: JetStreamStore, *, read_only: bool = False
+) -> AsyncIterator[RunningApi]:
     runner = ProjectionRunner(store)
     await runner.start()
     app = create_app(ApiService(runner, None if read_only else store))

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from client.api import ApiError, AsyncClient, Client
 from events.objects import VirtualMachine
-from eventstore.store import EventStore
+from eventstore.jetstream import JetStreamStore
 from tests.integration.test_api_support import RunningApi, running_api
 from tests.unit.kubevirt_examples import examples_dir
 
@@ -33,7 +33,7 @@ spec:
 
 
 @pytest.fixture
-async def api(store: EventStore) -> AsyncIterator[RunningApi]:
+async def api(store: JetStreamStore) -> AsyncIterator[RunningApi]:
     async with running_api(store) as running:
         yield running
 

@@ -30,9 +30,10 @@ from events.catalog import (
     VMStartRequested,
     VMStopRequested,
 )
+from events.envelope import Stored
 from events.meta import Aggregate, Kind
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore, Stored
 from services.controller import heartbeats
 from services.controller.reactor import Controller
 from services.controller.service import ControllerService
@@ -70,7 +71,7 @@ async def eventually(cond: Callable[[], Awaitable[Any]], timeout: float = 15.0) 
 class Cluster:
     """The test's hands: append api/handler events, read what the controller did."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: JetStreamStore) -> None:
         self.store = store
 
     async def append(self, ev: Event) -> None:
@@ -98,7 +99,7 @@ class Cluster:
 
 @pytest.fixture
 async def controller(
-    store: EventStore, nc: NATS
+    store: JetStreamStore, nc: NATS
 ) -> AsyncIterator[Callable[..., asyncio.Task[None]]]:
     """Starts controller incarnations (each a ServiceShell task); all are cancelled at the
     end, and the test's heartbeat bucket is deleted."""
@@ -132,7 +133,7 @@ async def controller(
 
 
 async def test_vm_lifecycle_create_schedule_stop_start_restart(
-    store: EventStore, controller: Callable[[], asyncio.Task[None]]
+    store: JetStreamStore, controller: Callable[[], asyncio.Task[None]]
 ) -> None:
     c = Cluster(store)
     controller()
@@ -178,7 +179,9 @@ async def test_vm_lifecycle_create_schedule_stop_start_restart(
 
 
 async def test_a_controller_killed_mid_workload_creates_no_vmi_twice(
-    store: EventStore, stream_settings: StreamSettings, controller: Callable[[], asyncio.Task[None]]
+    store: JetStreamStore,
+    stream_settings: StreamSettings,
+    controller: Callable[[], asyncio.Task[None]],
 ) -> None:
     c = Cluster(store)
     names = [f"{unique('kill')}-{i}" for i in range(30)]
@@ -208,7 +211,7 @@ async def test_a_controller_killed_mid_workload_creates_no_vmi_twice(
     assert {n: counts[n] for n in names} == dict.fromkeys(names, 1)
 
 
-async def created_per_vm(store: EventStore) -> Counter[str]:
+async def created_per_vm(store: JetStreamStore) -> Counter[str]:
     counts: Counter[str] = Counter()
     async for s in store.replay(["virt.vmi.>"]):
         if isinstance(s.event, VMICreated):
@@ -217,7 +220,7 @@ async def created_per_vm(store: EventStore) -> Counter[str]:
 
 
 async def test_heartbeats_from_the_bucket_keep_nodes_alive(
-    store: EventStore, nc: NATS, controller: Callable[..., asyncio.Task[None]]
+    store: JetStreamStore, nc: NATS, controller: Callable[..., asyncio.Task[None]]
 ) -> None:
     c = Cluster(store)
     controller(node_timeout=1.5)

@@ -14,8 +14,8 @@ from typer.testing import CliRunner, Result
 
 from cli.debug import register
 from events.meta import Aggregate, Kind
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from ops.nats_server import NatsServer
 from projections import causality, history
 from tests.debug_scenario import SLOW_HOP, VM_STATUS_AFTER, Script, lifecycle, node_failure
@@ -24,7 +24,7 @@ app = typer.Typer()
 register(app)
 
 
-async def append(store: EventStore, script: Script, mark_after: int = 0) -> float:
+async def append(store: JetStreamStore, script: Script, mark_after: int = 0) -> float:
     """Append in order (positions become sequences); returns a wall time between the
     event at `mark_after` and the next one."""
     mark = 0.0
@@ -49,7 +49,7 @@ def lines(result: Result) -> list[dict[str, Any]]:
 
 
 async def test_events_filters_on_the_server_and_prints_ids(
-    nats_server: NatsServer, stream_settings: StreamSettings, store: EventStore
+    nats_server: NatsServer, stream_settings: StreamSettings, store: JetStreamStore
 ) -> None:
     script = lifecycle()
     await append(store, script)
@@ -81,7 +81,7 @@ async def test_events_filters_on_the_server_and_prints_ids(
 
 
 async def test_events_follow_prints_new_events(
-    nats_server: NatsServer, stream_settings: StreamSettings, store: EventStore
+    nats_server: NatsServer, stream_settings: StreamSettings, store: JetStreamStore
 ) -> None:
     script = lifecycle()
     for ev in script.events[:3]:
@@ -96,7 +96,7 @@ async def test_events_follow_prints_new_events(
 
 
 async def test_replay_shows_each_change_of_the_vm(
-    nats_server: NatsServer, stream_settings: StreamSettings, store: EventStore
+    nats_server: NatsServer, stream_settings: StreamSettings, store: JetStreamStore
 ) -> None:
     await append(store, lifecycle())
     steps = lines(await cli(nats_server, stream_settings, "replay", "vm/default/vm1", "-o", "json"))
@@ -120,7 +120,7 @@ async def test_replay_shows_each_change_of_the_vm(
 
 
 async def test_at_sequence_and_time_show_the_past(
-    nats_server: NatsServer, stream_settings: StreamSettings, store: EventStore
+    nats_server: NatsServer, stream_settings: StreamSettings, store: JetStreamStore
 ) -> None:
     mark = await append(store, lifecycle(), mark_after=11)
     vmi = lines(await cli(nats_server, stream_settings, "at", "11", "vmi", "vm1", "-o", "json"))[0]
@@ -149,7 +149,7 @@ async def test_at_sequence_and_time_show_the_past(
 
 
 async def test_why_follows_causation_to_the_request_and_marks_the_slow_hop(
-    nats_server: NatsServer, stream_settings: StreamSettings, store: EventStore
+    nats_server: NatsServer, stream_settings: StreamSettings, store: JetStreamStore
 ) -> None:
     await append(store, lifecycle())
     chain = lines(
@@ -199,7 +199,7 @@ async def test_why_follows_causation_to_the_request_and_marks_the_slow_hop(
 
 @pytest.mark.parametrize("linked", [True, False])
 async def test_why_a_vmi_failed_names_the_silent_node(
-    nats_server: NatsServer, stream_settings: StreamSettings, store: EventStore, linked: bool
+    nats_server: NatsServer, stream_settings: StreamSettings, store: JetStreamStore, linked: bool
 ) -> None:
     script = node_failure(linked=linked)
     await append(store, script)
@@ -217,7 +217,7 @@ async def test_why_a_vmi_failed_names_the_silent_node(
 
 
 async def test_why_finds_causes_outside_the_related_aggregates(
-    nats_server: NatsServer, stream_settings: StreamSettings, store: EventStore
+    nats_server: NatsServer, stream_settings: StreamSettings, store: JetStreamStore
 ) -> None:
     """A cause on another aggregate, with an id that holds no sequence: found by the
     backwards scan."""

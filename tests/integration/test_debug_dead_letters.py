@@ -14,12 +14,12 @@ from typer.testing import CliRunner
 
 from cli.debug import register
 from events.catalog import VMIPauseRequested, VMStartRequested
+from events.envelope import Context, Decision, Stored
 from events.meta import Aggregate, Kind
 from eventstore import dead_letters
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore, Stored
 from ops.nats_server import NatsServer
-from services.runtime.context import Context, Decision
 from services.runtime.shell import ServiceShell
 from tests.factories import meta
 from tests.integration.echo_service import Echo
@@ -58,14 +58,14 @@ async def cli(server: NatsServer, settings: StreamSettings, *args: str) -> str:
 
 
 async def test_dead_letter_is_listed_and_retried_after_the_fix(
-    nats_server: NatsServer, nc: NATS, stream_settings: StreamSettings, store: EventStore
+    nats_server: NatsServer, nc: NATS, stream_settings: StreamSettings, store: JetStreamStore
 ) -> None:
     reactor = Fixable()
     shell = ServiceShell(reactor, store, tick_interval=0.1)
     task = asyncio.create_task(shell.run())
     poison_vmi = Aggregate(kind=Kind.VMI, namespace="default", name="poison")
     try:
-        await store.dead_letter("handler-node-1", None, b"{not json", "undecodable event: x")
+        await store.dead_letter("handler-node-1", None, "undecodable event: x", data=b"{not json")
         appended = await store.append(VMStartRequested(meta=meta(name="poison")))
 
         async def parked() -> bool:
@@ -108,7 +108,7 @@ async def test_dead_letter_is_listed_and_retried_after_the_fix(
     assert retried.headers and retried.headers[dead_letters.RETRY_HEADER].endswith("/2")
 
 
-async def test_a_retried_dead_letter_is_not_folded_twice(store: EventStore) -> None:
+async def test_a_retried_dead_letter_is_not_folded_twice(store: JetStreamStore) -> None:
     """The retry copy re-runs the reaction; views keep the original's single effect and
     move their OCC version past the copy."""
     from projections.cluster import Cluster
@@ -123,7 +123,7 @@ async def test_a_retried_dead_letter_is_not_folded_twice(store: EventStore) -> N
 
     await store.append(VMCreated(meta=meta(name="dup"), manifest=vm))
     start = await store.append(VMStartRequested(meta=meta(name="dup")))
-    await store.dead_letter("virt-controller", None, b"", "boom")  # stands in for the shell's
+    await store.dead_letter("virt-controller", None, "boom")  # stands in for the shell's
     parked = (await dead_letters.list_dead_letters(store))[-1]
     original = msgspec.structs.replace(
         parked,

@@ -9,7 +9,7 @@ import pytest
 from nats.aio.client import Client as NATS
 
 from bench.bench_replay import fill
-from eventstore.store import EventStore
+from eventstore.jetstream import JetStreamStore
 from projections import history, snapshots
 from projections.cluster import Cluster
 from tests.conftest import unique
@@ -24,12 +24,12 @@ async def bucket(nc: NATS) -> AsyncIterator[str]:
         await nc.jetstream().delete_key_value(name)
 
 
-async def full_rebuild(store: EventStore, until: int | None = None) -> Cluster:
+async def full_rebuild(store: JetStreamStore, until: int | None = None) -> Cluster:
     return await history.cluster_at(store, seq=until)
 
 
 async def test_snapshot_plus_tail_equals_a_full_rebuild_of_50k_events(
-    store: EventStore, bucket: str, monkeypatch: pytest.MonkeyPatch
+    store: JetStreamStore, bucket: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     last = await fill(store, 50_000)
     assert last == 50_000
@@ -55,7 +55,7 @@ async def test_snapshot_plus_tail_equals_a_full_rebuild_of_50k_events(
 
 
 async def test_snapshots_newer_than_asked_or_than_the_stream_are_not_used(
-    store: EventStore, bucket: str
+    store: JetStreamStore, bucket: str
 ) -> None:
     for ev in lifecycle().events:
         await store.append(ev)

@@ -15,8 +15,8 @@ from msgspec.structs import replace
 from typer.testing import CliRunner
 
 from cli.debug import register
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from ops.nats_server import NatsServer
 from projections.runner import ProjectionRunner
 from projections.verify import verify
@@ -29,7 +29,7 @@ register(app)
 
 
 @pytest.fixture
-async def runner(store: EventStore) -> AsyncIterator[ProjectionRunner]:
+async def runner(store: JetStreamStore) -> AsyncIterator[ProjectionRunner]:
     for ev in lifecycle().events[:20]:  # mid-migration history, then a finished one
         await store.append(ev)
     for ev in node_failure().events[2:]:  # a second VMI (its node never joined: still folds)
@@ -41,7 +41,7 @@ async def runner(store: EventStore) -> AsyncIterator[ProjectionRunner]:
 
 
 async def test_rebuild_matches_the_live_projection_until_it_is_corrupted(
-    store: EventStore, runner: ProjectionRunner
+    store: JetStreamStore, runner: ProjectionRunner
 ) -> None:
     api = create_app(ApiService(runner, store))
     transport = httpx.ASGITransport(app=api)  # type: ignore[arg-type]
@@ -69,7 +69,7 @@ async def test_rebuild_matches_the_live_projection_until_it_is_corrupted(
 async def test_verify_command_against_a_served_api(
     nats_server: NatsServer,
     stream_settings: StreamSettings,
-    store: EventStore,
+    store: JetStreamStore,
     runner: ProjectionRunner,
 ) -> None:
     config = uvicorn.Config(

@@ -25,8 +25,8 @@ from events.catalog import (
     VMIUnpauseRequested,
 )
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from services.handler.node_info import NodeConfig
 from services.handler.service import Handler, HandlerConfig
 from services.launcher import rundir
@@ -77,7 +77,7 @@ async def running_handler(
 
 @pytest.fixture
 async def handler(
-    nc: NATS, store: EventStore, stream_settings: StreamSettings, run_dir: Path
+    nc: NATS, store: JetStreamStore, stream_settings: StreamSettings, run_dir: Path
 ) -> AsyncIterator[Handler]:
     async with running_handler(nc, stream_settings, run_dir) as h:
         yield h
@@ -87,7 +87,7 @@ def launcher_socket(run_dir: Path, name: str, node: str = "node-1") -> str:
     return str(run_dir / node / "launchers" / f"default_{name}.sock")
 
 
-async def test_node_joined_and_heartbeat(handler: Handler, store: EventStore, nc: NATS) -> None:
+async def test_node_joined_and_heartbeat(handler: Handler, store: JetStreamStore, nc: NATS) -> None:
     events = await store.load(Aggregate(Kind.NODE, CLUSTER_SCOPE, "node-1"))
     joined = [s.event for s in events if isinstance(s.event, NodeJoined)]
     assert joined and joined[0].capacity.cpu_millis == 4000
@@ -100,7 +100,7 @@ async def test_node_joined_and_heartbeat(handler: Handler, store: EventStore, nc
 
 
 async def test_pod_scheduled_runs_and_delete_stops(
-    handler: Handler, store: EventStore, run_dir: Path
+    handler: Handler, store: JetStreamStore, run_dir: Path
 ) -> None:
     vmi = vmi_manifest("vm-a", grace=0)
     await store.append(pod_scheduled(vmi, "node-1"))
@@ -125,7 +125,9 @@ async def test_pod_scheduled_runs_and_delete_stops(
     await wait_dead(pid)
 
 
-async def test_delete_without_grace_uses_spec_grace(handler: Handler, store: EventStore) -> None:
+async def test_delete_without_grace_uses_spec_grace(
+    handler: Handler, store: JetStreamStore
+) -> None:
     # the test driver's guest obeys ACPI at once: a graceful Shutdown
     vmi = vmi_manifest("vm-g", grace=5)
     await store.append(pod_scheduled(vmi, "node-1"))
@@ -135,7 +137,7 @@ async def test_delete_without_grace_uses_spec_grace(handler: Handler, store: Eve
     assert of_type(events, DomainStopped)[0].reason is StopReason.SHUTDOWN
 
 
-async def test_pause_unpause_softreboot(handler: Handler, store: EventStore) -> None:
+async def test_pause_unpause_softreboot(handler: Handler, store: JetStreamStore) -> None:
     vmi = vmi_manifest("vm-p")
     await store.append(pod_scheduled(vmi, "node-1"))
     await wait_events(store, vmi, lambda t: "DomainStarted" in t)
@@ -151,7 +153,7 @@ async def test_pause_unpause_softreboot(handler: Handler, store: EventStore) -> 
     await wait_events(store, vmi, lambda t: "LauncherExited" in t)
 
 
-async def test_start_paused(handler: Handler, store: EventStore) -> None:
+async def test_start_paused(handler: Handler, store: JetStreamStore) -> None:
     vmi = vmi_manifest("vm-sp", paused=True)
     await store.append(pod_scheduled(vmi, "node-1"))
     async with asyncio.timeout(10):
@@ -166,7 +168,9 @@ async def test_start_paused(handler: Handler, store: EventStore) -> None:
     await wait_events(store, vmi, lambda t: "LauncherExited" in t)
 
 
-async def test_crash_reports_crashed(handler: Handler, store: EventStore, run_dir: Path) -> None:
+async def test_crash_reports_crashed(
+    handler: Handler, store: JetStreamStore, run_dir: Path
+) -> None:
     vmi = vmi_manifest("vm-c")
     await store.append(pod_scheduled(vmi, "node-1"))
     await wait_events(store, vmi, lambda t: "DomainStarted" in t)
@@ -180,7 +184,7 @@ async def test_crash_reports_crashed(handler: Handler, store: EventStore, run_di
     assert of_type(events, DomainStopped)[0].reason is StopReason.CRASHED
 
 
-async def test_vmi_failed_destroys_launcher(handler: Handler, store: EventStore) -> None:
+async def test_vmi_failed_destroys_launcher(handler: Handler, store: JetStreamStore) -> None:
     vmi = vmi_manifest("vm-f")
     await store.append(pod_scheduled(vmi, "node-1"))
     events = await wait_events(store, vmi, lambda t: "DomainStarted" in t)
@@ -191,7 +195,7 @@ async def test_vmi_failed_destroys_launcher(handler: Handler, store: EventStore)
 
 
 async def test_only_own_node_traffic(
-    nc: NATS, store: EventStore, stream_settings: StreamSettings, run_dir: Path
+    nc: NATS, store: JetStreamStore, stream_settings: StreamSettings, run_dir: Path
 ) -> None:
     async with (
         running_handler(nc, stream_settings, run_dir, "node-1") as h1,

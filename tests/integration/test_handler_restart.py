@@ -21,8 +21,8 @@ from events.catalog import (
     VMIDeleteRequested,
 )
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from ops.nats_server import NatsServer
 from services.launcher import rundir
 from services.launcher.client import LauncherClient
@@ -74,7 +74,7 @@ class HandlerProcess:
         self.log.close()
 
 
-async def _joined(store: EventStore, count: int) -> None:
+async def _joined(store: JetStreamStore, count: int) -> None:
     agg = Aggregate(Kind.NODE, CLUSTER_SCOPE, "node-1")
     async with asyncio.timeout(20):
         while len(await store.load(agg)) < count:  # noqa: ASYNC110 (polling the store)
@@ -82,7 +82,7 @@ async def _joined(store: EventStore, count: int) -> None:
 
 
 async def test_kill9_keeps_vm_and_reattaches(
-    nats_server: NatsServer, store: EventStore, stream_settings: StreamSettings, run_dir: Path
+    nats_server: NatsServer, store: JetStreamStore, stream_settings: StreamSettings, run_dir: Path
 ) -> None:
     handler = HandlerProcess(nats_server, stream_settings, run_dir)
     handler.start()
@@ -118,7 +118,7 @@ async def test_kill9_keeps_vm_and_reattaches(
 
 
 async def test_launcher_gone_while_handler_down(
-    nats_server: NatsServer, store: EventStore, stream_settings: StreamSettings, run_dir: Path
+    nats_server: NatsServer, store: JetStreamStore, stream_settings: StreamSettings, run_dir: Path
 ) -> None:
     handler = HandlerProcess(nats_server, stream_settings, run_dir)
     handler.start()

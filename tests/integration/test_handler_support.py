@@ -15,8 +15,9 @@ from typing import Any
 
 from events.catalog import Event, PodScheduled
 from events.codec import event_type
+from events.envelope import Stored
 from events.meta import Actor, Aggregate, Kind, Meta
-from eventstore.store import EventStore, Stored
+from eventstore.jetstream import JetStreamStore
 from services.launcher import rundir
 
 
@@ -67,7 +68,7 @@ def types(events: list[Stored]) -> list[str]:
 
 
 async def wait_events(
-    store: EventStore,
+    store: JetStreamStore,
     manifest: dict[str, Any],
     until: Callable[[list[str]], bool],
     timeout: float = 10.0,

@@ -25,7 +25,7 @@ from events.catalog import (
     VMICreated,
 )
 from events.meta import Aggregate, Kind
-from eventstore.store import EventStore
+from eventstore.jetstream import JetStreamStore
 from projections.cluster import Cluster as ClusterView
 from tests.conftest import unique
 from tests.factories import meta
@@ -72,7 +72,7 @@ async def running_vmi(c: Cluster, name: str) -> PodScheduled:
     return sched
 
 
-async def view(store: EventStore) -> ClusterView:
+async def view(store: JetStreamStore) -> ClusterView:
     cluster = ClusterView()
     async for s in store.replay():
         cluster.apply(s)
@@ -80,7 +80,7 @@ async def view(store: EventStore) -> ClusterView:
 
 
 async def test_migration_choreography_routes_each_step_and_moves_the_vmi(
-    store: EventStore,
+    store: JetStreamStore,
     controller: Callable[..., asyncio.Task[None]],  # noqa: F811
 ) -> None:
     c = Cluster(store)
@@ -137,7 +137,7 @@ async def test_migration_choreography_routes_each_step_and_moves_the_vmi(
 
 
 async def test_twelve_concurrent_requests_respect_the_parallel_limits(
-    store: EventStore,
+    store: JetStreamStore,
     controller: Callable[..., asyncio.Task[None]],  # noqa: F811
 ) -> None:
     c = Cluster(store)

@@ -31,8 +31,8 @@ from events.catalog import (
     VMCreated,
 )
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from projections.cluster import Cluster as ClusterView
 from projections.render import printable_status
 from projections.views import MigrationView, VMIView
@@ -79,7 +79,7 @@ def vm_manifest(name: str, labels: dict[str, str] | None = None, **spec: Any) ->
 
 
 class World:
-    def __init__(self, store: EventStore, run_dir: Path, handlers: dict[str, Handler]) -> None:
+    def __init__(self, store: JetStreamStore, run_dir: Path, handlers: dict[str, Handler]) -> None:
         self.store = store
         self.run_dir = run_dir
         self.handlers = handlers
@@ -176,7 +176,7 @@ def run_dir() -> Iterator[Path]:
 @pytest.fixture
 async def world(
     nc: NATS,
-    store: EventStore,
+    store: JetStreamStore,
     stream_settings: StreamSettings,
     run_dir: Path,
     controller: Callable[..., asyncio.Task[None]],  # noqa: F811

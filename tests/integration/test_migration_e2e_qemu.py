@@ -21,8 +21,8 @@ from events.catalog import (
     VMIDeleteRequested,
 )
 from events.meta import Aggregate, Kind
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from projections.cluster import Cluster as ClusterView
 from projections.render import DOMAIN_STATUS_KEY, render_vmi
 from services.handler.node_info import LaunchSettings, NodeConfig
@@ -72,14 +72,16 @@ async def qemu_handler(
         await asyncio.wait_for(task, 15)
 
 
-async def view(store: EventStore) -> ClusterView:
+async def view(store: JetStreamStore) -> ClusterView:
     c = ClusterView()
     async for s in store.replay():
         c.apply(s)
     return c
 
 
-async def until(store: EventStore, probe: Callable[[ClusterView], object], timeout: float) -> None:
+async def until(
+    store: JetStreamStore, probe: Callable[[ClusterView], object], timeout: float
+) -> None:
     deadline = time.monotonic() + timeout
     while not probe(await view(store)):
         assert time.monotonic() < deadline, f"timed out: {probe}"
@@ -96,7 +98,7 @@ def qemu_alive(pid: int) -> bool:
 
 async def test_qemu_live_migration_through_the_handlers(
     nc: NATS,
-    store: EventStore,
+    store: JetStreamStore,
     stream_settings: StreamSettings,
     qemu_cluster: QemuCluster,  # noqa: F811
     controller: Callable[..., asyncio.Task[None]],  # noqa: F811

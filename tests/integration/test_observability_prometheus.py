@@ -45,8 +45,9 @@ from events.catalog import (
     VMICreated,
     VMIDeleteRequested,
 )
+from events.envelope import Context, Decision, Stored
 from events.meta import Kind
-from eventstore.store import EventStore, Stored
+from eventstore.jetstream import JetStreamStore
 from ops.nats_server import free_port
 from ops.prometheus_server import (
     ALERTS,
@@ -61,7 +62,6 @@ from projections.cluster import Cluster, key
 from projections.metrics import PhaseHistograms, ProjectionMetrics
 from services.controller import heartbeats
 from services.runtime import metrics as runtime_metrics
-from services.runtime.context import Context, Decision
 from services.runtime.http import HealthServer
 from services.runtime.shell import ServiceShell
 from tests.factories import meta
@@ -188,7 +188,7 @@ async def eventually(check: Callable[[], Awaitable[Any]], what: str, timeout: fl
     raise AssertionError(f"timed out waiting for {what}: {last!r}")
 
 
-async def fold_forever(store: EventStore, cluster: Cluster, metrics: ProjectionMetrics) -> None:
+async def fold_forever(store: JetStreamStore, cluster: Cluster, metrics: ProjectionMetrics) -> None:
     async for stored in store.replay(follow=True):
         metrics.observe(stored, cluster.apply(stored))
 
@@ -197,7 +197,7 @@ class Heartbeats:
     """Per-node putters (the handlers) and a watcher recording what it sees (the
     controller), through a real KV bucket."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: JetStreamStore) -> None:
         self.store = store
         self.bucket = f"obs-hb-{uuid.uuid4().hex[:8]}"
         self.putters: dict[str, asyncio.Task[None]] = {}
@@ -248,7 +248,7 @@ async def cancel(task: asyncio.Task[Any] | None) -> None:
 class Stack:
     """Endpoints, workload and Prometheus for one test."""
 
-    def __init__(self, store: EventStore, data_dir: Path) -> None:
+    def __init__(self, store: JetStreamStore, data_dir: Path) -> None:
         self.store = store
         self.data_dir = data_dir
         self.cluster = Cluster()
@@ -340,7 +340,7 @@ class Stack:
 
 
 @pytest.fixture
-async def stack(store: EventStore, tmp_path: Path) -> AsyncIterator[Stack]:
+async def stack(store: JetStreamStore, tmp_path: Path) -> AsyncIterator[Stack]:
     s = Stack(store, tmp_path / "prometheus")
     try:
         yield s

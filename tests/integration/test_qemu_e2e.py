@@ -29,8 +29,8 @@ from cli.up import live_launchers
 from events.catalog import DomainStarted
 from events.manifest import yaml_documents
 from events.meta import Aggregate, Kind
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from ops.nats_server import free_port
 from ops.node_runtime import connect_uri, processes_in_namespace, read_state
 from ops.procs import pid_alive
@@ -121,7 +121,7 @@ class Up:
         async def count() -> int:
             nc = await nats.connect(f"nats://127.0.0.1:{self.nats_port}")
             try:
-                store = EventStore(nc, StreamSettings())
+                store = JetStreamStore(nc, StreamSettings())
                 events = await store.load(Aggregate(Kind.VMI, "default", "vm-cirros"))
                 return sum(
                     isinstance(s.event, DomainStarted) and s.event.meta.aggregate.uid == uid

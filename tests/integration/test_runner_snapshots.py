@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from events.catalog import VMCreated, VMStartRequested
-from eventstore.store import EventStore
+from eventstore.jetstream import JetStreamStore
 from projections import snapshots
 from projections.runner import ProjectionRunner
 from tests.factories import meta
@@ -18,7 +18,7 @@ def vm(name: str) -> dict[str, object]:
     }
 
 
-async def test_runner_saves_and_restarts_from_a_snapshot(store: EventStore) -> None:
+async def test_runner_saves_and_restarts_from_a_snapshot(store: JetStreamStore) -> None:
     for i in range(30):
         await store.append(VMCreated(meta=meta(name=f"vm{i}"), manifest=vm(f"vm{i}")))
     first = ProjectionRunner(store, snapshot_name="t-views", snapshot_every=25)

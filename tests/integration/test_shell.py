@@ -10,8 +10,8 @@ from nats.aio.client import Client as NATS
 
 from events.catalog import VMIPauseRequested, VMStartRequested
 from events.meta import Aggregate, Kind
+from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from eventstore.store import EventStore
 from ops.nats_server import NatsServer
 from services.runtime.shell import ServiceShell
 from tests.conftest import REPO, unique
@@ -34,7 +34,7 @@ async def wait_for(cond, timeout: float = 10.0) -> None:
 
 
 async def test_killed_between_append_and_ack_leaves_no_duplicate(
-    store: EventStore, nats_server: NatsServer, stream_settings: StreamSettings
+    store: JetStreamStore, nats_server: NatsServer, stream_settings: StreamSettings
 ) -> None:
     name = unique("vm")
     await store.append(VMStartRequested(meta=meta(name=name)))
@@ -68,7 +68,7 @@ async def test_killed_between_append_and_ack_leaves_no_duplicate(
 
 
 async def test_poison_messages_are_dead_lettered_and_the_service_goes_on(
-    store: EventStore, nc: NATS, stream_settings: StreamSettings
+    store: JetStreamStore, nc: NATS, stream_settings: StreamSettings
 ) -> None:
     shell = ServiceShell(Echo(), store, tick_interval=0.1)
     runner = asyncio.create_task(shell.run())

@@ -8,13 +8,14 @@ import time
 import pytest
 
 from events.catalog import VMCreated, VMStartRequested, VMStopRequested
+from events.envelope import ConcurrencyConflict
 from events.meta import Aggregate, Kind
-from eventstore.store import ConcurrencyConflict, EventStore
+from eventstore.jetstream import JetStreamStore
 from tests.conftest import unique
 from tests.factories import meta
 
 
-async def test_racing_writers_exactly_one_wins(store: EventStore) -> None:
+async def test_racing_writers_exactly_one_wins(store: JetStreamStore) -> None:
     name = unique("vm")
     first = await store.append(VMCreated(meta=meta(name=name), manifest={}), expected=0)
     racers = [
@@ -31,7 +32,7 @@ async def test_racing_writers_exactly_one_wins(store: EventStore) -> None:
     assert len(await store.load(agg)) == 2
 
 
-async def test_create_only_append_fails_when_aggregate_exists(store: EventStore) -> None:
+async def test_create_only_append_fails_when_aggregate_exists(store: JetStreamStore) -> None:
     name = unique("vm")
     await store.append(VMCreated(meta=meta(name=name), manifest={}), expected=0)
     with pytest.raises(ConcurrencyConflict) as err:
@@ -39,7 +40,7 @@ async def test_create_only_append_fails_when_aggregate_exists(store: EventStore)
     assert err.value.expected == 0 and err.value.actual > 0
 
 
-async def test_duplicate_append_is_dropped(store: EventStore) -> None:
+async def test_duplicate_append_is_dropped(store: JetStreamStore) -> None:
     name = unique("vm")
     ev = VMStartRequested(meta=meta(name=name, event_id="fixed-id"))
     a = await store.append(ev)
@@ -50,7 +51,7 @@ async def test_duplicate_append_is_dropped(store: EventStore) -> None:
 
 
 async def test_reappend_with_stale_expectation_is_a_duplicate_not_a_conflict(
-    store: EventStore,
+    store: JetStreamStore,
 ) -> None:
     """A service that crashed after appending re-appends with the version it had then."""
     name = unique("vm")
@@ -61,7 +62,7 @@ async def test_reappend_with_stale_expectation_is_a_duplicate_not_a_conflict(
     assert b.duplicate and b.seq == a.seq
 
 
-async def test_load_reads_only_one_aggregate(store: EventStore) -> None:
+async def test_load_reads_only_one_aggregate(store: JetStreamStore) -> None:
     a, b = unique("vm"), unique("vm")
     for i in range(3):
         await store.append(VMStartRequested(meta=meta(name=a)))
@@ -72,7 +73,7 @@ async def test_load_reads_only_one_aggregate(store: EventStore) -> None:
     assert await store.last_seq(Aggregate(kind=Kind.VM, namespace="default", name=a)) == got[-1].seq
 
 
-async def test_replay_from_sequence_and_from_time(store: EventStore) -> None:
+async def test_replay_from_sequence_and_from_time(store: JetStreamStore) -> None:
     name = unique("vm")
     seqs = []
     for _ in range(5):

@@ -18,8 +18,8 @@ from events.catalog import (
     VMStartRequested,
     VMStopRequested,
 )
+from events.envelope import Stored
 from events.meta import Kind
-from eventstore.store import Stored
 from projections.cluster import Cluster
 from projections.watch import Selector, SelectorError, parse_label_selector
 from services.api import intents

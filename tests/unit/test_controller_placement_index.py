@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from events.catalog import Event
-from eventstore.store import Stored
+from events.envelope import Stored
 from projections.render import node_allocated
 from services.controller.placement_index import PlacementIndex, has_required_anti_affinity
 from services.controller.scheduler import needs_node

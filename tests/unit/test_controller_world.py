@@ -24,11 +24,10 @@ from events.catalog import (
     VMIRemoved,
 )
 from events.codec import event_type
+from events.envelope import Context, Stored
 from events.meta import Kind
-from eventstore.store import Stored
 from projections.views import VMIView, VMView
 from services.controller.reactor import Controller
-from services.runtime.context import Context
 from tests.factories import meta
 
 GiB = 1024**3

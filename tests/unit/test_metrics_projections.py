@@ -33,8 +33,8 @@ from events.catalog import (
     VMICreated,
     VMIDeleteRequested,
 )
+from events.envelope import Stored
 from events.meta import Kind
-from eventstore.store import Stored
 from projections.cluster import Cluster
 from projections.metrics import PhaseHistograms, ProjectionMetrics
 from tests.factories import meta

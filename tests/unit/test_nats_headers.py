@@ -23,6 +23,6 @@ def test_parses_like_nats_py_for_the_headers_we_store() -> None:
 
 
 def test_installed_on_the_client() -> None:
-    import eventstore.store  # noqa: F401  (installs it)
+    import eventstore.jetstream  # noqa: F401  (installs it)
 
     assert Client._parse_header_lines(RAW) == nats_headers.parse_header_lines(RAW)

@@ -31,8 +31,8 @@ from events.catalog import (
     VMStartFailed,
     VMStopRequested,
 )
+from events.envelope import Stored
 from events.meta import Kind
-from eventstore.store import Stored
 from projections.cluster import Cluster
 from projections.render import (
     DOMAIN_STATUS_KEY,

@@ -1,4 +1,9 @@
-"""What a pure decider gets from its shell: the clock, deterministic ids, and metadata."""
+"""What travels between the event log and a pure core: the stored envelope around an event,
+an append's outcome, a decision to append, and the context a decider is given.
+
+Pure: no I/O and no clock. Time and ids reach a decider only through `Context`, which the
+shell builds; the same cause always yields the same ids, so a repeated decision is a
+duplicate append that JetStream drops."""
 
 from __future__ import annotations
 
@@ -8,9 +13,41 @@ import msgspec
 
 from events.catalog import Event
 from events.meta import Actor, Aggregate, Meta
-from eventstore.store import Stored
 
 _UID_NS = uuid.UUID("6a1f1c3e-6d2b-4c56-9d0e-7a7e2b9e8f10")
+
+
+class Stored(msgspec.Struct, frozen=True):
+    """An event as stored: its stream sequence, subject and server timestamp.
+
+    `redelivery_of` > 0 marks a dead letter re-appended by `virtstream dead-letters --retry`:
+    the original (at that sequence) was folded already, so folds only advance the
+    aggregate's version past the copy and services react to it again."""
+
+    seq: int
+    subject: str
+    time: float
+    event: Event
+    redelivery_of: int = 0
+
+
+class Appended(msgspec.Struct, frozen=True):
+    seq: int
+    duplicate: bool = False
+
+
+class ConcurrencyConflict(Exception):
+    """Another writer appended to the aggregate since the sequence we decided on."""
+
+    def __init__(self, aggregate: str, expected: int, actual: int) -> None:
+        super().__init__(f"{aggregate}: expected last sequence {expected}, actual {actual}")
+        self.aggregate = aggregate
+        self.expected = expected
+        self.actual = actual
+
+
+class Undecodable(Exception):
+    """A stored message that is not an event of the catalog (poison)."""
 
 
 class Decision(msgspec.Struct, frozen=True):

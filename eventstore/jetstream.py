@@ -1,4 +1,4 @@
-"""Event store over one JetStream stream.
+"""The event log's JetStream adapter: one stream, the only module that knows its headers.
 
 Appends are optimistic per aggregate (`Nats-Expected-Last-Subject-Sequence` scoped by
 `...-Subject: virt.<kind>.<ns>.<name>.>`) and idempotent (`Nats-Msg-Id` = event id).
@@ -14,9 +14,11 @@ import datetime as dt
 from collections.abc import AsyncIterator, Sequence
 
 import msgspec
+import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.js.api import (
+    AckPolicy,
     ConsumerConfig,
     DeliverPolicy,
     DiscardPolicy,
@@ -30,60 +32,90 @@ from nats.js.errors import APIError, NotFoundError
 from events import subjects
 from events.catalog import Event
 from events.codec import decode, encode, event_type
+from events.envelope import Appended, ConcurrencyConflict, Stored, Undecodable
 from events.meta import Aggregate
 from eventstore import nats_headers
+from eventstore.port import Delivery
+from eventstore.pull import Puller
 from eventstore.settings import StreamSettings
 
 WRONG_LAST_SEQUENCE = 10071
 nats_headers.install()
 
 
-class ConcurrencyConflict(Exception):
-    """Another writer appended to the aggregate since the sequence we decided on."""
-
-    def __init__(self, aggregate: str, expected: int, actual: int) -> None:
-        super().__init__(f"{aggregate}: expected last sequence {expected}, actual {actual}")
-        self.aggregate = aggregate
-        self.expected = expected
-        self.actual = actual
-
-
 REDELIVERY_HEADER = "Virt-Redelivery-Of"  # the original stream sequence of a retried event
-
-
-class Stored(msgspec.Struct, frozen=True):
-    """An event as stored: its stream sequence, subject and server timestamp.
-
-    `redelivery_of` > 0 marks a dead letter re-appended by `virtstream dead-letters --retry`:
-    the original (at that sequence) was folded already, so folds only advance the
-    aggregate's version past the copy and services react to it again."""
-
-    seq: int
-    subject: str
-    time: float
-    event: Event
-    redelivery_of: int = 0
-
-
-class Appended(msgspec.Struct, frozen=True):
-    seq: int
-    duplicate: bool = False
 
 
 def _stored(msg: Msg) -> Stored:
     md = msg.metadata
     ts = md.timestamp.timestamp() if md.timestamp else 0.0
     again = (msg.headers or {}).get(REDELIVERY_HEADER, "")
+    try:
+        event = decode(msg.data)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise Undecodable(str(e)) from e
     return Stored(
         seq=md.sequence.stream,
         subject=msg.subject,
         time=ts,
-        event=decode(msg.data),
+        event=event,
         redelivery_of=int(again) if again.isdigit() else 0,
     )
 
 
-class EventStore:
+class JsDelivery:
+    """A durable consumer's message (`Delivery` of the port)."""
+
+    __slots__ = ("msg",)
+
+    def __init__(self, msg: Msg) -> None:
+        self.msg = msg
+
+    @property
+    def subject(self) -> str:
+        return self.msg.subject
+
+    @property
+    def seq(self) -> int:
+        with contextlib.suppress(Exception):  # a core-NATS message has no metadata
+            return int(self.msg.metadata.sequence.stream)
+        return 0
+
+    @property
+    def data(self) -> bytes:
+        return self.msg.data
+
+    def decode(self) -> Stored:
+        return _stored(self.msg)
+
+    async def ack(self) -> None:
+        await self.msg.ack()
+
+
+class JsConsumer:
+    """A bound durable pull consumer (`Consumer` of the port), pulled without stalls."""
+
+    def __init__(self, psub: JetStreamContext.PullSubscription, batch: int) -> None:
+        self.psub = psub
+        self.puller = Puller(psub, batch)
+
+    @property
+    def pending(self) -> int:
+        return self.puller.pending
+
+    async def fetch(self, timeout: float) -> list[Delivery]:
+        try:
+            msgs = await self.puller.fetch(timeout)
+        except nats.errors.TimeoutError as e:
+            raise TimeoutError from e
+        return [JsDelivery(m) for m in msgs]
+
+    async def close(self) -> None:
+        with contextlib.suppress(Exception):
+            await self.psub.unsubscribe()
+
+
+class JetStreamStore:
     def __init__(self, nc: NATS, settings: StreamSettings | None = None) -> None:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
@@ -155,9 +187,10 @@ class EventStore:
         return Appended(seq=ack.seq, duplicate=bool(ack.duplicate))
 
     async def _find_event_id(self, scope: str, after: int, event_id: str) -> int | None:
-        async for s in self.replay([scope], start_seq=after + 1):
-            if s.event.meta.event_id == event_id:
-                return s.seq
+        # by the idempotency header: nothing is decoded, so poison cannot stop the lookup
+        async for msg in self.replay_msgs([scope], start_seq=after + 1):
+            if (msg.headers or {}).get("Nats-Msg-Id") == event_id:
+                return int(msg.metadata.sequence.stream)
         return None
 
     # ------------------------------------------------------------------- reads
@@ -178,7 +211,25 @@ class EventStore:
     async def load(self, agg: Aggregate) -> list[Stored]:
         """All events of one aggregate, via a server-side subject filter (no scan)."""
         scope = subjects.aggregate_filter(agg.kind, agg.namespace, agg.name)
-        return [s async for s in self.replay([scope])]
+        return [s async for s in self.replay([scope], raw=True)]
+
+    async def get(self, seq: int) -> Stored | None:
+        try:
+            msg = await self.js.get_msg(self.stream, seq)
+        except NotFoundError:
+            return None
+        try:
+            ev = decode(msg.data or b"")
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return None
+        ts = msg.time.timestamp() if msg.time else 0.0
+        return Stored(seq=seq, subject=msg.subject or "", time=ts, event=ev)
+
+    async def seq_at_time(self, when: float) -> int:
+        """The server seeks to the first message after `when`: one message is read."""
+        async for msg in self.replay_msgs(start_time=when + 1e-6):
+            return int(msg.metadata.sequence.stream) - 1
+        return await self.stream_last_seq()
 
     async def replay(
         self,
@@ -193,14 +244,14 @@ class EventStore:
         """Events matching `filters`, in stream order, through an ordered push consumer.
 
         Without `follow` it ends at the last matching event that existed when it began
-        (or at `until_seq`). Undecodable events raise unless `raw` skips them.
+        (or at `until_seq`). Undecodable events raise `Undecodable` unless `raw` skips them.
         """
         async for msg in self.replay_msgs(
             filters, start_seq=start_seq, start_time=start_time, until_seq=until_seq, follow=follow
         ):
             try:
                 yield _stored(msg)
-            except (msgspec.DecodeError, msgspec.ValidationError):
+            except Undecodable:
                 if not raw:
                     raise
 
@@ -257,15 +308,37 @@ class EventStore:
         finally:
             await sub.unsubscribe()
 
+    # ------------------------------------------------------------ consumers
+    async def durable(
+        self, name: str, filters: Sequence[str], *, ack_wait: float = 10.0, batch: int = 256
+    ) -> JsConsumer:
+        cfg = ConsumerConfig(
+            durable_name=name,
+            filter_subjects=list(filters),
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_wait=ack_wait,
+            max_ack_pending=4096,
+            max_deliver=-1,
+        )
+        try:
+            await self.js.consumer_info(self.stream, name)
+        except NotFoundError:
+            await self.js.add_consumer(self.stream, cfg)
+        psub = await self.js.pull_subscribe_bind(name, self.stream)
+        return JsConsumer(psub, batch)
+
     # ------------------------------------------------------------ dead letters
-    async def dead_letter(self, service: str, msg: Msg | None, data: bytes, error: str) -> int:
+    async def dead_letter(
+        self, service: str, delivery: Delivery | None, error: str, *, data: bytes = b""
+    ) -> int:
         """Park a message a service could not handle, with the error and its origin."""
         headers = {"Virt-Error": error[:4000], "Virt-Service": service}
-        if msg is not None:
-            headers["Virt-Original-Subject"] = msg.subject
-            # a core-NATS message has no JetStream metadata
-            with contextlib.suppress(Exception):
-                headers["Virt-Original-Sequence"] = str(msg.metadata.sequence.stream)
+        if delivery is not None:
+            data = delivery.data
+            headers["Virt-Original-Subject"] = delivery.subject
+            if delivery.seq:
+                headers["Virt-Original-Sequence"] = str(delivery.seq)
         ack = await self.js.publish(
             f"dlq.{service}", data, stream=self.settings.dlq_name, headers=headers
         )

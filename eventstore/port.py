@@ -1,0 +1,108 @@
+"""The event log as the services see it: a port, with the JetStream adapter behind it
+(`eventstore/jetstream.py`) and an in-memory one for unit tests (`eventstore/memory.py`).
+Both pass the same contract suite (`tests/integration/test_store_contract.py`)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator, Sequence
+from typing import Protocol
+
+from events.catalog import Event
+from events.envelope import Appended, Stored
+from events.meta import Aggregate
+
+
+class Delivery(Protocol):
+    """One message handed to a durable consumer, decoded or not; acked once handled."""
+
+    @property
+    def subject(self) -> str: ...
+
+    @property
+    def seq(self) -> int: ...
+
+    @property
+    def data(self) -> bytes: ...
+
+    def decode(self) -> Stored:
+        """The stored event; raises `Undecodable` for poison."""
+        ...
+
+    async def ack(self) -> None: ...
+
+
+class Consumer(Protocol):
+    """A durable consumer: deliveries survive the process; unacked ones come again."""
+
+    @property
+    def pending(self) -> int:
+        """The backlog as of the last fetch."""
+        ...
+
+    async def fetch(self, timeout: float) -> list[Delivery]:
+        """The next deliveries; raises TimeoutError when none came within `timeout`."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class EventLog(Protocol):
+    @property
+    def stream(self) -> str: ...
+
+    async def ensure(self) -> None:
+        """Create the event and dead-letter streams (idempotent)."""
+        ...
+
+    async def append(
+        self, event: Event, *, expected: int | None = None, msg_id: str | None = None
+    ) -> Appended:
+        """expected: None = no check, 0 = the aggregate must not exist, N = its last
+        sequence must be N (else `ConcurrencyConflict`). msg_id (default: the event id) is
+        the idempotency key: the same key again is a duplicate, never a second event."""
+        ...
+
+    async def last_seq(self, agg: Aggregate) -> int: ...
+
+    async def stream_last_seq(self) -> int: ...
+
+    async def load(self, agg: Aggregate) -> list[Stored]:
+        """All decodable events of one aggregate."""
+        ...
+
+    async def get(self, seq: int) -> Stored | None:
+        """The event at a stream sequence (None when absent or undecodable)."""
+        ...
+
+    async def seq_at_time(self, when: float) -> int:
+        """The last sequence stored at or before `when` (server time)."""
+        ...
+
+    def replay(
+        self,
+        filters: Sequence[str] | None = None,
+        *,
+        start_seq: int | None = None,
+        start_time: float | dt.datetime | None = None,
+        until_seq: int | None = None,
+        follow: bool = False,
+        raw: bool = False,
+    ) -> AsyncIterator[Stored]:
+        """Events matching `filters` in stream order; ends at the last one that existed
+        when it began (or `until_seq`) unless `follow`. Undecodable events raise
+        `Undecodable` unless `raw` skips them."""
+        ...
+
+    async def durable(
+        self, name: str, filters: Sequence[str], *, ack_wait: float, batch: int
+    ) -> Consumer:
+        """Bind (creating it if needed) the durable consumer `name`."""
+        ...
+
+    async def dead_letter(
+        self, service: str, delivery: Delivery | None, error: str, *, data: bytes = b""
+    ) -> int:
+        """Park a message a service could not handle, with the error and its origin
+        (`data`: the bytes to park when there is no delivery)."""
+        ...
