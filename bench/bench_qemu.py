@@ -1,5 +1,5 @@
 """qemu mode benchmark: what the launcher adds on top of libvirt, measured in the same run
-on the same two node libvirtds (ops.node_runtime). Needs the qemu packages and root.
+on the same two node libvirtds (ops.node_libvirtd). Needs the qemu packages and root.
 
   python -m bench.bench_qemu [--runs N] [--base DIR]
 
@@ -48,15 +48,15 @@ import msgspec
 
 from events.manifest import dump, load, yaml_documents
 from events.objects import VirtualMachineInstance
-from ops.kvm_probe import domain_type as probe_domain_type
 from ops.nats_server import free_port
-from ops.node_runtime import NodeRuntime, cleanup_stale, connect_uri
+from ops.node_libvirtd import NodeRuntime, cleanup_stale, connect_uri
 from services.api.admission import default_vmi
 from services.launcher import rundir, storage
 from services.launcher.client import LauncherClient
 from services.launcher.domain_state import DomainState
 from services.launcher.domain_xml import DomainType, build_domain_xml, domain_name
 from services.launcher.hypervisor import MigrationOptions
+from services.launcher.kvm_probe import domain_type as probe_domain_type
 from services.launcher.protocol import MigrateTo, Shutdown, Start
 from services.launcher.zygote import spawn_launcher, start_zygote
 

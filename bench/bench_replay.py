@@ -60,9 +60,9 @@ from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops.nats_server import NatsServer
-from projections import snapshots
-from projections.causality import why
 from projections.cluster import Cluster
+from readside import snapshots
+from readside.causality import why
 
 NS = "bench"
 NODES = 8

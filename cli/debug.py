@@ -8,6 +8,7 @@ import asyncio
 import datetime as dt
 import os
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -27,8 +28,9 @@ from events.meta import Kind
 from eventstore import dead_letters
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from projections import causality, history, snapshots, verify
+from projections import replay as log_view
 from projections.cluster import Cluster
+from readside import causality, snapshots, timetravel, verify
 
 T = TypeVar("T")
 DEFAULT_NATS = "nats://127.0.0.1:4222"
@@ -76,7 +78,7 @@ def _run(nats_url: str, stream: str, body: Callable[[JetStreamStore], Awaitable[
 
     try:
         return asyncio.run(main())
-    except history.RefError as e:
+    except log_view.RefError as e:
         raise _fail(str(e)) from None
 
 
@@ -109,9 +111,9 @@ def events(
     stream: str = StreamName,
 ) -> None:
     """The raw event log, one line per event (filtered on the server)."""
-    agg = history.parse_ref(aggregate) if aggregate else None
-    filters = history.event_filters(agg, etype or None)
-    start = history.parse_point(since) if since else None
+    agg = log_view.parse_ref(aggregate) if aggregate else None
+    filters = log_view.event_filters(agg, etype or None)
+    start = log_view.parse_point(since, time.time()) if since else None
     console = _console()
 
     async def body(store: JetStreamStore) -> None:
@@ -124,7 +126,7 @@ def events(
             raw=True,
         ):
             if output == "json":
-                _json_line(history.event_json(s))
+                _json_line(log_view.event_json(s))
             else:
                 _print_line(console, s)
             n += 1
@@ -135,7 +137,7 @@ def events(
 
 
 def _print_line(console: Console, s: Stored) -> None:
-    line = history.summarize(s)
+    line = log_view.summarize(s)
     console.print(
         f"[dim]{line.seq:>7}[/] {_hms(line.occurred_at)} {escape(line.aggregate):<28} "
         f"[bold]{line.type:<26}[/] [cyan]{escape(line.actor):<18}[/] {escape(line.fields)}"
@@ -151,16 +153,16 @@ def replay(
     stream: str = StreamName,
 ) -> None:
     """Each event of an object with the object's change after it."""
-    agg = history.parse_ref(ref)
-    point = history.parse_point(until) if until else None
-    steps = _run(nats_url, stream, lambda store: history.aggregate_replay(store, agg, point))
+    agg = log_view.parse_ref(ref)
+    point = log_view.parse_point(until, time.time()) if until else None
+    steps = _run(nats_url, stream, lambda store: timetravel.aggregate_replay(store, agg, point))
     if output == "json":
         for st in steps:
             _json_line(
                 {
                     "seq": st.stored.seq,
-                    "type": history.summarize(st.stored).type,
-                    "aggregate": history.summarize(st.stored).aggregate,
+                    "type": log_view.summarize(st.stored).type,
+                    "aggregate": log_view.summarize(st.stored).aggregate,
                     "own": st.own,
                     "exists": st.exists,
                     "changes": [
@@ -175,7 +177,7 @@ def replay(
         return
     console.print(f"[bold]{escape(agg.key)}[/]: {len(steps)} steps")
     for st in steps:
-        line = history.summarize(st.stored)
+        line = log_view.summarize(st.stored)
         where = "" if st.own else f"  [dim](via {escape(line.aggregate)})[/]"
         console.print(
             f"[dim]#{line.seq}[/] {_hms(line.occurred_at)} [bold]{line.type}[/] "
@@ -205,12 +207,12 @@ def at(
     stream: str = StreamName,
 ) -> None:
     """Objects as they were at a stream sequence or a time (time travel)."""
-    k = history.parse_kind(kind)
-    p = history.parse_point(point)
+    k = log_view.parse_kind(kind)
+    p = log_view.parse_point(point, time.time())
 
     async def body(store: JetStreamStore) -> tuple[int, list[dict[str, Any]]]:
-        seq = await history.resolve(store, p)
-        cluster = await history.cluster_at(store, seq=seq) if seq > 0 else Cluster()
+        seq = await timetravel.resolve(store, p)
+        cluster = await timetravel.cluster_at(store, seq=seq) if seq > 0 else Cluster()
         now = p.time if p.time is not None else await _time_of(store, seq)
         return seq, objects_at(cluster, k, name, namespace, now)
 
@@ -230,19 +232,19 @@ def objects_at(
 ) -> list[dict[str, Any]]:
     """The rendered objects of `kind` (one when `name` is given) in a rebuilt cluster."""
     if name:
-        if kind in history.CLUSTER_SCOPED or "/" in name:
+        if kind in log_view.CLUSTER_SCOPED or "/" in name:
             k = name
         else:
             k = f"{namespace or 'default'}/{name}"
-        obj = history.render_object(cluster, kind, k, now)
+        obj = log_view.render_object(cluster, kind, k, now)
         return [obj] if obj is not None else []
-    objs = history.render_all(cluster, kind, now)
+    objs = log_view.render_all(cluster, kind, now)
     return [o for k, o in objs.items() if not namespace or k.startswith(f"{namespace}/")]
 
 
 def summary_table(kind: Kind, objs: list[dict[str, Any]], seq: int) -> Table:
     t = Table(title=f"{kind}s at sequence {seq}", box=None, title_justify="left")
-    scoped = kind not in history.CLUSTER_SCOPED
+    scoped = kind not in log_view.CLUSTER_SCOPED
     if scoped:
         t.add_column("NAMESPACE")
     t.add_column("NAME")
@@ -272,7 +274,7 @@ def why(
     stream: str = StreamName,
 ) -> None:
     """The causal chain behind an object's current state, with each hop's latency."""
-    agg = history.parse_ref(ref)
+    agg = log_view.parse_ref(ref)
     chain = _run(nats_url, stream, lambda store: causality.why(store, agg, anchor_seq=seq or None))
     slowest = chain.slowest
     if output == "json":
@@ -383,7 +385,7 @@ def dead_letters_cmd(
             _json_line(
                 {
                     "seq": d.seq,
-                    "time": history.iso(d.time),
+                    "time": log_view.iso(d.time),
                     "service": d.service,
                     "error": d.error,
                     "originalSubject": d.original_subject,
@@ -403,7 +405,7 @@ def dead_letters_cmd(
         etype = type(d.event).__name__ if d.event else "(undecodable)"
         where = f"{d.original_subject}#{d.original_seq}" if d.original_seq else d.original_subject
         console.print(
-            f"[dim]{d.seq:>5}[/] {history.iso(d.time)} [cyan]{escape(d.service)}[/] "
+            f"[dim]{d.seq:>5}[/] {log_view.iso(d.time)} [cyan]{escape(d.service)}[/] "
             f"[bold]{etype}[/] {escape(where)}"
         )
         first, *rest = (d.error or "(no error recorded)").splitlines()

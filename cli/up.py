@@ -5,7 +5,7 @@ supervised subprocess logging to `<data-dir>/logs/`. Ctrl-C shuts the VMs down (
 --keep-vms), then stops the services, then nats. Starting again on the same data dir
 resumes from the stored events (and, with --keep-vms, re-attaches to the running VMs).
 
-`--hypervisor qemu`: before the handlers, one libvirtd per node (ops.node_runtime, in
+`--hypervisor qemu`: before the handlers, one libvirtd per node (ops.node_libvirtd, in
 `<data-dir>/nodes/<node>/`); its URI goes to the node's handler. Ctrl-C stops them after the
 handlers (unless --keep-vms: then they and their guests live on, and the next `up` adopts
 them). A previous `up` that was killed leaves its services running: they are recorded in
@@ -27,9 +27,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from ops import node_runtime
+from ops import node_libvirtd
 from ops.nats_server import NatsServer, free_port
-from ops.node_runtime import NodeRuntime
+from ops.node_libvirtd import NodeRuntime
 from ops.prometheus_server import PrometheusServer, start_for_cluster, target_for
 from ops.prometheus_server import find_binary as find_prometheus
 from ops.supervisor import ServiceSpec, Supervisor, stop_recorded
@@ -236,7 +236,7 @@ def up(
 
 def qemu_preflight() -> None:
     """Exit with the one command that fixes it when qemu mode cannot run here."""
-    missing = node_runtime.missing_requirements()
+    missing = node_libvirtd.missing_requirements()
     if missing:
         console.print(
             f"[red]error[/]: --hypervisor qemu needs {', '.join(missing)}; install them with: "
@@ -246,7 +246,7 @@ def qemu_preflight() -> None:
     if os.geteuid() != 0:
         console.print("[red]error[/]: --hypervisor qemu runs a libvirtd per node: run as root")
         raise typer.Exit(1)
-    node_runtime.ensure_accounts()  # once, before the nodes start side by side
+    node_libvirtd.ensure_accounts()  # once, before the nodes start side by side
 
 
 def start_node_runtimes(base: Path, names: list[str]) -> dict[str, NodeRuntime]:
@@ -257,8 +257,8 @@ def start_node_runtimes(base: Path, names: list[str]) -> dict[str, NodeRuntime]:
     if len(str(sock)) > 100:
         console.print(f"[yellow]warning[/]: {sock} is near the 107-byte unix socket limit")
     for node_dir in sorted(p for p in base.iterdir() if p.name not in names):
-        if (node_dir / node_runtime.STATE_FILE).exists():
-            node_runtime.cleanup_node(node_dir)
+        if (node_dir / node_libvirtd.STATE_FILE).exists():
+            node_libvirtd.cleanup_node(node_dir)
             console.print(f"cleaned up {node_dir.name} of a previous run")
     runtimes = {n: NodeRuntime(n, base) for n in names}
     errors = []
@@ -286,7 +286,7 @@ def stop_node_runtimes(runtimes: dict[str, NodeRuntime]) -> None:
 def qemu_handler_args(
     runtimes: dict[str, NodeRuntime], disk_dir: Path, image_dir: Path | None
 ) -> dict[str, tuple[str, ...]]:
-    from ops.kvm_probe import domain_type
+    from services.launcher.kvm_probe import domain_type
 
     with console.status("probing KVM"):
         probe = domain_type()  # once for all handlers (cached per boot)

@@ -21,8 +21,15 @@ from events.meta import Meta
 Manifest = dict[str, Any]
 
 
-class Event(msgspec.Struct, tag_field="type", kw_only=True, rename="camel", omit_defaults=True):
-    """Base of every event. Events are immutable by convention: never assign to a field."""
+class Event(
+    msgspec.Struct,
+    tag_field="type",
+    kw_only=True,
+    rename="camel",
+    omit_defaults=True,
+    frozen=True,
+):
+    """Base of every event. Frozen: a stored event is a fact, never changed in place."""
 
     meta: Meta
 
@@ -49,40 +56,40 @@ class StopReason(StrEnum):
 
 
 # ---------------------------------------------------------------- VirtualMachine (api)
-class VMCreated(Event, tag="VMCreated"):
+class VMCreated(Event, tag="VMCreated", frozen=True):
     manifest: Manifest
 
 
-class VMUpdated(Event, tag="VMUpdated"):
+class VMUpdated(Event, tag="VMUpdated", frozen=True):
     manifest: Manifest
 
 
-class VMDeleted(Event, tag="VMDeleted"):
+class VMDeleted(Event, tag="VMDeleted", frozen=True):
     grace_period_seconds: int | None = None
 
 
-class VMStartRequested(Event, tag="VMStartRequested"):
+class VMStartRequested(Event, tag="VMStartRequested", frozen=True):
     paused: bool = False
 
 
-class VMStopRequested(Event, tag="VMStopRequested"):
+class VMStopRequested(Event, tag="VMStopRequested", frozen=True):
     vmi_uid: str = ""
     grace_period_seconds: int | None = None
 
 
-class VMRestartRequested(Event, tag="VMRestartRequested"):
+class VMRestartRequested(Event, tag="VMRestartRequested", frozen=True):
     vmi_uid: str
     grace_period_seconds: int | None = None
 
 
-class VMRunStrategyChanged(Event, tag="VMRunStrategyChanged"):
+class VMRunStrategyChanged(Event, tag="VMRunStrategyChanged", frozen=True):
     """Always/Once + stop → Halted; Halted + start → Always (KubeVirt rewrites the spec)."""
 
     run_strategy: str
 
 
 # --------------------------------------------------------- VirtualMachine (controller)
-class VMStartFailed(Event, tag="VMStartFailed"):
+class VMStartFailed(Event, tag="VMStartFailed", frozen=True):
     """Crash-loop backoff bookkeeping (status.startFailure)."""
 
     consecutive_fail_count: int
@@ -90,38 +97,38 @@ class VMStartFailed(Event, tag="VMStartFailed"):
     retry_after: float
 
 
-class VMStartFailureCleared(Event, tag="VMStartFailureCleared"):
+class VMStartFailureCleared(Event, tag="VMStartFailureCleared", frozen=True):
     pass
 
 
-class VMStateChangeRequestsCleared(Event, tag="VMStateChangeRequestsCleared"):
+class VMStateChangeRequestsCleared(Event, tag="VMStateChangeRequestsCleared", frozen=True):
     """The controller acted on the pending start/stop requests."""
 
 
 # ----------------------------------------------------- VirtualMachineInstance (intent)
-class VMICreated(Event, tag="VMICreated"):
+class VMICreated(Event, tag="VMICreated", frozen=True):
     manifest: Manifest
     owner_vm_uid: str = ""  # empty for a standalone VMI
 
 
-class VMIDeleteRequested(Event, tag="VMIDeleteRequested"):
+class VMIDeleteRequested(Event, tag="VMIDeleteRequested", frozen=True):
     grace_period_seconds: int | None = None
 
 
-class VMIPauseRequested(Event, tag="VMIPauseRequested"):
+class VMIPauseRequested(Event, tag="VMIPauseRequested", frozen=True):
     pass
 
 
-class VMIUnpauseRequested(Event, tag="VMIUnpauseRequested"):
+class VMIUnpauseRequested(Event, tag="VMIUnpauseRequested", frozen=True):
     pass
 
 
-class VMISoftRebootRequested(Event, tag="VMISoftRebootRequested"):
+class VMISoftRebootRequested(Event, tag="VMISoftRebootRequested", frozen=True):
     pass
 
 
 # ------------------------------------------------- VirtualMachineInstance (controller)
-class PodScheduled(Event, tag="PodScheduled"):
+class PodScheduled(Event, tag="PodScheduled", frozen=True):
     """The scheduler placed the VMI's launcher pod; carries the spec so the handler needs
     nothing but its own node's events."""
 
@@ -131,21 +138,21 @@ class PodScheduled(Event, tag="PodScheduled"):
     manifest: Manifest
 
 
-class Unschedulable(Event, tag="Unschedulable"):
+class Unschedulable(Event, tag="Unschedulable", frozen=True):
     reason: str  # e.g. "Unschedulable"
     message: str
 
 
-class VMIFailed(Event, tag="VMIFailed"):
+class VMIFailed(Event, tag="VMIFailed", frozen=True):
     reason: str  # e.g. NodeUnresponsive, PodGone
     message: str = ""
 
 
-class VMIRemoved(Event, tag="VMIRemoved"):
+class VMIRemoved(Event, tag="VMIRemoved", frozen=True):
     """The VMI object is gone (deleted and its launcher cleaned up)."""
 
 
-class VMIEvictionBlocked(Event, tag="VMIEvictionBlocked"):
+class VMIEvictionBlocked(Event, tag="VMIEvictionBlocked", frozen=True):
     """A drain cannot move this VMI (eviction strategy LiveMigrate, not live-migratable);
     it stays where it is and keeps the node from emptying."""
 
@@ -155,13 +162,13 @@ class VMIEvictionBlocked(Event, tag="VMIEvictionBlocked"):
 
 
 # ---------------------------------------------------- VirtualMachineInstance (handler)
-class LauncherStarted(Event, tag="LauncherStarted"):
+class LauncherStarted(Event, tag="LauncherStarted", frozen=True):
     node: str
     pod_uid: str
     pid: int
 
 
-class DomainStarted(Event, tag="DomainStarted"):
+class DomainStarted(Event, tag="DomainStarted", frozen=True):
     node: str
     domain: str
     paused: bool = False
@@ -170,7 +177,7 @@ class DomainStarted(Event, tag="DomainStarted"):
     domain_type: str = ""
 
 
-class DomainMigratedIn(Event, tag="DomainMigratedIn"):
+class DomainMigratedIn(Event, tag="DomainMigratedIn", frozen=True):
     """The target's domain runs after a live migration (appended once by the target handler
     after MigrationSucceeded): the VMI's QEMU pid and domain type are now the target's. Not
     a DomainStarted: the VMI is Running throughout, and no phase changes."""
@@ -180,36 +187,36 @@ class DomainMigratedIn(Event, tag="DomainMigratedIn"):
     domain_type: str = ""
 
 
-class DomainPaused(Event, tag="DomainPaused"):
+class DomainPaused(Event, tag="DomainPaused", frozen=True):
     reason: str = "PausedByUser"
 
 
-class DomainResumed(Event, tag="DomainResumed"):
+class DomainResumed(Event, tag="DomainResumed", frozen=True):
     pass
 
 
-class DomainSoftRebooted(Event, tag="DomainSoftRebooted"):
+class DomainSoftRebooted(Event, tag="DomainSoftRebooted", frozen=True):
     pass
 
 
-class DomainStopped(Event, tag="DomainStopped"):
+class DomainStopped(Event, tag="DomainStopped", frozen=True):
     reason: StopReason
     grace_period_expired: bool = False
     message: str = ""
 
 
-class LauncherExited(Event, tag="LauncherExited"):
+class LauncherExited(Event, tag="LauncherExited", frozen=True):
     node: str
     pod_uid: str
     exit_code: int | None = None
 
 
 # ------------------------------------------------------------- Migration (api / user)
-class MigrationRequested(Event, tag="MigrationRequested"):
+class MigrationRequested(Event, tag="MigrationRequested", frozen=True):
     manifest: Manifest  # the VirtualMachineInstanceMigration
 
 
-class MigrationAbortRequested(Event, tag="MigrationAbortRequested"):
+class MigrationAbortRequested(Event, tag="MigrationAbortRequested", frozen=True):
     """Deleting an active migration object cancels it."""
 
 
@@ -226,20 +233,20 @@ class MigrationSettings(msgspec.Struct, frozen=True, rename="camel", omit_defaul
     allow_workload_disruption: bool = False
 
 
-class MigrationPending(Event, tag="MigrationPending"):
+class MigrationPending(Event, tag="MigrationPending", frozen=True):
     """Accepted by the controller but held back by the parallel limits."""
 
     vmi_name: str
     message: str = ""
 
 
-class MigrationScheduling(Event, tag="MigrationScheduling"):
+class MigrationScheduling(Event, tag="MigrationScheduling", frozen=True):
     vmi_uid: str
     source_node: str
     source_pod: str
 
 
-class MigrationScheduled(Event, tag="MigrationScheduled"):
+class MigrationScheduled(Event, tag="MigrationScheduled", frozen=True):
     """Handoff: the target pod is placed. Routed to the target node (meta.node)."""
 
     vmi_name: str
@@ -253,19 +260,19 @@ class MigrationScheduled(Event, tag="MigrationScheduled"):
     manifest: Manifest  # the VMI, so the target handler needs only its own traffic
 
 
-class MigrationFailed(Event, tag="MigrationFailed"):
+class MigrationFailed(Event, tag="MigrationFailed", frozen=True):
     reason: str
     message: str = ""
 
 
 # ----------------------------------------------------------------- Migration (handler)
-class TargetPreparing(Event, tag="TargetPreparing"):
+class TargetPreparing(Event, tag="TargetPreparing", frozen=True):
     """The target handler is starting the target launcher."""
 
     target_node: str
 
 
-class TargetPrepared(Event, tag="TargetPrepared"):
+class TargetPrepared(Event, tag="TargetPrepared", frozen=True):
     """Target launcher is up and waiting; routed to the source node."""
 
     target_node: str
@@ -273,29 +280,29 @@ class TargetPrepared(Event, tag="TargetPrepared"):
     target_pod_uid: str
 
 
-class MigrationStarted(Event, tag="MigrationStarted"):
+class MigrationStarted(Event, tag="MigrationStarted", frozen=True):
     mode: str = "PreCopy"
 
 
-class MigrationProgressed(Event, tag="MigrationProgressed"):
+class MigrationProgressed(Event, tag="MigrationProgressed", frozen=True):
     data_processed_bytes: int
     data_remaining_bytes: int
     data_total_bytes: int
 
 
-class MigrationSucceeded(Event, tag="MigrationSucceeded"):
+class MigrationSucceeded(Event, tag="MigrationSucceeded", frozen=True):
     target_node: str
     target_pod_uid: str
 
 
-class MigrationAborted(Event, tag="MigrationAborted"):
+class MigrationAborted(Event, tag="MigrationAborted", frozen=True):
     """The source aborted the transfer (cancel or timeout); the VM stays on the source."""
 
     reason: str = ""
 
 
 # ------------------------------------------------------------------------------ Node
-class NodeJoined(Event, tag="NodeJoined/v2"):
+class NodeJoined(Event, tag="NodeJoined/v2", frozen=True):
     node: str
     capacity: Resources
     labels: dict[str, str] = {}
@@ -304,45 +311,47 @@ class NodeJoined(Event, tag="NodeJoined/v2"):
     hypervisor: str = "test"
 
 
-class NodeCordoned(Event, tag="NodeCordoned"):
+class NodeCordoned(Event, tag="NodeCordoned", frozen=True):
     pass
 
 
-class NodeUncordoned(Event, tag="NodeUncordoned"):
+class NodeUncordoned(Event, tag="NodeUncordoned", frozen=True):
     pass
 
 
-class NodeDrainRequested(Event, tag="NodeDrainRequested"):
+class NodeDrainRequested(Event, tag="NodeDrainRequested", frozen=True):
     pass
 
 
-class NodeTaintsChanged(Event, tag="NodeTaintsChanged"):
+class NodeTaintsChanged(Event, tag="NodeTaintsChanged", frozen=True):
     taints: tuple[Taint, ...] = ()
 
 
-class NodeUnresponsive(Event, tag="NodeUnresponsive"):
+class NodeUnresponsive(Event, tag="NodeUnresponsive", frozen=True):
     last_heartbeat: float
     message: str = "virt-handler is not responsive, marking node as unresponsive"
 
 
-class NodeResponsive(Event, tag="NodeResponsive"):
+class NodeResponsive(Event, tag="NodeResponsive", frozen=True):
     last_heartbeat: float
 
 
 # -------------------------------------------------------------------- MigrationPolicy
-class PolicyCreated(Event, tag="PolicyCreated"):
+class PolicyCreated(Event, tag="PolicyCreated", frozen=True):
     manifest: Manifest
 
 
-class PolicyUpdated(Event, tag="PolicyUpdated"):
+class PolicyUpdated(Event, tag="PolicyUpdated", frozen=True):
     manifest: Manifest
 
 
-class PolicyDeleted(Event, tag="PolicyDeleted"):
+class PolicyDeleted(Event, tag="PolicyDeleted", frozen=True):
     pass
 
 
-AnyEvent = (
+# One union per aggregate kind: a fold matches over its kind's union and ends in
+# `assert_never`, so mypy reports an event type it does not handle.
+VMEvent = (
     VMCreated
     | VMUpdated
     | VMDeleted
@@ -353,7 +362,9 @@ AnyEvent = (
     | VMStartFailed
     | VMStartFailureCleared
     | VMStateChangeRequestsCleared
-    | VMICreated
+)
+VMIEvent = (
+    VMICreated
     | VMIDeleteRequested
     | VMIPauseRequested
     | VMIUnpauseRequested
@@ -371,7 +382,9 @@ AnyEvent = (
     | DomainSoftRebooted
     | DomainStopped
     | LauncherExited
-    | MigrationRequested
+)
+MigrationEvent = (
+    MigrationRequested
     | MigrationAbortRequested
     | MigrationPending
     | MigrationScheduling
@@ -383,14 +396,16 @@ AnyEvent = (
     | MigrationProgressed
     | MigrationSucceeded
     | MigrationAborted
-    | NodeJoined
+)
+NodeEvent = (
+    NodeJoined
     | NodeCordoned
     | NodeUncordoned
     | NodeDrainRequested
     | NodeTaintsChanged
     | NodeUnresponsive
     | NodeResponsive
-    | PolicyCreated
-    | PolicyUpdated
-    | PolicyDeleted
 )
+PolicyEvent = PolicyCreated | PolicyUpdated | PolicyDeleted
+
+AnyEvent = VMEvent | VMIEvent | MigrationEvent | NodeEvent | PolicyEvent

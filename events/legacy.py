@@ -9,7 +9,7 @@ from __future__ import annotations
 from events.catalog import Event, NodeJoined, Resources
 
 
-class NodeJoinedV1(Event, tag="NodeJoined"):
+class NodeJoinedV1(Event, tag="NodeJoined", frozen=True):
     node: str
     cpus: int
     memory_mib: int

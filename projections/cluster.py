@@ -7,7 +7,7 @@ functions return and reports which objects changed, so watchers know what to sen
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, assert_never
 
 from msgspec.structs import replace
 
@@ -88,7 +88,8 @@ class Cluster:
             case Kind.POLICY:
                 new = evolve_policy(self.policies.get(agg.name), s)
                 return self._swap(self.policies, agg.name, new, Kind.POLICY)
-        return []
+            case _:
+                assert_never(agg.kind)
 
     def _advance_version(self, kind: Kind, namespace: str, name: str, seq: int) -> None:
         """A retried dead letter (a copy of an event folded at its original sequence) is

@@ -6,7 +6,7 @@ unchanged. Cross-aggregate effects (a migration moving its VMI) live in `cluster
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import Any, assert_never
 
 from msgspec.structs import replace
 
@@ -14,12 +14,14 @@ from events.catalog import (
     DomainMigratedIn,
     DomainPaused,
     DomainResumed,
+    DomainSoftRebooted,
     DomainStarted,
     DomainStopped,
     LauncherExited,
     LauncherStarted,
     MigrationAborted,
     MigrationAbortRequested,
+    MigrationEvent,
     MigrationFailed,
     MigrationPending,
     MigrationProgressed,
@@ -30,6 +32,7 @@ from events.catalog import (
     MigrationSucceeded,
     NodeCordoned,
     NodeDrainRequested,
+    NodeEvent,
     NodeJoined,
     NodeResponsive,
     NodeTaintsChanged,
@@ -38,6 +41,7 @@ from events.catalog import (
     PodScheduled,
     PolicyCreated,
     PolicyDeleted,
+    PolicyEvent,
     PolicyUpdated,
     StopReason,
     TargetPrepared,
@@ -45,10 +49,16 @@ from events.catalog import (
     Unschedulable,
     VMCreated,
     VMDeleted,
+    VMEvent,
     VMICreated,
     VMIDeleteRequested,
+    VMIEvent,
+    VMIEvictionBlocked,
     VMIFailed,
+    VMIPauseRequested,
     VMIRemoved,
+    VMISoftRebootRequested,
+    VMIUnpauseRequested,
     VMRestartRequested,
     VMRunStrategyChanged,
     VMStartFailed,
@@ -106,6 +116,8 @@ def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
             )
         return None
     v = replace(view, version=s.seq, resource_version=s.seq)
+    if not isinstance(ev, VMEvent):
+        return v  # not this kind's event: only the version moves
     match ev:
         case VMUpdated(manifest=manifest):
             return replace(
@@ -142,6 +154,10 @@ def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
             return replace(v, start_failure=failure)
         case VMStartFailureCleared():
             return replace(v, start_failure=None)
+        case VMCreated():
+            return v
+        case _:
+            assert_never(ev)
     return v
 
 
@@ -171,6 +187,8 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
             )
         return None
     v = replace(view, version=s.seq, resource_version=s.seq)
+    if not isinstance(ev, VMIEvent):
+        return v  # not this kind's event: only the version moves
     match ev:
         case PodScheduled(node=node, pod_name=pod, pod_uid=pod_uid):
             return _phase(
@@ -233,6 +251,17 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
             return replace(v, deletion_requested_at=at, grace_period_seconds=grace)
         case VMIRemoved():
             return None
+        case (
+            VMICreated()
+            | VMIPauseRequested()
+            | VMIUnpauseRequested()
+            | VMISoftRebootRequested()
+            | VMIEvictionBlocked()
+            | DomainSoftRebooted()
+        ):
+            return v  # wishes the handler acts on; the view shows their outcome
+        case _:
+            assert_never(ev)
     return v
 
 
@@ -256,6 +285,8 @@ def evolve_migration(view: MigrationView | None, s: Stored) -> MigrationView | N
             )
         return None
     v = replace(view, version=s.seq, resource_version=s.seq)
+    if not isinstance(ev, MigrationEvent):
+        return v  # not this kind's event: only the version moves
 
     def phase(p: str, **changes: Any) -> MigrationView:
         if v.final or v.phase == p:
@@ -313,6 +344,10 @@ def evolve_migration(view: MigrationView | None, s: Stored) -> MigrationView | N
             if v.final:
                 return replace(v, deleted=True)
             return replace(v, abort_requested=True, abort_status="Aborting", deleted=True)
+        case MigrationRequested():
+            return v
+        case _:
+            assert_never(ev)
     return v
 
 
@@ -338,6 +373,8 @@ def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
     if view is None:
         return None
     v = replace(view, version=s.seq, resource_version=s.seq)
+    if not isinstance(ev, NodeEvent):
+        return v  # not this kind's event: only the version moves
     match ev:
         case NodeCordoned():
             return replace(v, cordoned=True)
@@ -351,12 +388,18 @@ def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
             return replace(v, unresponsive=True, last_heartbeat=hb)
         case NodeResponsive(last_heartbeat=hb):
             return replace(v, unresponsive=False, last_heartbeat=hb)
+        case NodeJoined():
+            return v  # handled above
+        case _:
+            assert_never(ev)
     return v
 
 
 # ----------------------------------------------------------------------- Policy
 def evolve_policy(view: PolicyView | None, s: Stored) -> PolicyView | None:
     ev = s.event
+    if not isinstance(ev, PolicyEvent):
+        return view
     match ev:
         case PolicyCreated(manifest=manifest) | PolicyUpdated(manifest=manifest):
             return PolicyView(
@@ -369,4 +412,5 @@ def evolve_policy(view: PolicyView | None, s: Stored) -> PolicyView | None:
             )
         case PolicyDeleted():
             return None
-    return view
+        case _:
+            assert_never(ev)

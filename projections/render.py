@@ -1,20 +1,19 @@
 """Views → KubeVirt objects (JSON shape): the manifest the user wrote, with `metadata`
 bookkeeping and a `status` built from the views. Derived fields (printableStatus, ready,
-conditions, node allocation) are computed here, at read time, not stored."""
+conditions) are computed here, at read time, not stored; the domain rules they show
+(allocation, live-migratability) live in their own modules."""
 
 from __future__ import annotations
 
 import datetime as dt
 from typing import Any
 
-from events.quantity import parse_cpu_millis, parse_quantity
+from projections.allocation import node_allocated
 from projections.cluster import Cluster
+from projections.migratability import live_migratable
 from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
 
 JSON = dict[str, Any]
-
-# Memory the launcher and QEMU need beside the guest's RAM; the scheduler counts it too.
-VMI_MEMORY_OVERHEAD = 64 * 1024 * 1024
 
 
 def rfc3339(ts: float | None) -> str | None:
@@ -38,42 +37,6 @@ def _condition(ctype: str, ok: bool, reason: str = "", message: str = "") -> JSO
     if message:
         c["message"] = message
     return c
-
-
-# ------------------------------------------------------------------ resources
-def vmi_requests(manifest: JSON) -> tuple[int, int]:
-    """(cpu millis, memory bytes) the scheduler reserves for a VMI, overhead included."""
-    domain = (manifest.get("spec") or {}).get("domain") or {}
-    res = domain.get("resources") or {}
-    req, lim = res.get("requests") or {}, res.get("limits") or {}
-    mem = req.get("memory") or lim.get("memory") or (domain.get("memory") or {}).get("guest")
-    cpu = req.get("cpu") or lim.get("cpu")
-    if cpu is None:
-        topo = domain.get("cpu") or {}
-        vcpus = (topo.get("sockets") or 1) * (topo.get("cores") or 1) * (topo.get("threads") or 1)
-        cpu_millis = 100 * vcpus  # KubeVirt's default request is a tenth of a CPU per vCPU
-    else:
-        cpu_millis = parse_cpu_millis(cpu)
-    mem_bytes = parse_quantity(mem) if mem is not None else 0
-    return cpu_millis, mem_bytes + VMI_MEMORY_OVERHEAD
-
-
-def node_allocated(cluster: Cluster, node: str) -> tuple[int, int, int]:
-    """(cpu millis, memory bytes, VMI count) held by non-final VMIs placed on `node`,
-    including migration targets being prepared there."""
-    cpu = mem = n = 0
-    for vmi in cluster.vmis_on(node):
-        if vmi.final:
-            continue
-        c, m = vmi_requests(vmi.manifest)
-        cpu, mem, n = cpu + c, mem + m, n + 1
-    for mig in cluster.migrations.values():
-        if mig.target_node == node and not mig.final:
-            moving = cluster.vmis.get(f"{mig.namespace}/{mig.vmi_name}")
-            if moving is not None:
-                c, m = vmi_requests(moving.manifest)
-                cpu, mem = cpu + c, mem + m
-    return cpu, mem, n
 
 
 # ------------------------------------------------------------------------- VM
@@ -225,31 +188,6 @@ def domain_status(vmi: VMIView) -> JSON:
     if vmi.qemu_pid:
         st["qemuPid"] = vmi.qemu_pid
     return st
-
-
-def live_migratable(manifest: JSON) -> tuple[bool, str, str]:
-    """KubeVirt's LiveMigratable condition: (ok, reason, message)."""
-    spec = manifest.get("spec") or {}
-    for vol in spec.get("volumes") or []:
-        pvc = vol.get("persistentVolumeClaim") or (vol.get("dataVolume") and {})
-        if pvc is not None and "persistentVolumeClaim" in vol:
-            return (
-                False,
-                "DisksNotLiveMigratable",
-                f"cannot migrate VMI: PVC {pvc.get('claimName', '')} is not shared, live "
-                "migration requires that all PVCs must be shared (using ReadWriteMany access "
-                "mode)",
-            )
-    for iface in ((spec.get("domain") or {}).get("devices") or {}).get("interfaces") or []:
-        if "bridge" in iface and any("pod" in n for n in spec.get("networks") or []):
-            return (
-                False,
-                "InterfaceNotLiveMigratable",
-                "cannot migrate VMI which does not use masquerade, bridge with "
-                "kubevirt.io/allow-pod-bridge-network-live-migration VM annotation or a "
-                "migratable plugin to connect to the pod network",
-            )
-    return True, "", ""
 
 
 def migration_state(mig: MigrationView) -> JSON:

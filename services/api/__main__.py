@@ -13,7 +13,7 @@ import uvicorn
 
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from projections.runner import WATCH_HISTORY, ProjectionRunner
+from readside.runner import WATCH_HISTORY, ProjectionRunner
 from services.api.app import create_app
 from services.api.service import ApiService
 

@@ -25,9 +25,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from events.manifest import ManifestError, yaml_documents
 from events.meta import Kind
-from projections import history
+from projections import replay
 from projections.cluster import Cluster, key
-from projections.watch import Selector, SelectorError, TooOldResourceVersion, Watcher
+from readside import timetravel
+from readside.watch import Selector, SelectorError, TooOldResourceVersion, Watcher
 from services.api import intents
 from services.api.errors import (
     NODES,
@@ -168,7 +169,7 @@ async def _list_or_watch(
         cluster, now, seq = past
         items = [
             obj
-            for obj in history.render_all(cluster, kind, now).values()
+            for obj in replay.render_all(cluster, kind, now).values()
             if selector.matches(kind, obj)
         ]
         api_version, list_kind = LIST_KINDS[kind]
@@ -238,7 +239,7 @@ async def _get_one(
     api = _api(request)
     if (past := await _at(request, api)) is not None:
         cluster, now, _ = past
-        obj = history.render_object(cluster, kind, k, now)
+        obj = replay.render_object(cluster, kind, k, now)
     else:
         obj = api.runner.get(kind, k)
     if obj is None:
@@ -259,11 +260,11 @@ async def _at(
     if _is_watch(request):
         raise bad_request("at cannot be combined with watch")
     try:
-        point = history.parse_point(text)
+        point = replay.parse_point(text, time.time())
     except ValueError as exc:
         raise bad_request(f"invalid at: {exc}") from None
-    seq = await history.resolve(api.runner.store, point)
-    cluster = await history.cluster_at(api.runner.store, seq=seq)
+    seq = await timetravel.resolve(api.runner.store, point)
+    cluster = await timetravel.cluster_at(api.runner.store, seq=seq)
     return cluster, point.time if point.time is not None else time.time(), seq
 
 

@@ -13,7 +13,7 @@ from events.codec import event_type
 from events.envelope import ConcurrencyConflict
 from eventstore.port import EventLog
 from projections.cluster import Cluster
-from projections.runner import ProjectionRunner
+from readside.runner import ProjectionRunner
 from services.api.errors import RESOURCE_OF_KIND, internal, stale, timeout
 from services.api.ids import new_id
 from services.api.intents import Outcome, RequestContext

@@ -21,7 +21,7 @@ from events.catalog import Event, MigrationRequested, VMIDeleteRequested, VMIEvi
 from events.envelope import Context
 from events.meta import Aggregate, Kind
 from projections.cluster import Cluster
-from projections.render import live_migratable
+from projections.migratability import live_migratable
 from projections.views import MigrationView, NodeView, VMIView
 from services.controller import emit
 from services.controller.policy import MigrationConfig

@@ -38,7 +38,7 @@ from events.catalog import (
 from events.envelope import Context
 from events.meta import Aggregate, Kind
 from projections.cluster import Cluster, key
-from projections.render import live_migratable
+from projections.migratability import live_migratable
 from projections.views import MigrationView, VMIView
 from services.controller import emit, scheduler
 from services.controller.policy import MigrationConfig, effective_settings

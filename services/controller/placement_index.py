@@ -4,7 +4,7 @@ event touched instead of a scan of every VMI.
 Kept in step by `ControllerState.evolve`: after each fold, every touched VMI or migration
 key is re-read from the cluster and its contribution replaced (no old view needed, so an
 index can never drift from the views it summarises). What they answer equals a full scan:
-- per node, the CPU/memory held by non-final VMIs placed there (render.node_allocated
+- per node, the CPU/memory held by non-final VMIs placed there (allocation.node_allocated
   without the walk; migration targets are added at query time from the few active ones);
 - the non-final VMIs without a node (the scheduler's candidates);
 - the non-final placed VMIs with required pod anti-affinity (the only peers a new pod
@@ -17,8 +17,8 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from events.meta import Kind
+from projections.allocation import vmi_requests
 from projections.cluster import Cluster, Touched, key
-from projections.render import vmi_requests
 from projections.views import MigrationView, VMIView
 
 JSON = dict[str, Any]
@@ -85,7 +85,7 @@ class PlacementIndex:
 
     # ----------------------------------------------------------------- queries
     def allocated(self, cluster: Cluster, node: str) -> tuple[int, int]:
-        """(cpu millis, memory bytes) = render.node_allocated(cluster, node)[:2]."""
+        """(cpu millis, memory bytes) = allocation.node_allocated(cluster, node)[:2]."""
         used = self._used.get(node)
         cpu, mem = (used[0], used[1]) if used else (0, 0)
         for mig in self.migrations(cluster):

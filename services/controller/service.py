@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
+from eventstore import heartbeats
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from services.controller import heartbeats
 from services.controller.reactor import Controller
 from services.controller.state import ControllerState
 from services.runtime import metrics as m

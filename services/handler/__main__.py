@@ -1,7 +1,7 @@
 """`python -m services.handler --node NAME --nats-url URL --run-dir DIR`: one virt-handler.
 
 `--hypervisor qemu --libvirt-uri URI` runs real QEMU guests on that node's libvirtd (an
-ops.node_runtime.NodeRuntime, started by `virtstream up` or the test fixtures)."""
+ops.node_libvirtd.NodeRuntime, started by `virtstream up` or the test fixtures)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import argparse
 import asyncio
 
 from eventstore.settings import StreamSettings
-from ops.kvm_probe import domain_type as probe_domain_type
 from services.handler.node_info import LaunchSettings, NodeConfig, qemu_pid_dir_of
 from services.handler.service import HandlerConfig, serve
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
 from services.launcher.hypervisor import TEST_URI
+from services.launcher.kvm_probe import domain_type as probe_domain_type
 from services.runtime import logs
 
 

@@ -38,10 +38,10 @@ from events.catalog import DomainStopped, Event, StopReason
 from events.codec import event_type
 from events.envelope import Stored, Undecodable
 from events.meta import Kind
+from eventstore import heartbeats as heartbeat
 from eventstore.jetstream import JetStreamStore, JsDelivery, _stored
 from eventstore.pull import Puller
 from eventstore.settings import StreamSettings
-from services.controller import heartbeats as heartbeat
 from services.handler.migration import MigrationDriver
 from services.handler.node_info import (
     LaunchSettings,

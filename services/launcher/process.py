@@ -101,7 +101,7 @@ class LauncherConfig(msgspec.Struct, kw_only=True):
     #: containerDisk images by name (see storage.py); None: blank disks.
     image_dir: str | None = None
     default_disk_size: str = storage.DEFAULT_DISK_SIZE
-    #: The node's QEMU pidfile dir (ops.node_runtime.NodeRuntime.qemu_pid_dir).
+    #: The node's QEMU pidfile dir (ops.node_libvirtd.NodeRuntime.qemu_pid_dir).
     qemu_pid_dir: str | None = None
     #: Attach to a domain arriving by live migration instead of defining one.
     migration_target: bool = False

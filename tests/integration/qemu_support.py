@@ -1,4 +1,4 @@
-"""Fixtures and helpers for the `qemu` tests: real libvirtds (one per node, ops.node_runtime)
+"""Fixtures and helpers for the `qemu` tests: real libvirtds (one per node, ops.node_libvirtd)
 and real QEMU guests. Every test module using them is marked `qemu` and skipped, with the
 reason, on a host without the packages (or not root)."""
 
@@ -17,7 +17,7 @@ import pytest
 
 from events.manifest import dump, load, yaml_documents
 from events.objects import VirtualMachineInstance
-from ops.node_runtime import INSTALL_COMMAND, NodeRuntime, cleanup_stale, missing_requirements
+from ops.node_libvirtd import INSTALL_COMMAND, NodeRuntime, cleanup_stale, missing_requirements
 from services.api.admission import default_vmi
 from services.launcher import rundir
 from services.launcher.zygote import start_zygote

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from eventstore.jetstream import JetStreamStore
-from projections.runner import ProjectionRunner
+from readside.runner import ProjectionRunner
 from services.api.app import create_app
 from services.api.service import ApiService
 

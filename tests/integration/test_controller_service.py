@@ -32,9 +32,9 @@ from events.catalog import (
 )
 from events.envelope import Stored
 from events.meta import Aggregate, Kind
+from eventstore import heartbeats
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from services.controller import heartbeats
 from services.controller.reactor import Controller
 from services.controller.service import ControllerService
 from tests.conftest import unique

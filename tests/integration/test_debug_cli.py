@@ -17,7 +17,7 @@ from events.meta import Aggregate, Kind
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops.nats_server import NatsServer
-from projections import causality, history
+from readside import causality, timetravel
 from tests.debug_scenario import SLOW_HOP, VM_STATUS_AFTER, Script, lifecycle, node_failure
 
 app = typer.Typer()
@@ -142,9 +142,9 @@ async def test_at_sequence_and_time_show_the_past(
     gone = lines(await cli(nats_server, stream_settings, "at", "26", "vmis", "-o", "json"))[0]
     assert gone["items"] == []
 
-    at = await history.cluster_at(store, seq=9)
+    at = await timetravel.cluster_at(store, seq=9)
     assert at.vmis["default/vm1"].phase == "Running" and at.last_seq == 9
-    now = await history.cluster_at(store)
+    now = await timetravel.cluster_at(store)
     assert now.last_seq == 26 and "default/vm1" not in now.vmis
 
 

@@ -10,8 +10,8 @@ from nats.aio.client import Client as NATS
 
 from bench.bench_replay import fill
 from eventstore.jetstream import JetStreamStore
-from projections import history, snapshots
 from projections.cluster import Cluster
+from readside import snapshots, timetravel
 from tests.conftest import unique
 from tests.debug_scenario import lifecycle
 
@@ -25,7 +25,7 @@ async def bucket(nc: NATS) -> AsyncIterator[str]:
 
 
 async def full_rebuild(store: JetStreamStore, until: int | None = None) -> Cluster:
-    return await history.cluster_at(store, seq=until)
+    return await timetravel.cluster_at(store, seq=until)
 
 
 async def test_snapshot_plus_tail_equals_a_full_rebuild_of_50k_events(
@@ -66,9 +66,9 @@ async def test_snapshots_newer_than_asked_or_than_the_stream_are_not_used(
     assert info.snapshot_seq == 0 and past.last_seq == 11
     assert snapshots.encode_views(past) == snapshots.encode_views(await full_rebuild(store, 11))
     # cluster_at with snapshots uses it when it can
-    now = await history.cluster_at(store, snapshot="api", bucket=bucket)
+    now = await timetravel.cluster_at(store, snapshot="api", bucket=bucket)
     assert snapshots.encode_views(now) == snapshots.encode_views(await full_rebuild(store))
-    at15 = await history.cluster_at(store, seq=15, snapshot="api", bucket=bucket)
+    at15 = await timetravel.cluster_at(store, seq=15, snapshot="api", bucket=bucket)
     assert snapshots.encode_views(at15) == snapshots.encode_views(await full_rebuild(store, 15))
     # a snapshot of a longer stream (the stream was recreated) is ignored
     fake = Cluster()

@@ -18,8 +18,8 @@ from cli.debug import register
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops.nats_server import NatsServer
-from projections.runner import ProjectionRunner
-from projections.verify import verify
+from readside.runner import ProjectionRunner
+from readside.verify import verify
 from services.api.app import create_app
 from services.api.service import ApiService
 from tests.debug_scenario import lifecycle, node_failure

@@ -1,5 +1,5 @@
 """One real live migration through the handlers in qemu mode: two per-node libvirtds
-(ops/node_runtime.py), the controller, two handlers whose launchers run QEMU (TCG); the
+(ops/node_libvirtd.py), the controller, two handlers whose launchers run QEMU (TCG); the
 source launcher's MigrateTo moves the guest, the handlers relay it as events."""
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ from events.catalog import (
 )
 from events.envelope import Context, Decision, Stored
 from events.meta import Kind
+from eventstore import heartbeats
 from eventstore.jetstream import JetStreamStore
 from ops.nats_server import free_port
 from ops.prometheus_server import (
@@ -59,8 +60,7 @@ from ops.prometheus_server import (
     start_for_cluster,
 )
 from projections.cluster import Cluster, key
-from projections.metrics import PhaseHistograms, ProjectionMetrics
-from services.controller import heartbeats
+from readside.metrics import PhaseHistograms, ProjectionMetrics
 from services.runtime import metrics as runtime_metrics
 from services.runtime.http import HealthServer
 from services.runtime.shell import ServiceShell

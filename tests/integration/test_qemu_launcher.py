@@ -12,11 +12,11 @@ from typing import Any
 import libvirt
 import pytest
 
-from ops.kvm_probe import domain_type as probe_domain_type
 from services.launcher import rundir, storage
 from services.launcher.client import LauncherClient
 from services.launcher.domain_state import DomainState, StateReason
 from services.launcher.domain_xml import DomainType
+from services.launcher.kvm_probe import domain_type as probe_domain_type
 from services.launcher.protocol import (
     AbortMigration,
     DomainStatus,

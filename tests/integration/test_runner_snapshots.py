@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from events.catalog import VMCreated, VMStartRequested
 from eventstore.jetstream import JetStreamStore
-from projections import snapshots
-from projections.runner import ProjectionRunner
+from readside import snapshots
+from readside.runner import ProjectionRunner
 from tests.factories import meta
 
 

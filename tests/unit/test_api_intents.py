@@ -21,7 +21,7 @@ from events.catalog import (
 from events.envelope import Stored
 from events.meta import Kind
 from projections.cluster import Cluster
-from projections.watch import Selector, SelectorError, parse_label_selector
+from readside.watch import Selector, SelectorError, parse_label_selector
 from services.api import intents
 from services.api.errors import ApiError
 from tests.factories import meta

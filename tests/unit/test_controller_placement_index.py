@@ -13,7 +13,7 @@ import pytest
 
 from events.catalog import Event
 from events.envelope import Stored
-from projections.render import node_allocated
+from projections.allocation import node_allocated
 from services.controller.placement_index import PlacementIndex, has_required_anti_affinity
 from services.controller.scheduler import needs_node
 from tests.unit import (

@@ -5,11 +5,12 @@ from __future__ import annotations
 import pytest
 
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
-from projections import history, snapshots
-from projections.causality import Chain, Hop, seq_hint, with_latencies
+from projections import replay
 from projections.cluster import Cluster
-from projections.history import FieldChange, Point, RefError
-from projections.verify import compare
+from projections.replay import FieldChange, Point, RefError
+from readside import snapshots
+from readside.causality import Chain, Hop, seq_hint, with_latencies
+from readside.verify import compare
 from tests.debug_scenario import VM_STATUS_AFTER, lifecycle
 
 VM1 = Aggregate(kind=Kind.VM, namespace="default", name="vm1")
@@ -17,33 +18,33 @@ VMI1 = Aggregate(kind=Kind.VMI, namespace="default", name="vm1")
 
 
 def test_refs_and_points_parse() -> None:
-    assert history.parse_ref("vm/default/vm1") == VM1
-    assert history.parse_ref("vmis/default/vm1") == VMI1
-    assert history.parse_ref("node/node-1") == Aggregate(
+    assert replay.parse_ref("vm/default/vm1") == VM1
+    assert replay.parse_ref("vmis/default/vm1") == VMI1
+    assert replay.parse_ref("node/node-1") == Aggregate(
         kind=Kind.NODE, namespace=CLUSTER_SCOPE, name="node-1"
     )
     for bad in ("vm/vm1", "node/a/b", "pod/x/y", "vm//x"):
         with pytest.raises(RefError):
-            history.parse_ref(bad)
-    assert history.parse_point("42") == Point(seq=42)
-    assert history.parse_point("5m", now=1000.0) == Point(time=700.0)
-    assert history.parse_point("@1700000000.5") == Point(time=1700000000.5)
-    assert history.parse_point("2027-01-15T08:00:00Z").time == 1800000000.0
-    assert history.parse_point("2027-01-15T08:00:00").time == 1800000000.0
+            replay.parse_ref(bad)
+    assert replay.parse_point("42", 0.0) == Point(seq=42)
+    assert replay.parse_point("5m", now=1000.0) == Point(time=700.0)
+    assert replay.parse_point("@1700000000.5", 0.0) == Point(time=1700000000.5)
+    assert replay.parse_point("2027-01-15T08:00:00Z", 0.0).time == 1800000000.0
+    assert replay.parse_point("2027-01-15T08:00:00", 0.0).time == 1800000000.0
     with pytest.raises(RefError):
-        history.parse_point("yesterday")
+        replay.parse_point("yesterday", 0.0)
 
 
 def test_event_filters_put_the_type_in_the_subject() -> None:
-    assert history.event_filters() == ["virt.>"]
-    assert history.event_filters(None, "DomainStarted") == ["virt.*.*.*.DomainStarted.*"]
-    assert history.event_filters(VMI1) == ["virt.vmi.default.vm1.>"]
-    assert history.event_filters(VMI1, "DomainPaused") == ["virt.vmi.default.vm1.DomainPaused.*"]
+    assert replay.event_filters() == ["virt.>"]
+    assert replay.event_filters(None, "DomainStarted") == ["virt.*.*.*.DomainStarted.*"]
+    assert replay.event_filters(VMI1) == ["virt.vmi.default.vm1.>"]
+    assert replay.event_filters(VMI1, "DomainPaused") == ["virt.vmi.default.vm1.DomainPaused.*"]
 
 
 def test_event_line_and_json_carry_ids_and_key_fields() -> None:
     st = lifecycle().stored()
-    line = history.summarize(st[8])  # DomainStarted
+    line = replay.summarize(st[8])  # DomainStarted
     assert (line.seq, line.type, line.actor, line.aggregate) == (
         9,
         "DomainStarted",
@@ -51,8 +52,8 @@ def test_event_line_and_json_carry_ids_and_key_fields() -> None:
         "vmi/default/vm1",
     )
     assert "domain=default_vm1" in line.fields and "→node-1" in line.fields
-    assert "manifest" not in history.summarize(st[4]).fields  # VMICreated
-    js = history.event_json(st[8])
+    assert "manifest" not in replay.summarize(st[4]).fields  # VMICreated
+    js = replay.event_json(st[8])
     assert js["correlationId"] == "req-2" and js["causationId"] == "handler/7/0"
     assert js["data"] == {"node": "node-1", "domain": "default_vm1"}
     assert js["subject"] == "virt.vmi.default.vm1.DomainStarted.node-1"
@@ -70,7 +71,7 @@ def test_diff_is_readable_and_keys_conditions_by_type() -> None:
         },
         "metadata": {"resourceVersion": "9"},
     }
-    changes = history.diff_objects(before, after)
+    changes = replay.diff_objects(before, after)
     assert [str(c) for c in changes] == [
         "  status.phase: Scheduling → Running",
         "+ status.nodeName: n1",
@@ -80,7 +81,7 @@ def test_diff_is_readable_and_keys_conditions_by_type() -> None:
 
 
 def test_replay_shows_the_vm_status_after_each_event_including_its_vmis() -> None:
-    steps = list(history.replay_steps(lifecycle().stored(), VM1))
+    steps = list(replay.replay_steps(lifecycle().stored(), VM1))
     status = {
         s.stored.seq: c.after
         for s in steps
@@ -94,7 +95,7 @@ def test_replay_shows_the_vm_status_after_each_event_including_its_vmis() -> Non
 
 
 def test_replay_of_the_vmi_follows_phases_and_the_migration() -> None:
-    steps = list(history.replay_steps(lifecycle().stored(), VMI1))
+    steps = list(replay.replay_steps(lifecycle().stored(), VMI1))
     phases = [(s.stored.seq, c.after) for s in steps for c in s.changes if c.path == "status.phase"]
     assert phases == [
         (5, "Pending"),
@@ -116,25 +117,25 @@ def test_replay_of_the_vmi_follows_phases_and_the_migration() -> None:
 
 def test_fold_until_a_sequence_is_time_travel() -> None:
     st = lifecycle().stored()
-    at11 = history.fold(st[:11])
-    vmi = history.render_object(at11, Kind.VMI, "default/vm1", now=0)
+    at11 = replay.fold(st[:11])
+    vmi = replay.render_object(at11, Kind.VMI, "default/vm1", now=0)
     assert vmi is not None and vmi["status"]["conditions"][1]["type"] == "Paused"
-    at26 = history.fold(st)
-    assert history.render_object(at26, Kind.VMI, "default/vm1", now=0) is None
-    vm = history.render_object(at26, Kind.VM, "default/vm1", now=0)
+    at26 = replay.fold(st)
+    assert replay.render_object(at26, Kind.VMI, "default/vm1", now=0) is None
+    vm = replay.render_object(at26, Kind.VM, "default/vm1", now=0)
     assert vm is not None and vm["status"]["printableStatus"] == "Stopped"
 
 
 def test_snapshot_encoding_round_trips_the_views() -> None:
     st = lifecycle().stored()
-    cluster = history.fold(st[:20])
+    cluster = replay.fold(st[:20])
     data = snapshots.encode_views(cluster)
     back = snapshots.decode_views(data)
     assert snapshots.encode_views(back) == data
     assert back.last_seq == 20 and back.vmis_by_node == {"node-2": {"default/vm1"}}
     # folding the tail onto the decoded snapshot equals folding everything
-    assert snapshots.encode_views(history.fold(st[20:], back)) == snapshots.encode_views(
-        history.fold(st)
+    assert snapshots.encode_views(replay.fold(st[20:], back)) == snapshots.encode_views(
+        replay.fold(st)
     )
     assert snapshots.encode_views(Cluster()) != data
 

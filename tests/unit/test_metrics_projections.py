@@ -36,7 +36,7 @@ from events.catalog import (
 from events.envelope import Stored
 from events.meta import Kind
 from projections.cluster import Cluster
-from projections.metrics import PhaseHistograms, ProjectionMetrics
+from readside.metrics import PhaseHistograms, ProjectionMetrics
 from tests.factories import meta
 
 NS = "default"

@@ -33,10 +33,10 @@ from events.catalog import (
 )
 from events.envelope import Stored
 from events.meta import Kind
+from projections.allocation import node_allocated
 from projections.cluster import Cluster
 from projections.render import (
     DOMAIN_STATUS_KEY,
-    node_allocated,
     printable_status,
     render_vm,
     render_vmi,

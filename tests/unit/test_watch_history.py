@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from events.meta import Kind
-from projections.watch import Change, EventType
-from projections.watch_history import WatchHistory
+from readside.watch import Change, EventType
+from readside.watch_history import WatchHistory
 
 
 def change(seq: int, name: str = "a", kind: Kind = Kind.VMI) -> Change:

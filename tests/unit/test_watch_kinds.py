@@ -4,7 +4,7 @@ VMI are both "ns/name")."""
 from __future__ import annotations
 
 from events.meta import Kind
-from projections.watch import Change, EventType, Selector, Watcher
+from readside.watch import Change, EventType, Selector, Watcher
 
 
 def obj(phase: str | None = None) -> dict[str, object]:

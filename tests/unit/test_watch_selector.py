@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from events.meta import Kind
-from projections.watch import Change, EventType, Selector, Watcher
+from readside.watch import Change, EventType, Selector, Watcher
 
 
 def vm(labels: dict[str, str]) -> dict[str, object]:

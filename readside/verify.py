@@ -17,7 +17,7 @@ import msgspec
 from events.meta import Kind
 from eventstore.port import EventLog
 from projections.cluster import Cluster
-from projections.history import FieldChange, diff_objects, render_all
+from projections.replay import FieldChange, diff_objects, render_all
 
 JSON = dict[str, Any]
 

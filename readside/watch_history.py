@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from events.meta import Kind
-from projections.watch import Change, EventType
+from readside.watch import Change, EventType
 
 BLOCK = 64  # changes per compressed block (larger blocks compress little better)
 

@@ -32,14 +32,14 @@ from events.envelope import Stored
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
 from eventstore.port import EventLog
 from projections.cluster import Cluster
-from projections.history import (
+from projections.replay import (
     actor_of,
-    read,
     related_filters,
     replay_steps,
     summarize,
     view_key,
 )
+from readside.timetravel import read
 
 MAX_HOPS = 200
 SCAN_WINDOWS = (60.0, 3600.0, None)  # seconds before the effect; None = from the start

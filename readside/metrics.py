@@ -28,8 +28,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 
 from events.envelope import Stored
 from events.meta import Kind
+from projections.allocation import node_allocated
 from projections.cluster import Cluster, Touched
-from projections.render import node_allocated, printable_status
+from projections.render import printable_status
 from projections.views import MigrationView, VMIView, VMView
 
 # KubeVirt's PhaseTransitionTimeBuckets (seconds), so histogram_quantile answers compare.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import time
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -24,9 +23,6 @@ from events.catalog import Event
 from events.codec import event_type
 from events.envelope import Stored
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
-from eventstore.jetstream import JetStreamStore
-from eventstore.port import EventLog
-from projections import snapshots
 from projections.cluster import Cluster, key
 from projections.render import render_migration, render_node, render_policy, render_vm, render_vmi
 from projections.views import MigrationView
@@ -95,14 +91,14 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(ms|s|m|h|d)$")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def parse_point(text: str, now: float | None = None) -> Point:
+def parse_point(text: str, now: float) -> Point:
     """`123` (a sequence), `5m`/`90s`/`2h` (that long ago), `@1700000000.5` (epoch) or an
-    ISO 8601 / RFC 3339 time (`2026-11-21T10:00:00Z`; naive times are UTC)."""
+    ISO 8601 / RFC 3339 time (`2026-11-21T10:00:00Z`; naive times are UTC). `now` is the
+    caller's clock, for durations."""
     text = text.strip()
     if text.isdigit():
         return Point(seq=int(text))
     if m := _DURATION.match(text):
-        now = time.time() if now is None else now
         return Point(time=now - float(m.group(1)) * _UNIT[m.group(2)])
     if text.startswith("@"):
         try:
@@ -365,55 +361,3 @@ def fold(events: Iterable[Stored], cluster: Cluster | None = None) -> Cluster:
     for s in events:
         cluster.apply(s)
     return cluster
-
-
-# ------------------------------------------------------------ reading the log
-async def resolve(store: EventLog, point: Point | None) -> int:
-    """A point → the last sequence it includes (the stream's last when None)."""
-    last = await store.stream_last_seq()
-    if point is None:
-        return last
-    if point.seq is not None:
-        return min(point.seq, last)
-    assert point.time is not None
-    return min(await store.seq_at_time(point.time), last)
-
-
-async def read(
-    store: EventLog, filters: list[str] | None = None, until_seq: int | None = None
-) -> list[Stored]:
-    if until_seq is not None and until_seq <= 0:
-        return []
-    return [s async for s in store.replay(filters, until_seq=until_seq, raw=True)]
-
-
-async def cluster_at(
-    store: JetStreamStore,
-    seq: int | None = None,
-    time: float | None = None,
-    *,
-    snapshot: str | None = None,
-    bucket: str = snapshots.BUCKET,
-) -> Cluster:
-    """Every view as it was once the event at `seq` (or the last one stored by `time`) was
-    folded; the present without either. With `snapshot` (a projection name in the
-    snapshot bucket) it starts from that snapshot when the snapshot is not newer."""
-    until = await resolve(store, Point(seq=seq, time=time) if seq or time else None)
-    if snapshot:
-        cluster, _ = await snapshots.load_cluster(
-            store, snapshot, until_seq=until, bucket_name=bucket
-        )
-        return cluster
-    cluster = Cluster()
-    if until > 0:
-        async for s in store.replay(until_seq=until, raw=True):
-            cluster.apply(s)
-    return cluster
-
-
-async def aggregate_replay(
-    store: JetStreamStore, agg: Aggregate, until: Point | None = None
-) -> list[Step]:
-    """`virtstream replay`: the steps of one aggregate up to a point."""
-    until_seq = await resolve(store, until)
-    return list(replay_steps(await read(store, related_filters(agg), until_seq), agg))

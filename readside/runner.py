@@ -21,13 +21,13 @@ import structlog
 from events.envelope import Stored
 from events.meta import Kind
 from eventstore.jetstream import JetStreamStore
-from projections import snapshots
 from projections.cluster import Cluster, key
-from projections.metrics import ProjectionMetrics
 from projections.render import render_migration, render_node, render_policy, render_vm, render_vmi
 from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
-from projections.watch import Change, EventType, Selector, TooOldResourceVersion, Watcher
-from projections.watch_history import WatchHistory
+from readside import snapshots
+from readside.metrics import ProjectionMetrics
+from readside.watch import Change, EventType, Selector, TooOldResourceVersion, Watcher
+from readside.watch_history import WatchHistory
 
 log = structlog.get_logger()
 FRESH_RENDERS = 256  # objects kept rendered for the responses that follow their events
@@ -71,7 +71,7 @@ class ProjectionRunner:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
         self._error: BaseException | None = None
-        # Snapshots (projections/snapshots.py) bound the restart cost to the events since
+        # Snapshots (readside/snapshots.py) bound the restart cost to the events since
         # the last one: start from the snapshot, fold the tail, save every N events.
         self.snapshot_name = snapshot_name
         self.snapshot_every = snapshot_every

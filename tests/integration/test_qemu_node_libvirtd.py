@@ -1,4 +1,4 @@
-"""ops.node_runtime: a libvirtd per node in its own mount namespace, and nothing left behind
+"""ops.node_libvirtd: a libvirtd per node in its own mount namespace, and nothing left behind
 after stop, nor after a crash once cleanup_stale has run. Skipped without the qemu packages."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from pathlib import Path
 import libvirt
 import pytest
 
-from ops.node_runtime import NodeRuntime, cleanup_stale, processes_in_namespace, read_state
+from ops.node_libvirtd import NodeRuntime, cleanup_stale, processes_in_namespace, read_state
 from services.launcher.domain_xml import DomainType, build_domain_xml
 from tests.integration.qemu_support import pid_alive, qemu_marks
 
