@@ -1,9 +1,10 @@
-"""Small builders for events in tests."""
+"""Small builders for events and manifests in tests."""
 
 from __future__ import annotations
 
 import time
 import uuid
+from typing import Any
 
 from events.meta import Actor, Aggregate, Kind, Meta
 
@@ -28,3 +29,42 @@ def meta(
         actor=Actor(service="test"),
         node=node,
     )
+
+
+def vm_manifest(
+    name: str = "vm1",
+    strategy: str = "Always",
+    *,
+    memory: str = "1Gi",
+    cpu: str | None = None,
+    labels: dict[str, str] | None = None,
+    spec: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    resources: dict[str, Any] = {"requests": {"memory": memory}}
+    if cpu:
+        resources["requests"]["cpu"] = cpu
+    tspec = {"domain": {"devices": {}, "resources": resources}, **(spec or {})}
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachine",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {
+            "runStrategy": strategy,
+            "template": {"metadata": {"labels": labels or {"app": name}}, "spec": tspec},
+        },
+    }
+
+
+def vmi_manifest(name: str, **kw: Any) -> dict[str, Any]:
+    m = vm_manifest(name, **kw)
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {
+            **m["spec"]["template"]["metadata"],
+            "name": name,
+            "namespace": "default",
+            "uid": f"vmi-uid-{name}",
+        },
+        "spec": m["spec"]["template"]["spec"],
+    }

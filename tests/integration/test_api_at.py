@@ -4,25 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 
 import httpx
-import pytest
 
 from events.catalog import DomainPaused, DomainStarted, LauncherStarted, PodScheduled, VMICreated
 from events.meta import Kind
 from eventstore.jetstream import JetStreamStore
 from tests.factories import meta
 from tests.integration.test_api_crud import VMS, vm
-from tests.integration.test_api_support import RunningApi, running_api
+from tests.integration.test_api_support import RunningApi
 
 VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
-
-
-@pytest.fixture
-async def api(store: JetStreamStore) -> AsyncIterator[RunningApi]:
-    async with running_api(store) as running:
-        yield running
 
 
 async def test_at_shows_objects_as_they_were(api: RunningApi, store: JetStreamStore) -> None:

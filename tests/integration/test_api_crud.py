@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import pytest
 import yaml
 
 from eventstore.jetstream import JetStreamStore
-from tests.integration.test_api_support import RunningApi, running_api
+from tests.integration.test_api_support import running_api
 from tests.unit.kubevirt_examples import example_documents
 
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
@@ -19,18 +17,6 @@ PLURALS = {
     "VirtualMachineInstance": "virtualmachineinstances",
     "VirtualMachineInstanceMigration": "virtualmachineinstancemigrations",
 }
-
-
-@pytest.fixture
-async def api(store: JetStreamStore) -> AsyncIterator[RunningApi]:
-    async with running_api(store) as running:
-        yield running
-
-
-@pytest.fixture
-async def http(api: RunningApi) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=api.url, timeout=10) as client:
-        yield client
 
 
 def vm(name: str = "vm1", run_strategy: str = "Manual", **extra: Any) -> dict[str, Any]:

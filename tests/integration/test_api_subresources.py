@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
-import pytest
 
 from events.catalog import (
     DomainPaused,
@@ -24,26 +22,13 @@ from events.catalog import (
     VMICreated,
 )
 from events.meta import Kind
-from eventstore.jetstream import JetStreamStore
 from tests.factories import meta
 from tests.integration.test_api_crud import VMS, vm
-from tests.integration.test_api_support import RunningApi, running_api
+from tests.integration.test_api_support import RunningApi
 
 SUB = "/apis/subresources.kubevirt.io/v1/namespaces/default"
 VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
 MIGS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigrations"
-
-
-@pytest.fixture
-async def api(store: JetStreamStore) -> AsyncIterator[RunningApi]:
-    async with running_api(store) as running:
-        yield running
-
-
-@pytest.fixture
-async def http(api: RunningApi) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=api.url, timeout=10) as client:
-        yield client
 
 
 async def put(

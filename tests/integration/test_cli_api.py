@@ -4,7 +4,6 @@ server in the test's event loop)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -13,8 +12,7 @@ from typer.testing import CliRunner
 from cli.main import app
 from client.api import ApiError, AsyncClient, Client
 from events.objects import VirtualMachine
-from eventstore.jetstream import JetStreamStore
-from tests.integration.test_api_support import RunningApi, running_api
+from tests.integration.test_api_support import RunningApi
 from tests.unit.kubevirt_examples import examples_dir
 
 VM_YAML = """
@@ -30,12 +28,6 @@ spec:
         memory:
           guest: 64Mi
 """
-
-
-@pytest.fixture
-async def api(store: JetStreamStore) -> AsyncIterator[RunningApi]:
-    async with running_api(store) as running:
-        yield running
 
 
 async def cli(api: RunningApi, *args: str, stdin: str | None = None) -> tuple[int, str, str]:

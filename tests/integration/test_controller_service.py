@@ -38,24 +38,9 @@ from eventstore.settings import StreamSettings
 from services.controller.reactor import Controller
 from services.controller.service import ControllerService
 from tests.conftest import unique
-from tests.factories import meta
+from tests.factories import meta, vm_manifest
 
 GiB = 1024**3
-
-
-def vm_manifest(name: str, strategy: str = "Always") -> dict[str, Any]:
-    return {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachine",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {
-            "runStrategy": strategy,
-            "template": {
-                "metadata": {"labels": {"app": name}},
-                "spec": {"domain": {"devices": {}, "resources": {"requests": {"memory": "64Mi"}}}},
-            },
-        },
-    }
 
 
 async def eventually(cond: Callable[[], Awaitable[Any]], timeout: float = 15.0) -> Any:
@@ -140,7 +125,7 @@ async def test_vm_lifecycle_create_schedule_stop_start_restart(
     name = unique("vm")
     vm = lambda: meta(Kind.VM, name)  # noqa: E731
     await c.node_joined("node-a")
-    await c.append(VMCreated(meta=vm(), manifest=vm_manifest(name)))
+    await c.append(VMCreated(meta=vm(), manifest=vm_manifest(name, memory="64Mi")))
 
     (created,) = await c.wait_for(name, VMICreated)
     (scheduled,) = await c.wait_for(name, PodScheduled)
@@ -188,7 +173,9 @@ async def test_a_controller_killed_mid_workload_creates_no_vmi_twice(
     await c.node_joined("node-k")
     first = controller()
     for name in names:
-        await c.append(VMCreated(meta=meta(Kind.VM, name), manifest=vm_manifest(name)))
+        await c.append(
+            VMCreated(meta=meta(Kind.VM, name), manifest=vm_manifest(name, memory="64Mi"))
+        )
         if name == names[10]:
             await c.wait_for(names[0], VMICreated)
             first.cancel()  # abrupt: mid-batch, maybe between append and ack

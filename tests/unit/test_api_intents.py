@@ -24,7 +24,7 @@ from projections.cluster import Cluster
 from readside.watch import Selector, SelectorError, parse_label_selector
 from services.api import intents
 from services.api.errors import ApiError
-from tests.factories import meta
+from tests.factories import meta, vm_manifest
 
 _ids = itertools.count(1)
 
@@ -43,21 +43,12 @@ def fold(cluster: Cluster, *events: Event) -> None:
         cluster.apply(Stored(seq=cluster.last_seq + 1, subject="", time=0.0, event=ev))
 
 
-def vm_manifest(name: str, strategy: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachine",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {
-            "runStrategy": strategy,
-            "template": {"spec": {"domain": {"memory": {"guest": "64Mi"}}}},
-        },
-    }
-
-
 def with_vm(strategy: str, running: bool = False) -> Cluster:
     c = Cluster()
-    fold(c, VMCreated(meta=meta(Kind.VM, "vm1"), manifest=vm_manifest("vm1", strategy)))
+    fold(
+        c,
+        VMCreated(meta=meta(Kind.VM, "vm1"), manifest=vm_manifest("vm1", strategy, memory="64Mi")),
+    )
     if running:
         m = {"metadata": {"name": "vm1", "namespace": "default", "uid": "vmi-uid"}, "spec": {}}
         vmi = lambda: meta(Kind.VMI, "vm1", node="n1")  # noqa: E731
@@ -79,7 +70,9 @@ def conflict_message(fn: Any, *args: Any) -> str:
 
 
 def test_create_defaults_and_meta() -> None:
-    out = intents.create(Cluster(), "virtualmachines", "default", vm_manifest("a", "Always"), ctx())
+    out = intents.create(
+        Cluster(), "virtualmachines", "default", vm_manifest("a", "Always", memory="64Mi"), ctx()
+    )
     (append,) = out.appends
     assert append.expected == 0 and out.code == 201
     ev = append.event

@@ -28,48 +28,9 @@ from events.envelope import Context, Stored
 from events.meta import Kind
 from projections.views import VMIView, VMView
 from services.controller.reactor import Controller
-from tests.factories import meta
+from tests.factories import meta, vm_manifest, vmi_manifest
 
 GiB = 1024**3
-
-
-def vm_manifest(
-    name: str = "vm1",
-    strategy: str = "Always",
-    *,
-    memory: str = "1Gi",
-    cpu: str | None = None,
-    labels: dict[str, str] | None = None,
-    spec: dict[str, Any] | None = None,
-) -> dict[str, Any]:
-    resources: dict[str, Any] = {"requests": {"memory": memory}}
-    if cpu:
-        resources["requests"]["cpu"] = cpu
-    tspec = {"domain": {"devices": {}, "resources": resources}, **(spec or {})}
-    return {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachine",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {
-            "runStrategy": strategy,
-            "template": {"metadata": {"labels": labels or {"app": name}}, "spec": tspec},
-        },
-    }
-
-
-def vmi_manifest(name: str, **kw: Any) -> dict[str, Any]:
-    m = vm_manifest(name, **kw)
-    return {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachineInstance",
-        "metadata": {
-            **m["spec"]["template"]["metadata"],
-            "name": name,
-            "namespace": "default",
-            "uid": f"vmi-uid-{name}",
-        },
-        "spec": m["spec"]["template"]["spec"],
-    }
 
 
 class World:
