@@ -1,14 +1,17 @@
 """Event backbone benchmark: OCC appends and replay-into-a-fold, each as a ratio to the raw
 nats-py rate measured in the same run on the same nats-server.
 
-  python -m bench.bench_backbone [--events N]
+  python -m bench.bench_backbone [--events N] [--sync-interval always|2m] [--sync-compare]
 
 - raw publish: `js.publish` awaited one at a time (no headers);
 - OCC append: `JetStreamStore.append(event, expected=<aggregate's last seq>)`, i.e. encode +
   Nats-Msg-Id + expected-sequence headers, round-robin over 100 aggregates;
 - raw replay: an ordered push consumer over the stream that only decodes each event;
 - fold replay: `JetStreamStore.replay()` folded into the projections' `Cluster`.
-Targets (issue 2): OCC ≥ 70% of raw publish, fold ≥ 50% of raw replay.
+Targets: OCC ≥ 70% of raw publish, fold ≥ 50% of raw replay. `--sync-compare` runs the
+whole measurement on a server that fsyncs every write (`sync_interval: always`, the embedded
+default) and on one that fsyncs every 2 minutes (the server's own default), and prints
+what the durability costs appends.
 """
 
 from __future__ import annotations
@@ -71,8 +74,8 @@ def lifecycle(i: int, n_aggs: int) -> object:
             return DomainStarted(meta=m, node="node-1", domain=f"bench_{name}")
 
 
-async def run(n: int) -> dict[str, float]:
-    server = NatsServer(tempfile.mkdtemp(prefix="vs-bench-"))
+async def run(n: int, sync_interval: str = "always") -> dict[str, float]:
+    server = NatsServer(tempfile.mkdtemp(prefix="vs-bench-"), sync_interval=sync_interval)
     await server.start()
     nc = await nats.connect(server.url)
     js = nc.jetstream()
@@ -149,9 +152,23 @@ async def run(n: int) -> dict[str, float]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--events", type=int, default=20000)
+    ap.add_argument("--sync-interval", default="always")
+    ap.add_argument("--sync-compare", action="store_true")
     args = ap.parse_args()
-    r = asyncio.run(run(args.events))
-    print(f"events: {r['events']:.0f}")
+    if args.sync_compare:
+        always = asyncio.run(run(args.events, "always"))
+        lazy = asyncio.run(run(args.events, "2m"))
+        for label, key in (
+            ("raw js.publish", "raw_publish_per_s"),
+            ("OCC append", "occ_append_per_s"),
+        ):
+            a, b = always[key], lazy[key]
+            print(
+                f"{label:<16} sync always {a:8.0f}/s   sync 2m {b:8.0f}/s   always/2m {a / b:.0%}"
+            )
+        return
+    r = asyncio.run(run(args.events, args.sync_interval))
+    print(f"events: {r['events']:.0f} (sync_interval {args.sync_interval})")
     print(f"raw js.publish (awaited):  {r['raw_publish_per_s']:9.0f}/s")
     occ, ratio = r["occ_append_per_s"], r["occ_ratio"]
     print(f"OCC append:                {occ:9.0f}/s   ratio {ratio:.0%} (target ≥ 70%)")

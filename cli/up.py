@@ -60,7 +60,9 @@ def up(
     ),
     prometheus_port: int = typer.Option(9090, help="Prometheus port with --metrics"),
     sync_interval: str = typer.Option(
-        "2m", help="Embedded server's fsync interval ('always': acknowledged = on disk)"
+        "always",
+        help="Embedded server's fsync interval: 'always' (an acknowledged event is on disk) "
+        "or a duration such as 2m (faster, loses up to that much on power loss)",
     ),
     replicas: int = typer.Option(
         1, help="Stream replicas (3 or 5 on a NATS cluster given with --nats-url)"
@@ -94,6 +96,7 @@ def up(
         qemu_preflight()
     data_dir = data_dir.resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
+    data_dir.chmod(0o700)  # the event log, logs and sockets are the owner's alone
     run_dir = data_dir / "run"
     state_file = data_dir / "up.json"
     if leftovers := stop_recorded(state_file):

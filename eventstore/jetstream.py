@@ -126,7 +126,9 @@ class JetStreamStore:
         return self.settings.name
 
     async def ensure(self) -> None:
-        """Create the event and dead-letter streams (idempotent)."""
+        """Create the event and dead-letter streams (idempotent). The event stream denies
+        message deletes and purges: history is append-only (dead letters are deleted once
+        retried, so their stream allows it)."""
         s = self.settings
         storage = StorageType.FILE if s.storage == "file" else StorageType.MEMORY
         await self._ensure_stream(
@@ -139,6 +141,8 @@ class JetStreamStore:
                 num_replicas=s.replicas,
                 duplicate_window=s.duplicate_window_seconds,
                 allow_direct=True,
+                deny_delete=True,
+                deny_purge=True,
             )
         )
         await self._ensure_stream(
@@ -149,13 +153,20 @@ class JetStreamStore:
 
     async def _ensure_stream(self, cfg: StreamConfig) -> None:
         try:
-            await self.js.stream_info(cfg.name or "")
+            info = await self.js.stream_info(cfg.name or "")
         except NotFoundError:
             try:
                 await self.js.add_stream(cfg)
             except APIError as e:  # another process created it first
                 if e.err_code != 10058:
                     raise
+            return
+        # a stream made before the protections: turn them on (they can never be turned off)
+        have = info.config
+        if (cfg.deny_delete and not have.deny_delete) or (cfg.deny_purge and not have.deny_purge):
+            have.deny_delete = have.deny_delete or cfg.deny_delete
+            have.deny_purge = have.deny_purge or cfg.deny_purge
+            await self.js.update_stream(have)
 
     # ------------------------------------------------------------------ writes
     async def append(

@@ -17,8 +17,10 @@ class StreamSettings(msgspec.Struct, frozen=True, kw_only=True):
     duplicate_window_seconds: float = 120.0
     dlq_name: str = "VIRT_DLQ"
     # fsync policy is a server setting (`jetstream { sync_interval: ... }`); the embedded
-    # server takes it from here, an external cluster from its own config
-    sync_interval: str = "2m"
+    # server takes it from here, an external cluster from its own config. "always" fsyncs
+    # every write before the ack: an acknowledged event survives a power loss (the server's
+    # own default, 2m, can lose up to two minutes of acknowledged events)
+    sync_interval: str = "always"
 
     @classmethod
     def from_env(cls, **overrides: object) -> StreamSettings:

@@ -44,7 +44,7 @@ class NatsServer:
         port: int = 0,
         http_port: int = 0,
         log_file: Path | str | None = None,
-        sync_interval: str = "2m",
+        sync_interval: str = "always",
     ) -> None:
         self.store_dir = Path(store_dir)
         self.host = host
@@ -73,13 +73,17 @@ class NatsServer:
     def command(self) -> list[str]:
         conf = self.store_dir / "nats-server.conf"
         conf.write_text(self.config())
+        conf.chmod(0o600)
         return [find_binary(), "-c", str(conf), "-l", str(self.log_file)]
 
     def start_sync(self, timeout: float = 10.0) -> None:
-        self.store_dir.mkdir(parents=True, exist_ok=True)
-        # own process group: Ctrl-C in a terminal reaches us first and we stop it in order
+        # the log is the cluster's history: readable by its owner only
+        self.store_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store_dir.chmod(0o700)
+        # own process group: Ctrl-C in a terminal reaches us first and we stop it in order;
+        # umask 077: the server's data and log files are the owner's alone
         self.proc = subprocess.Popen(
-            self.command(), stdin=subprocess.DEVNULL, start_new_session=True
+            self.command(), stdin=subprocess.DEVNULL, start_new_session=True, umask=0o077
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 
+import msgspec
 import pytest
 
 from events.catalog import VMCreated, VMStartRequested, VMStopRequested
@@ -14,6 +15,7 @@ from events.envelope import ConcurrencyConflict, Undecodable
 from events.meta import Aggregate, Kind
 from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
+from ops.nats_server import NatsServer
 from tests.conftest import unique
 from tests.factories import meta
 
@@ -165,3 +167,47 @@ async def test_durable_consumer_redelivers_until_acked(store: JetStreamStore) ->
     with pytest.raises(TimeoutError):
         await again.fetch(timeout=1.5)
     await again.close()
+
+
+async def test_history_cannot_be_deleted_or_purged(store: JetStreamStore) -> None:
+    """JetStream-specific: the event stream refuses message deletes and purges."""
+    from nats.js.errors import APIError
+
+    name = unique("vm")
+    a = await store.append(VMStartRequested(meta=meta(name=name)))
+    with pytest.raises(APIError):
+        await store.js.delete_msg(store.stream, a.seq)
+    with pytest.raises(APIError):
+        await store.js.purge_stream(store.stream)
+    assert (await store.get(a.seq)) is not None
+
+
+async def test_an_older_stream_gets_the_protections(store: JetStreamStore) -> None:
+    from nats.js.api import StreamConfig
+
+    legacy = JetStreamStore(
+        store.nc,
+        msgspec.structs.replace(
+            store.settings, name=f"{store.stream}_OLD", dlq_name=f"{store.stream}_OLD_DLQ"
+        ),
+    )
+    await store.js.add_stream(StreamConfig(name=legacy.stream, subjects=["old.>"]))
+    try:
+        await legacy._ensure_stream(
+            StreamConfig(name=legacy.stream, subjects=["old.>"], deny_delete=True, deny_purge=True)
+        )
+        cfg = (await store.js.stream_info(legacy.stream)).config
+        assert cfg.deny_delete and cfg.deny_purge
+    finally:
+        await store.js.delete_stream(legacy.stream)
+
+
+def test_the_servers_files_are_the_owners_alone(nats_server: NatsServer) -> None:
+    """The embedded server fsyncs every write and keeps its store and log private."""
+    assert 'sync_interval: "always"' in nats_server.config()
+    store_dir = nats_server.store_dir
+    assert store_dir.stat().st_mode & 0o077 == 0
+    files = [p for p in store_dir.rglob("*") if p.is_file()]
+    assert files and all(p.stat().st_mode & 0o077 == 0 for p in files), [
+        (str(p), oct(p.stat().st_mode)) for p in files if p.stat().st_mode & 0o077
+    ]
