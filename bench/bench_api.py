@@ -30,7 +30,7 @@ from events.catalog import VMCreated
 from events.meta import Actor, Aggregate, Kind, Meta
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from ops.nats_server import NatsServer
+from ops.nats_server import NatsServer, free_port
 
 REPO = str(Path(__file__).resolve().parents[1])
 VMS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines"
@@ -122,9 +122,9 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))]
 
 
-async def run(n: int, concurrency: int, port: int) -> None:
+async def run(n: int, concurrency: int, port: int, sync_interval: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
-        server = NatsServer(Path(tmp) / "nats")
+        server = NatsServer(Path(tmp) / "nats", sync_interval=sync_interval)
         server.start_sync()
         api = None
         try:
@@ -170,9 +170,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.bench_api")
     parser.add_argument("--vms", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=4)
-    parser.add_argument("--port", type=int, default=18080)
+    parser.add_argument("--port", type=int, default=0, help="the api's port (0: a free one)")
+    parser.add_argument("--sync-interval", default="always", help="the server's fsync interval")
     args = parser.parse_args()
-    asyncio.run(run(args.vms, args.concurrency, args.port))
+    port = args.port or free_port()
+    asyncio.run(run(args.vms, args.concurrency, port, args.sync_interval))
 
 
 if __name__ == "__main__":

@@ -163,7 +163,9 @@ class Up:
             self.proc.wait()
 
 
-def start_up(data_dir: Path, nodes: int, node_memory: str, node_cpus: int) -> Up:
+def start_up(
+    data_dir: Path, nodes: int, node_memory: str, node_cpus: int, sync_interval: str = "always"
+) -> Up:
     port, nats_port = free_port(), free_port()
     log = open(data_dir.parent / f"{data_dir.name}-up.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
@@ -184,6 +186,8 @@ def start_up(data_dir: Path, nodes: int, node_memory: str, node_cpus: int) -> Up
             node_memory,
             "--node-cpus",
             str(node_cpus),
+            "--sync-interval",
+            sync_interval,
         ],
         cwd=REPO,
         stdout=log,
@@ -481,7 +485,7 @@ def sample_memory(up: Up) -> Memory:
 
 async def run(a: argparse.Namespace) -> int:
     data_dir = Path(tempfile.mkdtemp(prefix="vsb", dir="/tmp"))
-    up = start_up(data_dir, a.nodes, a.node_memory, a.node_cpus)
+    up = start_up(data_dir, a.nodes, a.node_memory, a.node_cpus, a.sync_interval)
     rc = 0
     try:
         await wait_ready(up, a.nodes)
@@ -603,6 +607,7 @@ def main() -> None:
     p.add_argument("--nodes", type=int, default=10)
     p.add_argument("--node-memory", default="64Gi")
     p.add_argument("--node-cpus", type=int, default=64)
+    p.add_argument("--sync-interval", default="always", help="the embedded server's fsync interval")
     p.add_argument("--conns", type=int, default=8, help="keep-alive connections for writes")
     p.add_argument("--timeout", type=float, default=120.0, help="per phase, after the last request")
     p.add_argument("--settle", type=float, default=3.0, help="seconds idle before measuring")
