@@ -97,23 +97,27 @@ def _uid(manifest: dict[str, Any]) -> str:
     return _s(str((manifest.get("metadata") or {}).get("uid") or ""))
 
 
+def _born(manifest: dict[str, Any], s: Stored) -> dict[str, Any]:
+    """The fields every view takes from the event that creates its object."""
+    m = manifest["metadata"]
+    return {
+        "namespace": _s(m.get("namespace", "")),
+        "name": _s(m["name"]),
+        "uid": _uid(manifest),
+        "manifest_json": pack_manifest(manifest),
+        "created_at": s.event.meta.occurred_at,
+        "version": s.seq,
+        "resource_version": s.seq,
+    }
+
+
 # --------------------------------------------------------------------------- VM
 def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
     ev = s.event
     at = ev.meta.occurred_at
     if view is None:
         if isinstance(ev, VMCreated):
-            m = ev.manifest["metadata"]
-            return VMView(
-                namespace=_s(m.get("namespace", "")),
-                name=_s(m["name"]),
-                uid=_uid(ev.manifest),
-                manifest_json=pack_manifest(ev.manifest),
-                run_strategy=run_strategy_of(ev.manifest),
-                created_at=at,
-                version=s.seq,
-                resource_version=s.seq,
-            )
+            return VMView(**_born(ev.manifest, s), run_strategy=run_strategy_of(ev.manifest))
         return None
     v = replace(view, version=s.seq, resource_version=s.seq)
     if not isinstance(ev, VMEvent):
@@ -173,15 +177,8 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
     at = ev.meta.occurred_at
     if view is None:
         if isinstance(ev, VMICreated):
-            m = ev.manifest["metadata"]
             return VMIView(
-                namespace=_s(m.get("namespace", "")),
-                name=_s(m["name"]),
-                uid=_uid(ev.manifest),
-                manifest_json=pack_manifest(ev.manifest),
-                created_at=at,
-                version=s.seq,
-                resource_version=s.seq,
+                **_born(ev.manifest, s),
                 owner_vm_uid=_s(ev.owner_vm_uid),
                 transitions=(("Pending", at),),
             )
@@ -271,16 +268,9 @@ def evolve_migration(view: MigrationView | None, s: Stored) -> MigrationView | N
     at = ev.meta.occurred_at
     if view is None:
         if isinstance(ev, MigrationRequested):
-            m = ev.manifest["metadata"]
             return MigrationView(
-                namespace=_s(m.get("namespace", "")),
-                name=_s(m["name"]),
-                uid=_uid(ev.manifest),
-                manifest_json=pack_manifest(ev.manifest),
+                **_born(ev.manifest, s),
                 vmi_name=(ev.manifest.get("spec") or {}).get("vmiName", ""),
-                created_at=at,
-                version=s.seq,
-                resource_version=s.seq,
                 transitions=(("Pending", at),),
             )
         return None
