@@ -14,7 +14,6 @@ from typing import Any, TypeVar
 
 import httpx
 import msgspec
-import nats
 import typer
 import yaml
 from nats.aio.client import Client as NATS
@@ -26,6 +25,7 @@ from rich.table import Table
 from events.envelope import Stored
 from events.meta import Kind
 from eventstore import dead_letters
+from eventstore.connection import Unreachable, connect_once
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from projections import replay as log_view
@@ -61,11 +61,12 @@ def _run(nats_url: str, stream: str, body: Callable[[JetStreamStore], Awaitable[
 
     async def main() -> T:
         try:
-            nc: NATS = await nats.connect(
-                nats_url, connect_timeout=3, max_reconnect_attempts=0, allow_reconnect=False
-            )
-        except Exception as e:
-            raise _fail(f"cannot connect to NATS at {nats_url}: {e}") from None
+            nc: NATS = await connect_once(nats_url)
+        except Unreachable:
+            raise _fail(
+                f"cannot connect to NATS at {nats_url}: is `virtstream up` running? "
+                "(another server: --nats-url)"
+            ) from None
         try:
             store = JetStreamStore(nc, _settings(stream))
             try:

@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any
 
-import nats
 import uvicorn
 
+from eventstore.connection import connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from readside.runner import WATCH_HISTORY, ProjectionRunner
@@ -28,7 +28,7 @@ async def serve(
     watch_history: int = WATCH_HISTORY,
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM."""
-    nc = await nats.connect(nats_url)
+    nc = await connect_service(nats_url, "virt-api")
     store = JetStreamStore(nc, settings or StreamSettings.from_env())
     await store.ensure()
     # the api and its read replicas fold the same views: one shared snapshot name
@@ -47,7 +47,9 @@ async def serve(
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m services.api")
-    parser.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    parser.add_argument(
+        "--nats-url", default="nats://127.0.0.1:4222", help="one URL or a comma-separated list"
+    )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--read-only", action="store_true", help="serve reads only (replica)")

@@ -24,6 +24,7 @@ from nats.aio.client import Client as NATS
 from events import subjects
 from events.codec import event_type
 from events.envelope import ConcurrencyConflict, Context, Decision, Stored, Undecodable
+from eventstore.connection import connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.port import Delivery, EventLog
 from eventstore.settings import StreamSettings
@@ -36,14 +37,8 @@ log = structlog.get_logger()
 MAX_CONFLICT_RETRIES = 8
 
 
-async def connect(url: str, name: str) -> NATS:
-    return await nats.connect(
-        url,
-        name=name,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.25,
-        connect_timeout=5,
-    )
+async def connect(urls: str, name: str) -> NATS:
+    return await connect_service(urls, name)
 
 
 class ServiceShell(Generic[S]):
