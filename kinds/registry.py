@@ -35,6 +35,10 @@ class Registry:
             self._by_event_kind.setdefault(spec.event_kind, spec)
             if (spec.scope is Scope.CLUSTER) != (spec.event_kind in CLUSTER_SCOPED):
                 raise ValueError(f"{spec.kind}: scope {spec.scope} but events of {spec.event_kind}")
+            # a served verb needs its hook: the routes are built from the verbs
+            for verb, hook in (("create", spec.created), ("delete", spec.delete)):
+                if verb in spec.verbs and hook is None:
+                    raise ValueError(f"{spec.kind}: serves {verb} but has no hook for it")
 
     def with_(self, *specs: KindSpec) -> Registry:
         return Registry((*self.specs, *specs))

@@ -199,7 +199,7 @@ def update(
     raw: JSON,
     ctx: RequestContext,
     *,
-    updatable: tuple[str, ...] = ("virtualmachines", "migrationpolicies"),
+    updatable: tuple[str, ...],
 ) -> Outcome:
     """Replace the object (on its resourceVersion and uid, when the body gives them).
     `updatable`: the plurals that accept updates, for the refusal's message."""
