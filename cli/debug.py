@@ -28,6 +28,7 @@ from eventstore import dead_letters
 from eventstore.connection import Unreachable, connect_once
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
+from kinds.registry import REGISTRY
 from projections import replay as log_view
 from projections.cluster import Cluster
 from readside import causality, snapshots, timetravel, verify
@@ -112,7 +113,7 @@ def events(
     stream: str = StreamName,
 ) -> None:
     """The raw event log, one line per event (filtered on the server)."""
-    agg = log_view.parse_ref(aggregate) if aggregate else None
+    agg = REGISTRY.parse_ref(aggregate) if aggregate else None
     filters = log_view.event_filters(agg, etype or None)
     start = log_view.parse_point(since, time.time()) if since else None
     console = _console()
@@ -154,7 +155,7 @@ def replay(
     stream: str = StreamName,
 ) -> None:
     """Each event of an object with the object's change after it."""
-    agg = log_view.parse_ref(ref)
+    agg = REGISTRY.parse_ref(ref)
     point = log_view.parse_point(until, time.time()) if until else None
     steps = _run(nats_url, stream, lambda store: timetravel.aggregate_replay(store, agg, point))
     if output == "json":
@@ -208,7 +209,7 @@ def at(
     stream: str = StreamName,
 ) -> None:
     """Objects as they were at a stream sequence or a time (time travel)."""
-    k = log_view.parse_kind(kind)
+    k = REGISTRY.parse_kind(kind)
     p = log_view.parse_point(point, time.time())
 
     async def body(store: JetStreamStore) -> tuple[int, list[dict[str, Any]]]:
@@ -233,19 +234,19 @@ def objects_at(
 ) -> list[dict[str, Any]]:
     """The rendered objects of `kind` (one when `name` is given) in a rebuilt cluster."""
     if name:
-        if kind in log_view.CLUSTER_SCOPED or "/" in name:
+        if not REGISTRY.of(kind).namespaced or "/" in name:
             k = name
         else:
             k = f"{namespace or 'default'}/{name}"
-        obj = log_view.render_object(cluster, kind, k, now)
+        obj = REGISTRY.render_object(cluster, kind, k, now)
         return [obj] if obj is not None else []
-    objs = log_view.render_all(cluster, kind, now)
+    objs = REGISTRY.render_all(cluster, kind, now)
     return [o for k, o in objs.items() if not namespace or k.startswith(f"{namespace}/")]
 
 
 def summary_table(kind: Kind, objs: list[dict[str, Any]], seq: int) -> Table:
     t = Table(title=f"{kind}s at sequence {seq}", box=None, title_justify="left")
-    scoped = kind not in log_view.CLUSTER_SCOPED
+    scoped = REGISTRY.of(kind).namespaced
     if scoped:
         t.add_column("NAMESPACE")
     t.add_column("NAME")
@@ -275,7 +276,7 @@ def why(
     stream: str = StreamName,
 ) -> None:
     """The causal chain behind an object's current state, with each hop's latency."""
-    agg = log_view.parse_ref(ref)
+    agg = REGISTRY.parse_ref(ref)
     chain = _run(nats_url, stream, lambda store: causality.why(store, agg, anchor_seq=seq or None))
     slowest = chain.slowest
     if output == "json":

@@ -16,10 +16,11 @@ import yaml
 from rich.console import Console
 
 from cli.debug import register as register_debug
-from cli.tables import COLUMNS, header_and_rows, render
+from cli.tables import has_table, header_and_rows, render
 from cli.up import up
 from client.api import DEFAULT_SERVER, ApiError, Client, resource
 from events.manifest import ManifestError, yaml_documents
+from kinds.registry import REGISTRY
 
 app = typer.Typer(
     help="virtstream: KubeVirt's control plane as event-sourced choreography over NATS JetStream",
@@ -156,10 +157,8 @@ def create(
 
 def _ref(doc: dict[str, Any]) -> str:
     info = resource(str(doc.get("kind", "")))
-    group = info.base.split("/")[2] if info.base.startswith("/apis/") else ""
-    singular = str(doc.get("kind", "")).lower()
     name = (doc.get("metadata") or {}).get("name", "")
-    return f"{singular}.{group}/{name}" if group else f"{singular}/{name}"
+    return f"{info.singular}.{info.group}/{name}" if info.group else f"{info.singular}/{name}"
 
 
 def _exists(c: Client, doc: dict[str, Any], namespace: str | None) -> bool:
@@ -177,9 +176,15 @@ def _exists(c: Client, doc: dict[str, Any], namespace: str | None) -> bool:
 
 
 # ------------------------------------------------------------------- get
+# what kubectl users type: the plural short name (`vms`), else the plural
+KIND_HELP = " | ".join(
+    next((n for n in spec.short_names if n.endswith("s")), spec.plural) for spec in REGISTRY
+)
+
+
 @app.command()
 def get(
-    kind: str = typer.Argument(..., help="vms | vmis | vmims | nodes | migrationpolicies"),
+    kind: str = typer.Argument(..., help=KIND_HELP),
     name: str | None = typer.Argument(None),
     namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP),
     all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A"),
@@ -242,7 +247,7 @@ def _print_objects(
     elif not objs:
         where = "" if ns_col else f" in {settings.namespace} namespace"
         err.print(f"No resources found{where}.", markup=False)
-    elif kind in COLUMNS:
+    elif has_table(kind):
         _out(render(header_and_rows(kind, objs, namespace_column=ns_col, wide=output == "wide")))
 
 
@@ -257,14 +262,9 @@ def delete(
     """Delete an object."""
     with client() as c:
         c.delete(kind, name, _ns(namespace), grace_period=grace_period)
-        group = _group(kind)
-        singular = resource(kind).kind.lower()
-        _out(f'{singular}.{group} "{name}" deleted' if group else f'{singular} "{name}" deleted')
-
-
-def _group(kind: str) -> str:
-    base = resource(kind).base
-    return base.split("/")[2] if base.startswith("/apis/") else ""
+        info = resource(kind)
+        what = f"{info.singular}.{info.group}" if info.group else info.singular
+        _out(f'{what} "{name}" deleted')
 
 
 def _vm_action(fn: Callable[[Client], Any], message: str) -> None:

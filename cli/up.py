@@ -27,6 +27,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from kinds.registry import REGISTRY
 from ops import node_libvirtd
 from ops.nats_server import NatsServer, free_port
 from ops.node_libvirtd import NodeRuntime
@@ -36,9 +37,6 @@ from ops.supervisor import ServiceSpec, Supervisor, stop_recorded
 from services.launcher import rundir
 
 console = Console()
-
-API_PATH = "/apis/kubevirt.io/v1"
-SUB_PATH = "/apis/subresources.kubevirt.io/v1"
 
 
 def up(
@@ -385,25 +383,23 @@ def shutdown_vms(api_url: str, run_dir: Path, api_running: bool) -> None:
 
 
 def stop_all_through_api(api_url: str) -> None:
+    vm_kind, vmi_kind = REGISTRY.resource("vm"), REGISTRY.resource("vmi")
     with httpx.Client(base_url=api_url, timeout=5.0) as http:
-        vms = http.get(f"{API_PATH}/virtualmachines")
+        vms = http.get(vm_kind.collection_path())
         if vms.status_code == 404:
-            vms = http.get(f"{API_PATH}/namespaces/default/virtualmachines")
+            vms = http.get(vm_kind.collection_path("default"))
         owned = set()
         for vm in vms.json().get("items", []) if vms.is_success else []:
             md = vm["metadata"]
             owned.add((md.get("namespace", "default"), md["name"]))
-            r = http.put(
-                f"{SUB_PATH}/namespaces/{md.get('namespace', 'default')}"
-                f"/virtualmachines/{md['name']}/stop",
-                json={},
-            )
+            path = vm_kind.subresource_path(md["name"], "stop", md.get("namespace", "default"))
+            r = http.put(path, json={})
             console.print(f"stop vm {md['name']}: {r.status_code}")
-        vmis = http.get(f"{API_PATH}/virtualmachineinstances")
+        vmis = http.get(vmi_kind.collection_path())
         if vmis.status_code == 404:
-            vmis = http.get(f"{API_PATH}/namespaces/default/virtualmachineinstances")
+            vmis = http.get(vmi_kind.collection_path("default"))
         for vmi in vmis.json().get("items", []) if vmis.is_success else []:
             md = vmi["metadata"]
             ns = md.get("namespace", "default")
             if (ns, md["name"]) not in owned:
-                http.delete(f"{API_PATH}/namespaces/{ns}/virtualmachineinstances/{md['name']}")
+                http.delete(f"{vmi_kind.collection_path(ns)}/{md['name']}")

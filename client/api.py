@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -16,6 +15,8 @@ import msgspec
 
 from events.manifest import OBJECT_TYPES, api_group, dump, load
 from events.objects import Status
+from kinds.registry import REGISTRY, Registry
+from kinds.spec import KindSpec
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 JSON = dict[str, Any]
@@ -35,68 +36,20 @@ class ApiError(Exception):
         return self.status.reason
 
 
-@dataclass(frozen=True)
-class ResourceInfo:
-    plural: str
-    base: str  # path up to the namespace segment (namespaced) or the collection
-    namespaced: bool
-    kind: str
+def resource(kind: str, kinds: Registry = REGISTRY) -> KindSpec:
+    """A kind by any name a user may type (`vms`, `vmi`, `VirtualMachine`, ...)."""
+    return kinds.resource(kind)
 
 
-VM = ResourceInfo("virtualmachines", "/apis/kubevirt.io/v1", True, "VirtualMachine")
-VMI = ResourceInfo(
-    "virtualmachineinstances", "/apis/kubevirt.io/v1", True, "VirtualMachineInstance"
-)
-VMIM = ResourceInfo(
-    "virtualmachineinstancemigrations",
-    "/apis/kubevirt.io/v1",
-    True,
-    "VirtualMachineInstanceMigration",
-)
-POLICY = ResourceInfo(
-    "migrationpolicies", "/apis/migrations.kubevirt.io/v1alpha1", False, "MigrationPolicy"
-)
-NODE = ResourceInfo("nodes", "/api/v1", False, "Node")
-
-ALIASES: dict[str, ResourceInfo] = {}
-for _info, _names in (
-    (VM, ("vm", "vms", "virtualmachine", "virtualmachines")),
-    (VMI, ("vmi", "vmis", "virtualmachineinstance", "virtualmachineinstances")),
-    (
-        VMIM,
-        (
-            "vmim",
-            "vmims",
-            "migration",
-            "migrations",
-            "virtualmachineinstancemigration",
-            "virtualmachineinstancemigrations",
-        ),
-    ),
-    (POLICY, ("migrationpolicy", "migrationpolicies", "policy", "policies")),
-    (NODE, ("node", "nodes", "no")),
-):
-    for _n in _names:
-        ALIASES[_n] = _info
-KIND_RESOURCES = {info.kind: info for info in ALIASES.values()}
-
-
-def resource(kind: str) -> ResourceInfo:
-    try:
-        return ALIASES[kind.lower()] if kind.lower() in ALIASES else KIND_RESOURCES[kind]
-    except KeyError:
-        raise ValueError(f'the server doesn\'t have a resource type "{kind}"') from None
-
-
-def collection_path(info: ResourceInfo, namespace: str | None) -> str:
-    if info.namespaced and namespace:
-        return f"{info.base}/namespaces/{namespace}/{info.plural}"
-    return f"{info.base}/{info.plural}"
-
-
-def typed(obj: JSON) -> Any:
+def typed(obj: JSON, kinds: Registry = REGISTRY) -> Any:
     """The typed object for a server document (unknown kinds stay dicts)."""
-    t = OBJECT_TYPES.get((api_group(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))))
+    group, kind = api_group(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))
+    spec = kinds.get(kind) if kind else None
+    t = (
+        spec.object_type
+        if spec is not None and spec.group == group
+        else OBJECT_TYPES.get((group, kind))
+    )
     return load(obj, t) if t is not None else obj
 
 
@@ -124,30 +77,33 @@ def _json(resp: httpx.Response) -> Any:
 class _Requests:
     """Builds (method, path, params, body) for every call; the clients only send them."""
 
-    def __init__(self, namespace: str) -> None:
+    def __init__(self, namespace: str, kinds: Registry = REGISTRY) -> None:
         self.namespace = namespace
+        self.kinds = kinds
 
     def ns(self, namespace: str | None) -> str:
         return namespace or self.namespace
 
+    def resource(self, kind: str) -> KindSpec:
+        return self.kinds.resource(kind)
+
+    def collection(self, kind: str, namespace: str | None, all_namespaces: bool) -> str:
+        return self.resource(kind).collection_path(None if all_namespaces else self.ns(namespace))
+
     def item(self, kind: str, name: str, namespace: str | None) -> str:
-        info = resource(kind)
-        return f"{collection_path(info, self.ns(namespace))}/{name}"
+        return f"{self.resource(kind).collection_path(self.ns(namespace))}/{name}"
+
+    def sub(self, kind: str, name: str, action: str, namespace: str | None = None) -> str:
+        return self.resource(kind).subresource_path(name, action, self.ns(namespace))
 
     def vm_sub(self, name: str, action: str, namespace: str | None) -> str:
-        ns = self.ns(namespace)
-        return f"/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachines/{name}/{action}"
+        return self.sub("VirtualMachine", name, action, namespace)
 
     def vmi_sub(self, name: str, action: str, namespace: str | None) -> str:
-        ns = self.ns(namespace)
-        return (
-            f"/apis/subresources.kubevirt.io/v1/namespaces/{ns}/virtualmachineinstances/"
-            f"{name}/{action}"
-        )
+        return self.sub("VirtualMachineInstance", name, action, namespace)
 
-    @staticmethod
-    def node_sub(name: str, action: str) -> str:
-        return f"/apis/subresources.virtstream.io/v1/nodes/{name}/{action}"
+    def node_sub(self, name: str, action: str) -> str:
+        return self.sub("Node", name, action)
 
     def list_params(
         self,
@@ -172,10 +128,10 @@ class _Requests:
 
     def object_target(self, obj: JSON, namespace: str | None) -> tuple[str, str, str]:
         """(collection path, item path, name) for a document."""
-        info = resource(str(obj.get("kind", "")))
+        info = self.resource(str(obj.get("kind", "")))
         meta = obj.get("metadata") or {}
         ns = meta.get("namespace") or self.ns(namespace)
-        coll = collection_path(info, ns if info.namespaced else None)
+        coll = info.collection_path(ns if info.namespaced else None)
         return coll, f"{coll}/{meta.get('name', '')}", str(meta.get("name", ""))
 
 
@@ -183,10 +139,15 @@ class Client:
     """Synchronous client: `Client(server="http://127.0.0.1:8080")`."""
 
     def __init__(
-        self, server: str = DEFAULT_SERVER, *, namespace: str = "default", timeout: float = 30.0
+        self,
+        server: str = DEFAULT_SERVER,
+        *,
+        namespace: str = "default",
+        timeout: float = 30.0,
+        kinds: Registry = REGISTRY,
     ) -> None:
         self.http = httpx.Client(base_url=server, timeout=timeout)
-        self.r = _Requests(namespace)
+        self.r = _Requests(namespace, kinds)
 
     def close(self) -> None:
         self.http.close()
@@ -198,7 +159,7 @@ class Client:
         self.close()
 
     def _out(self, body: Any, raw: bool) -> Any:
-        return body if raw or not isinstance(body, dict) else typed(body)
+        return body if raw or not isinstance(body, dict) else typed(body, self.r.kinds)
 
     # ------------------------------------------------------------- objects
     def create(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
@@ -248,8 +209,7 @@ class Client:
         raw: bool = False,
         at: str | None = None,
     ) -> list[Any]:
-        info = resource(kind)
-        path = collection_path(info, None if all_namespaces else self.r.ns(namespace))
+        path = self.r.collection(kind, namespace, all_namespaces)
         params = self.r.list_params(label_selector, field_selector)
         if at:
             params["at"] = at
@@ -274,8 +234,7 @@ class Client:
         timeout_seconds: float | None = None,
     ) -> Iterator[tuple[str, JSON]]:
         """(type, object) pairs: ADDED/MODIFIED/DELETED, or ERROR with a Status."""
-        info = resource(kind)
-        path = collection_path(info, None if all_namespaces else self.r.ns(namespace))
+        path = self.r.collection(kind, namespace, all_namespaces)
         params = self.r.list_params(
             label_selector, field_selector, True, resource_version, timeout_seconds
         )
@@ -338,10 +297,15 @@ class AsyncClient:
     """The same calls for asyncio code: `async with AsyncClient(server) as c: await c.get(...)`."""
 
     def __init__(
-        self, server: str = DEFAULT_SERVER, *, namespace: str = "default", timeout: float = 30.0
+        self,
+        server: str = DEFAULT_SERVER,
+        *,
+        namespace: str = "default",
+        timeout: float = 30.0,
+        kinds: Registry = REGISTRY,
     ) -> None:
         self.http = httpx.AsyncClient(base_url=server, timeout=timeout)
-        self.r = _Requests(namespace)
+        self.r = _Requests(namespace, kinds)
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -353,7 +317,7 @@ class AsyncClient:
         await self.aclose()
 
     def _out(self, body: Any, raw: bool) -> Any:
-        return body if raw or not isinstance(body, dict) else typed(body)
+        return body if raw or not isinstance(body, dict) else typed(body, self.r.kinds)
 
     async def create(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
         doc = as_dict(obj)
@@ -399,8 +363,7 @@ class AsyncClient:
         raw: bool = False,
         at: str | None = None,
     ) -> list[Any]:
-        info = resource(kind)
-        path = collection_path(info, None if all_namespaces else self.r.ns(namespace))
+        path = self.r.collection(kind, namespace, all_namespaces)
         params = self.r.list_params(label_selector, field_selector)
         if at:
             params["at"] = at
@@ -426,8 +389,7 @@ class AsyncClient:
         field_selector: str | None = None,
         timeout_seconds: float | None = None,
     ) -> AsyncIterator[tuple[str, JSON]]:
-        info = resource(kind)
-        path = collection_path(info, None if all_namespaces else self.r.ns(namespace))
+        path = self.r.collection(kind, namespace, all_namespaces)
         params = self.r.list_params(
             label_selector, field_selector, True, resource_version, timeout_seconds
         )

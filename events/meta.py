@@ -18,6 +18,8 @@ class Kind(StrEnum):
 
 
 CLUSTER_SCOPE = "_"  # namespace token for cluster-scoped aggregates (nodes, policies)
+# Aggregates without a namespace: their subject carries CLUSTER_SCOPE, their key is the name.
+CLUSTER_SCOPED = frozenset({Kind.NODE, Kind.POLICY})
 
 
 class Aggregate(msgspec.Struct, frozen=True, rename="camel"):

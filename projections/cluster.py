@@ -23,7 +23,7 @@ from events.catalog import (
     VMIRemoved,
 )
 from events.envelope import Stored
-from events.meta import Kind
+from events.meta import CLUSTER_SCOPED, Aggregate, Kind
 from projections.evolve import (
     evolve_migration,
     evolve_node,
@@ -40,6 +40,11 @@ def key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
+def view_key(agg: Aggregate) -> str:
+    """The Cluster table key of an aggregate ("ns/name", or the name when cluster-scoped)."""
+    return agg.name if agg.kind in CLUSTER_SCOPED else key(agg.namespace, agg.name)
+
+
 class Cluster:
     def __init__(self) -> None:
         self.vms: dict[str, VMView] = {}
@@ -51,6 +56,22 @@ class Cluster:
         self.last_seq = 0
 
     # ------------------------------------------------------------------ queries
+    def table(self, kind: Kind) -> dict[str, Any]:
+        """The views of one kind, by key."""
+        match kind:
+            case Kind.VM:
+                return self.vms
+            case Kind.VMI:
+                return self.vmis
+            case Kind.MIGRATION:
+                return self.migrations
+            case Kind.NODE:
+                return self.nodes
+            case Kind.POLICY:
+                return self.policies
+            case _:
+                assert_never(kind)
+
     def vmi_of_vm(self, vm: VMView) -> VMIView | None:
         vmi = self.vmis.get(key(vm.namespace, vm.name))
         return vmi if vmi and vmi.owner_vm_uid == vm.uid else None
@@ -94,15 +115,8 @@ class Cluster:
     def _advance_version(self, kind: Kind, namespace: str, name: str, seq: int) -> None:
         """A retried dead letter (a copy of an event folded at its original sequence) is
         not folded again, but it is the aggregate's last event: OCC appends expect it."""
-        tables: dict[Kind, dict[str, Any]] = {
-            Kind.VM: self.vms,
-            Kind.VMI: self.vmis,
-            Kind.MIGRATION: self.migrations,
-            Kind.NODE: self.nodes,
-            Kind.POLICY: self.policies,
-        }
-        table = tables[kind]
-        k = name if kind in (Kind.NODE, Kind.POLICY) else key(namespace, name)
+        table = self.table(kind)
+        k = name if kind in CLUSTER_SCOPED else key(namespace, name)
         view = table.get(k)
         if view is not None:
             table[k] = replace(view, version=seq)

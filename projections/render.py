@@ -6,8 +6,9 @@ conditions) are computed here, at read time, not stored; the domain rules they s
 from __future__ import annotations
 
 import datetime as dt
-from typing import Any
+from typing import Any, assert_never
 
+from events.meta import Kind
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
 from projections.migratability import live_migratable
@@ -300,3 +301,20 @@ def render_policy(policy: PolicyView) -> JSON:
     obj = policy.manifest  # a fresh decode: ours to change
     obj["metadata"] = _metadata(obj, policy.resource_version, policy.created_at, uid=policy.uid)
     return obj
+
+
+def render_view(cluster: Cluster, kind: Kind, view: Any, now: float) -> JSON:
+    """Any view as the api serves it; `now` for the clock-dependent fields."""
+    match kind:
+        case Kind.VM:
+            return render_vm(cluster, view, now)
+        case Kind.VMI:
+            return render_vmi(cluster, view)
+        case Kind.MIGRATION:
+            return render_migration(view)
+        case Kind.NODE:
+            return render_node(cluster, view, now)
+        case Kind.POLICY:
+            return render_policy(view)
+        case _:
+            assert_never(kind)

@@ -22,62 +22,19 @@ from events import subjects
 from events.catalog import Event
 from events.codec import event_type
 from events.envelope import Stored
-from events.meta import CLUSTER_SCOPE, Aggregate, Kind
-from projections.cluster import Cluster, key
-from projections.render import render_migration, render_node, render_policy, render_vm, render_vmi
+from events.meta import CLUSTER_SCOPED, Aggregate, Kind
+from projections.cluster import Cluster, view_key
+from projections.render import render_view
 from projections.views import MigrationView
 
 JSON = dict[str, Any]
 
-KIND_ALIASES: dict[str, Kind] = {
-    **dict.fromkeys(("vm", "vms", "virtualmachine", "virtualmachines"), Kind.VM),
-    **dict.fromkeys(("vmi", "vmis", "virtualmachineinstance", "virtualmachineinstances"), Kind.VMI),
-    **dict.fromkeys(
-        (
-            "migration",
-            "migrations",
-            "vmim",
-            "vmims",
-            "virtualmachineinstancemigration",
-            "virtualmachineinstancemigrations",
-        ),
-        Kind.MIGRATION,
-    ),
-    **dict.fromkeys(("node", "nodes", "no"), Kind.NODE),
-    **dict.fromkeys(("policy", "policies", "migrationpolicy", "migrationpolicies"), Kind.POLICY),
-}
-CLUSTER_SCOPED = (Kind.NODE, Kind.POLICY)
 # Fields a rendered object changes on every event or with the clock: not news in a diff.
 NOISE = ("metadata.resourceVersion", "status.heartbeatAgeSeconds")
 
 
 class RefError(ValueError):
     """A KIND/NS/NAME, time or sequence the user wrote that does not parse."""
-
-
-# ------------------------------------------------------------------ parsing
-def parse_kind(text: str) -> Kind:
-    try:
-        return KIND_ALIASES[text.lower()]
-    except KeyError:
-        raise RefError(f"unknown kind {text!r} (vm, vmi, migration, node, policy)") from None
-
-
-def parse_ref(text: str) -> Aggregate:
-    """`vm/NS/NAME`, `vmi/NS/NAME`, `migration/NS/NAME`, `node/NAME`, `policy/NAME`."""
-    parts = text.split("/")
-    kind = parse_kind(parts[0])
-    if kind in CLUSTER_SCOPED and len(parts) == 2:
-        return Aggregate(kind=kind, namespace=CLUSTER_SCOPE, name=parts[1])
-    if kind not in CLUSTER_SCOPED and len(parts) == 3 and all(parts):
-        return Aggregate(kind=kind, namespace=parts[1], name=parts[2])
-    shape = f"{kind}/NAME" if kind in CLUSTER_SCOPED else f"{kind}/NAMESPACE/NAME"
-    raise RefError(f"{text!r}: expected {shape}")
-
-
-def view_key(agg: Aggregate) -> str:
-    """The Cluster table key of an aggregate ("ns/name", or the name when cluster-scoped)."""
-    return agg.name if agg.kind in CLUSTER_SCOPED else key(agg.namespace, agg.name)
 
 
 class Point(msgspec.Struct, frozen=True):
@@ -224,44 +181,22 @@ def event_json(s: Stored) -> JSON:
 
 
 # ------------------------------------------------------------ rendering
-def _gone(view: object) -> bool:
-    # as the api: a deleted migration that has finished is gone for readers
+def gone(view: object) -> bool:
+    """A deleted migration that has finished is gone for readers (Kubernetes deletes it)."""
     return isinstance(view, MigrationView) and view.deleted and view.final
-
-
-def table(cluster: Cluster, kind: Kind) -> dict[str, Any]:
-    match kind:
-        case Kind.VM:
-            return cluster.vms
-        case Kind.VMI:
-            return cluster.vmis
-        case Kind.MIGRATION:
-            return cluster.migrations
-        case Kind.NODE:
-            return cluster.nodes
-    return cluster.policies
 
 
 def render_object(cluster: Cluster, kind: Kind, k: str, now: float) -> JSON | None:
     """The object as the api would serve it from this cluster (None when it does not exist)."""
-    view = table(cluster, kind).get(k)
-    if view is None or _gone(view):
+    view = cluster.table(kind).get(k)
+    if view is None or gone(view):
         return None
-    match kind:
-        case Kind.VM:
-            return render_vm(cluster, view, now)
-        case Kind.VMI:
-            return render_vmi(cluster, view)
-        case Kind.MIGRATION:
-            return render_migration(view)
-        case Kind.NODE:
-            return render_node(cluster, view, now)
-    return render_policy(view)
+    return render_view(cluster, kind, view, now)
 
 
 def render_all(cluster: Cluster, kind: Kind, now: float) -> dict[str, JSON]:
     out: dict[str, JSON] = {}
-    for k in sorted(table(cluster, kind)):
+    for k in sorted(cluster.table(kind)):
         obj = render_object(cluster, kind, k, now)
         if obj is not None:
             out[k] = obj

@@ -21,8 +21,9 @@ import structlog
 from events.envelope import Stored
 from events.meta import Kind
 from eventstore.jetstream import JetStreamStore
-from projections.cluster import Cluster, key
-from projections.render import render_migration, render_node, render_policy, render_vm, render_vmi
+from kinds.registry import REGISTRY, Registry
+from projections.cluster import Cluster, view_key
+from projections.replay import gone
 from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
 from readside import snapshots
 from readside.metrics import ProjectionMetrics
@@ -40,11 +41,6 @@ View = VMView | VMIView | MigrationView | NodeView | PolicyView
 WATCH_HISTORY = 20_000
 
 
-def _gone(view: object) -> bool:
-    # A deleted migration that has finished is gone for readers (Kubernetes deletes it).
-    return isinstance(view, MigrationView) and view.deleted and view.final
-
-
 class ProjectionRunner:
     def __init__(
         self,
@@ -54,8 +50,10 @@ class ProjectionRunner:
         clock: Callable[[], float] = time.time,
         snapshot_name: str | None = None,
         snapshot_every: int = 10_000,
+        kinds: Registry = REGISTRY,
     ) -> None:
         self.store = store
+        self.kinds = kinds  # how each kind renders
         self.cluster = Cluster()
         self.clock = clock
         # KubeVirt's metrics are read off this fold (one registration per process)
@@ -150,7 +148,7 @@ class ProjectionRunner:
         if s.seq <= self.cluster.last_seq:
             return []
         agg = s.event.meta.aggregate
-        k = agg.name if agg.kind in (Kind.NODE, Kind.POLICY) else key(agg.namespace, agg.name)
+        k = view_key(agg)
         before = {kind: self._view(kind, k) for kind in Kind}
         touched = self.cluster.apply(s)
         self.metrics.observe(s, touched, replaying=s.seq <= self.caught_up_to)
@@ -163,10 +161,10 @@ class ProjectionRunner:
         changes: list[Change] = []
         for kind, tk in dict.fromkeys(touched):
             new = self._view(kind, tk)
-            new = None if new is None or _gone(new) else new
+            new = None if new is None or gone(new) else new
             if tk == k:
                 old = before[kind]
-                old = None if old is None or _gone(old) else old
+                old = None if old is None or gone(old) else old
             else:
                 old = new  # other keys are only ever modified by a cross-aggregate effect
             if new is not None:
@@ -221,31 +219,13 @@ class ProjectionRunner:
 
     # ----------------------------------------------------------------- reads
     def _table(self, kind: Kind) -> dict[str, Any]:
-        c = self.cluster
-        tables: dict[Kind, dict[str, Any]] = {
-            Kind.VM: c.vms,
-            Kind.VMI: c.vmis,
-            Kind.MIGRATION: c.migrations,
-            Kind.NODE: c.nodes,
-            Kind.POLICY: c.policies,
-        }
-        return tables[kind]
+        return self.cluster.table(kind)
 
     def _view(self, kind: Kind, k: str) -> Any:
-        return self._table(kind).get(k)
+        return self.cluster.table(kind).get(k)
 
     def _render(self, kind: Kind, view: Any) -> JSON:
-        match kind:
-            case Kind.VM:
-                return render_vm(self.cluster, view, self.clock())
-            case Kind.VMI:
-                return render_vmi(self.cluster, view)
-            case Kind.MIGRATION:
-                return render_migration(view)
-            case Kind.NODE:
-                return render_node(self.cluster, view, self.clock())
-            case _:
-                return render_policy(view)
+        return self.kinds.of(kind).render(self.cluster, view, self.clock())
 
     def _remember(self, kind: Kind, k: str, view: Any, obj: JSON) -> None:
         """Keep the object just rendered for this exact view: the api's response to the
@@ -271,7 +251,7 @@ class ProjectionRunner:
         """The rendered object at key ("ns/name", or the name of a node or policy).
         Shared with the render cache: callers encode it, never mutate it."""
         view = self._view(kind, k)
-        if view is None or _gone(view):
+        if view is None or gone(view):
             return None
         hit = self._fresh.get((kind, k))
         if hit is not None and hit[0] is view and hit[1] is self._joined(kind, view):

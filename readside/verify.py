@@ -16,18 +16,12 @@ import msgspec
 
 from events.meta import Kind
 from eventstore.port import EventLog
+from kinds.registry import REGISTRY, Registry
 from projections.cluster import Cluster
-from projections.replay import FieldChange, diff_objects, render_all
+from projections.replay import FieldChange, diff_objects
 
 JSON = dict[str, Any]
 
-LIST_PATHS: dict[Kind, str] = {
-    Kind.VM: "/apis/kubevirt.io/v1/virtualmachines",
-    Kind.VMI: "/apis/kubevirt.io/v1/virtualmachineinstances",
-    Kind.MIGRATION: "/apis/kubevirt.io/v1/virtualmachineinstancemigrations",
-    Kind.NODE: "/api/v1/nodes",
-    Kind.POLICY: "/apis/migrations.kubevirt.io/v1alpha1/migrationpolicies",
-}
 # Rendered from the reader's clock, not from events.
 CLOCK_FIELDS = ("status.heartbeatAgeSeconds",)
 
@@ -54,11 +48,9 @@ class LiveList(msgspec.Struct, frozen=True):
     items: dict[str, JSON]
 
 
-def object_key(kind: Kind, obj: JSON) -> str:
+def object_key(kind: Kind, obj: JSON, kinds: Registry = REGISTRY) -> str:
     md = obj.get("metadata") or {}
-    if kind in (Kind.NODE, Kind.POLICY):
-        return str(md.get("name", ""))
-    return f"{md.get('namespace', '')}/{md.get('name', '')}"
+    return kinds.of(kind).key(str(md.get("namespace", "")), str(md.get("name", "")))
 
 
 def compare(kind: Kind, rebuilt: dict[str, JSON], live: dict[str, JSON]) -> list[Difference]:
@@ -76,20 +68,21 @@ def compare(kind: Kind, rebuilt: dict[str, JSON], live: dict[str, JSON]) -> list
     return out
 
 
-async def fetch_live(client: httpx.AsyncClient) -> dict[Kind, LiveList]:
+async def fetch_live(client: httpx.AsyncClient, kinds: Registry = REGISTRY) -> dict[Kind, LiveList]:
+    """Each kind's list across namespaces (the kinds that render each aggregate kind)."""
     out: dict[Kind, LiveList] = {}
-    for kind, path in LIST_PATHS.items():
-        r = await client.get(path)
+    for kind in dict.fromkeys(spec.event_kind for spec in kinds):
+        r = await client.get(kinds.of(kind).collection_path())
         r.raise_for_status()
         body = r.json()
         seq = int((body.get("metadata") or {}).get("resourceVersion") or 0)
-        items = {object_key(kind, o): o for o in body.get("items") or []}
+        items = {object_key(kind, o, kinds): o for o in body.get("items") or []}
         out[kind] = LiveList(seq=seq, items=items)
     return out
 
 
-async def verify(store: EventLog, client: httpx.AsyncClient) -> Report:
-    live = await fetch_live(client)
+async def verify(store: EventLog, client: httpx.AsyncClient, kinds: Registry = REGISTRY) -> Report:
+    live = await fetch_live(client, kinds)
     now = time.time()
     cluster = Cluster()
     pending = sorted(live.items(), key=lambda kv: kv[1].seq)
@@ -100,7 +93,7 @@ async def verify(store: EventLog, client: httpx.AsyncClient) -> Report:
         nonlocal compared
         while pending and pending[0][1].seq <= cluster.last_seq:
             kind, lst = pending.pop(0)
-            rebuilt = render_all(cluster, kind, now)
+            rebuilt = kinds.render_all(cluster, kind, now)
             compared += len(rebuilt.keys() | lst.items.keys())
             differences.extend(compare(kind, rebuilt, lst.items))
 

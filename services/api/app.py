@@ -9,30 +9,30 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator
-from functools import partial
-from typing import Any
+from typing import Any, assert_never
 
 import msgspec
 import yaml
-from litestar import Litestar, Request, Response, get, put, route
+from litestar import Litestar, Request, Response, get, route
 from litestar.datastructures import State
+from litestar.enums import HttpMethod
 from litestar.exceptions import HTTPException
+from litestar.handlers import HTTPRouteHandler
 from litestar.openapi import OpenAPIConfig
-from litestar.params import FromPath
 from litestar.response import Stream
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from events.manifest import ManifestError, yaml_documents
 from events.meta import Kind
+from kinds.registry import Registry
+from kinds.spec import Answer, CallArgs, KindSpec
 from projections import replay
-from projections.cluster import Cluster, key
+from projections.cluster import Cluster
 from readside import timetravel
 from readside.watch import Selector, SelectorError, TooOldResourceVersion, Watcher
 from services.api import intents
 from services.api.errors import (
-    NODES,
-    POLICIES,
     ApiError,
     Resource,
     bad_request,
@@ -46,17 +46,6 @@ from services.api.service import ApiService
 
 JSON = dict[str, Any]
 CORRELATION_HEADER = "x-correlation-id"
-KUBEVIRT = "/apis/kubevirt.io/v1"
-POLICY_BASE = "/apis/migrations.kubevirt.io/v1alpha1/migrationpolicies"
-SUBRESOURCES = "/apis/subresources.kubevirt.io/v1/namespaces/{ns:str}"
-NODE_SUBRESOURCES = "/apis/subresources.virtstream.io/v1/nodes/{name:str}/{action:str}"
-LIST_KINDS = {
-    Kind.VM: ("kubevirt.io/v1", "VirtualMachineList"),
-    Kind.VMI: ("kubevirt.io/v1", "VirtualMachineInstanceList"),
-    Kind.MIGRATION: ("kubevirt.io/v1", "VirtualMachineInstanceMigrationList"),
-    Kind.POLICY: ("migrations.kubevirt.io/v1alpha1", "MigrationPolicyList"),
-    Kind.NODE: ("v1", "NodeList"),
-}
 _json = msgspec.json.Encoder()
 
 
@@ -117,13 +106,6 @@ def _writable(api: ApiService) -> None:
         raise method_not_allowed("this is a read replica: send writes to the api")
 
 
-def _plural(plural: str) -> tuple[Kind, Resource]:
-    if plural not in intents.KINDS or plural == "migrationpolicies":
-        raise _unknown()
-    kind, res, _ = intents.KINDS[plural]
-    return kind, res
-
-
 def _unknown() -> ApiError:
     err = not_found(Resource("", "", ""), "")
     err.status.message = "the server could not find the requested resource"
@@ -134,7 +116,7 @@ def _unknown() -> ApiError:
 def _object_response(api: ApiService, outcome: intents.Outcome) -> Response[bytes]:
     obj = api.runner.get(outcome.kind, outcome.key)
     if obj is None:  # deleted at once (nothing left to tear down)
-        res = intents.RESOURCES[outcome.kind]
+        res = api.kinds.of(outcome.kind).resource
         name = outcome.key.rsplit("/", 1)[-1]
         body = {
             "apiVersion": "v1",
@@ -161,30 +143,47 @@ def _is_watch(request: Request[Any, Any, Any]) -> bool:
 
 
 async def _list_or_watch(
-    request: Request[Any, Any, Any], kind: Kind, namespace: str
+    request: Request[Any, Any, Any], spec: KindSpec, namespace: str
 ) -> Response[Any]:
     api = _api(request)
+    kind = spec.event_kind
     selector = _selector(request, kind, namespace)
     if (past := await _at(request, api)) is not None:
         cluster, now, seq = past
         items = [
             obj
-            for obj in replay.render_all(cluster, kind, now).values()
-            if selector.matches(kind, obj)
+            for k in sorted(spec.table(cluster))
+            if (obj := _render_at(spec, cluster, k, now)) is not None
+            and selector.matches(kind, obj)
         ]
-        api_version, list_kind = LIST_KINDS[kind]
         meta = {"resourceVersion": str(seq)}
         return _respond(
-            {"apiVersion": api_version, "kind": list_kind, "metadata": meta, "items": items}
+            {
+                "apiVersion": spec.api_version,
+                "kind": spec.list_kind,
+                "metadata": meta,
+                "items": items,
+            }
         )
     if _is_watch(request):
+        if "watch" not in spec.verbs or not _renders_own(api, spec):
+            raise method_not_allowed()
         return _watch(request, api, selector)
-    api_version, list_kind = LIST_KINDS[kind]
+    if _renders_own(api, spec):
+        items = api.runner.list(selector)
+    else:
+        now = api.runner.clock()
+        items = [
+            obj
+            for k in sorted(spec.table(api.cluster))
+            if (obj := _render_at(spec, api.cluster, k, now)) is not None
+            and selector.matches(kind, obj)
+        ]
     body = {
-        "apiVersion": api_version,
-        "kind": list_kind,
+        "apiVersion": spec.api_version,
+        "kind": spec.list_kind,
         "metadata": {"resourceVersion": str(api.runner.last_seq)},
-        "items": api.runner.list(selector),
+        "items": items,
     }
     return _respond(body)
 
@@ -233,17 +232,31 @@ async def _next(watcher: Watcher, wait: float | None) -> JSON | None:
     return item
 
 
-async def _get_one(
-    request: Request[Any, Any, Any], kind: Kind, k: str, res: Resource
-) -> Response[Any]:
+def _renders_own(api: ApiService, spec: KindSpec) -> bool:
+    """The kind is the one its aggregates' events render as, so the read side's renders
+    (its cache, its watches) are this kind's; another view of the same aggregates renders
+    from the fold on each read and cannot be watched."""
+    return api.runner.kinds.of(spec.event_kind) is spec
+
+
+def _render_at(spec: KindSpec, cluster: Cluster, k: str, now: float) -> JSON | None:
+    view = spec.table(cluster).get(k)
+    if view is None or replay.gone(view):
+        return None
+    return spec.render(cluster, view, now)
+
+
+async def _get_one(request: Request[Any, Any, Any], spec: KindSpec, k: str) -> Response[Any]:
     api = _api(request)
     if (past := await _at(request, api)) is not None:
         cluster, now, _ = past
-        obj = replay.render_object(cluster, kind, k, now)
+        obj = _render_at(spec, cluster, k, now)
+    elif _renders_own(api, spec):
+        obj = api.runner.get(spec.event_kind, k)
     else:
-        obj = api.runner.get(kind, k)
+        obj = _render_at(spec, api.cluster, k, api.runner.clock())
     if obj is None:
-        raise not_found(res, k.rsplit("/", 1)[-1])
+        raise not_found(spec.resource, k.rsplit("/", 1)[-1])
     return _respond(obj)
 
 
@@ -268,172 +281,111 @@ async def _at(
     return cluster, point.time if point.time is not None else time.time(), seq
 
 
-def _grace(request: Request[Any, Any, Any], body: JSON) -> int | None:
-    value = request.query_params.get("gracePeriodSeconds")
-    if value is None:
-        value = body.get("gracePeriodSeconds", body.get("gracePeriod"))
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        raise bad_request(f"invalid gracePeriodSeconds: {value!r}") from None
+# ------------------------------------------------------------- kind routes
+def _args(request: Request[Any, Any, Any], body: JSON) -> CallArgs:
+    return CallArgs(body=body, query=dict(request.query_params))
 
 
-# ----------------------------------------------------------- kubevirt.io/v1
-@route(
-    f"{KUBEVIRT}/namespaces/{{ns:str}}/{{plural:str}}", http_method=["GET", "POST"], status_code=200
-)
-async def collection(
-    request: Request[Any, Any, Any], ns: FromPath[str], plural: FromPath[str]
-) -> Response[Any]:
-    kind, _ = _plural(plural)
-    if request.method == "GET":
-        return await _list_or_watch(request, kind, ns)
-    api = _api(request)
-    _writable(api)
-    body = await _body(request)
-    decide = partial(_create, plural=plural, ns=ns, body=body)
-    outcome = await api.execute(decide, _correlation_id(request))
-    return _object_response(api, outcome)
-
-
-def _create(
-    cluster: Any, ctx: intents.RequestContext, *, plural: str, ns: str, body: JSON
-) -> intents.Outcome:
-    return intents.create(cluster, plural, ns, body, ctx)
-
-
-@get(f"{KUBEVIRT}/{{plural:str}}")
-async def all_namespaces(request: Request[Any, Any, Any], plural: FromPath[str]) -> Response[Any]:
-    kind, _ = _plural(plural)
-    return await _list_or_watch(request, kind, "")
-
-
-@route(
-    f"{KUBEVIRT}/namespaces/{{ns:str}}/{{plural:str}}/{{name:str}}",
-    http_method=["GET", "PUT", "DELETE"],
-    status_code=200,
-)
-async def item(
-    request: Request[Any, Any, Any], ns: FromPath[str], plural: FromPath[str], name: FromPath[str]
-) -> Response[Any]:
-    kind, res = _plural(plural)
-    if request.method == "GET":
-        return await _get_one(request, kind, key(ns, name), res)
-    api = _api(request)
-    _writable(api)
-    body = await _body(request)
-    if request.method == "PUT":
+def _collection(spec: KindSpec) -> Any:
+    async def collection(request: Request[Any, Any, Any]) -> Response[Any]:
+        ns = request.path_params.get("ns", "")
+        if request.method == "GET":
+            return await _list_or_watch(request, spec, ns)
+        api = _api(request)
+        _writable(api)
+        body = await _body(request)
         outcome = await api.execute(
-            lambda c, ctx: intents.update(c, plural, ns, name, body, ctx), _correlation_id(request)
+            lambda c, ctx: intents.create(c, spec, ns, body, ctx), _correlation_id(request)
         )
         return _object_response(api, outcome)
-    grace = _grace(request, body)
-    outcome = await api.execute(
-        lambda c, ctx: intents.delete(c, plural, ns, name, grace, ctx), _correlation_id(request)
-    )
-    return _object_response(api, outcome)
+
+    return collection
 
 
-# --------------------------------------------------- migration policies
-@route(POLICY_BASE, http_method=["GET", "POST"], status_code=200)
-async def policies(request: Request[Any, Any, Any]) -> Response[Any]:
-    if request.method == "GET":
-        return await _list_or_watch(request, Kind.POLICY, "")
-    api = _api(request)
-    _writable(api)
-    body = await _body(request)
-    outcome = await api.execute(
-        lambda c, ctx: intents.create(c, "migrationpolicies", "", body, ctx),
-        _correlation_id(request),
-    )
-    return _object_response(api, outcome)
+def _all_namespaces(spec: KindSpec) -> Any:
+    async def all_namespaces(request: Request[Any, Any, Any]) -> Response[Any]:
+        return await _list_or_watch(request, spec, "")
+
+    return all_namespaces
 
 
-@route(f"{POLICY_BASE}/{{name:str}}", http_method=["GET", "PUT", "DELETE"], status_code=200)
-async def policy(request: Request[Any, Any, Any], name: FromPath[str]) -> Response[Any]:
-    if request.method == "GET":
-        return await _get_one(request, Kind.POLICY, name, POLICIES)
-    api = _api(request)
-    _writable(api)
-    body = await _body(request)
-    if request.method == "PUT":
-        fn = partial(intents.update, plural="migrationpolicies", namespace="", name=name, raw=body)
-    else:
-        fn = partial(
-            intents.delete, plural="migrationpolicies", namespace="", name=name, grace=None
+def _item(spec: KindSpec) -> Any:
+    async def item(request: Request[Any, Any, Any]) -> Response[Any]:
+        ns, name = request.path_params.get("ns", ""), request.path_params["name"]
+        if request.method == "GET":
+            return await _get_one(request, spec, spec.key(ns, name))
+        api = _api(request)
+        _writable(api)
+        body = await _body(request)
+        if request.method == "PUT":
+            updatable = api.kinds.updatable
+            outcome = await api.execute(
+                lambda c, ctx: intents.update(c, spec, ns, name, body, ctx, updatable=updatable),
+                _correlation_id(request),
+            )
+            return _object_response(api, outcome)
+        delete = spec.delete
+        assert delete is not None  # the route serves DELETE only for kinds that have it
+        args = _args(request, body)
+        outcome = await api.execute(
+            lambda c, ctx: delete(c, ns, name, args, ctx), _correlation_id(request)
         )
-    outcome = await api.execute(lambda c, ctx: fn(c, ctx=ctx), _correlation_id(request))
-    return _object_response(api, outcome)
+        return _object_response(api, outcome)
+
+    return item
 
 
-# ------------------------------------------------------------------ nodes
-@get("/api/v1/nodes")
-async def nodes(request: Request[Any, Any, Any]) -> Response[Any]:
-    return await _list_or_watch(request, Kind.NODE, "")
-
-
-@get("/api/v1/nodes/{name:str}")
-async def node(request: Request[Any, Any, Any], name: FromPath[str]) -> Response[Any]:
-    return await _get_one(request, Kind.NODE, name, NODES)
-
-
-@put(NODE_SUBRESOURCES, status_code=202)
-async def node_action(
-    request: Request[Any, Any, Any], name: FromPath[str], action: FromPath[str]
-) -> Response[Any]:
-    if action not in ("cordon", "uncordon", "drain"):
-        raise _unknown()
-    api = _api(request)
-    _writable(api)
-    outcome = await api.execute(
-        lambda c, ctx: intents.node_action(c, name, action, ctx), _correlation_id(request)
-    )
-    return _object_response(api, outcome)
-
-
-# ----------------------------------------------------------- subresources
-@put(f"{SUBRESOURCES}/virtualmachines/{{name:str}}/{{action:str}}", status_code=202)
-async def vm_subresource(
-    request: Request[Any, Any, Any], ns: FromPath[str], name: FromPath[str], action: FromPath[str]
-) -> Response[Any]:
-    api = _api(request)
-    _writable(api)
-    body = await _body(request)
-    match action:
-        case "start":
-            paused = bool(body.get("paused", False))
-            decide: Any = lambda c, ctx: intents.start(c, ns, name, paused, ctx)  # noqa: E731
-        case "stop":
-            grace = _grace(request, body)
-            decide = lambda c, ctx: intents.stop(c, ns, name, grace, ctx)  # noqa: E731
-        case "restart":
-            grace = _grace(request, body)
-            decide = lambda c, ctx: intents.restart(c, ns, name, grace, ctx)  # noqa: E731
-        case "migrate":
-            selector = body.get("addedNodeSelector") or None
-            if selector is not None and not isinstance(selector, dict):
-                raise bad_request("addedNodeSelector must be a map of labels")
-            decide = lambda c, ctx: intents.migrate(c, ns, name, selector, ctx)  # noqa: E731
-        case _:
+def _subresource(spec: KindSpec) -> Any:
+    async def subresource(request: Request[Any, Any, Any]) -> Response[Any]:
+        ns, name = request.path_params.get("ns", ""), request.path_params["name"]
+        sub = spec.subresource(request.path_params["action"])
+        api = _api(request)
+        _writable(api)
+        if sub is None or sub.method != request.method:
             raise _unknown()
-    outcome = await api.execute(decide, _correlation_id(request))
-    if outcome.kind is Kind.MIGRATION:  # migrate answers with the migration it created
-        return _respond(api.runner.get(outcome.kind, outcome.key) or {}, 202)
-    return Response(b"", status_code=202)
+        args = _args(request, await _body(request) if sub.reads_body else {})
+        outcome = await api.execute(
+            lambda c, ctx: sub.act(c, ns, name, args, ctx), _correlation_id(request)
+        )
+        match sub.answer:
+            case Answer.EMPTY:
+                return Response(b"", status_code=sub.code)
+            case Answer.OBJECT:
+                return _object_response(api, outcome)
+            case Answer.CREATED:
+                return _respond(api.runner.get(outcome.kind, outcome.key) or {}, sub.code)
+            case _:
+                assert_never(sub.answer)
+
+    return subresource
 
 
-@put(f"{SUBRESOURCES}/virtualmachineinstances/{{name:str}}/{{action:str}}", status_code=200)
-async def vmi_subresource(
-    request: Request[Any, Any, Any], ns: FromPath[str], name: FromPath[str], action: FromPath[str]
-) -> Response[Any]:
-    api = _api(request)
-    _writable(api)
-    fns = {"pause": intents.pause, "unpause": intents.unpause, "softreboot": intents.softreboot}
-    fn = fns.get(action)
-    if fn is None:
-        raise _unknown()
-    await api.execute(lambda c, ctx: fn(c, ns, name, ctx), _correlation_id(request))
-    return Response(b"", status_code=200)
+GET, POST, PUT, DELETE = HttpMethod.GET, HttpMethod.POST, HttpMethod.PUT, HttpMethod.DELETE
+
+
+def _methods(spec: KindSpec, verbs: dict[HttpMethod, str]) -> list[HttpMethod]:
+    return [method for method, verb in verbs.items() if verb in spec.verbs]
+
+
+def kind_routes(spec: KindSpec) -> list[HTTPRouteHandler]:
+    """The REST routes of one kind, from its registry entry: the collection (list, watch,
+    create), across namespaces when namespaced, the item (get, update, delete) and one
+    route for its subresources."""
+    coll = spec.collection_path("{ns:str}") if spec.namespaced else spec.collection_path()
+    coll_methods = _methods(spec, {GET: "list", POST: "create"})
+    item_methods = _methods(spec, {GET: "get", PUT: "update", DELETE: "delete"})
+    routes = [
+        route(coll, http_method=coll_methods, status_code=200)(_collection(spec)),
+        route(f"{coll}/{{name:str}}", http_method=item_methods, status_code=200)(_item(spec)),
+    ]
+    if spec.namespaced:
+        routes.append(get(spec.collection_path())(_all_namespaces(spec)))
+    if spec.subresources:
+        path = spec.subresource_path("{name:str}", "{action:str}", "{ns:str}")
+        methods = [HttpMethod(m) for m in sorted({s.method for s in spec.subresources})]
+        code = spec.subresources[0].code
+        routes.append(route(path, http_method=methods, status_code=code)(_subresource(spec)))
+    return routes
 
 
 # ----------------------------------------------------------------- ops
@@ -496,18 +448,11 @@ def observe(app: ASGIApp) -> ASGIApp:
 
 
 def create_app(api: ApiService) -> Litestar:
+    """The app for `api`; its kinds (`api.kinds`, the registry by default) give the routes."""
+    kinds: Registry = api.kinds
     return Litestar(
         route_handlers=[
-            collection,
-            all_namespaces,
-            item,
-            policies,
-            policy,
-            nodes,
-            node,
-            node_action,
-            vm_subresource,
-            vmi_subresource,
+            *(handler for spec in kinds for handler in kind_routes(spec)),
             healthz,
             readyz,
             metrics,

@@ -18,25 +18,14 @@ class ApiError(Exception):
 
 
 class Resource:
-    """A resource's names as Kubernetes prints them: `virtualmachines.kubevirt.io`."""
+    """A resource's names as Kubernetes prints them: `virtualmachines.kubevirt.io`
+    (each kind's come from its registry entry, `kinds.spec.KindSpec.resource`)."""
 
     def __init__(self, plural: str, group: str, kind: str) -> None:
         self.plural, self.group, self.kind = plural, group, kind
 
     def __str__(self) -> str:
         return f"{self.plural}.{self.group}" if self.group else self.plural
-
-
-VMS = Resource("virtualmachines", "kubevirt.io", "VirtualMachine")
-VMIS = Resource("virtualmachineinstances", "kubevirt.io", "VirtualMachineInstance")
-MIGRATIONS = Resource(
-    "virtualmachineinstancemigrations", "kubevirt.io", "VirtualMachineInstanceMigration"
-)
-POLICIES = Resource("migrationpolicies", "migrations.kubevirt.io", "MigrationPolicy")
-NODES = Resource("nodes", "", "Node")
-# KubeVirt's subresource handlers name the singular resource in their conflicts.
-VM_SUBRESOURCE = Resource("virtualmachine", "kubevirt.io", "VirtualMachine")
-VMI_SUBRESOURCE = Resource("virtualmachineinstance", "kubevirt.io", "VirtualMachineInstance")
 
 
 def _status(
@@ -103,12 +92,3 @@ def timeout(message: str) -> ApiError:
 
 def internal(message: str) -> ApiError:
     return _status(500, "InternalError", message)
-
-
-RESOURCE_OF_KIND = {
-    "vm": VMS,
-    "vmi": VMIS,
-    "migration": MIGRATIONS,
-    "policy": POLICIES,
-    "node": NODES,
-}

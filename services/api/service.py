@@ -12,9 +12,10 @@ from collections.abc import Callable
 from events.codec import event_type
 from events.envelope import ConcurrencyConflict
 from eventstore.port import EventLog
+from kinds.registry import REGISTRY, Registry
 from projections.cluster import Cluster
 from readside.runner import ProjectionRunner
-from services.api.errors import RESOURCE_OF_KIND, internal, stale, timeout
+from services.api.errors import internal, stale, timeout
 from services.api.ids import new_id
 from services.api.intents import Outcome, RequestContext
 from services.api.metrics import APPENDS, CONFLICTS
@@ -39,9 +40,12 @@ def request_context(correlation_id: str) -> RequestContext:
 class ApiService:
     """Holds the store (None on a read replica) and the projection it answers from."""
 
-    def __init__(self, runner: ProjectionRunner, store: EventLog | None) -> None:
+    def __init__(
+        self, runner: ProjectionRunner, store: EventLog | None, kinds: Registry = REGISTRY
+    ) -> None:
         self.runner = runner
         self.store = store
+        self.kinds = kinds
 
     @property
     def cluster(self) -> Cluster:
@@ -61,7 +65,7 @@ class ApiService:
             except ConcurrencyConflict as exc:
                 CONFLICTS.inc()
                 if attempt:
-                    res = RESOURCE_OF_KIND[outcome.kind]
+                    res = self.kinds.of(outcome.kind).resource
                     raise stale(res, outcome.key.rsplit("/", 1)[-1]) from None
                 actual = exc.actual if exc.actual > 0 else await self.store.stream_last_seq()
                 await self.runner.wait_for(actual, WAIT_SECONDS)

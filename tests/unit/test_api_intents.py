@@ -20,6 +20,7 @@ from events.catalog import (
 )
 from events.envelope import Stored
 from events.meta import Kind
+from kinds import vm
 from projections.cluster import Cluster
 from readside.watch import Selector, SelectorError, parse_label_selector
 from services.api import intents
@@ -71,7 +72,7 @@ def conflict_message(fn: Any, *args: Any) -> str:
 
 def test_create_defaults_and_meta() -> None:
     out = intents.create(
-        Cluster(), "virtualmachines", "default", vm_manifest("a", "Always", memory="64Mi"), ctx()
+        Cluster(), vm.SPEC, "default", vm_manifest("a", "Always", memory="64Mi"), ctx()
     )
     (append,) = out.appends
     assert append.expected == 0 and out.code == 201
@@ -83,28 +84,28 @@ def test_create_defaults_and_meta() -> None:
 
 
 def test_start_rules() -> None:
-    assert conflict_message(intents.start, with_vm("Always"), "default", "vm1", False, ctx()) == (
+    assert conflict_message(vm.start, with_vm("Always"), "default", "vm1", False, ctx()) == (
         "Always does not support manual start requests"
     )
-    assert conflict_message(
-        intents.start, with_vm("Manual", True), "default", "vm1", False, ctx()
-    ) == ("VM is already running")
-    halted = intents.start(with_vm("Halted"), "default", "vm1", True, ctx())
+    assert conflict_message(vm.start, with_vm("Manual", True), "default", "vm1", False, ctx()) == (
+        "VM is already running"
+    )
+    halted = vm.start(with_vm("Halted"), "default", "vm1", True, ctx())
     assert [type(a.event) for a in halted.appends] == [VMRunStrategyChanged, VMStartRequested]
     manual = with_vm("Manual")
-    out = intents.start(manual, "default", "vm1", False, ctx())
+    out = vm.start(manual, "default", "vm1", False, ctx())
     assert out.appends[0].expected == manual.vms["default/vm1"].version
     fold(manual, out.appends[0].event)
-    assert conflict_message(intents.start, manual, "default", "vm1", False, ctx()) == (
+    assert conflict_message(vm.start, manual, "default", "vm1", False, ctx()) == (
         "unable to complete request: stop/start already underway"
     )
 
 
 def test_stop_rules() -> None:
-    assert conflict_message(intents.stop, with_vm("Manual"), "default", "vm1", None, ctx()) == (
+    assert conflict_message(vm.stop, with_vm("Manual"), "default", "vm1", None, ctx()) == (
         "VM is not running"
     )
-    out = intents.stop(with_vm("Always", True), "default", "vm1", 3, ctx())
+    out = vm.stop(with_vm("Always", True), "default", "vm1", 3, ctx())
     stop, halted = (a.event for a in out.appends)
     assert isinstance(stop, VMStopRequested) and stop.vmi_uid == "vmi-uid"
     assert stop.grace_period_seconds == 3
@@ -112,7 +113,7 @@ def test_stop_rules() -> None:
 
 
 def test_migrate_names_the_migration() -> None:
-    out = intents.migrate(with_vm("Manual", True), "default", "vm1", {"zone": "a"}, ctx())
+    out = vm.migrate(with_vm("Manual", True), "default", "vm1", {"zone": "a"}, ctx())
     manifest = out.appends[0].event.manifest  # type: ignore[attr-defined]
     assert manifest["metadata"]["name"] == "kubevirt-migrate-vm-abcde"
     assert manifest["spec"] == {"vmiName": "vm1", "addedNodeSelector": {"zone": "a"}}

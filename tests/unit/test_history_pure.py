@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
+from kinds.registry import REGISTRY
 from projections import replay
 from projections.cluster import Cluster
 from projections.replay import FieldChange, Point, RefError
@@ -18,14 +19,14 @@ VMI1 = Aggregate(kind=Kind.VMI, namespace="default", name="vm1")
 
 
 def test_refs_and_points_parse() -> None:
-    assert replay.parse_ref("vm/default/vm1") == VM1
-    assert replay.parse_ref("vmis/default/vm1") == VMI1
-    assert replay.parse_ref("node/node-1") == Aggregate(
+    assert REGISTRY.parse_ref("vm/default/vm1") == VM1
+    assert REGISTRY.parse_ref("vmis/default/vm1") == VMI1
+    assert REGISTRY.parse_ref("node/node-1") == Aggregate(
         kind=Kind.NODE, namespace=CLUSTER_SCOPE, name="node-1"
     )
     for bad in ("vm/vm1", "node/a/b", "pod/x/y", "vm//x"):
         with pytest.raises(RefError):
-            replay.parse_ref(bad)
+            REGISTRY.parse_ref(bad)
     assert replay.parse_point("42", 0.0) == Point(seq=42)
     assert replay.parse_point("5m", now=1000.0) == Point(time=700.0)
     assert replay.parse_point("@1700000000.5", 0.0) == Point(time=1700000000.5)

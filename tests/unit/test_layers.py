@@ -101,7 +101,15 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 @pytest.mark.parametrize(
     "package",
-    ["events", "eventstore", "projections", "readside", "services/controller", "services/runtime"],
+    [
+        "events",
+        "eventstore",
+        "kinds",
+        "projections",
+        "readside",
+        "services/controller",
+        "services/runtime",
+    ],
 )
 def test_no_import_cycles(package: str) -> None:
     assert find_cycle(import_graph(package)) is None

@@ -1,0 +1,89 @@
+"""Node (core group, cluster-scoped, read-only over the api): its registry entry and the
+cordon, uncordon and drain operations (virtstream's subresources)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from events.catalog import Event, NodeCordoned, NodeDrainRequested, NodeUncordoned
+from events.meta import Kind
+from events.objects import Node
+from kinds import columns as col
+from kinds.spec import Answer, CallArgs, Column, KindSpec, Scope, Subresource
+from projections.cluster import Cluster
+from projections.evolve import evolve_node
+from projections.render import render_node
+from projections.views import NodeView
+from services.api.errors import not_found
+from services.api.intents import Append, Outcome, RequestContext, view
+
+JSON = dict[str, Any]
+
+
+def node_action(cluster: Cluster, name: str, action: str, ctx: RequestContext) -> Outcome:
+    """cordon / uncordon / drain. Repeating one is a no-op (200, nothing appended), as
+    `kubectl cordon` on a cordoned node; uncordon stops a drain."""
+    node: NodeView = view(cluster, SPEC, "", name)
+    meta = ctx.meta(Kind.NODE, "", name)
+    event: Event
+    match action:
+        case "cordon":
+            if node.cordoned:
+                return Outcome((), Kind.NODE, name, 200)
+            event = NodeCordoned(meta=meta)
+        case "uncordon":
+            if not node.cordoned and not node.draining:
+                return Outcome((), Kind.NODE, name, 200)
+            event = NodeUncordoned(meta=meta)
+        case "drain":
+            if node.draining:
+                return Outcome((), Kind.NODE, name, 200)
+            event = NodeDrainRequested(meta=meta)
+        case _:
+            raise not_found(SPEC.resource, f"{name}/{action}")
+    return Outcome((Append(event, node.version),), Kind.NODE, name, 202)
+
+
+def _action(action: str) -> Subresource:
+    def act(c: Cluster, _: str, name: str, __: CallArgs, ctx: RequestContext) -> Outcome:
+        return node_action(c, name, action, ctx)
+
+    return Subresource(action, act, answer=Answer.OBJECT, reads_body=False)
+
+
+def _status_cell(o: JSON) -> str:
+    ready = "Ready" if col.ready(o) == "True" else "NotReady"
+    return ready + ("" if col.status(o).get("schedulable", True) else ",SchedulingDisabled")
+
+
+def _used(o: JSON, resource: str) -> str:
+    allocated = col.status(o).get("allocated") or {}
+    capacity = col.status(o).get("capacity") or {}
+    return f"{allocated.get(resource, '0')}/{capacity.get(resource, '0')}"
+
+
+SPEC = KindSpec(
+    group="",
+    version="v1",
+    kind="Node",
+    plural="nodes",
+    singular="node",
+    short_names=("no",),
+    scope=Scope.CLUSTER,
+    verbs=("get", "list", "watch"),
+    event_kind=Kind.NODE,
+    object_type=Node,
+    subresource_group="subresources.virtstream.io",
+    subresources=(_action("cordon"), _action("uncordon"), _action("drain")),
+    columns=(
+        Column("NAME", col.name),
+        Column("STATUS", _status_cell),
+        Column("VMIS", lambda o: str((col.status(o).get("allocated") or {}).get("vmis", 0))),
+        Column("CPU", lambda o: _used(o, "cpu")),
+        Column("MEMORY", lambda o: _used(o, "memory")),
+        Column("AGE", col.age),
+    ),
+    table=lambda c: c.nodes,
+    render=render_node,
+    evolve=evolve_node,
+)

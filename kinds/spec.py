@@ -1,0 +1,171 @@
+"""What a resource kind is, once: its names, scope, verbs, subresources, printer columns,
+and the hooks (admission, events, fold, render) the api, the client and the CLI derive
+their tables from."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from enum import StrEnum
+from typing import Any
+
+import msgspec
+
+from events.catalog import Event
+from events.envelope import Stored
+from events.meta import Kind, Meta
+from projections.cluster import Cluster
+from services.api.errors import Resource
+from services.api.intents import Outcome, RequestContext, grace_period
+
+JSON = dict[str, Any]
+
+
+class Scope(StrEnum):
+    """A CRD's `spec.scope`."""
+
+    NAMESPACED = "Namespaced"
+    CLUSTER = "Cluster"
+
+
+class PrinterColumn(msgspec.Struct, frozen=True):
+    """A CRD's additionalPrinterColumn (KubeVirt's own, for kubectl's Table output)."""
+
+    name: str
+    type: str
+    json_path: str
+    priority: int = 0
+    description: str = ""
+
+
+class Column(msgspec.Struct, frozen=True):
+    """A column of `virtstream get`'s table; `wide` ones only with `-o wide`."""
+
+    header: str
+    cell: Callable[[JSON], str]
+    wide: bool = False
+
+
+class Answer(StrEnum):
+    """What a subresource answers once its events are appended."""
+
+    EMPTY = "empty"  # no body, the subresource's code (KubeVirt's start/stop/pause/...)
+    OBJECT = "object"  # the object the outcome names, with the outcome's code
+    CREATED = "created"  # the object the outcome created, with the subresource's code
+
+
+class CallArgs(msgspec.Struct, frozen=True):
+    """What a delete or subresource call's pure act reads: the JSON body and the query."""
+
+    body: JSON
+    query: Mapping[str, str]
+
+    def grace(self) -> int | None:
+        return grace_period(self.query, self.body)
+
+
+Act = Callable[[Cluster, str, str, CallArgs, RequestContext], Outcome]
+
+
+class Subresource(msgspec.Struct, frozen=True):
+    """`PUT .../{plural}/{name}/{action}` on the kind's subresource group. `act` is pure:
+    (cluster, namespace, name, request, context) → Outcome (namespace "" if cluster-scoped)."""
+
+    name: str
+    act: Act
+    code: int = 202
+    answer: Answer = Answer.EMPTY
+    reads_body: bool = True  # a body that does not parse is a 400 only when it is read
+    method: str = "PUT"
+
+
+Admit = Callable[[Cluster, Any, str], tuple[Any, list[Any]]]
+Delete = Act  # (cluster, namespace, name, args, context) → Outcome
+Render = Callable[[Cluster, Any, float], JSON]
+
+
+class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """One resource kind.
+
+    `admit(cluster, typed, uid) -> (typed, causes)` defaults then validates (the webhooks);
+    `created` / `updated` build the event a create / update appends (None: the verb is
+    refused: a create route is not served, an update answers 400 as KubeVirt's immutable
+    kinds do); `delete` is the pure delete intent. `table` and `render` are how the read side
+    lists and serves it; `evolve` is the pure fold of its own events (`Cluster.apply` adds
+    the joins between kinds)."""
+
+    group: str  # "" for the core group
+    version: str
+    kind: str
+    plural: str
+    singular: str
+    short_names: tuple[str, ...] = ()
+    aliases: tuple[str, ...] = ()  # virtstream's extra CLI names (`migration`, `policy`)
+    categories: tuple[str, ...] = ()
+    scope: Scope = Scope.NAMESPACED
+    verbs: tuple[str, ...] = ("get", "list", "watch", "create", "update", "delete")
+    event_kind: Kind
+    object_type: type[Any]
+    subresource_group: str = "subresources.kubevirt.io"
+    subresources: tuple[Subresource, ...] = ()
+    printer_columns: tuple[PrinterColumn, ...] = ()
+    columns: tuple[Column, ...] = ()
+    admit: Admit | None = None
+    created: Callable[[Meta, JSON], Event] | None = None
+    updated: Callable[[Meta, JSON], Event] | None = None
+    delete: Delete | None = None
+    table: Callable[[Cluster], Mapping[str, Any]]
+    render: Render
+    evolve: Callable[[Any, Stored], Any] | None = None
+
+    # ----------------------------------------------------------------- names
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def list_kind(self) -> str:
+        return f"{self.kind}List"
+
+    @property
+    def namespaced(self) -> bool:
+        return self.scope is Scope.NAMESPACED
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every name a user may type for it (lower case)."""
+        return (self.singular, self.plural, *self.short_names, *self.aliases)
+
+    @property
+    def resource(self) -> Resource:
+        """As Kubernetes names it in errors: `virtualmachines.kubevirt.io`."""
+        return Resource(self.plural, self.group, self.kind)
+
+    @property
+    def subresource_resource(self) -> Resource:
+        """KubeVirt's subresource handlers name the singular in their conflicts."""
+        return Resource(self.singular, self.group, self.kind)
+
+    # ----------------------------------------------------------------- paths
+    @property
+    def base(self) -> str:
+        """The group/version prefix: `/apis/kubevirt.io/v1`, `/api/v1` for the core group."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def collection_path(self, namespace: str | None = None) -> str:
+        """The collection; across namespaces (or cluster-scoped) without a namespace."""
+        if self.namespaced and namespace:
+            return f"{self.base}/namespaces/{namespace}/{self.plural}"
+        return f"{self.base}/{self.plural}"
+
+    def subresource_path(self, name: str, action: str, namespace: str | None = None) -> str:
+        base = f"/apis/{self.subresource_group}/{self.version}"
+        if self.namespaced:
+            base = f"{base}/namespaces/{namespace}"
+        return f"{base}/{self.plural}/{name}/{action}"
+
+    def subresource(self, name: str) -> Subresource | None:
+        return next((s for s in self.subresources if s.name == name), None)
+
+    def key(self, namespace: str, name: str) -> str:
+        """The Cluster table key: "ns/name", or the name when cluster-scoped."""
+        return f"{namespace}/{name}" if self.namespaced else name

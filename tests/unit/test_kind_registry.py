@@ -1,0 +1,259 @@
+"""The registry of kinds: the real kinds are what every surface serves, and a kind
+registered through the registry alone (no other module edited) appears in the api's
+routes and answers requests, in the client's paths and in the CLI's tables, without
+changing what the default registry gives the other tests."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, cast
+
+import pytest
+from litestar.testing import TestClient
+
+from cli.tables import has_table, header_and_rows, render
+from client.api import _Requests, resource, typed
+from events.catalog import VMICreated
+from events.envelope import Stored
+from events.manifest import OBJECT_TYPES
+from events.meta import CLUSTER_SCOPED, Kind
+from events.objects import VirtualMachineInstance
+from kinds import columns as col
+from kinds.registry import REGISTRY, Registry
+from kinds.spec import CallArgs, Column, KindSpec, PrinterColumn, Scope, Subresource
+from projections.cluster import Cluster
+from projections.render import render_view
+from projections.views import VMIView
+from readside.runner import ProjectionRunner
+from services.api.app import create_app
+from services.api.errors import conflict
+from services.api.intents import Outcome, RequestContext
+from services.api.service import ApiService
+from tests.factories import meta
+
+JSON = dict[str, Any]
+GROUP = "toys.virtstream.io"
+
+
+def vmi_manifest(name: str) -> JSON:
+    return {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {},
+    }
+
+
+def _poke(c: Cluster, ns: str, name: str, _: CallArgs, __: RequestContext) -> Outcome:
+    raise conflict(TOY.subresource_resource, name, "toys cannot be poked")
+
+
+def _render_toy(_: Cluster, vmi: VMIView, __: float) -> JSON:
+    return {
+        "apiVersion": f"{GROUP}/v1alpha1",
+        "kind": "Toy",
+        "metadata": {"name": vmi.name, "namespace": vmi.namespace},
+        "status": {"phase": vmi.phase},
+    }
+
+
+# A read-only view of the VMIs in another group: a second kind over an existing aggregate.
+TOY = KindSpec(
+    group=GROUP,
+    version="v1alpha1",
+    kind="Toy",
+    plural="toys",
+    singular="toy",
+    short_names=("ty",),
+    verbs=("get", "list"),
+    event_kind=Kind.VMI,
+    object_type=VirtualMachineInstance,
+    subresource_group=f"subresources.{GROUP}",
+    subresources=(Subresource("poke", _poke),),
+    printer_columns=(PrinterColumn("Phase", "string", ".status.phase"),),
+    columns=(
+        Column("NAME", col.name),
+        Column("PHASE", lambda o: str(col.status(o).get("phase", ""))),
+        Column("TOY", lambda _: "yes", wide=True),
+    ),
+    table=lambda c: c.vmis,
+    render=_render_toy,
+)
+
+
+def _paths(kinds: Registry) -> set[str]:
+    app = create_app(ApiService(cast(Any, None), None, kinds))
+    return {r.path for r in app.routes}
+
+
+# ------------------------------------------------------------ the real kinds
+def test_every_aggregate_kind_has_one_registered_kind() -> None:
+    assert [s.event_kind for s in REGISTRY] == list(Kind)
+    for spec in REGISTRY:
+        assert REGISTRY.of(spec.event_kind) is spec
+        assert (spec.scope is Scope.CLUSTER) == (spec.event_kind in CLUSTER_SCOPED)
+        assert OBJECT_TYPES[(spec.group, spec.kind)] is spec.object_type
+        if "create" in spec.verbs:
+            assert spec.created is not None
+        if "delete" in spec.verbs:
+            assert spec.delete is not None
+
+
+def test_registry_names_are_the_ones_users_type() -> None:
+    for name, kind in (
+        ("vm", "VirtualMachine"),
+        ("VMs", "VirtualMachine"),
+        ("VirtualMachine", "VirtualMachine"),
+        ("vmis", "VirtualMachineInstance"),
+        ("vmim", "VirtualMachineInstanceMigration"),
+        ("migrations", "VirtualMachineInstanceMigration"),
+        ("no", "Node"),
+        ("policy", "MigrationPolicy"),
+        ("migrationpolicies", "MigrationPolicy"),
+    ):
+        assert REGISTRY.resource(name).kind == kind
+    with pytest.raises(ValueError, match='the server doesn\'t have a resource type "pods"'):
+        REGISTRY.resource("pods")
+    assert str(REGISTRY.resource("vmi").resource) == "virtualmachineinstances.kubevirt.io"
+    assert str(REGISTRY.resource("nodes").resource) == "nodes"
+    assert REGISTRY.updatable == ("virtualmachines", "migrationpolicies")
+
+
+def test_kubevirt_printer_columns() -> None:
+    vmi = REGISTRY.resource("vmi").printer_columns
+    assert [(c.name, c.priority) for c in vmi] == [
+        ("Age", 0),
+        ("Phase", 0),
+        ("IP", 0),
+        ("NodeName", 0),
+        ("Ready", 0),
+        ("Live-Migratable", 1),
+        ("Paused", 1),
+    ]
+    assert [c.name for c in REGISTRY.resource("vm").printer_columns] == ["Age", "Status", "Ready"]
+    assert [c.json_path for c in REGISTRY.resource("vmim").printer_columns] == [
+        ".status.phase",
+        ".spec.vmiName",
+    ]
+
+
+def test_the_kinds_evolve_and_render_as_the_cluster_folds() -> None:
+    stored = Stored(
+        seq=1,
+        subject="",
+        time=0.0,
+        event=VMICreated(meta=meta(Kind.VMI, "a"), manifest=vmi_manifest("a")),
+    )
+    cluster = Cluster()
+    cluster.apply(stored)
+    spec = REGISTRY.of(Kind.VMI)
+    assert spec.evolve is not None
+    assert spec.table(cluster)["default/a"] == spec.evolve(None, stored)
+    view = spec.table(cluster)["default/a"]
+    assert spec.render(cluster, view, 5.0) == render_view(cluster, Kind.VMI, view, 5.0)
+
+
+def test_default_routes_are_kubevirts() -> None:
+    paths = _paths(REGISTRY)
+    assert {
+        "/apis/kubevirt.io/v1/namespaces/{ns:str}/virtualmachines",
+        "/apis/kubevirt.io/v1/namespaces/{ns:str}/virtualmachines/{name:str}",
+        "/apis/kubevirt.io/v1/virtualmachineinstances",
+        "/apis/subresources.kubevirt.io/v1/namespaces/{ns:str}/virtualmachines/{name:str}/{action:str}",
+        "/apis/migrations.kubevirt.io/v1alpha1/migrationpolicies/{name:str}",
+        "/api/v1/nodes/{name:str}",
+        "/apis/subresources.virtstream.io/v1/nodes/{name:str}/{action:str}",
+    } <= paths
+    assert not any("toys" in p for p in paths)
+
+
+# ----------------------------------------------------------------- a toy kind
+def test_a_registered_kind_gets_routes() -> None:
+    kinds = REGISTRY.with_(TOY)
+    added = _paths(kinds) - _paths(REGISTRY)
+    assert added == {
+        f"/apis/{GROUP}/v1alpha1/namespaces/{{ns:str}}/toys",
+        f"/apis/{GROUP}/v1alpha1/namespaces/{{ns:str}}/toys/{{name:str}}",
+        f"/apis/{GROUP}/v1alpha1/toys",
+        f"/apis/subresources.{GROUP}/v1alpha1/namespaces/{{ns:str}}/toys/{{name:str}}/{{action:str}}",
+    }
+    assert REGISTRY.get("toys") is None  # the default registry is untouched
+
+
+def test_a_registered_kind_answers_requests() -> None:
+    kinds = REGISTRY.with_(TOY)
+    runner = ProjectionRunner(cast(Any, None), kinds=kinds)
+    event = VMICreated(meta=meta(Kind.VMI, "a"), manifest=vmi_manifest("a"))
+    runner.fold(Stored(seq=1, subject="", time=0.0, event=event))
+    base = f"/apis/{GROUP}/v1alpha1"
+    with TestClient(app=create_app(ApiService(runner, None, kinds))) as http:
+        listed = http.get(f"{base}/namespaces/default/toys").json()
+        assert listed["kind"] == "ToyList" and listed["apiVersion"] == f"{GROUP}/v1alpha1"
+        assert listed["items"] == [_render_toy(runner.cluster, runner.cluster.vmis["default/a"], 0)]
+        assert http.get(f"{base}/toys").json()["items"] == listed["items"]
+        assert http.get(f"{base}/namespaces/default/toys/a").json()["kind"] == "Toy"
+        missing = http.get(f"{base}/namespaces/default/toys/b")
+        assert missing.status_code == 404
+        assert missing.json()["message"] == f'toys.{GROUP} "b" not found'
+        # not a verb of the kind: the method is not served
+        assert http.post(f"{base}/namespaces/default/toys", json={}).status_code == 405
+        assert http.get(f"{base}/namespaces/default/toys?watch=true").status_code == 405
+        # the real VMIs still render as VMIs
+        vmi = http.get("/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/a")
+        assert vmi.json()["kind"] == "VirtualMachineInstance"
+
+
+def test_a_registered_kind_is_in_the_clients_table() -> None:
+    kinds = REGISTRY.with_(TOY)
+    r = _Requests("default", kinds)
+    assert r.collection("ty", None, False) == f"/apis/{GROUP}/v1alpha1/namespaces/default/toys"
+    assert r.collection("toys", None, True) == f"/apis/{GROUP}/v1alpha1/toys"
+    assert r.item("Toy", "a", "ns1") == f"/apis/{GROUP}/v1alpha1/namespaces/ns1/toys/a"
+    assert r.sub("toy", "a", "poke") == (
+        f"/apis/subresources.{GROUP}/v1alpha1/namespaces/default/toys/a/poke"
+    )
+    doc = {"apiVersion": f"{GROUP}/v1alpha1", "kind": "Toy", "metadata": {"name": "a"}}
+    assert r.object_target(doc, None)[1] == f"/apis/{GROUP}/v1alpha1/namespaces/default/toys/a"
+    assert isinstance(typed(doc, kinds), VirtualMachineInstance)
+    assert typed(doc) == doc  # unknown to the default registry: stays a dict
+    with pytest.raises(ValueError):
+        resource("toys")
+
+
+def test_a_registered_kind_is_in_the_clis_tables() -> None:
+    kinds = REGISTRY.with_(TOY)
+    objs = [{"metadata": {"name": "a", "namespace": "ns1"}, "status": {"phase": "Running"}}]
+    assert has_table("toys", kinds) and not has_table("toys")
+    assert render(header_and_rows("ty", objs, kinds=kinds)) == "NAME   PHASE\na      Running"
+    wide = header_and_rows("Toy", objs, namespace_column=True, wide=True, kinds=kinds)
+    assert render(wide) == "NAMESPACE   NAME   PHASE     TOY\nns1         a      Running   yes"
+
+
+def test_cli_tables_are_unchanged_for_the_real_kinds() -> None:
+    vm = {
+        "metadata": {"name": "vm1", "namespace": "default"},
+        "status": {"printableStatus": "Running", "ready": True, "runStrategy": "Always"},
+    }
+    lines = header_and_rows("VirtualMachine", [vm], namespace_column=True, wide=True)
+    assert lines == [
+        ["NAMESPACE", "NAME", "AGE", "STATUS", "READY", "RUNSTRATEGY"],
+        ["default", "vm1", "<unknown>", "Running", "True", "Always"],
+    ]
+    node = {
+        "metadata": {"name": "n1"},
+        "status": {
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "schedulable": False,
+            "allocated": {"vmis": 2, "cpu": "2", "memory": "1Gi"},
+            "capacity": {"cpu": "4", "memory": "8Gi"},
+        },
+    }
+    assert header_and_rows("nodes", [node])[1] == [
+        "n1",
+        "Ready,SchedulingDisabled",
+        "2",
+        "2/4",
+        "1Gi/8Gi",
+        "<unknown>",
+    ]
+    assert json.dumps(header_and_rows("vmim", [])) == '[["NAME", "PHASE", "VMI"]]'
