@@ -213,6 +213,11 @@ def test_kill9_handler_keeps_the_guest_and_reattaches(up: Up) -> None:
     # re-attached: the new handler relays a pause to the same guest's launcher
     assert up.http.put(f"{SUB_VMI}/vm-cirros/pause", json={}).is_success
     until(lambda: up.domain_state(node) == libvirt.VIR_DOMAIN_PAUSED, what="paused after restart")
+    # unpause is refused until the api has folded the pause (KubeVirt: "VMI is not paused")
+    until(
+        lambda: (v := up.vmi()) and v["status"]["virtstream.io/domain"]["state"] == "Paused",
+        what="the api shows the pause",
+    )
     assert up.http.put(f"{SUB_VMI}/vm-cirros/unpause", json={}).is_success
     until(lambda: up.domain_state(node) == libvirt.VIR_DOMAIN_RUNNING, what="resumed")
     assert qemu_pid(up.running_vmi()) == pid and pid_alive(pid)
