@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from services.launcher import process
+from services.launcher import lifecycle
 from services.launcher.client import LauncherClient
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
 from services.launcher.hypervisor import (
@@ -134,7 +134,7 @@ async def test_acpi_is_resent_then_the_domain_destroyed_when_grace_runs_out(
     running: tuple[AcpiDeafHypervisor, LauncherClient, asyncio.Task[int]],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(process, "ACPI_RESEND_SECONDS", 0.1)
+    monkeypatch.setattr(lifecycle, "ACPI_RESEND_SECONDS", 0.1)
     hv, client, task = running
     started = asyncio.get_running_loop().time()
     result = await client.call(Shutdown(grace_period_seconds=0.5))
