@@ -16,6 +16,7 @@ PURE = [
     "events/*.py",
     "projections/*.py",
     "services/controller/*.py",
+    "services/launcher/lifecycle.py",
 ]
 # their shells and entry points, which do the I/O
 SHELLS = {"services/controller/service.py", "services/controller/__main__.py"}
