@@ -117,6 +117,13 @@ class NodeDecider:
         evolve(state.records, stored.event)
         migration.note_newer(state.migrations, stored)
         migration.fold(state.migrations, state.records, stored.event, self.node)
+        if stored.event.meta.aggregate.kind is Kind.VMI:
+            # a handed-off source job holds its VMI until its LauncherExited is back
+            key = vmi_key(stored.event)
+            sources = state.migrations.sources
+            for mkey in [m for m, j in sources.items() if j.vmi_key == key]:
+                if sources[mkey].stage is Stage.DONE and not owns(sources[mkey], state.records):
+                    del sources[mkey]
         return state
 
     def observe(self, state: HandlerState, obs: Input) -> HandlerState:

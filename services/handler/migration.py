@@ -328,6 +328,9 @@ def note(ms: MigrationState, n: MigrationNote) -> None:
             job = ms.sources.get(key)
             if job is None:
                 return
+            if stage is Stage.DONE and not job.handed_off:
+                del ms.sources[key]  # nothing left to do or to hold (a redelivery reads again)
+                return
             job.stage, job.since = stage, n.at
             if n.transfer is not None:
                 job.transfer = n.transfer
