@@ -48,6 +48,9 @@ class Relay(msgspec.Struct, frozen=True):
 
 
 class ReadMigration(msgspec.Struct, frozen=True):
+    """Read a migration aggregate; `MigrationRead` reports it (the read runs beside the
+    decisions: the source jobs of a node read theirs at once)."""
+
     key: str  # the migration's "ns/name"
     migration: Aggregate
 
@@ -65,12 +68,14 @@ class LauncherSeen(msgspec.Struct, frozen=True):
 
 
 class MigrationRead(msgspec.Struct, frozen=True):
-    """A migration aggregate as read (None: gone, or a newer migration of the name)."""
+    """A migration aggregate as read (None: gone, or a newer migration of the name;
+    `error`: the read failed)."""
 
     key: str
     view: MigrationView | None
     scheduled: MigrationScheduled | None
     at: float
+    error: str = ""
 
 
 class MigrationCalled(msgspec.Struct, frozen=True):

@@ -59,6 +59,7 @@ SOURCE_GONE = "Source virt-launcher exited during the migration"
 # qemu mode: a target launcher that exits because the source aborted is not "down"; wait
 # this long for the source's MigrationAborted before calling it so
 TARGET_GONE_GRACE = 2.0
+READ_RETRY = 1.0  # after a failed read of a migration aggregate
 
 
 # ---------------------------------------------------------------- folded state
@@ -86,6 +87,7 @@ class Stage(enum.Enum):
     and goes on from what it says)."""
 
     READ = "read"  # read the migration aggregate (again)
+    READING = "reading"  # a read is under way
     JUDGE = "judge"  # decide from what was read: start it, run it, or nothing to do
     TRANSFER = "transfer"  # test mode: the simulated transfer, then the handoff
     MIGRATE = "migrate"  # qemu mode: MigrateTo to the launcher
@@ -117,6 +119,7 @@ class SourceJob(msgspec.Struct, kw_only=True):
     # in memory
     stage: Stage = Stage.READ
     since: float = 0.0  # when the stage began (the waits of the handoff)
+    read_again_at: float = 0.0  # after a failed read
     view: MigrationView | None = None  # the aggregate as read
     scheduled: MigrationScheduled | None = None  # its settings and manifest
     vmi_key: str = ""
@@ -293,7 +296,10 @@ def observe(ms: MigrationState, obs: MigrationRead | MigrationCalled | Migration
         return
     match obs:
         case MigrationRead(view=view, scheduled=scheduled):
-            if job.stage is not Stage.READ:
+            if job.stage not in (Stage.READ, Stage.READING):
+                return
+            if obs.error:
+                job.stage, job.read_again_at = Stage.READ, obs.at + READ_RETRY
                 return
             job.stage, job.view, job.scheduled = Stage.JUDGE, view, scheduled
             if view is not None:

@@ -69,7 +69,11 @@ def plan_source(
     p = _Plan(job, mkey, records, observed, node, now)
     match job.stage:
         case Stage.READ:
-            return [ReadMigration(mkey, job.migration)]
+            if now < job.read_again_at:
+                return []  # the last read failed
+            return [ReadMigration(mkey, job.migration), p.step(Stage.READING)]
+        case Stage.READING:
+            return []
         case Stage.JUDGE:
             return p.judge(qemu)
         case Stage.TRANSFER:
@@ -89,6 +93,8 @@ def plan_source(
 def source_wakeup(job: SourceJob) -> float | None:
     """When the job has something to say without being told anything."""
     match job.stage:
+        case Stage.READ if job.read_again_at:
+            return job.read_again_at
         case Stage.TRANSFER if job.transfer is not None:
             return sim.due(job.transfer)
         case Stage.RELAY if job.progress is not None and job.last_report_at is not None:

@@ -92,16 +92,31 @@ class HandlerEffects:
         self.store = store
         self.inbox = inbox
         self.records = records  # the caught-up state's: which VMI a launcher runs
+        self._reads: set[asyncio.Task[None]] = set()
 
     async def open(self) -> None:
         await self.fleet.open({r.uid: key for key, r in self.records().items()})
 
     async def execute(self, action: Action) -> None:
         if isinstance(action, ReadMigration):
-            view, scheduled = await read_migration(self.store, action.migration)
-            self.inbox.put(MigrationRead(action.key, view, scheduled, time.time()))
+            task = asyncio.create_task(self._read(action))
+            self._reads.add(task)
+            task.add_done_callback(self._reads.discard)
             return
         await self.fleet.execute(action)
+
+    async def _read(self, action: ReadMigration) -> None:
+        try:
+            view, scheduled = await read_migration(self.store, action.migration)
+        except Exception as e:  # NATS away: the job reads again a little later
+            log.warning("cannot read the migration", migration=action.key, error=repr(e))
+            self.inbox.put(MigrationRead(action.key, None, None, time.time(), error=repr(e)))
+            return
+        self.inbox.put(MigrationRead(action.key, view, scheduled, time.time()))
+
+    def close(self) -> None:
+        for task in list(self._reads):
+            task.cancel()
 
 
 class Handler:
@@ -169,6 +184,7 @@ class Handler:
             qemu=cfg.launch.domain_type is not DomainType.TEST,
             hypervisor_uri=cfg.launch.hypervisor_uri,
         )
+        effects = HandlerEffects(fleet, store, inbox, lambda: self.records)
         shell: ServiceShell[HandlerState, Action, Input] = ServiceShell(
             decider,
             store,
@@ -176,7 +192,7 @@ class Handler:
             batch=64,
             tick_interval=cfg.tick_interval,
             observer=decider,
-            executor=HandlerEffects(fleet, store, inbox, lambda: self.records),
+            executor=effects,
             inbox=inbox,
         )
         self.shell = shell
@@ -202,6 +218,7 @@ class Handler:
                 heartbeats.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await heartbeats
+            effects.close()
             await fleet.close()
             if own_nc and self.nc is not None:
                 with contextlib.suppress(Exception):

@@ -30,7 +30,7 @@ from services.handler.effects import (
     Relay,
     Release,
 )
-from services.handler.migration import ABORTED_BY_USER, SOURCE_GONE, Stage
+from services.handler.migration import ABORTED_BY_USER, READ_RETRY, SOURCE_GONE, Stage
 from services.handler.migration_source import HANDOFF_WAIT, kubevirt_wording
 from services.handler.planner import Send
 from services.launcher.domain_state import DomainState, StateReason
@@ -109,9 +109,9 @@ def test_target_ready_starts_it_with_occ_on_the_version_read() -> None:
     assert start.event.meta.event_id == f"virt-handler-{NODE}/mig-uid/MigrationStarted"
     assert start.event.meta.node == NODE
     # then read again for the phase it moved to
-    assert d.respond(state, MigrationCalled(MKEY, "x", True), ctx(5.1, d)) == [
-        ReadMigration(MKEY, MIG)
-    ]
+    assert settle(d, state, d.tick(state, ctx(5.1, d))) == [ReadMigration(MKEY, MIG)]
+    assert state.migrations.sources[MKEY].stage is Stage.READING
+    assert d.tick(state, ctx(5.2, d)) == []  # one read at a time
 
 
 def test_newer_events_of_the_aggregate_make_a_read_stale() -> None:
@@ -123,7 +123,7 @@ def test_newer_events_of_the_aggregate_make_a_read_stale() -> None:
     abort = MigrationAbortRequested(meta=meta(MIG, TARGET, 15))  # not routed here
     d.evolve(state, stored(abort, 15))
     assert state.migrations.sources[MKEY].stage is Stage.READ
-    assert d.tick(state, ctx(5.2, d)) == [ReadMigration(MKEY, MIG)]
+    assert settle(d, state, d.tick(state, ctx(5.2, d))) == [ReadMigration(MKEY, MIG)]
     # the controller failed it first: nothing more to do
     assert read(d, state, "Failed", 16, 5.3) == []
     assert MKEY not in state.migrations.sources  # over: forgotten
@@ -194,7 +194,7 @@ def test_the_source_launcher_gone_mid_transfer_aborts_and_the_planner_reports_it
 
 def test_a_restarted_source_goes_on_from_the_start_and_the_folded_count() -> None:
     d, state = running_vmi()
-    deliver(d, state, prepared(), 12, 100.0)
+    d.evolve(state, stored(prepared(), 12))  # the catch-up: folded, not decided on
     for seq in (13, 14, 15):
         p = MigrationProgressed(
             meta=meta(MIG, NODE, seq),
@@ -202,8 +202,8 @@ def test_a_restarted_source_goes_on_from_the_start_and_the_folded_count() -> Non
             data_remaining_bytes=1,
             data_total_bytes=2,
         )
-        deliver(d, state, p, seq, 100.0)
-    assert d.tick(state, ctx(100.03, d)) == [ReadMigration(MKEY, MIG)]
+        d.evolve(state, stored(p, seq))
+    assert settle(d, state, d.tick(state, ctx(100.03, d))) == [ReadMigration(MKEY, MIG)]
     read(d, state, "Running", 16, 100.03, start_timestamp=100.0)
     (p4,) = events(settle(d, state, d.tick(state, ctx(100.03, d))))
     assert isinstance(p4, MigrationProgressed) and p4.meta.event_id.endswith("/4")
@@ -269,3 +269,13 @@ def test_launcher_errors_in_kubevirt_words() -> None:
         == "Live migration stuck for 5 sec and has been aborted"
     )
     assert kubevirt_wording("") == "Live migration failed"
+
+
+def test_a_failed_read_is_tried_again_a_second_later() -> None:
+    d, state = running_vmi()
+    assert deliver(d, state, prepared(), 12, 5.0) == [ReadMigration(MKEY, MIG)]
+    failed = MigrationRead(MKEY, None, None, 5.1, error="TimeoutError()")
+    d.observe(state, failed)
+    assert d.respond(state, failed, ctx(5.1, d)) == []
+    assert d.wakeup(state) == 5.1 + READ_RETRY
+    assert settle(d, state, d.tick(state, ctx(6.1, d))) == [ReadMigration(MKEY, MIG)]
