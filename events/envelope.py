@@ -52,10 +52,12 @@ class Undecodable(Exception):
 
 class Decision(msgspec.Struct, frozen=True):
     """An event to append. `occ`: append only if the aggregate is still at the version
-    this service last saw (the decision was made on that state)."""
+    this service last saw (the decision was made on that state). `expected`: the version
+    to expect instead, when the decider read the aggregate beyond the service's filters."""
 
     event: Event
     occ: bool = True
+    expected: int | None = None
 
 
 class Context:

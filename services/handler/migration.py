@@ -1,8 +1,11 @@
-"""virt-handler's part of live migration: the target prepares, the source transfers.
+"""virt-handler's part of live migration, pure: the jobs folded from the migration events
+routed to this node, the notes that keep what a job did, and the target side's planning
+(the source side's is `migration_source.py`).
 
 State (`MigrationState`) is folded from the migration events ROUTED to this node (meta.node),
 so a restarted handler rebuilds exactly what it had; events it appended for another node
-(TargetPrepared → source, MigrationSucceeded/Aborted → target) are not folded here.
+(TargetPrepared → source, MigrationSucceeded/Aborted → target) are never delivered here:
+what a job sent of those is kept by notes, in memory.
 
 Target (MigrationScheduled routed here): TargetPreparing, spawn the target launcher (test
 mode: a normal launcher, Start(paused=True); qemu mode: `migration_target=True`, it waits
@@ -15,34 +18,19 @@ pid and domain type, no phase change). MigrationFailed/Aborted → destroy the
 target launcher. The target launcher dying first → MigrationFailed("Target pod is down")
 routed to the source.
 
-Source (TargetPrepared routed here): MigrationStarted with OCC on the migration aggregate
-(the controller's abort/fail is OCC too: exactly one of them wins), then the transfer —
-test mode: `migration_sim` (SIMULATED: progress from guest memory and bandwidth), qemu
-mode: MigrateTo to the launcher, its MigrationProgress relayed — then the handoff: source
-pauses (test), MigrationSucceeded routed to the target, DomainStopped(Migrated) +
-LauncherExited(source pod) on the VMI. An abort (MigrationAbortRequested routed here), a
-MigrationFailed routed here or a timeout stop it: MigrationAborted routed to the target,
-the VM keeps running on the source.
-
-While a job is active the VMI key is OWNED here: `plan()` is not consulted for it (the
-source's handoff pause/stop and the target's paused, not-yet-ours domain are not VMI
+While a job is active the VMI key is OWNED by it: `planner.plan` is not consulted for it
+(the source's handoff pause/stop and the target's paused, not-yet-ours domain are not VMI
 events). Event ids are `virt-handler-<node>/<migration uid>/<what>[/<n>]`.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any
+import enum
 
 import msgspec
 
 from events.catalog import (
-    DomainStopped,
     Event,
-    LauncherExited,
     Manifest,
     MigrationAborted,
     MigrationAbortRequested,
@@ -52,33 +40,18 @@ from events.catalog import (
     MigrationSettings,
     MigrationStarted,
     MigrationSucceeded,
-    StopReason,
     TargetPrepared,
     TargetPreparing,
 )
-from events.envelope import ConcurrencyConflict, Stored
+from events.envelope import Stored
 from events.meta import Actor, Aggregate, Kind, Meta
-from projections.evolve import evolve_migration
 from projections.views import MigrationView
 from services.handler import migration_sim as sim
+from services.handler.effects import MigrationCalled, MigrationRead, MigrationReported
 from services.handler.planner import Append, Observed, Send, service_name
 from services.handler.state import NodeState, VMIRecord
-from services.launcher.client import LauncherGone
 from services.launcher.domain_state import DomainState
-from services.launcher.domain_xml import DomainType
-from services.launcher.protocol import (
-    AbortMigration,
-    MigrateTo,
-    MigrationProgress,
-    MigrationResult,
-    Pause,
-    Resume,
-    Shutdown,
-    Start,
-)
-
-if TYPE_CHECKING:
-    from services.handler.service import Handler
+from services.launcher.protocol import MigrationProgress, MigrationResult, Resume, Shutdown, Start
 
 TARGET_POD_DOWN = "Target pod is down"
 ABORTED_BY_USER = "Migration aborted by user"
@@ -86,6 +59,7 @@ SOURCE_GONE = "Source virt-launcher exited during the migration"
 # qemu mode: a target launcher that exits because the source aborted is not "down"; wait
 # this long for the source's MigrationAborted before calling it so
 TARGET_GONE_GRACE = 2.0
+READ_RETRY = 1.0  # after a failed read of a migration aggregate
 
 
 # ---------------------------------------------------------------- folded state
@@ -106,7 +80,27 @@ class TargetJob(msgspec.Struct, kw_only=True):
     # in memory only (their events are routed away; re-appending them is a duplicate)
     prepared_sent: bool = False
     failure_sent: bool = False
-    gone_since: float | None = None
+
+
+class Stage(enum.Enum):
+    """Where a source job stands (in memory: a restarted handler reads the aggregate again
+    and goes on from what it says)."""
+
+    READ = "read"  # read the migration aggregate (again)
+    READING = "reading"  # a read is under way
+    JUDGE = "judge"  # decide from what was read: start it, run it, or nothing to do
+    TRANSFER = "transfer"  # test mode: the simulated transfer, then the handoff
+    MIGRATE = "migrate"  # qemu mode: MigrateTo to the launcher
+    RELAY = "relay"  # qemu mode: relay the launcher's progress until its result
+    SUCCEEDED = "succeeded"  # qemu mode: MigrationSucceeded out, await the final status
+    HANDED_OFF = "handed_off"  # DomainStopped(Migrated) out, await the launcher's exit
+    DONE = "done"
+
+
+# the VMI is the job's while it stands here
+SOURCE_OWNS = frozenset(
+    {Stage.TRANSFER, Stage.MIGRATE, Stage.RELAY, Stage.SUCCEEDED, Stage.HANDED_OFF}
+)
 
 
 class SourceJob(msgspec.Struct, kw_only=True):
@@ -122,12 +116,70 @@ class SourceJob(msgspec.Struct, kw_only=True):
     progress_events: int = 0
     abort_requested: bool = False
     failure: str = ""  # a MigrationFailed routed here while Running: its reason
-    ended: bool = False  # in memory: the task finished with it
+    # in memory
+    stage: Stage = Stage.READ
+    since: float = 0.0  # when the stage began (the waits of the handoff)
+    read_again_at: float = 0.0  # after a failed read
+    view: MigrationView | None = None  # the aggregate as read
+    scheduled: MigrationScheduled | None = None  # its settings and manifest
+    vmi_key: str = ""
+    vmi_uid: str = ""
+    transfer: sim.Transfer | None = None  # test mode
+    progress_sent: int = 0  # MigrationProgressed appended by this incarnation
+    last_report_at: float | None = None
+    progress: MigrationProgress | None = None  # qemu: the latest report not relayed yet
+    called: MigrationCalled | None = None  # qemu: the launcher's answer to MigrateTo
+    abort_sent: bool = False  # qemu: AbortMigration sent
+    result: MigrationResult | None = None  # qemu: the launcher's result
+    reports_ended: bool = False  # qemu: the connection ended before a result
+    handed_off: bool = False  # the VMI's DomainStopped(Migrated) went out from here
 
 
 class MigrationState(msgspec.Struct, kw_only=True):
     targets: dict[str, TargetJob] = msgspec.field(default_factory=dict)  # by VMI key
     sources: dict[str, SourceJob] = msgspec.field(default_factory=dict)  # by migration key
+
+    def owns(self, key: str) -> bool:
+        """A job decides for this VMI key now (the planner does not)."""
+        return key in self.targets or any(
+            j.vmi_key == key and j.stage in SOURCE_OWNS for j in self.sources.values()
+        )
+
+
+# ---------------------------------------------------------------- notes
+class TargetNoted(msgspec.Struct, frozen=True):
+    """A target's TargetPrepared / TargetPodDown went out (routed to the source)."""
+
+    key: str  # the VMI's
+    prepared: bool = False
+    failed: bool = False
+
+
+class TargetOver(msgspec.Struct, frozen=True):
+    """The target job is over here: the planner decides for the VMI from now on."""
+
+    key: str
+
+
+class SourceStep(msgspec.Struct, frozen=True):
+    """A source job moves on (`transfer`: the simulation it starts)."""
+
+    key: str  # the migration's
+    stage: Stage
+    at: float = 0.0
+    transfer: sim.Transfer | None = None
+
+
+class ProgressSent(msgspec.Struct, frozen=True):
+    """MigrationProgressed/<n> went out (`transfer`: the simulation's bookkeeping after)."""
+
+    key: str
+    n: int
+    at: float
+    transfer: sim.Transfer | None = None
+
+
+MigrationNote = TargetNoted | TargetOver | SourceStep | ProgressSent
 
 
 def _key(agg: Aggregate) -> str:
@@ -172,7 +224,7 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
                     causation_id=caus,
                 )
             return None
-    target = _target_of(ms, agg)
+    target = target_of(ms, agg)
     if target is not None:
         match event:
             case TargetPreparing():
@@ -211,7 +263,7 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
     return None
 
 
-def _target_of(ms: MigrationState, agg: Aggregate) -> TargetJob | None:
+def target_of(ms: MigrationState, agg: Aggregate) -> TargetJob | None:
     for job in ms.targets.values():
         m = job.migration
         if (
@@ -221,6 +273,85 @@ def _target_of(ms: MigrationState, agg: Aggregate) -> TargetJob | None:
         ):
             return job
     return None
+
+
+def note_newer(ms: MigrationState, stored: Stored) -> None:
+    """An event of a migration a source job has read and not yet decided from: the read
+    is stale (the controller failed or aborted it first; our MigrationStarted conflicted),
+    read it again."""
+    agg = stored.event.meta.aggregate
+    if agg.kind is not Kind.MIGRATION:
+        return
+    job = ms.sources.get(_key(agg))
+    if job is None or job.stage is not Stage.JUDGE or job.view is None:
+        return
+    if stored.seq > job.view.version and (not agg.uid or agg.uid == job.migration.uid):
+        job.stage, job.view = Stage.READ, None
+
+
+def observe(ms: MigrationState, obs: MigrationRead | MigrationCalled | MigrationReported) -> None:
+    """Fold what the executors report of a source job's migration (mutates)."""
+    job = ms.sources.get(obs.key)
+    if job is None:
+        return
+    match obs:
+        case MigrationRead(view=view, scheduled=scheduled):
+            if job.stage not in (Stage.READ, Stage.READING):
+                return
+            if obs.error:
+                job.stage, job.read_again_at = Stage.READ, obs.at + READ_RETRY
+                return
+            job.stage, job.view, job.scheduled = Stage.JUDGE, view, scheduled
+            if view is not None:
+                job.vmi_key, job.vmi_uid = f"{view.namespace}/{view.vmi_name}", view.vmi_uid
+        case MigrationCalled(command="AbortMigration"):
+            job.abort_sent = True
+        case MigrationCalled():
+            job.called = obs
+        case MigrationReported(report=report):
+            if job.stage is not Stage.RELAY:
+                return
+            match report:
+                case None:
+                    job.reports_ended = True
+                case MigrationResult():
+                    job.result = report
+                case MigrationProgress() if job.view and report.migration_uid in ("", job.view.uid):
+                    job.progress = report
+
+
+def note(ms: MigrationState, n: MigrationNote) -> None:
+    """Fold what a job noted it did (mutates)."""
+    match n:
+        case TargetNoted(key=key):
+            target = ms.targets.get(key)
+            if target is not None:
+                target.prepared_sent = target.prepared_sent or n.prepared
+                target.failure_sent = target.failure_sent or n.failed
+        case TargetOver(key=key):
+            ms.targets.pop(key, None)
+        case SourceStep(key=key, stage=stage):
+            job = ms.sources.get(key)
+            if job is None:
+                return
+            if stage is Stage.DONE and not job.handed_off:
+                del ms.sources[key]  # nothing left to do or to hold (a redelivery reads again)
+                return
+            job.stage, job.since = stage, n.at
+            if n.transfer is not None:
+                job.transfer = n.transfer
+            if stage is Stage.READ:
+                job.view = None
+            elif stage is Stage.HANDED_OFF:
+                job.handed_off = True
+        case ProgressSent(key=key):
+            job = ms.sources.get(key)
+            if job is None:
+                return
+            job.progress_sent = max(job.progress_sent, n.n)
+            job.last_report_at, job.progress = n.at, None
+            if n.transfer is not None:
+                job.transfer = n.transfer
 
 
 def migration_meta(
@@ -304,7 +435,7 @@ def plan_target(
     if o.spawning:
         return out
     if o.gone or o.final is not None:
-        if not job.failure_sent and (not qemu or _grace_over(job, now)):
+        if not job.failure_sent and (not qemu or _grace_over(o, now)):
             out.append(_target_down(job, node, now))
         return out
     s = o.status
@@ -329,10 +460,15 @@ def plan_target(
     return out
 
 
-def _grace_over(job: TargetJob, now: float) -> bool:
-    if job.gone_since is None:
-        job.gone_since = now
-    return now - job.gone_since >= TARGET_GONE_GRACE
+def _grace_over(o: Observed, now: float) -> bool:
+    return o.ended_at is None or now - o.ended_at >= TARGET_GONE_GRACE
+
+
+def target_wakeup(job: TargetJob, o: Observed | None, qemu: bool) -> float | None:
+    """When the grace for a qemu target launcher that ended is over."""
+    if not qemu or job.outcome or job.failure_sent or o is None or o.ended_at is None:
+        return None
+    return o.ended_at + TARGET_GONE_GRACE
 
 
 def _target_down(job: TargetJob, node: str, now: float) -> Append:
@@ -340,430 +476,3 @@ def _target_down(job: TargetJob, node: str, now: float) -> Append:
         job.migration, node, "TargetPodDown", job.source_node, now, job.correlation_id
     )
     return Append(MigrationFailed(meta=meta, reason="TargetPodDown", message=TARGET_POD_DOWN))
-
-
-# ---------------------------------------------------------------- the shell's part
-class MigrationDriver:
-    """Runs the jobs for one Handler: target planning on events/reports/ticks, one task per
-    source job (the transfer or the relay of the launcher's)."""
-
-    def __init__(self, handler: Handler) -> None:
-        self.h = handler
-        self.state = MigrationState()
-        self.owned: dict[str, str] = {}  # VMI key → migration key of the running source job
-        self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._wake: dict[str, asyncio.Event] = {}
-        self.started = False  # source jobs run once the launchers are re-attached
-
-    @property
-    def qemu(self) -> bool:
-        return self.h.cfg.launch.domain_type is not DomainType.TEST
-
-    # -------------------------------------------------------------- hooks
-    def fold(self, event: Event) -> None:
-        vkey = fold(self.state, self.h.records, event, self.h.node)
-        if vkey is not None:
-            self.h._kick(vkey)
-        agg = event.meta.aggregate
-        if agg.kind is Kind.MIGRATION and event.meta.node == self.h.node:
-            mkey = _key(agg)
-            if mkey in self.state.sources:
-                if isinstance(event, TargetPrepared) and self.started:
-                    self._ensure_source_task(mkey)
-                elif (wake := self._wake.get(mkey)) is not None:
-                    wake.set()
-
-    def owns(self, key: str) -> bool:
-        return key in self.owned or key in self.state.targets
-
-    async def reconcile(self, key: str) -> bool:
-        """Called by the handler before planning `key`: True when a migration owns it."""
-        if key in self.owned:
-            return True
-        job = self.state.targets.get(key)
-        if job is None:
-            return False
-        for _ in range(8):
-            o = self.h.observed.get(key)
-            actions = plan_target(job, o, self.h.node, self.qemu, self._address(key), time.time())
-            if not actions:
-                break
-            for action in actions:
-                match action:
-                    case Append(event=event):
-                        await self.h._append(event)
-                        if isinstance(event, TargetPrepared):
-                            job.prepared_sent = True
-                        elif isinstance(event, MigrationFailed):
-                            job.failure_sent = True
-                    case Send(key=k, command=command):
-                        await self.h._send(k, command)
-                    case SpawnTarget(key=k):
-                        await self._spawn_target(job)
-                    case Forget(key=k):
-                        del self.state.targets[k]
-                        return False  # the planner decides from here on
-        return True
-
-    async def start(self) -> None:
-        """After the catch-up and re-attach: the target jobs' first plans, and resume the
-        source jobs a previous incarnation left."""
-        self.started = True
-        async with self.h._lock:
-            for key in list(self.state.targets):
-                await self.h._reconcile(key)
-        for mkey, job in list(self.state.sources.items()):
-            if not job.ended:
-                self._ensure_source_task(mkey)
-
-    async def tick(self) -> None:
-        for key in list(self.state.targets):
-            await self.h._reconcile(key)
-
-    # -------------------------------------------------------------- target
-    def _address(self, key: str) -> str:
-        if self.qemu:
-            client = self.h.clients.get(key)
-            if client is not None and client.hello.hypervisor_uri:
-                return client.hello.hypervisor_uri
-            return self.h.cfg.launch.hypervisor_uri
-        return self.h.cfg.node.address
-
-    async def _spawn_target(self, job: TargetJob) -> None:
-        from services.launcher.client import LauncherClient
-        from services.launcher.zygote import spawn_launcher
-
-        key = job.vmi_key
-        self.h.observed[key] = Observed(uid=job.vmi_uid, spawning=True)
-        manifest = dict(job.manifest)
-        md = dict(manifest.get("metadata") or {})
-        ns, name = key.split("/", 1)
-        md.setdefault("namespace", ns)
-        md.setdefault("name", name)
-        md["uid"] = job.vmi_uid
-        manifest["metadata"] = md
-        sock = self.h._socket_path(key)
-        try:
-            pid = await asyncio.to_thread(
-                spawn_launcher,
-                self.h.zygote_socket,
-                msgspec.json.encode(manifest),
-                sock,
-                migration_target=self.qemu,
-                **self.h.cfg.launch.spawn_kwargs(),  # type: ignore[arg-type]
-            )
-            client = await LauncherClient.connect(sock, timeout=10.0)
-        except Exception as e:
-            self.h.log.error("target launcher spawn failed", key=key, error=repr(e))
-            o = self.h.observed[key]
-            o.spawning, o.gone = False, True
-            return
-        self.h.log.info("target launcher spawned", key=key, pid=pid)
-        self.h._attach(key, client)
-
-    # -------------------------------------------------------------- source
-    def _ensure_source_task(self, mkey: str) -> None:
-        task = self._tasks.get(mkey)
-        if task is not None and not task.done():
-            return
-        self._wake.setdefault(mkey, asyncio.Event())
-        t = asyncio.get_running_loop().create_task(self._guard(mkey, self._run_source(mkey)))
-        self._tasks[mkey] = t
-
-    async def _guard(self, mkey: str, coro: Coroutine[Any, Any, None]) -> None:
-        try:
-            await coro
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # logged; the next TargetPrepared/restart resumes the job
-            self.h.log.error("source migration job failed", migration=mkey, error=repr(e))
-        finally:
-            vkeys = [k for k, m in self.owned.items() if m == mkey]
-            for k in vkeys:
-                del self.owned[k]
-                self.h._kick(k)
-
-    async def _load(self, agg: Aggregate) -> tuple[MigrationView | None, MigrationScheduled | None]:
-        assert self.h.store is not None
-        view: MigrationView | None = None
-        scheduled: MigrationScheduled | None = None
-        for s in await self.h.store.load(Aggregate(Kind.MIGRATION, agg.namespace, agg.name)):
-            view = evolve_migration(view, s)
-            if isinstance(s.event, MigrationScheduled):
-                scheduled = s.event
-        if view is not None and agg.uid and view.uid and view.uid != agg.uid:
-            return None, None  # a newer migration of the same name
-        return view, scheduled
-
-    def _meta(self, job: SourceJob, what: str, route: str) -> Meta:
-        return migration_meta(
-            job.migration,
-            self.h.node,
-            what,
-            route,
-            time.time(),
-            job.correlation_id,
-            job.causation_id,
-        )
-
-    async def _run_source(self, mkey: str) -> None:
-        job = self.state.sources[mkey]
-        node = self.h.node
-        while True:
-            view, scheduled = await self._load(job.migration)
-            if view is None or scheduled is None or view.final or view.source_node != node:
-                job.ended = True
-                if view is not None and view.final:
-                    await self._resume_if_paused(f"{view.namespace}/{view.vmi_name}")
-                return
-            vkey = f"{view.namespace}/{view.vmi_name}"
-            r = self.h.records.get(vkey)
-            o = self.h.observed.get(vkey)
-            if r is None or r.uid != view.vmi_uid or r.stopped or o is None or o.gone:
-                self.h.log.warning("migration source has no running VMI", migration=mkey)
-                if view.phase == "Running":
-                    await self._aborted(job, SOURCE_GONE)
-                job.ended = True
-                return
-            if view.phase == "TargetReady":
-                if view.abort_requested:
-                    job.ended = True
-                    return  # the controller fails it (routed to the target)
-                started = MigrationStarted(meta=self._meta(job, "MigrationStarted", node))
-                try:
-                    await self._append_occ(started, view.version)
-                except ConcurrencyConflict:
-                    continue  # the controller got there first: decide again
-                continue
-            if view.phase != "Running":
-                job.ended = True
-                return
-            self.owned[vkey] = mkey
-            if self.qemu:
-                await self._relay(job, view, scheduled, vkey)
-            else:
-                await self._simulate(job, view, scheduled, vkey)
-            job.ended = True
-            return
-
-    async def _append_occ(self, event: Event, expected: int) -> None:
-        assert self.h.store is not None
-        ack = await self.h.store.append(event, expected=expected)
-        self.h._fold(Stored(seq=ack.seq, subject="", time=event.meta.occurred_at, event=event))
-
-    def _stop_reason(self, job: SourceJob) -> str | None:
-        if job.failure:
-            return job.failure
-        if job.abort_requested:
-            return ABORTED_BY_USER
-        return None
-
-    async def _simulate(
-        self, job: SourceJob, view: MigrationView, scheduled: MigrationScheduled, vkey: str
-    ) -> None:
-        """Test mode: a SIMULATED transfer (no memory moves; the numbers are synthetic)."""
-        wake = self._wake[_key(job.migration)]
-        t = sim.begin(
-            view.uid, scheduled.manifest, scheduled.settings, view.start_timestamp or time.time()
-        )
-        while True:
-            reason = self._stop_reason(job)
-            o = self.h.observed.get(vkey)
-            if reason is None and (o is None or o.gone or o.final is not None):
-                reason = SOURCE_GONE
-            if reason is not None:
-                await self._aborted(job, reason)
-                return
-            step = sim.step(t, time.time())
-            match step:
-                case sim.Done():
-                    await self._progressed(job, t.total, 0, t.total)  # the last of it
-                    await self._handoff(job, vkey)
-                    return
-                case sim.TimedOut(reason=why):
-                    await self._aborted(job, why)
-                    return
-                case sim.Progress():
-                    await self._progressed(job, step.processed, step.remaining, step.total)
-            wake.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(wake.wait(), max(0.01, sim.next_wakeup(t, time.time())))
-
-    async def _progressed(self, job: SourceJob, processed: int, remaining: int, total: int) -> None:
-        n = job.progress_events + 1
-        await self.h._append(
-            MigrationProgressed(
-                meta=self._meta(job, f"MigrationProgressed/{n}", self.h.node),
-                data_processed_bytes=processed,
-                data_remaining_bytes=remaining,
-                data_total_bytes=total,
-            )
-        )
-
-    async def _aborted(self, job: SourceJob, reason: str) -> None:
-        """The VM stays here: tell the target to clean up, resume if the handoff paused."""
-        await self.h._append(
-            MigrationAborted(
-                meta=self._meta(job, "MigrationAborted", job.target_node), reason=reason
-            )
-        )
-        view, _ = await self._load(job.migration)
-        if view is not None:
-            await self._resume_if_paused(f"{view.namespace}/{view.vmi_name}")
-
-    async def _resume_if_paused(self, vkey: str) -> None:
-        r, o = self.h.records.get(vkey), self.h.observed.get(vkey)
-        if r is None or o is None or not o.connected or r.stopped or o.status is None:
-            return
-        if o.status.state is DomainState.PAUSED and not r.paused and r.want_paused is not True:
-            await self.h._send(vkey, Resume())
-
-    async def _handoff(self, job: SourceJob, vkey: str) -> None:
-        """Test mode: pause here, the target takes over, destroy here."""
-        async with self.h._lock:
-            if self._stop_reason(job) is not None:
-                await self._aborted(job, self._stop_reason(job) or "")
-                return
-            await self.h._send(vkey, Pause())
-            await self._succeeded(job)
-            await self._source_stopped(job, vkey)
-            await self.h._send(vkey, Shutdown(grace_period_seconds=0))
-        await self._source_exited(job, vkey)
-
-    async def _succeeded(self, job: SourceJob) -> None:
-        await self.h._append(
-            MigrationSucceeded(
-                meta=self._meta(job, "MigrationSucceeded", job.target_node),
-                target_node=job.target_node,
-                target_pod_uid=job.target_pod_uid,
-            )
-        )
-
-    async def _source_stopped(self, job: SourceJob, vkey: str) -> None:
-        r = self.h.records[vkey]
-        vmi = Aggregate(Kind.VMI, r.namespace, r.name, r.uid)
-        meta = migration_meta(
-            job.migration,
-            self.h.node,
-            "DomainStopped",
-            self.h.node,
-            time.time(),
-            job.correlation_id,
-            job.causation_id,
-            aggregate=vmi,
-        )
-        await self.h._append(
-            DomainStopped(meta=meta, reason=StopReason.MIGRATED, message="migrated away")
-        )
-
-    async def _source_exited(self, job: SourceJob, vkey: str) -> None:
-        """Wait for the source launcher to go, then LauncherExited(source pod)."""
-        deadline = time.monotonic() + 15.0
-        while time.monotonic() < deadline:
-            o = self.h.observed.get(vkey)
-            if o is None or o.gone:
-                break
-            await asyncio.sleep(0.02)
-        r = self.h.records[vkey]
-        vmi = Aggregate(Kind.VMI, r.namespace, r.name, r.uid)
-        meta = migration_meta(
-            job.migration,
-            self.h.node,
-            "LauncherExited",
-            self.h.node,
-            time.time(),
-            job.correlation_id,
-            job.causation_id,
-            aggregate=vmi,
-        )
-        async with self.h._lock:
-            await self.h._append(LauncherExited(meta=meta, node=self.h.node, pod_uid=r.pod_uid))
-
-    async def _relay(
-        self, job: SourceJob, view: MigrationView, scheduled: MigrationScheduled, vkey: str
-    ) -> None:
-        """qemu mode: the launcher migrates; relay its reports."""
-        client = self.h.clients.get(vkey)
-        if client is None:
-            await self._aborted(job, SOURCE_GONE)
-            return
-        s = scheduled.settings
-        result = await client.call(
-            MigrateTo(
-                migration_uid=view.uid,
-                target_uri=job.target_address or view.target_address,
-                bandwidth_bytes_per_second=s.bandwidth_bytes_per_second,
-                allow_auto_converge=s.allow_auto_converge,
-                allow_post_copy=s.allow_post_copy,
-                completion_timeout_per_gib=s.completion_timeout_per_gib,
-                progress_timeout_seconds=s.progress_timeout,
-            ),
-            timeout=10.0,
-        )
-        if not result.ok and result.error != "a migration is already running":
-            await self._aborted(job, f"Live migration failed: {result.error}")
-            return
-        wake = self._wake[_key(job.migration)]
-        abort_sent = False
-        last_report = 0.0
-        while True:
-            if not abort_sent and self._stop_reason(job) is not None:
-                abort_sent = True
-                with contextlib.suppress(LauncherGone, TimeoutError, ConnectionError):
-                    await client.call(AbortMigration(), timeout=10.0)
-            report_task = asyncio.ensure_future(client.next_migration_report())
-            wake_task = asyncio.ensure_future(wake.wait())
-            try:
-                await asyncio.wait(
-                    {report_task, wake_task}, return_when=asyncio.FIRST_COMPLETED, timeout=5.0
-                )
-            finally:
-                wake_task.cancel()
-                wake.clear()
-            if not report_task.done():
-                report_task.cancel()
-                continue
-            try:
-                report = report_task.result()
-            except LauncherGone:
-                await self._aborted(job, self._stop_reason(job) or SOURCE_GONE)
-                return
-            match report:
-                case MigrationProgress() if report.migration_uid in ("", view.uid):
-                    now = time.monotonic()
-                    if now - last_report >= 1 / sim.REPORTS_PER_SECOND:
-                        last_report = now
-                        await self._progressed(
-                            job, report.processed, report.remaining, report.total
-                        )
-                case MigrationResult(ok=True):
-                    await self._succeeded(job)
-                    await self._qemu_source_done(job, vkey)
-                    return
-                case MigrationResult(error=error):
-                    await self._aborted(
-                        job, self._stop_reason(job) or _kubevirt_wording(error or "")
-                    )
-                    return
-
-    async def _qemu_source_done(self, job: SourceJob, vkey: str) -> None:
-        """The launcher's final Shutoff/Migrated follows the result; then it exits."""
-        deadline = time.monotonic() + 15.0
-        while time.monotonic() < deadline:
-            o = self.h.observed.get(vkey)
-            if o is None or o.final is not None or o.gone:
-                break
-            await asyncio.sleep(0.02)
-        async with self.h._lock:
-            await self._source_stopped(job, vkey)
-        await self._source_exited(job, vkey)
-
-
-def _kubevirt_wording(error: str) -> str:
-    """The launcher's abort reasons in KubeVirt's words."""
-    if "progressTimeout" in error:
-        n = error.split("for ", 1)[-1].split("s", 1)[0]
-        return f"Live migration stuck for {n} sec and has been aborted"
-    if "completionTimeoutPerGiB" in error:
-        return f"Live migration is not completed in time and has been aborted ({error})"
-    return f"Live migration failed: {error}" if error else "Live migration failed"

@@ -131,3 +131,13 @@ def next_wakeup(t: Transfer, now: float) -> float:
     if t.last_report_at is not None:
         candidates.append(t.last_report_at + 1 / REPORTS_PER_SECOND - now)
     return max(0.0, min(candidates))
+
+
+def due(t: Transfer) -> float:
+    """When step() may say something new (the clock's time; next_wakeup's absolute twin)."""
+    candidates = [finishes_at(t)]
+    if t.completion_timeout:
+        candidates.append(t.started_at + t.completion_timeout)
+    if t.last_report_at is not None:
+        candidates.append(t.last_report_at + 1 / REPORTS_PER_SECOND)
+    return min(candidates)

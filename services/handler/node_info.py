@@ -91,8 +91,15 @@ def labels(cfg: NodeConfig) -> dict[str, str]:
 
 
 def node_joined(cfg: NodeConfig, now: float) -> NodeJoined:
+    return joined_event(cfg, capacity(cfg), labels(cfg), now)
+
+
+def joined_event(
+    cfg: NodeConfig, cap: Resources, node_labels: dict[str, str], now: float
+) -> NodeJoined:
+    """NodeJoined from what was probed (pure): its id repeats while the node stays the
+    same, so a restart within the duplicate window registers nothing new."""
     service = f"virt-handler-{cfg.name}"
-    cap = capacity(cfg)
     basis = f"{cap.cpu_millis}/{cap.memory_bytes}/{cfg.address}/{cfg.hypervisor}"
     event_id = f"{service}/NodeJoined/{basis}"
     return NodeJoined(
@@ -106,7 +113,7 @@ def node_joined(cfg: NodeConfig, now: float) -> NodeJoined:
         ),
         node=cfg.name,
         capacity=cap,
-        labels=labels(cfg),
+        labels=node_labels,
         address=cfg.address,
         hypervisor=cfg.hypervisor,
     )

@@ -22,6 +22,7 @@ from events.catalog import (
     Event,
     LauncherExited,
     LauncherStarted,
+    Manifest,
     StopReason,
 )
 from events.meta import Actor, Aggregate, Kind, Meta
@@ -39,18 +40,22 @@ from services.launcher.protocol import (
 
 
 class Observed(msgspec.Struct, kw_only=True):
-    """One launcher as the handler sees it (mutable: the shell updates it as reports come)."""
+    """One launcher as the launcher fleet sees it. The fleet never changes one it has
+    reported (it reports a new one), so a decider's state can hold it as it is."""
 
     uid: str  # the VMI uid from the launcher's Hello
     domain_name: str = ""
     pid: int = 0
     domain_pid: int | None = None
     domain_type: str = ""  # Hello.domain_type: "qemu" = software emulation
+    hypervisor_uri: str = ""  # Hello.hypervisor_uri: where a migration target listens
     status: DomainStatus | None = None  # the latest report (highest seq)
     final: DomainStatus | None = None  # the report that said the domain is gone
     spawning: bool = False  # spawn requested, no Hello yet
     connected: bool = False
     gone: bool = False  # the launcher process has exited
+    spawn_error: str = ""  # the spawn failed (then also gone)
+    ended_at: float | None = None  # when the fleet first saw it final or gone
     in_flight: set[str] = msgspec.field(default_factory=set)  # command tags awaiting results
     start_sent: bool = False
     shutdown_grace: float | None = None  # smallest grace period sent
@@ -62,6 +67,14 @@ class Observed(msgspec.Struct, kw_only=True):
             self.status = status
         if status.final:
             self.final = status
+
+    def updated(self, status: DomainStatus, now: float) -> Observed:
+        """A copy with `status` taken in (and `now` as the end, for a first final one)."""
+        o = msgspec.structs.replace(self)
+        o.update(status)
+        if status.final and o.ended_at is None:
+            o.ended_at = now
+        return o
 
 
 class Spawn(msgspec.Struct, frozen=True):
@@ -118,6 +131,16 @@ def handler_meta(r: VMIRecord, node: str, what: str, now: float) -> Meta:
     )
 
 
+def launch_manifest(manifest: Manifest, key: str, uid: str) -> bytes:
+    """What a launcher is spawned with: the VMI manifest, its metadata filled in."""
+    ns, name = key.split("/", 1)
+    meta = dict(manifest.get("metadata") or {})
+    meta.setdefault("namespace", ns)
+    meta.setdefault("name", name)
+    meta["uid"] = uid
+    return msgspec.json.encode({**manifest, "metadata": meta})
+
+
 def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: float) -> list[Action]:
     """Actions for one VMI key ("ns/name") on this node."""
     if o is not None and (r is None or r.uid != o.uid or r.exited):
@@ -153,6 +176,16 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
         return out
     if o.spawning:
         return []
+    if o.spawn_error:
+        if o.uid == r.uid and not r.stopped:
+            emit(
+                DomainStopped(
+                    meta=handler_meta(r, node, "DomainStopped", now),
+                    reason=StopReason.FAILED,
+                    message=f"virt-launcher failed to start: {o.spawn_error}",
+                )
+            )
+        return out
 
     if o.pid and r.launcher_pid != o.pid and not r.exited and not r.migrated_in:
         emit(
@@ -231,6 +264,13 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
                 )
             )
     return out
+
+
+def released(r: VMIRecord | None, o: Observed) -> bool:
+    """A launcher that is gone and has nothing left to report: forget it."""
+    if o.spawn_error:
+        return r is None or r.uid != o.uid or r.stopped
+    return o.gone and (r is None or r.exited or r.uid != o.uid)
 
 
 def _commands(r: VMIRecord, o: Observed, s: DomainStatus) -> list[Action]:

@@ -1,16 +1,39 @@
-"""The port a service's pure core implements."""
+"""The ports a service's pure core implements, and what its shell hands to executors.
+
+Every service decides with a `Reactor`: bus events in, `Decision`s (appends) out. A service
+that also acts outside the bus (the handler: launchers) returns effects of its own type `A`
+beside the decisions, which the shell hands to an `Executor`; what those effects see comes
+back as observations through an `Inbox`, and an `Observer` folds and decides on them.
+A `Note` is an observation the decider makes itself, to remember what it did."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import deque
 from collections.abc import Sequence
-from typing import Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Generic, Protocol
+
+from typing_extensions import TypeVar
 
 from events.envelope import Context, Decision, Stored
 
 S = TypeVar("S")
+A_co = TypeVar("A_co", covariant=True)
+A_contra = TypeVar("A_contra", contravariant=True)
+Ob = TypeVar("Ob")
+Ob_co = TypeVar("Ob_co", covariant=True)
 
 
-class Reactor(Protocol[S]):
+@dataclass(frozen=True, slots=True)
+class Note(Generic[Ob_co]):
+    """An observation among a decider's outputs: folded when the shell reaches it, so only
+    once every output before it was carried out (an append that raised leaves it unmade)."""
+
+    observation: Ob_co
+
+
+class Reactor(Protocol[S, A_co, Ob_co]):
     """`evolve` folds events into state; `react` decides what a delivered event calls for;
     `tick` decides what the passage of time calls for (timeouts, backoff). All pure:
     time and ids come from the Context."""
@@ -23,6 +46,54 @@ class Reactor(Protocol[S]):
 
     def evolve(self, state: S, stored: Stored) -> S: ...
 
-    def react(self, state: S, stored: Stored, ctx: Context) -> Sequence[Decision]: ...
+    def react(
+        self, state: S, stored: Stored, ctx: Context
+    ) -> Sequence[Decision | A_co | Note[Ob_co]]: ...
 
-    def tick(self, state: S, ctx: Context) -> Sequence[Decision]: ...
+    def tick(self, state: S, ctx: Context) -> Sequence[Decision | A_co | Note[Ob_co]]: ...
+
+
+class Observer(Protocol[S, A_co, Ob]):
+    """The second input of a reactor: observations that do not come from the bus.
+    `observe` folds one, `respond` decides what it calls for, `wakeup` is the next time
+    (the Context's clock) a tick is due before the periodic one. All pure."""
+
+    def observe(self, state: S, obs: Ob) -> S: ...
+
+    def respond(self, state: S, obs: Ob, ctx: Context) -> Sequence[Decision | A_co | Note[Ob]]: ...
+
+    def wakeup(self, state: S) -> float | None: ...
+
+
+class Executor(Protocol[A_contra]):
+    """Carries out effects; what they change comes back through the shell's Inbox."""
+
+    async def open(self) -> None:
+        """Once the state is caught up, before the first decision (re-attach, adopt)."""
+        ...
+
+    async def execute(self, action: A_contra) -> None: ...
+
+
+class Inbox(Generic[Ob]):
+    """Observations in the order they were made. The shell folds them all before each
+    decision, in this order: a snapshot never overtakes a newer one."""
+
+    __slots__ = ("_items", "_ready")
+
+    def __init__(self) -> None:
+        self._items: deque[Ob] = deque()
+        self._ready = asyncio.Event()
+
+    def put(self, obs: Ob) -> None:
+        self._items.append(obs)
+        self._ready.set()
+
+    def take(self) -> list[Ob]:
+        items = list(self._items)
+        self._items.clear()
+        self._ready.clear()
+        return items
+
+    async def wait(self) -> None:
+        await self._ready.wait()

@@ -5,6 +5,12 @@ the durable consumer. A message already folded during catch-up is not folded twi
 aggregate, by stream sequence) but is still decided on: deciders are level-triggered
 against state, so deciding again is harmless, and the deterministic event ids make a
 repeated append a duplicate. The ack comes only after the decision's events are appended.
+
+A reactor with an `Observer` (the handler) has a second input: observations its executor
+puts into the `Inbox`. Bus messages, observations and ticks are decided one at a time
+(a lock: they interleave only at awaits); each decision first folds the observations made
+so far. Its effects go to the executor, then it is decided again on what they changed,
+until it asks for nothing more.
 """
 
 from __future__ import annotations
@@ -14,12 +20,14 @@ import contextlib
 import signal
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Never, Protocol
 
 import nats
 import structlog
 from nats.aio.client import Client as NATS
+from typing_extensions import TypeVar
 
 from events import subjects
 from events.codec import event_type
@@ -29,22 +37,27 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.port import Delivery, EventLog
 from eventstore.settings import StreamSettings
 from services.runtime import metrics as m
-from services.runtime.reactor import Reactor
+from services.runtime.reactor import Executor, Inbox, Note, Observer, Reactor
 
 S = TypeVar("S")
+A = TypeVar("A", default=Never)  # effects for the executor
+Ob = TypeVar("Ob", default=Never)  # observations from it
 log = structlog.get_logger()
 
 MAX_CONFLICT_RETRIES = 8
+MAX_PASSES = 8  # decide again while effects change the state, at most this often
+MIN_WAKEUP_GAP = 0.01  # a wakeup the decider keeps in the past cannot spin the timer
+INFRASTRUCTURE = (TimeoutError, ConnectionError, nats.errors.Error)
 
 
 async def connect(urls: str, name: str) -> NATS:
     return await connect_service(urls, name)
 
 
-class ServiceShell(Generic[S]):
+class ServiceShell(Generic[S, A, Ob]):
     def __init__(
         self,
-        reactor: Reactor[S],
+        reactor: Reactor[S, A, Ob],
         store: EventLog,
         *,
         node: str = "",
@@ -52,6 +65,9 @@ class ServiceShell(Generic[S]):
         tick_interval: float = 1.0,
         ack_wait: float = 10.0,
         clock: Callable[[], float] = time.time,
+        observer: Observer[S, A, Ob] | None = None,
+        executor: Executor[A] | None = None,
+        inbox: Inbox[Ob] | None = None,
     ) -> None:
         self.reactor = reactor
         self.store = store
@@ -61,12 +77,22 @@ class ServiceShell(Generic[S]):
         # how soon a message delivered to a crashed incarnation is delivered again
         self.ack_wait = ack_wait
         self.clock = clock
+        self.observer = observer
+        self.executor = executor
+        self.inbox: Inbox[Ob] = inbox if inbox is not None else Inbox()
         self.state: S = reactor.initial_state()
         self.versions: dict[str, int] = {}  # aggregate key → last folded sequence
         self.last_folded = 0
+        # event ids appended without a concurrency check that the consumer has not
+        # delivered back yet: deciding again before they are folded repeats them, and a
+        # repeat is dropped here instead of at the server
+        self.unconfirmed: set[str] = set()
         self.filters = list(reactor.filters())
         self.ready = False
         self._stop = asyncio.Event()
+        self._lock = asyncio.Lock()  # one decision at a time
+        self._undecided: deque[Ob] = deque()  # folded observations not yet decided on
+        self._rearm = asyncio.Event()  # a decision may have moved the next wakeup
         self.log = log.bind(service=reactor.name, node=node or None)
 
     @property
@@ -76,6 +102,8 @@ class ServiceShell(Generic[S]):
     # ----------------------------------------------------------------- folding
     def fold(self, stored: Stored) -> bool:
         key = subjects.aggregate_key(stored.subject)
+        if self.unconfirmed:
+            self.unconfirmed.discard(stored.event.meta.event_id)
         if stored.seq <= self.versions.get(key, 0):
             return False
         if stored.redelivery_of:
@@ -104,21 +132,37 @@ class ServiceShell(Generic[S]):
                 n += 1
         return n
 
+    def _fold_observations(self) -> None:
+        """Fold what the executor observed since the last decision (in order); each is
+        decided on later, by the observation loop."""
+        if self.observer is None:
+            return
+        for obs in self.inbox.take():
+            self.state = self.observer.observe(self.state, obs)
+            self._undecided.append(obs)
+
     # ---------------------------------------------------------------- deciding
     def context(self, cause: Stored | None) -> Context:
         return Context(self.name, self.node, self.clock(), cause)
 
     async def apply(
-        self, decide: Callable[[Context], Sequence[Decision]], cause: Stored | None
+        self,
+        decide: Callable[[Context], Sequence[Decision | A | Note[Ob]]],
+        cause: Stored | None,
     ) -> None:
-        """Run a decision and append its events; on a conflict fold the aggregate's news
-        and decide again on the fresher state."""
+        """Run a decision: append its events, fold its notes, hand its effects to the
+        executor; while notes or effects changed the state, decide again. On a conflict
+        fold the aggregate's news and decide again on the fresher state."""
         for _attempt in range(MAX_CONFLICT_RETRIES):
-            ctx = self.context(cause)
-            decisions = decide(ctx)
             try:
-                for d in decisions:
-                    await self._append(d, cause)
+                for _pass in range(MAX_PASSES):
+                    acted = False
+                    for out in decide(self.context(cause)):
+                        acted = await self._carry_out(out, cause) or acted
+                    if not acted:
+                        break
+                    self._fold_observations()
+                self._rearm.set()
                 return
             except ConcurrencyConflict as c:
                 m.CONFLICTS.labels(self.name).inc()
@@ -128,13 +172,31 @@ class ServiceShell(Generic[S]):
                 await self.catch_up([scope], start_seq=c.expected + 1)
         raise RuntimeError(f"{self.name}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
 
+    async def _carry_out(self, out: Decision | A | Note[Ob], cause: Stored | None) -> bool:
+        """One output; True when it changed the state (a note, an effect)."""
+        if isinstance(out, Decision):
+            await self._append(out, cause)
+            return False
+        if isinstance(out, Note):
+            assert self.observer is not None, f"{self.name}: a note without an observer"
+            self.state = self.observer.observe(self.state, out.observation)
+            return True
+        assert self.executor is not None, f"{self.name}: an effect without an executor"
+        await self.executor.execute(out)
+        return True
+
     async def _append(self, d: Decision, cause: Stored | None) -> None:
         ev = d.event
+        if ev.meta.event_id in self.unconfirmed:
+            return  # appended already, on its way back to us
         agg = ev.meta.aggregate
-        subject = subjects.event_subject(agg, event_type(ev), ev.meta.node)
-        expected = self.version_of(subject) if d.occ else None
-        ack = await self.store.append(ev, expected=expected)
         etype = event_type(ev)
+        subject = subjects.event_subject(agg, etype, ev.meta.node)
+        if d.expected is not None:
+            expected: int | None = d.expected
+        else:
+            expected = self.version_of(subject) if d.occ else None
+        ack = await self.store.append(ev, expected=expected)
         if ack.duplicate:
             m.DUPLICATES.labels(self.name).inc()
         else:
@@ -144,11 +206,16 @@ class ServiceShell(Generic[S]):
                 m.HOP_SECONDS.labels(hop).observe(
                     max(0.0, ev.meta.occurred_at - cause.event.meta.occurred_at)
                 )
+        if not any(subjects.matches(f, subject) for f in self.filters):
+            return
         # Our own OCC append is folded now, so the next decision sees it even before the
-        # consumer delivers it back; a non-OCC append waits for the consumer, since events
-        # of that aggregate we have not seen yet may lie before it.
-        if d.occ and any(subjects.matches(f, subject) for f in self.filters):
+        # consumer delivers it back; any other append waits for the consumer, since events
+        # of that aggregate we have not seen yet may lie before it (an explicit `expected`
+        # came from outside our filters: it says nothing about what we have seen).
+        if d.occ and d.expected is None:
             self.fold(Stored(seq=ack.seq, subject=subject, time=ev.meta.occurred_at, event=ev))
+        elif ack.seq > self.version_of(subject):
+            self.unconfirmed.add(ev.meta.event_id)
 
     # ------------------------------------------------------------------ running
     async def handle(self, msg: Delivery) -> None:
@@ -164,10 +231,12 @@ class ServiceShell(Generic[S]):
             correlation_id=meta.correlation_id, causation_id=meta.event_id, seq=stored.seq
         )
         try:
-            self.fold(stored)
-            await self.apply(lambda ctx: self.reactor.react(self.state, stored, ctx), stored)
-        except (TimeoutError, ConnectionError, nats.errors.Error):
-            raise  # infrastructure: not the message's fault; redelivered after reconnect
+            async with self._lock:
+                self._fold_observations()
+                self.fold(stored)
+                await self.apply(lambda ctx: self.reactor.react(self.state, stored, ctx), stored)
+        except INFRASTRUCTURE:
+            raise  # not the message's fault; redelivered after reconnect
         except Exception as e:
             self.log.error("reaction failed", type=etype, error=repr(e))
             await self._dead_letter(msg, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
@@ -185,7 +254,57 @@ class ServiceShell(Generic[S]):
         await msg.ack()
 
     async def tick(self) -> None:
-        await self.apply(lambda ctx: self.reactor.tick(self.state, ctx), None)
+        async with self._lock:
+            self._fold_observations()
+            await self.apply(lambda ctx: self.reactor.tick(self.state, ctx), None)
+
+    async def _timer(self) -> None:
+        """Ticks: every `tick_interval`, and sooner when the observer asks for a wakeup."""
+        next_tick = time.monotonic() + (self.tick_interval if self.observer else 0.0)
+        last = 0.0
+        while True:
+            now = time.monotonic()
+            due = next_tick
+            if self.observer is not None:
+                at = self.observer.wakeup(self.state)
+                if at is not None:
+                    due = min(due, max(last + MIN_WAKEUP_GAP, now + at - self.clock()))
+            if due > now:
+                self._rearm.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._rearm.wait(), due - now)
+                continue
+            last = now
+            if now >= next_tick:
+                next_tick = now + self.tick_interval
+            try:
+                await self.tick()
+            except Exception as e:  # the next tick decides again
+                self.log.error("tick failed", error=repr(e))
+                await asyncio.sleep(self.tick_interval)
+
+    async def _observations(self) -> None:
+        """Decides on each observation, in the order they were folded."""
+        assert self.observer is not None
+        observer = self.observer
+        while True:
+            if not self._undecided:
+                await self.inbox.wait()
+            async with self._lock:
+                self._fold_observations()
+                if not self._undecided:
+                    continue
+                obs = self._undecided.popleft()
+
+                def respond(ctx: Context, obs: Ob = obs) -> Sequence[Decision | A | Note[Ob]]:
+                    return observer.respond(self.state, obs, ctx)
+
+                try:
+                    await self.apply(respond, None)
+                except INFRASTRUCTURE as e:  # the next tick decides again
+                    self.log.warning("decision failed", error=repr(e))
+                except Exception as e:
+                    self.log.error("decision failed", observation=repr(obs), error=repr(e))
 
     async def run(self, started: Callable[[], Any] | None = None) -> None:
         await self.store.ensure()
@@ -198,15 +317,18 @@ class ServiceShell(Generic[S]):
         # increment, so an alert on the first dead letter needs the 0 sample before it
         for counter in (m.DEAD_LETTERS, m.CONFLICTS, m.DUPLICATES):
             counter.labels(self.name)
-        self.ready = True
-        if started:
-            started()
-        next_tick = time.monotonic()
+        companions: list[asyncio.Task[None]] = []
         try:
+            if self.executor is not None:
+                await self.executor.open()
+            if self.observer is not None:
+                await self.tick()  # the first decision over everything, before ready
+                companions.append(asyncio.create_task(self._observations()))
+            companions.append(asyncio.create_task(self._timer()))
+            self.ready = True
+            if started:
+                started()
             while not self._stop.is_set():
-                if time.monotonic() >= next_tick:
-                    await self.tick()
-                    next_tick = time.monotonic() + self.tick_interval
                 try:
                     msgs = await consumer.fetch(timeout=min(self.tick_interval, 1.0))
                 except TimeoutError:
@@ -221,6 +343,11 @@ class ServiceShell(Generic[S]):
                 m.CONSUMER_PENDING.labels(self.name).set(consumer.pending)
         finally:
             self.ready = False
+            for task in companions:
+                task.cancel()
+            for task in companions:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task
             await consumer.close()
 
     def stop(self) -> None:
@@ -273,7 +400,7 @@ async def run_process(
 
 
 async def serve(
-    reactor: Reactor[S],
+    reactor: Reactor[S, Never, Never],
     nats_url: str,
     *,
     node: str = "",

@@ -1,0 +1,274 @@
+"""virt-handler's decider, pure: the node's state and what each input calls for.
+
+The state: the node's VMIs as its events say (`state.py`), its launchers as the fleet
+reports them (`Observed`), its migration jobs (`migration.py`). The inputs: the node's
+events (durable consumer `virt-handler-<node>`, filters `virt.vmi.*.*.*.<node>` and
+`virt.migration.*.*.*.<node>`), the executors' observations, and ticks (every second, and
+when a migration step is due). Each input decides for the VMI keys and migration jobs it
+touched, a tick for all of them; a VMI key is decided by the migration job that owns it,
+else by `planner.plan`.
+
+Appends carry no OCC: the handler sees only its node's events of an aggregate, so its
+version would be wrong; the ids are deterministic and the deciding level-triggered, so a
+repeat is a duplicate. The one exception is MigrationStarted: OCC on the version the source
+job read from the whole aggregate."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import assert_never
+
+import msgspec
+
+from events import subjects
+from events.catalog import MigrationFailed, Resources, TargetPrepared
+from events.envelope import Context, Decision, Stored
+from events.meta import Kind
+from services.handler import migration
+from services.handler.effects import (
+    Action,
+    Launch,
+    LauncherSeen,
+    MigrationCalled,
+    MigrationRead,
+    MigrationReported,
+    Observation,
+    Release,
+)
+from services.handler.migration import (
+    Forget,
+    MigrationNote,
+    MigrationState,
+    ProgressSent,
+    SourceStep,
+    SpawnTarget,
+    Stage,
+    TargetJob,
+    TargetNoted,
+    TargetOver,
+    plan_target,
+    target_of,
+    target_wakeup,
+)
+from services.handler.migration_source import owns, plan_source, source_wakeup
+from services.handler.node_info import NodeConfig, joined_event
+from services.handler.planner import (
+    Append,
+    Cleanup,
+    Observed,
+    Send,
+    Spawn,
+    launch_manifest,
+    plan,
+    released,
+    service_name,
+)
+from services.handler.state import NodeState, evolve, vmi_key
+from services.runtime.reactor import Note
+
+
+class Joined(msgspec.Struct, frozen=True):
+    """NodeJoined went out (once per incarnation)."""
+
+
+HandlerNote = Joined | MigrationNote
+Input = Observation | HandlerNote
+Output = Decision | Action | Note[Input]
+
+
+class HandlerState(msgspec.Struct, kw_only=True):
+    records: NodeState = msgspec.field(default_factory=dict)
+    observed: dict[str, Observed] = msgspec.field(default_factory=dict)  # by VMI key
+    migrations: MigrationState = msgspec.field(default_factory=MigrationState)
+    joined: bool = False
+
+
+class NodeDecider:
+    """The handler of one node as a Reactor (bus events) and an Observer (the rest)."""
+
+    def __init__(
+        self,
+        node: NodeConfig,
+        *,
+        capacity: Resources,
+        labels: dict[str, str],
+        qemu: bool = False,
+        hypervisor_uri: str = "",
+    ) -> None:
+        self.node_config = node
+        self.node = node.name
+        self.name = service_name(node.name)
+        self.capacity = capacity
+        self.labels = labels
+        self.qemu = qemu
+        self.hypervisor_uri = hypervisor_uri  # qemu: where a target listens, by default
+
+    def filters(self) -> Sequence[str]:
+        return [
+            subjects.node_filter(Kind.VMI, self.node),
+            subjects.node_filter(Kind.MIGRATION, self.node),
+        ]
+
+    def initial_state(self) -> HandlerState:
+        return HandlerState()
+
+    # ------------------------------------------------------------------ folding
+    def evolve(self, state: HandlerState, stored: Stored) -> HandlerState:
+        evolve(state.records, stored.event)
+        migration.note_newer(state.migrations, stored)
+        migration.fold(state.migrations, state.records, stored.event, self.node)
+        if stored.event.meta.aggregate.kind is Kind.VMI:
+            # a handed-off source job holds its VMI until its LauncherExited is back
+            key = vmi_key(stored.event)
+            sources = state.migrations.sources
+            for mkey in [m for m, j in sources.items() if j.vmi_key == key]:
+                if sources[mkey].stage is Stage.DONE and not owns(sources[mkey], state.records):
+                    del sources[mkey]
+        return state
+
+    def observe(self, state: HandlerState, obs: Input) -> HandlerState:
+        match obs:
+            case LauncherSeen(key=key, observed=o):
+                if o is None:
+                    state.observed.pop(key, None)
+                else:
+                    state.observed[key] = o
+            case MigrationRead() | MigrationCalled() | MigrationReported():
+                migration.observe(state.migrations, obs)
+            case Joined():
+                state.joined = True
+            case TargetNoted() | TargetOver() | SourceStep() | ProgressSent():
+                migration.note(state.migrations, obs)
+            case _:
+                assert_never(obs)
+        return state
+
+    # ------------------------------------------------------------------ deciding
+    def react(self, state: HandlerState, stored: Stored, ctx: Context) -> list[Output]:
+        event = stored.event
+        agg = event.meta.aggregate
+        vkeys: list[str] = []
+        mkeys: list[str] = []
+        if agg.kind is Kind.VMI:
+            vkeys.append(vmi_key(event))
+        elif agg.kind is Kind.MIGRATION and event.meta.node == self.node:
+            target = target_of(state.migrations, agg)
+            if target is not None:
+                vkeys.append(target.vmi_key)
+            mkey = f"{agg.namespace}/{agg.name}"
+            if mkey in state.migrations.sources:
+                mkeys.append(mkey)
+        return self._decide(state, vkeys, mkeys, ctx.now)
+
+    def respond(self, state: HandlerState, obs: Input, ctx: Context) -> list[Output]:
+        match obs:
+            case LauncherSeen(key=key):
+                return self._decide(state, [key], [], ctx.now)
+            case MigrationRead() | MigrationCalled() | MigrationReported():
+                return self._decide(state, [], [obs.key], ctx.now)
+            case Joined() | TargetNoted() | TargetOver() | SourceStep() | ProgressSent():
+                return []  # its own note: decided where it was made
+            case _:
+                assert_never(obs)
+
+    def tick(self, state: HandlerState, ctx: Context) -> list[Output]:
+        out: list[Output] = []
+        if not state.joined:
+            joined = joined_event(self.node_config, self.capacity, self.labels, ctx.now)
+            out += [Decision(joined, occ=False), Note(Joined())]
+        ms = state.migrations
+        vkeys = [*state.records, *(k for k in state.observed if k not in state.records)]
+        vkeys += [k for k in ms.targets if k not in state.records and k not in state.observed]
+        mkeys = [k for k, job in ms.sources.items() if job.stage is not Stage.DONE]
+        return out + self._decide(state, vkeys, mkeys, ctx.now)
+
+    def wakeup(self, state: HandlerState) -> float | None:
+        ms = state.migrations
+        times = [source_wakeup(job) for job in ms.sources.values()]
+        for key, target in ms.targets.items():
+            times.append(target_wakeup(target, state.observed.get(key), self.qemu))
+        return min((t for t in times if t is not None), default=None)
+
+    def _decide(
+        self, state: HandlerState, vkeys: Iterable[str], mkeys: Iterable[str], now: float
+    ) -> list[Output]:
+        out: list[Output] = []
+        sources = state.migrations.sources
+        decided: set[str] = set()
+        keys = list(vkeys)
+        for mkey in mkeys:
+            job = sources.get(mkey)
+            if job is not None:
+                out += self._source(state, mkey, now)
+                decided.add(mkey)
+                if job.vmi_key and job.vmi_key not in keys:
+                    keys.append(job.vmi_key)  # the planner's again once the job lets go
+        for key in keys:
+            for mkey, job in sources.items():
+                if job.vmi_key == key and job.stage is not Stage.DONE and mkey not in decided:
+                    out += self._source(state, mkey, now)
+                    decided.add(mkey)
+            out += self._decide_key(state, key, now)
+        return out
+
+    def _source(self, state: HandlerState, mkey: str, now: float) -> list[Output]:
+        job = state.migrations.sources[mkey]
+        return [*plan_source(job, mkey, state.records, state.observed, self.node, self.qemu, now)]
+
+    def _decide_key(self, state: HandlerState, key: str, now: float) -> list[Output]:
+        ms = state.migrations
+        if any(j.vmi_key == key and owns(j, state.records) for j in ms.sources.values()):
+            return []  # the source job decides
+        o = state.observed.get(key)
+        target = ms.targets.get(key)
+        if target is not None:
+            return self._target(target, o, now)
+        r = state.records.get(key)
+        actions = plan(key, r, o, self.node, now)
+        if not actions:
+            return [Release(key)] if o is not None and released(r, o) else []
+        out: list[Output] = []
+        for action in actions:
+            match action:
+                case Append(event=event):
+                    out.append(Decision(event, occ=False))
+                case Spawn():
+                    assert r is not None
+                    out.append(Launch(key, r.uid, launch_manifest(r.manifest, key, r.uid)))
+                case Send() | Cleanup():
+                    out.append(action)
+                case _:
+                    assert_never(action)
+        return out
+
+    def _target(self, job: TargetJob, o: Observed | None, now: float) -> list[Output]:
+        key = job.vmi_key
+        out: list[Output] = []
+        for action in plan_target(job, o, self.node, self.qemu, self._address(o), now):
+            match action:
+                case Append(event=event):
+                    out.append(Decision(event, occ=False))
+                    # routed to the source: never delivered here, so noted
+                    if isinstance(event, TargetPrepared):
+                        out.append(Note(TargetNoted(key, prepared=True)))
+                    elif isinstance(event, MigrationFailed):
+                        out.append(Note(TargetNoted(key, failed=True)))
+                case Send():
+                    out.append(action)
+                case SpawnTarget():
+                    manifest = launch_manifest(job.manifest, key, job.vmi_uid)
+                    out.append(Launch(key, job.vmi_uid, manifest, migration_target=self.qemu))
+                case Forget():
+                    out.append(Note(TargetOver(key)))  # the planner decides from here on
+                case _:
+                    assert_never(action)
+        return out
+
+    def _address(self, o: Observed | None) -> str:
+        """Where the source migrates to: the node's address (test mode, simulated), the
+        target launcher's libvirt URI (qemu mode)."""
+        if not self.qemu:
+            return self.node_config.address
+        if o is not None and o.hypervisor_uri:
+            return o.hypervisor_uri
+        return self.hypervisor_uri
