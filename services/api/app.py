@@ -32,6 +32,7 @@ from projections.cluster import Cluster
 from readside import timetravel
 from readside.watch import Selector, SelectorError, TooOldResourceVersion, Watcher
 from services.api import bodies, intents
+from services.api import openapi as openapi_doc
 from services.api.errors import (
     ApiError,
     Resource,
@@ -431,7 +432,12 @@ async def metrics() -> Response[bytes]:
 
 @get("/openapi.json", include_in_schema=False)
 async def openapi(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return _respond(request.app.openapi_schema.to_schema())
+    state = request.app.state
+    if "openapi" not in state:  # built once: the routes do not change
+        state["openapi"] = _json.encode(
+            openapi_doc.describe(request.app.openapi_schema.to_schema(), _api(request).kinds)
+        )
+    return Response(state["openapi"], media_type="application/json")
 
 
 # ------------------------------------------------------------ middleware
