@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+import pytest
+
 from events import subjects
 from events.catalog import (
     VMCreated,
@@ -15,6 +17,7 @@ from events.catalog import (
     VMRunStrategyChanged,
     VMStopRequested,
 )
+from events.envelope import ConcurrencyConflict
 from events.meta import Aggregate, Kind
 from eventstore.jetstream import JetStreamStore
 from tests.conftest import unique
@@ -68,3 +71,25 @@ async def test_a_hostile_namespace_and_poison_do_not_stop_the_controller(
     await c.append(VMCreated(meta=meta(Kind.VM, late), manifest=vm_manifest(late)))
     await c.wait_for(late, VMICreated)
     assert not task.done()
+
+
+async def test_an_optimistic_append_stands_on_poison_but_not_on_a_real_event(
+    store: JetStreamStore,
+) -> None:
+    name = unique("vm")
+    first = await store.append(
+        VMCreated(meta=meta(Kind.VM, name), manifest=vm_manifest(name)), expected=0
+    )
+    subject = f"{subjects.PREFIX}.{Kind.VM}.default.{name}.VMStopRequested._"
+    await store.js.publish(subject, b"\xffpoison", stream=store.stream)
+    # decided on the VM as of `first`: only poison came after, so the append stands
+    landed = await store.append(
+        VMRunStrategyChanged(meta=meta(Kind.VM, name), run_strategy="Halted"), expected=first.seq
+    )
+    assert landed.seq == first.seq + 2 and not landed.duplicate
+    # a readable event after the expected sequence is a real conflict
+    with pytest.raises(ConcurrencyConflict):
+        await store.append(
+            VMRunStrategyChanged(meta=meta(Kind.VM, name), run_strategy="Always"),
+            expected=first.seq,
+        )
