@@ -6,6 +6,7 @@ numbers (admission, scheduler, launcher) parses them here.
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 
@@ -29,9 +30,15 @@ _QUANTITY = re.compile(
 )
 
 
+# Kubernetes caps quantities at 2^63-1 in magnitude ("Numbers larger ... will be capped").
+QUANTITY_MAX = 2**63 - 1
+
+
 def quantity_decimal(value: str | int | float) -> Decimal:
     """Exact value of a quantity; ValueError on anything Kubernetes would reject."""
     if isinstance(value, bool):
+        raise ValueError(f"invalid quantity: {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
         raise ValueError(f"invalid quantity: {value!r}")
     if isinstance(value, int | float):
         return Decimal(str(value))
@@ -47,16 +54,34 @@ def quantity_decimal(value: str | int | float) -> Decimal:
     if match["bin"]:
         return number * _BINARY[match["bin"]]
     if match["exp"]:
-        return number * Decimal(10) ** int(match["exp"][1:])
+        try:
+            return number * Decimal(10) ** int(match["exp"][1:])
+        except ArithmeticError:  # an exponent beyond what a Decimal holds: "1e99999999"
+            raise ValueError(f"invalid quantity: {value!r}") from None
     return number * _DECIMAL[match["dec"] or ""]
 
 
+def _capped_int(value: Decimal) -> int:
+    # capped before the int: "1e100" must not become a 100-digit integer in every fold
+    if value > QUANTITY_MAX:
+        return QUANTITY_MAX
+    if value < -QUANTITY_MAX:
+        return -QUANTITY_MAX
+    return int(value.to_integral_value(rounding=ROUND_CEILING))
+
+
 def parse_quantity(value: str | int | float) -> int:
-    """Integer value (bytes for memory); fractions round up as Kubernetes' Value() does."""
-    return int(quantity_decimal(value).to_integral_value(rounding=ROUND_CEILING))
+    """Integer value (bytes for memory); fractions round up as Kubernetes' Value() does,
+    and magnitudes beyond 2^63-1 are capped as Kubernetes caps them."""
+    return _capped_int(quantity_decimal(value))
 
 
 def parse_cpu_millis(value: str | int | float) -> int:
-    """CPU in millicores: "500m" -> 500, "2" -> 2000, "0.5" -> 500."""
-    millis = quantity_decimal(value) * 1000
-    return int(millis.to_integral_value(rounding=ROUND_CEILING))
+    """CPU in millicores: "500m" -> 500, "2" -> 2000, "0.5" -> 500 (capped like
+    `parse_quantity`)."""
+    return _capped_int(quantity_decimal(value) * 1000)
+
+
+def in_range(value: str | int | float) -> bool:
+    """Whether Kubernetes can hold the quantity without capping it."""
+    return abs(quantity_decimal(value)) <= QUANTITY_MAX

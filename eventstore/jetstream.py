@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import msgspec
 import nats
@@ -185,24 +185,45 @@ class JetStreamStore:
         if expected is not None:
             headers["Nats-Expected-Last-Subject-Sequence"] = str(expected)
             headers["Nats-Expected-Last-Subject-Sequence-Subject"] = scope
-        try:
-            ack = await self.js.publish(subject, encode(event), stream=self.stream, headers=headers)
-        except APIError as e:
-            if e.err_code != WRONG_LAST_SEQUENCE or expected is None:
-                raise
-            actual = int((e.description or "").rsplit(":", 1)[-1].strip() or -1)
-            seq = await self._find_event_id(scope, expected, msg_id)
-            if seq is not None:
-                return Appended(seq=seq, duplicate=True)
-            raise ConcurrencyConflict(agg.key, expected, actual) from e
-        return Appended(seq=ack.seq, duplicate=bool(ack.duplicate))
+        data = encode(event)
+        while True:
+            try:
+                ack = await self.js.publish(subject, data, stream=self.stream, headers=headers)
+            except APIError as e:
+                if e.err_code != WRONG_LAST_SEQUENCE or expected is None:
+                    raise
+                actual = int((e.description or "").rsplit(":", 1)[-1].strip() or -1)
+                seq, only_poison = await self._after(scope, expected, msg_id)
+                if seq is not None:
+                    return Appended(seq=seq, duplicate=True)
+                if only_poison and actual > expected:
+                    # Every event since `expected` is one no fold can read (and every fold
+                    # skips): the aggregate is as it was decided on, so the append stands
+                    # on the poison's sequence instead of conflicting forever.
+                    expected = actual
+                    headers["Nats-Expected-Last-Subject-Sequence"] = str(expected)
+                    continue
+                raise ConcurrencyConflict(agg.key, expected, actual) from e
+            return Appended(seq=ack.seq, duplicate=bool(ack.duplicate))
 
-    async def _find_event_id(self, scope: str, after: int, event_id: str) -> int | None:
-        # by the idempotency header: nothing is decoded, so poison cannot stop the lookup
+    async def _after(self, scope: str, after: int, event_id: str) -> tuple[int | None, bool]:
+        """The aggregate's events after `after`: the sequence of `event_id` among them (by
+        the idempotency header, nothing decoded), else whether all of them are poison
+        (decoded only to tell; the lookup stops at the first readable one)."""
+        only_poison = True
         async for msg in self.replay_msgs([scope], start_seq=after + 1):
             if (msg.headers or {}).get("Nats-Msg-Id") == event_id:
-                return int(msg.metadata.sequence.stream)
-        return None
+                return int(msg.metadata.sequence.stream), False
+            if only_poison:
+                try:
+                    decode(msg.data)
+                except (msgspec.DecodeError, msgspec.ValidationError):
+                    continue
+                only_poison = False
+        return None, only_poison
+
+    async def _find_event_id(self, scope: str, after: int, event_id: str) -> int | None:
+        return (await self._after(scope, after, event_id))[0]
 
     # ------------------------------------------------------------------- reads
     async def last_seq(self, agg: Aggregate) -> int:
@@ -251,20 +272,26 @@ class JetStreamStore:
         until_seq: int | None = None,
         follow: bool = False,
         raw: bool = False,
+        on_skip: Callable[[int, str], None] | None = None,
     ) -> AsyncIterator[Stored]:
         """Events matching `filters`, in stream order, through an ordered push consumer.
 
         Without `follow` it ends at the last matching event that existed when it began
-        (or at `until_seq`). Undecodable events raise `Undecodable` unless `raw` skips them.
+        (or at `until_seq`). Undecodable events raise `Undecodable` unless `raw` skips them;
+        `on_skip(seq, subject)` hears of each skipped one.
         """
         async for msg in self.replay_msgs(
             filters, start_seq=start_seq, start_time=start_time, until_seq=until_seq, follow=follow
         ):
             try:
-                yield _stored(msg)
+                stored = _stored(msg)
             except Undecodable:
                 if not raw:
                     raise
+                if on_skip is not None:
+                    on_skip(int(msg.metadata.sequence.stream), msg.subject)
+                continue
+            yield stored
 
     async def replay_msgs(
         self,

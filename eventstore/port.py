@@ -5,7 +5,7 @@ Both pass the same contract suite (`tests/integration/test_store_contract.py`)."
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 from events.catalog import Event
@@ -88,10 +88,12 @@ class EventLog(Protocol):
         until_seq: int | None = None,
         follow: bool = False,
         raw: bool = False,
+        on_skip: Callable[[int, str], None] | None = None,
     ) -> AsyncIterator[Stored]:
         """Events matching `filters` in stream order; ends at the last one that existed
         when it began (or `until_seq`) unless `follow`. Undecodable events raise
-        `Undecodable` unless `raw` skips them."""
+        `Undecodable` unless `raw` skips them (telling `on_skip(seq, subject)`, so a fold
+        can move past them)."""
         ...
 
     async def durable(

@@ -16,6 +16,7 @@ from events.meta import Kind, Meta
 from projections.cluster import Cluster
 from services.api.errors import Resource
 from services.api.intents import Outcome, RequestContext, grace_period
+from services.api.names import NameRule
 
 JSON = dict[str, Any]
 
@@ -86,6 +87,8 @@ Render = Callable[[Cluster, Any, float], JSON]
 class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     """One resource kind.
 
+    `name_rule` and `runs_launcher` are the API server's checks of where an object lives
+    (names and namespaces, before anything else runs);
     `admit(cluster, typed, uid) -> (typed, causes)` defaults then validates (the webhooks);
     `created` / `updated` build the event a create / update appends (None: the verb is
     refused: a create route is not served, an update answers 400 as KubeVirt's immutable
@@ -106,6 +109,8 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     event_kind: Kind
     object_type: type[Any]
     subresource_group: str = "subresources.kubevirt.io"
+    name_rule: NameRule = NameRule.SUBDOMAIN  # what the API server checks its names against
+    runs_launcher: bool = False  # `<ns>_<name>` names a launcher socket: a length limit
     subresources: tuple[Subresource, ...] = ()
     printer_columns: tuple[PrinterColumn, ...] = ()
     columns: tuple[Column, ...] = ()

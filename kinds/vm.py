@@ -194,6 +194,7 @@ SPEC = KindSpec(
     singular="virtualmachine",
     short_names=("vm", "vms"),
     categories=("all",),
+    runs_launcher=True,
     event_kind=Kind.VM,
     object_type=VirtualMachine,
     subresources=(

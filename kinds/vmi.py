@@ -135,6 +135,7 @@ SPEC = KindSpec(
     singular="virtualmachineinstance",
     short_names=("vmi", "vmis"),
     categories=("all",),
+    runs_launcher=True,
     event_kind=Kind.VMI,
     object_type=VirtualMachineInstance,
     subresources=(

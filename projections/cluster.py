@@ -11,6 +11,7 @@ from typing import Any, assert_never
 
 from msgspec.structs import replace
 
+from events import subjects
 from events.catalog import (
     DomainStarted,
     LauncherStarted,
@@ -111,6 +112,18 @@ class Cluster:
                 return self._swap(self.policies, agg.name, new, Kind.POLICY)
             case _:
                 assert_never(agg.kind)
+
+    def skip(self, seq: int, subject: str) -> None:
+        """An event no fold can read (poison) at `seq`: every fold skips it the same way,
+        moving the aggregate its subject names past it, so optimistic appends on that
+        aggregate expect the stream's real last sequence and the aggregate stays operable."""
+        self.last_seq = max(self.last_seq, seq)
+        try:
+            kind_token, namespace, name, _, _ = subjects.parse(subject)
+            kind = Kind(kind_token)
+        except ValueError:
+            return  # not an aggregate's subject
+        self._advance_version(kind, namespace, name, seq)
 
     def _advance_version(self, kind: Kind, namespace: str, name: str, seq: int) -> None:
         """A retried dead letter (a copy of an event folded at its original sequence) is

@@ -119,20 +119,38 @@ class ProjectionRunner:
         self.watchers.clear()
 
     async def _run(self) -> None:
+        """Follow the stream for good: a lost connection or a server restart ends one
+        replay, and the next resumes after the last folded sequence (with backoff)."""
+        delay = 0.1
+        while True:
+            try:
+                async for stored in self.store.replay(
+                    start_seq=self.last_seq + 1, follow=True, raw=True, on_skip=self.skip
+                ):
+                    self._fold_guarded(stored)
+                    delay = 0.1
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.warning("projection follow interrupted; resuming", seq=self.last_seq)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    def _fold_guarded(self, stored: Stored) -> None:
+        """An event whose fold raises is skipped like poison (logged once, here): one bad
+        event must not stop the read side every request is answered from."""
         try:
-            async for stored in self.store.replay(
-                start_seq=self.last_seq + 1, follow=True, raw=True
-            ):
-                self.fold(stored)
-        except asyncio.CancelledError:
-            raise
-        except BaseException as exc:  # surface to waiters instead of hanging them
-            self._error = exc
-            log.exception("projection runner stopped")
-            for _, fut in self._waiters:
-                if not fut.done():
-                    fut.set_exception(exc)
-            raise
+            self.fold(stored)
+        except Exception:
+            log.exception("event skipped: its fold failed", seq=stored.seq, subject=stored.subject)
+            self.skip(stored.seq, stored.subject)
+
+    def skip(self, seq: int, subject: str) -> None:
+        """An event no fold can read: the aggregate moves past it (see `Cluster.skip`)."""
+        if seq <= self.cluster.last_seq:
+            return
+        self.cluster.skip(seq, subject)
+        self._wake()
 
     async def save_snapshot(self) -> int:
         """Save the views as of now; the encoding happens before the first await, so the

@@ -15,6 +15,8 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from readside.runner import WATCH_HISTORY, ProjectionRunner
 from services.api.app import create_app
+from services.api.names import SOCKET_NAME_MAX
+from services.api.server import config as server_config
 from services.api.service import ApiService
 
 
@@ -26,6 +28,7 @@ async def serve(
     read_only: bool = False,
     settings: StreamSettings | None = None,
     watch_history: int = WATCH_HISTORY,
+    socket_name_max: int = SOCKET_NAME_MAX,
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM."""
     nc = await connect_service(nats_url, "virt-api")
@@ -34,9 +37,11 @@ async def serve(
     # the api and its read replicas fold the same views: one shared snapshot name
     runner = ProjectionRunner(store, history=watch_history, snapshot_name="cluster-views")
     await runner.start()
-    app = create_app(ApiService(runner, None if read_only else store))
+    app = create_app(
+        ApiService(runner, None if read_only else store, socket_name_max=socket_name_max)
+    )
     server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+        server_config(app, host=host, port=port, log_level="warning", lifespan="on")
     )
     try:
         await server.serve()  # uvicorn handles SIGINT/SIGTERM
@@ -59,6 +64,13 @@ def main(argv: list[str] | None = None) -> None:
         default=WATCH_HISTORY,
         help="changes kept for watches resuming from a resourceVersion (older ones get 410)",
     )
+    parser.add_argument(
+        "--max-socket-name",
+        type=int,
+        default=SOCKET_NAME_MAX,
+        help="bytes a VM's or VMI's <namespace>_<name> may take (it names the launcher's "
+        "unix socket under <run-dir>/<node>/launchers/, limited to 107 bytes in all)",
+    )
     args = parser.parse_args(argv)
     if args.watch_history < 1:
         parser.error("--watch-history must be at least 1")
@@ -69,6 +81,7 @@ def main(argv: list[str] | None = None) -> None:
             args.port,
             read_only=args.read_only,
             watch_history=args.watch_history,
+            socket_name_max=args.max_socket_name,
         )
     )
 

@@ -20,6 +20,7 @@ from events.objects import (
     Disk,
     DiskTarget,
     Firmware,
+    Hugepages,
     Interface,
     Machine,
     Memory,
@@ -34,7 +35,7 @@ from events.objects import (
     VirtualMachineInstanceMigration,
     VirtualMachineInstanceSpec,
 )
-from events.quantity import parse_cpu_millis, parse_quantity
+from events.quantity import QUANTITY_MAX, in_range, parse_cpu_millis, parse_quantity
 
 INVALID = "FieldValueInvalid"
 REQUIRED = "FieldValueRequired"
@@ -48,6 +49,11 @@ DISK_BUSES = ("virtio", "scsi", "sata", "usb")  # KubeVirt prints them in this o
 FINAL_PHASES = ("Succeeded", "Failed")
 MAX_CAUSES = 10
 ONE_MEGABYTE = 10**6
+UINT32_MAX = 2**32 - 1  # KubeVirt's CPU topology fields are uint32
+INT64_MAX = 2**63 - 1
+QUANTITY_FORMAT = (
+    "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+)
 
 # Which validating webhook KubeVirt names in its denial message, per kind.
 WEBHOOKS = {
@@ -116,14 +122,17 @@ def default_vmi_spec(
 def _default_cpu(spec: VirtualMachineInstanceSpec) -> None:
     domain = spec.domain
     cpu = domain.cpu = domain.cpu or CPU()
-    if not (cpu.cores or cpu.sockets or cpu.threads):
+    if cpu.cores is None and cpu.sockets is None and cpu.threads is None:
         # KubeVirt maps the CPU count to sockets (best guest performance), rounding up.
         resources = domain.resources or ResourceRequirements()
         amount = (resources.limits or {}).get("cpu") or (resources.requests or {}).get("cpu")
         sockets = -(-parse_cpu_millis(amount) // 1000) if amount is not None else 1
-        cpu.sockets, cpu.cores, cpu.threads = max(sockets, 1), 1, 1
+        cpu.sockets, cpu.cores, cpu.threads = min(max(sockets, 1), UINT32_MAX), 1, 1
     else:
-        cpu.sockets, cpu.cores, cpu.threads = cpu.sockets or 1, cpu.cores or 1, cpu.threads or 1
+        # an explicit 0 or negative count is kept, for validation to refuse
+        cpu.sockets = 1 if cpu.sockets is None else cpu.sockets
+        cpu.cores = 1 if cpu.cores is None else cpu.cores
+        cpu.threads = 1 if cpu.threads is None else cpu.threads
     if not cpu.model:
         cpu.model = "host-model"
 
@@ -133,10 +142,28 @@ def _default_memory(spec: VirtualMachineInstanceSpec) -> None:
     if domain.memory is not None and domain.memory.guest is not None:
         return
     resources = domain.resources or ResourceRequirements()
-    guest = (resources.requests or {}).get("memory") or (resources.limits or {}).get("memory")
+    # KubeVirt's setGuestMemory: the first of request and limit that is not zero
+    guest = next(
+        (
+            q
+            for q in (
+                (resources.requests or {}).get("memory"),
+                (resources.limits or {}).get("memory"),
+            )
+            if q is not None and not _is_zero(q)
+        ),
+        None,
+    )
     if guest is not None:
         domain.memory = domain.memory or Memory()
         domain.memory.guest = guest
+
+
+def _is_zero(quantity: str | int) -> bool:
+    try:
+        return parse_quantity(quantity) == 0
+    except ValueError:
+        return False  # left for validation to report
 
 
 def _default_disks(spec: VirtualMachineInstanceSpec, devices: Devices) -> None:
@@ -248,6 +275,7 @@ def validate_vmi_spec(
     causes += _validate_subdomain(spec.subdomain, field)
     causes += _validate_memory(spec, field)
     causes += _validate_cpu(spec, field)
+    causes += _validate_grace(spec, field)
     causes += _validate_disks(spec, field)
     causes += _validate_volumes(spec, field, template)
     causes += _validate_networks(spec, field)
@@ -256,20 +284,29 @@ def validate_vmi_spec(
 
 
 def _quantity(value: str | int | None, path: str, causes: list[StatusCause]) -> int | None:
+    """The quantity's value, or None (with a cause) when it does not parse or is beyond
+    what Kubernetes can hold: Kubernetes would cap "1e100" to 2^63-1 and let the object
+    sit unschedulable forever; a value nothing can provide is refused here instead."""
     if value is None:
         return None
     try:
-        return parse_quantity(value)
+        number = parse_quantity(value)
+        fits = in_range(value)
     except ValueError:
-        causes.append(
-            _cause(
-                INVALID,
-                f"{path} '{value}': quantities must match the regular "
-                "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'",
-                path,
-            )
-        )
+        causes.append(_cause(INVALID, f"{path} '{value}': {QUANTITY_FORMAT}", path))
         return None
+    if not fits:
+        msg = f"{path} '{value}': must be no more than {QUANTITY_MAX}."
+        causes.append(_cause(INVALID, msg, path))
+        return None
+    return number
+
+
+def _not_negative(value: int | None, raw: object, path: str) -> list[StatusCause]:
+    # KubeVirt's valueMustBePositiveMessagePattern
+    if value is None or value >= 0:
+        return []
+    return [_cause(INVALID, f"{path} '{raw}': must be greater than or equal to 0.", path)]
 
 
 def _validate_memory(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCause]:
@@ -287,14 +324,18 @@ def _validate_memory(spec: VirtualMachineInstanceSpec, field: str) -> list[Statu
     guest = _quantity(guest_raw, guest_path, causes)
     hugepages = domain.memory.hugepages if domain.memory else None
 
-    for value, raw, path in ((request, req_raw, req_path), (limit, lim_raw, lim_path)):
-        if value is not None and value < 0:
-            causes.append(
-                _cause(INVALID, f"{path} '{raw}': must be greater than or equal to 0.", path)
-            )
-    # KubeVirt checks the request; the guest size is held to the same floor here.
+    causes += _not_negative(request, req_raw, req_path)
+    causes += _not_negative(limit, lim_raw, lim_path)
+    # Without a request, the guest size is the VMI's memory request (the scheduler and
+    # the node's allocation count it): the request's floor applies to it.
+    # (a guest copied from the request by the defaults is reported once, on the request)
+    if guest_raw is None or guest_raw != req_raw:
+        causes += _not_negative(guest, guest_raw, guest_path)
     for value, raw, path in ((request, req_raw, req_path), (guest, guest_raw, guest_path)):
-        if value is not None and 0 < value < ONE_MEGABYTE:
+        if path == guest_path and guest_raw == req_raw:
+            continue
+        too_small = value is not None and 0 < value < ONE_MEGABYTE
+        if too_small or (path == guest_path and value == 0):
             msg = f"{path} '{raw}': must be greater than or equal to 1M."
             causes.append(_cause(INVALID, msg, path))
     if limit and request is not None and request > limit:
@@ -306,7 +347,8 @@ def _validate_memory(spec: VirtualMachineInstanceSpec, field: str) -> list[Statu
             f"{lim_path} '{lim_raw}'"
         )
         causes.append(_cause(INVALID, msg, guest_path))
-    if not request and guest is None and hugepages is None:
+    causes += _validate_hugepages(field, hugepages, request or guest or limit or 0, req_raw)
+    if not request and guest is None and hugepages is None and not causes:
         msg = (
             f"no memory requested, at least one of '{guest_path}', "
             f"'{field}.domain.memory.hugepages.pageSize' or '{req_path}' must be set"
@@ -316,6 +358,31 @@ def _validate_memory(spec: VirtualMachineInstanceSpec, field: str) -> list[Statu
     return causes
 
 
+def _validate_hugepages(
+    field: str, hugepages: Hugepages | None, memory: int, req_raw: object
+) -> list[StatusCause]:
+    """KubeVirt's validateHugepagesMemoryRequests."""
+    if hugepages is None:
+        return []
+    path = f"{field}.domain.memory.hugepages.pageSize"
+    req_path = f"{field}.domain.resources.requests.memory"
+    page_raw = hugepages.page_size or ""
+    causes: list[StatusCause] = []
+    page = _quantity(page_raw, path, causes)
+    if page is None:
+        return causes
+    if page <= 0:  # KubeVirt would divide by it
+        return [_cause(INVALID, f"{path} '{page_raw}': must be greater than 0.", path)]
+    req = req_raw if req_raw is not None else "0"
+    if memory > 0 and memory < page:
+        msg = f"{req_path} '{req}' must be equal to or larger than page size {path} '{page_raw}'"
+        return [_cause(INVALID, msg, req_path)]
+    if memory % page:
+        msg = f"{req_path} '{req}' is not a multiple of the page size {path} '{page_raw}'"
+        return [_cause(INVALID, msg, req_path)]
+    return []
+
+
 def _validate_cpu(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCause]:
     resources = spec.domain.resources or ResourceRequirements()
     req_raw = (resources.requests or {}).get("cpu")
@@ -323,18 +390,54 @@ def _validate_cpu(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCa
     req_path = f"{field}.domain.resources.requests.cpu"
     lim_path = f"{field}.domain.resources.limits.cpu"
     causes: list[StatusCause] = []
-    try:
-        request = parse_cpu_millis(req_raw) if req_raw is not None else 0
-    except ValueError:
-        return [_cause(INVALID, f"{req_path} '{req_raw}' is not a valid quantity", req_path)]
-    try:
-        limit = parse_cpu_millis(lim_raw) if lim_raw is not None else 0
-    except ValueError:
-        return [_cause(INVALID, f"{lim_path} '{lim_raw}' is not a valid quantity", lim_path)]
-    if limit > 0 and request > limit:
+    request = _quantity(req_raw, req_path, causes)
+    limit = _quantity(lim_raw, lim_path, causes)
+    causes += _not_negative(request, req_raw, req_path)
+    causes += _not_negative(limit, lim_raw, lim_path)
+    if causes:
+        return causes + _validate_topology(spec, field)
+    req_millis = parse_cpu_millis(req_raw) if req_raw is not None else 0
+    lim_millis = parse_cpu_millis(lim_raw) if lim_raw is not None else 0
+    if lim_millis > 0 and req_millis > lim_millis:
         msg = f"{req_path} '{req_raw}' is greater than {lim_path} '{lim_raw}'"
         causes.append(_cause(INVALID, msg, req_path))
+    return causes + _validate_topology(spec, field)
+
+
+def _validate_topology(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCause]:
+    """sockets, cores, threads: KubeVirt's uint32 fields, documented as "Must be a value
+    greater or equal 1" (KubeVirt reads an explicit 0 as unset; here it is refused, and a
+    negative or out-of-range count, which KubeVirt's JSON decoding rejects, is a 422)."""
+    cpu = spec.domain.cpu
+    if cpu is None:
+        return []
+    causes: list[StatusCause] = []
+    for name in ("sockets", "cores", "threads"):
+        value = getattr(cpu, name)
+        path = f"{field}.domain.cpu.{name}"
+        if value is None:
+            continue
+        if value < 1:
+            msg = f"{path} '{value}': must be greater than or equal to 1."
+            causes.append(_cause(INVALID, msg, path))
+        elif value > UINT32_MAX:
+            msg = f"{path} '{value}': must be no more than {UINT32_MAX}."
+            causes.append(_cause(INVALID, msg, path))
     return causes
+
+
+def _validate_grace(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCause]:
+    """terminationGracePeriodSeconds: what Kubernetes' pod validation asks of the pod's
+    (ValidateNonnegativeField), in KubeVirt's message pattern; an int64."""
+    value = spec.termination_grace_period_seconds
+    path = f"{field}.terminationGracePeriodSeconds"
+    if value is None:
+        return []
+    if value < 0:
+        return [_cause(INVALID, f"{path} '{value}': must be greater than or equal to 0.", path)]
+    if value > INT64_MAX:
+        return [_cause(INVALID, f"{path} '{value}': must be no more than {INT64_MAX}.", path)]
+    return []
 
 
 def _disk_target(disk: Disk) -> tuple[str, DiskTarget | None]:

@@ -7,12 +7,13 @@ store: writes answer 405."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any, assert_never
 
 import msgspec
-import yaml
 from litestar import Litestar, Request, Response, get, route
 from litestar.datastructures import State
 from litestar.enums import HttpMethod
@@ -23,7 +24,6 @@ from litestar.response import Stream
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from events.manifest import ManifestError, yaml_documents
 from events.meta import Kind
 from kinds.registry import Registry
 from kinds.spec import Answer, CallArgs, KindSpec
@@ -31,7 +31,8 @@ from projections import replay
 from projections.cluster import Cluster
 from readside import timetravel
 from readside.watch import Selector, SelectorError, TooOldResourceVersion, Watcher
-from services.api import intents
+from services.api import bodies, intents
+from services.api import openapi as openapi_doc
 from services.api.errors import (
     ApiError,
     Resource,
@@ -39,13 +40,17 @@ from services.api.errors import (
     gone,
     method_not_allowed,
     not_found,
+    request_timeout,
 )
 from services.api.ids import new_id
 from services.api.metrics import REQUEST_SECONDS, REQUESTS
-from services.api.service import ApiService
+from services.api.service import ApiService, Idempotency
 
 JSON = dict[str, Any]
 CORRELATION_HEADER = "x-correlation-id"
+IDEMPOTENCY_HEADER = "idempotency-key"
+BODY_SECONDS = 10.0
+WATCH_MAX_SECONDS = 3600.0  # the API server's longest default watch (2 x minRequestTimeout)
 _json = msgspec.json.Encoder()
 
 
@@ -76,6 +81,9 @@ def _http_error_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Respon
         err = _unknown()
     elif code == 405:
         err = method_not_allowed()
+    elif code == 413:
+        err = bad_request(f"Request entity too large: limit is {bodies.MAX_BODY_BYTES}")
+        err.status.code, err.status.reason = 413, "RequestEntityTooLarge"
     else:
         err = bad_request(str(exc.detail))
         err.status.code = code
@@ -83,22 +91,26 @@ def _http_error_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Respon
 
 
 async def _body(request: Request[Any, Any, Any]) -> JSON:
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    ctype = request.headers.get("content-type", "")
-    try:
-        if "yaml" in ctype or not raw.lstrip().startswith((b"{", b"[")):
-            docs = yaml_documents(raw.decode())
-            if len(docs) != 1:
-                raise bad_request("the body must hold exactly one object")
-            return docs[0]
-        body = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, ManifestError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise bad_request(f"the body of the request was in an unknown format: {exc}") from None
-    if not isinstance(body, dict):
-        raise bad_request("the body of the request must be an object")
-    return body
+    try:  # a client that stops sending mid-body must not hold the request forever
+        raw = await asyncio.wait_for(request.body(), BODY_SECONDS)
+    except TimeoutError:
+        raise request_timeout(
+            f"the request body was not received within {BODY_SECONDS:g}s"
+        ) from None
+    return bodies.parse(raw, request.headers.get("content-type", ""))
+
+
+def _idempotency(request: Request[Any, Any, Any], body: JSON) -> Idempotency | None:
+    """`Idempotency-Key`: a retry of the same request (method, path, body) with the same
+    key is answered with the first one's result instead of being applied twice."""
+    key = request.headers.get(IDEMPOTENCY_HEADER, "").strip()
+    if not key:
+        return None
+    if len(key) > 256:
+        raise bad_request(f"{IDEMPOTENCY_HEADER} must be at most 256 characters")
+    digest = hashlib.sha256(f"{request.method} {request.url.path}\n".encode())
+    digest.update(_json.encode(body))
+    return Idempotency(key, digest.hexdigest())
 
 
 def _writable(api: ApiService) -> None:
@@ -196,6 +208,10 @@ def _watch(request: Request[Any, Any, Any], api: ApiService, selector: Selector)
         timeout_seconds = float(q.get("timeoutSeconds") or 0) or None
     except ValueError:
         raise bad_request(f"invalid resourceVersion or timeoutSeconds: {rv_text!r}") from None
+    if timeout_seconds is not None:
+        if not math.isfinite(timeout_seconds) or timeout_seconds < 0:
+            raise bad_request(f"invalid timeoutSeconds: {q.get('timeoutSeconds')!r}")
+        timeout_seconds = min(timeout_seconds, WATCH_MAX_SECONDS)
     try:
         watcher = api.runner.watch(selector, rv)
     except TooOldResourceVersion as exc:
@@ -295,7 +311,9 @@ def _collection(spec: KindSpec) -> Any:
         _writable(api)
         body = await _body(request)
         outcome = await api.execute(
-            lambda c, ctx: intents.create(c, spec, ns, body, ctx), _correlation_id(request)
+            lambda c, ctx: intents.create(c, spec, ns, body, ctx),
+            _correlation_id(request),
+            _idempotency(request, body),
         )
         return _object_response(api, outcome)
 
@@ -322,13 +340,16 @@ def _item(spec: KindSpec) -> Any:
             outcome = await api.execute(
                 lambda c, ctx: intents.update(c, spec, ns, name, body, ctx, updatable=updatable),
                 _correlation_id(request),
+                _idempotency(request, body),
             )
             return _object_response(api, outcome)
         delete = spec.delete
         assert delete is not None  # the route serves DELETE only for kinds that have it
         args = _args(request, body)
         outcome = await api.execute(
-            lambda c, ctx: delete(c, ns, name, args, ctx), _correlation_id(request)
+            lambda c, ctx: delete(c, ns, name, args, ctx),
+            _correlation_id(request),
+            _idempotency(request, body),
         )
         return _object_response(api, outcome)
 
@@ -345,7 +366,9 @@ def _subresource(spec: KindSpec) -> Any:
             raise _unknown()
         args = _args(request, await _body(request) if sub.reads_body else {})
         outcome = await api.execute(
-            lambda c, ctx: sub.act(c, ns, name, args, ctx), _correlation_id(request)
+            lambda c, ctx: sub.act(c, ns, name, args, ctx),
+            _correlation_id(request),
+            _idempotency(request, args.body),
         )
         match sub.answer:
             case Answer.EMPTY:
@@ -396,7 +419,7 @@ async def healthz() -> Response[bytes]:
 
 @get("/readyz", include_in_schema=False)
 async def readyz(request: Request[Any, Any, Any]) -> Response[bytes]:
-    ok = _api(request).runner.ready
+    ok = await _api(request).ready()
     return Response(
         b"ok" if ok else b"not ready", status_code=200 if ok else 503, media_type="text/plain"
     )
@@ -409,7 +432,12 @@ async def metrics() -> Response[bytes]:
 
 @get("/openapi.json", include_in_schema=False)
 async def openapi(request: Request[Any, Any, Any]) -> Response[bytes]:
-    return _respond(request.app.openapi_schema.to_schema())
+    state = request.app.state
+    if "openapi" not in state:  # built once: the routes do not change
+        state["openapi"] = _json.encode(
+            openapi_doc.describe(request.app.openapi_schema.to_schema(), _api(request).kinds)
+        )
+    return Response(state["openapi"], media_type="application/json")
 
 
 # ------------------------------------------------------------ middleware
@@ -461,6 +489,7 @@ def create_app(api: ApiService) -> Litestar:
         middleware=[observe],
         exception_handlers={ApiError: _api_error_handler, HTTPException: _http_error_handler},
         openapi_config=OpenAPIConfig(title="virtstream", version="0.1.0"),
+        request_max_body_size=bodies.MAX_BODY_BYTES,
         state=State({"api": api}),
         debug=False,
     )

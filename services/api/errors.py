@@ -92,3 +92,15 @@ def timeout(message: str) -> ApiError:
 
 def internal(message: str) -> ApiError:
     return _status(500, "InternalError", message)
+
+
+def invalid_request(message: str) -> ApiError:
+    return _status(422, "Invalid", message)
+
+
+def unavailable(message: str) -> ApiError:
+    return _status(503, "ServiceUnavailable", message)
+
+
+def request_timeout(message: str) -> ApiError:
+    return _status(408, "Timeout", message)

@@ -17,7 +17,7 @@ from events.catalog import Event
 from events.manifest import ManifestError, dump, load
 from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
 from projections.cluster import Cluster
-from services.api import admission
+from services.api import admission, names
 from services.api.errors import (
     ApiError,
     Resource,
@@ -44,6 +44,7 @@ class RequestContext:
     correlation_id: str
     new_id: Callable[[], str]  # 32 hex chars (event ids; uids are formatted from it)
     suffix: Callable[[], str]  # 5 random lowercase alphanumerics (generateName)
+    socket_name_max: int = names.SOCKET_NAME_MAX  # a launcher's `<ns>_<name>`, in bytes
 
     def meta(self, kind: Kind, namespace: str, name: str, uid: str = "", node: str = "") -> Meta:
         return Meta(
@@ -107,8 +108,29 @@ def _clean_metadata(raw: JSON, name: str, namespace: str, uid: str) -> JSON:
     return meta
 
 
+def _metadata(raw: JSON) -> JSON:
+    """The body's metadata, with the fields that place the object typed as strings (a
+    wrongly typed body is a 400 before any of it is used)."""
+    if not isinstance(raw, dict):
+        raise bad_request("the body of the request must be an object")
+    meta = raw.get("metadata")
+    if meta is None:
+        return {}
+    if not isinstance(meta, dict):
+        raise bad_request(
+            "the body of the request was in an unknown format: metadata must be an object"
+        )
+    for field in ("name", "namespace", "generateName", "uid", "resourceVersion"):
+        if meta.get(field) is not None and not isinstance(meta[field], str):
+            raise bad_request(
+                f"the body of the request was in an unknown format: metadata.{field} "
+                "must be a string"
+            )
+    return meta
+
+
 def _name_and_namespace(raw: JSON, namespace: str, ctx: RequestContext) -> tuple[str, str]:
-    meta = raw.get("metadata") or {}
+    meta = _metadata(raw)
     body_ns = meta.get("namespace")
     if namespace and body_ns and body_ns != namespace:
         raise bad_request(
@@ -118,6 +140,21 @@ def _name_and_namespace(raw: JSON, namespace: str, ctx: RequestContext) -> tuple
     if not name and meta.get("generateName"):
         name = f"{meta['generateName']}{ctx.suffix()}"
     return name, namespace
+
+
+def _check_identity(spec: KindSpec, namespace: str, name: str, ctx: RequestContext) -> None:
+    """The API server's name and namespace checks: 422 before anything else runs, so no
+    name that could not be stored or routed reaches admission, the projection or the bus."""
+    causes = names.validate_identity(
+        namespace,
+        name,
+        namespaced=spec.namespaced,
+        rule=spec.name_rule,
+        socket_limit=ctx.socket_name_max if spec.runs_launcher else None,
+    )
+    if causes:
+        status = names.invalid_object(spec.kind, spec.group, name, causes)
+        raise ApiError(status)
 
 
 def _denied(res: Resource, name: str, causes: list[Any]) -> ApiError:
@@ -172,6 +209,7 @@ def create(
     res = spec.resource
     namespace = namespace if spec.namespaced else ""
     name, namespace = _name_and_namespace(raw, namespace, ctx)
+    _check_identity(spec, namespace, name, ctx)
     typed = _load(raw, spec.object_type, res)
     typed.metadata.name = name
     if namespace:
@@ -207,10 +245,17 @@ def update(
     if spec.updated is None:
         raise bad_request(f"{res} cannot be updated: only {' and '.join(updatable)} can")
     namespace = namespace if spec.namespaced else ""
-    body_name = (raw.get("metadata") or {}).get("name") if isinstance(raw, dict) else None
+    meta = _metadata(raw)
+    body_name = meta.get("name")
     if body_name and body_name != name:
         raise bad_request(
             f"the name of the object ({body_name}) does not match the name on the URL ({name})"
+        )
+    # an update never moves an object: the API server's rest.BeforeUpdate answers 400
+    body_ns = meta.get("namespace")
+    if namespace and body_ns and body_ns != namespace:
+        raise bad_request(
+            "the namespace of the provided object does not match the namespace sent on the request"
         )
     k = spec.key(namespace, name)
     current = view(cluster, spec, namespace, name)

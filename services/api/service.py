@@ -4,24 +4,88 @@ with optimistic concurrency, wait until the projection has folded the append
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import secrets
 import string
 import time
+from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
 
 from events.codec import event_type
-from events.envelope import ConcurrencyConflict
+from events.envelope import Appended, ConcurrencyConflict
 from eventstore.port import EventLog
 from kinds.registry import REGISTRY, Registry
 from projections.cluster import Cluster
 from readside.runner import ProjectionRunner
-from services.api.errors import internal, stale, timeout
+from services.api.errors import internal, invalid_request, stale, timeout, unavailable
 from services.api.ids import new_id
-from services.api.intents import Outcome, RequestContext
+from services.api.intents import Append, Outcome, RequestContext
 from services.api.metrics import APPENDS, CONFLICTS
+from services.api.names import SOCKET_NAME_MAX
 
 ALNUM = string.ascii_lowercase + string.digits
 WAIT_SECONDS = 10.0
+APPEND_SECONDS = 10.0  # how long a write keeps retrying an append whose outcome is unknown
+READY_SECONDS = 2.0
+IDEMPOTENCY_KEYS = 10_000  # completed keyed requests remembered (oldest forgotten first)
+IDEMPOTENCY_SECONDS = 120.0  # JetStream's duplicate window: a key is honoured this long
+
+# An append that ended with one of these may or may not have been stored: the same
+# event (same Nats-Msg-Id) is appended again, which the stream stores once.
+AMBIGUOUS: tuple[type[BaseException], ...] = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.errors.ConnectionClosedError,
+    nats.errors.ConnectionReconnectingError,
+    nats.errors.OutboundBufferLimitError,
+    nats.errors.StaleConnectionError,
+    nats.errors.UnexpectedEOF,
+    nats.js.errors.ServiceUnavailableError,
+    nats.js.errors.NoStreamResponseError,
+    OSError,
+)
+
+
+@dataclass(frozen=True)
+class Idempotency:
+    """A client's `Idempotency-Key` and what identifies its request (method, path, body):
+    the same key with another request is refused, not answered with the first's result."""
+
+    key: str
+    fingerprint: str
+
+
+@dataclass
+class _Keyed:
+    fingerprint: str
+    outcome: Outcome
+    at: float
+    done: bool = False
+
+
+def keyed_context(correlation_id: str, key: str) -> RequestContext:
+    """Ids derived from the idempotency key: a retried request decides the same event ids,
+    uids and generated names, so JetStream's duplicate detection stores it once."""
+    counter = iter(range(1 << 30))
+
+    def derived(label: str) -> str:
+        return hashlib.sha256(f"{key}\x00{label}\x00{next(counter)}".encode()).hexdigest()
+
+    def suffix() -> str:
+        digest = bytes.fromhex(derived("suffix"))
+        return "".join(ALNUM[b % len(ALNUM)] for b in digest[:5])
+
+    return RequestContext(
+        now=time.time(),
+        correlation_id=correlation_id,
+        new_id=lambda: derived("id")[:32],
+        suffix=suffix,
+    )
 
 
 def random_suffix(n: int = 5) -> str:
@@ -41,25 +105,92 @@ class ApiService:
     """Holds the store (None on a read replica) and the projection it answers from."""
 
     def __init__(
-        self, runner: ProjectionRunner, store: EventLog | None, kinds: Registry = REGISTRY
+        self,
+        runner: ProjectionRunner,
+        store: EventLog | None,
+        kinds: Registry = REGISTRY,
+        *,
+        socket_name_max: int = SOCKET_NAME_MAX,
     ) -> None:
         self.runner = runner
         self.store = store
         self.kinds = kinds
+        self.socket_name_max = socket_name_max
+        self._keyed: OrderedDict[str, _Keyed] = OrderedDict()
 
     @property
     def cluster(self) -> Cluster:
         return self.runner.cluster
 
+    # ------------------------------------------------------------- readiness
+    def _connected(self) -> bool:
+        nc = getattr(self.runner.store, "nc", None)
+        return nc is None or bool(nc.is_connected)
+
+    async def ready(self) -> bool:
+        """Ready = connected, JetStream answers, and the projection has folded everything
+        the stream held a moment ago (so a write would be answered, and a read is fresh)."""
+        if not self.runner.ready or not self._connected():
+            return False
+        try:
+            last = await asyncio.wait_for(self.runner.store.stream_last_seq(), READY_SECONDS)
+            return await self.runner.wait_for(last, READY_SECONDS)
+        except Exception:  # any failure to answer is "not ready"
+            return False
+
+    # ------------------------------------------------------------------ writes
+    def _context(self, correlation_id: str, idem: Idempotency | None) -> RequestContext:
+        ctx = keyed_context(correlation_id, idem.key) if idem else request_context(correlation_id)
+        if self.socket_name_max != ctx.socket_name_max:
+            ctx = RequestContext(
+                now=ctx.now,
+                correlation_id=ctx.correlation_id,
+                new_id=ctx.new_id,
+                suffix=ctx.suffix,
+                socket_name_max=self.socket_name_max,
+            )
+        return ctx
+
+    def _remembered(self, idem: Idempotency) -> _Keyed | None:
+        now = time.monotonic()
+        while self._keyed:  # forget keys past the duplicate window, oldest first
+            oldest = next(iter(self._keyed.values()))
+            if now - oldest.at <= IDEMPOTENCY_SECONDS and len(self._keyed) <= IDEMPOTENCY_KEYS:
+                break
+            self._keyed.popitem(last=False)
+        found = self._keyed.get(idem.key)
+        if found is not None and found.fingerprint != idem.fingerprint:
+            raise invalid_request(
+                "the Idempotency-Key was already used for a different request; "
+                "use a new key for a new request"
+            )
+        return found
+
     async def execute(
-        self, decide: Callable[[Cluster, RequestContext], Outcome], correlation_id: str
+        self,
+        decide: Callable[[Cluster, RequestContext], Outcome],
+        correlation_id: str,
+        idem: Idempotency | None = None,
     ) -> Outcome:
         """Decide and append. On a conflict: wait for the projection to fold the winner,
         decide again once (the preconditions may now answer with a better message), and
-        answer 409 if the second append conflicts too."""
+        answer 409 if the second append conflicts too. With an idempotency key, a request
+        already answered (or whose append outcome was unknown) is answered from its first
+        decision, whose events are appended again: the stream keeps one copy."""
         assert self.store is not None
+        if idem is not None and (earlier := self._remembered(idem)) is not None:
+            try:
+                last = await self._append(earlier.outcome)
+            except ConcurrencyConflict:
+                pass  # it never landed, and the aggregate moved on: decide anew below
+            else:
+                earlier.done = True
+                await self._folded(last)
+                return earlier.outcome
         for attempt in range(2):
-            outcome = decide(self.cluster, request_context(correlation_id))
+            outcome = decide(self.cluster, self._context(correlation_id, idem))
+            if idem is not None:
+                self._keyed[idem.key] = _Keyed(idem.fingerprint, outcome, time.monotonic())
             try:
                 last = await self._append(outcome)
             except ConcurrencyConflict as exc:
@@ -70,16 +201,48 @@ class ApiService:
                 actual = exc.actual if exc.actual > 0 else await self.store.stream_last_seq()
                 await self.runner.wait_for(actual, WAIT_SECONDS)
                 continue
-            if last and not await self.runner.wait_for(last, WAIT_SECONDS):
-                raise timeout("the event was appended but the projection has not caught up yet")
+            if idem is not None:
+                self._keyed[idem.key].done = True
+            await self._folded(last)
             return outcome
         raise internal("unreachable")
+
+    async def _folded(self, last: int) -> None:
+        if last and not await self.runner.wait_for(last, WAIT_SECONDS):
+            raise timeout("the event was appended but the projection has not caught up yet")
 
     async def _append(self, outcome: Outcome) -> int:
         assert self.store is not None
         last = 0
         for append in outcome.appends:
-            ack = await self.store.append(append.event, expected=append.expected)
+            ack = await self._append_one(append)
             APPENDS.labels(event_type(append.event)).inc()
             last = max(last, ack.seq)
         return last
+
+    async def _append_one(self, append: Append) -> Appended:
+        """One append, retried with the same event id while its outcome is unknown (a
+        timeout, a connection lost mid-publish): the stream's duplicate detection (and, for
+        optimistic appends, the store's lookup of its own id) makes the retry exactly-once.
+        Nothing is published while disconnected, so a write that never reached a server is
+        answered 503 and is not stored later by a reconnect's flush."""
+        assert self.store is not None
+        deadline = time.monotonic() + APPEND_SECONDS
+        delay = 0.05
+        sent = False
+        while True:
+            if self._connected():
+                try:
+                    sent = True
+                    return await self.store.append(append.event, expected=append.expected)
+                except AMBIGUOUS:
+                    pass
+            if time.monotonic() + delay > deadline:
+                if sent:
+                    raise timeout(
+                        "the outcome of the write is unknown (the event store did not answer); "
+                        "retry the request with the same Idempotency-Key"
+                    )
+                raise unavailable("the event store is unreachable: the request was not stored")
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)

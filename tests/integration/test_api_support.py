@@ -12,6 +12,7 @@ import uvicorn
 from eventstore.jetstream import JetStreamStore
 from readside.runner import ProjectionRunner
 from services.api.app import create_app
+from services.api.server import config as server_config
 from services.api.service import ApiService
 
 
@@ -29,7 +30,7 @@ async def running_api(
     runner = ProjectionRunner(store)
     await runner.start()
     app = create_app(ApiService(runner, None if read_only else store))
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
+    config = server_config(app, host="127.0.0.1", port=0, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     for _ in range(500):
