@@ -198,11 +198,48 @@ def _warm_up() -> None:
         protocol.CommandResult(id=1, ok=True, status=state),
     ]
     for _ in range(10):  # enough calls for the interpreter to specialise the hot paths
+        _walk_lifecycle()
         build_domain_xml(vmi)
         LauncherConfig(vmi=vmi, socket_path="/nonexistent")
         for report in reports:
             protocol.decode_report(protocol.encode(report))
         protocol.decode_command(protocol.encode(protocol.Start()))
+
+
+def _walk_lifecycle() -> None:
+    """A launcher's usual life through the pure machine (boot, a handler, Start, Running,
+    a graceful shutdown, the end), so its classes' and functions' lazy state is the
+    zygote's, shared, not written into every child's copy."""
+    from services.launcher import lifecycle as lc
+    from services.launcher import protocol
+    from services.launcher.domain_state import DomainEvent, DomainState, StateReason
+
+    hello = protocol.Hello(vmi_uid="0", domain_name="zygote_warm-up", pid=0)
+    off = lc.Seen(state=DomainState.SHUTOFF, reason=StateReason.UNKNOWN, wall=0.0)
+    on = lc.Seen(state=DomainState.RUNNING, reason=StateReason.BOOTED, pid=1, wall=0.0)
+    s = lc.initial(
+        lc.Settings(
+            domain_name="zygote_warm-up",
+            hello=hello,
+            termination_grace_seconds=1,
+            guest_memory_bytes=1 << 26,
+        )
+    )
+    inputs: list[lc.Input] = [
+        lc.Boot(),
+        lc.SetupDone(now=0.0, seen=off),
+        lc.Connected(client=1, seen=off),
+        lc.CommandReceived(now=0.0, client=1, command=protocol.Start(id=1), seen=off),
+        lc.CallReturned(call=lc.StartDomain(paused=False, reply_to=lc.ReplyTo(1, 1)), seen=on),
+        lc.DomainEventSeen(event=DomainEvent.STARTED, reason=StateReason.BOOTED, seen=on),
+        lc.CommandReceived(now=0.0, client=1, command=protocol.Status(id=2), seen=on),
+        lc.CommandReceived(
+            now=0.0, client=1, command=protocol.Shutdown(id=3, grace_period_seconds=1), seen=on
+        ),
+        lc.DomainEventSeen(event=DomainEvent.STOPPED, reason=StateReason.SHUTDOWN, seen=off),
+    ]
+    for inp in inputs:
+        s, _ = lc.step(s, inp)
 
 
 def _reap_children(_signum: int, _frame: FrameType | None) -> None:
