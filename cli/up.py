@@ -209,7 +209,8 @@ def up(
 
         def _demo() -> None:
             try:
-                result.append(run_demo(api_url, nodes, console.print))
+                guests = run_dir if hypervisor == "qemu" else None
+                result.append(run_demo(api_url, nodes, console.print, console_run_dir=guests))
             except Exception as e:
                 console.print(f"[red]demo failed[/]: {e!r}")
                 result.append(False)
