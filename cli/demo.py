@@ -1,10 +1,12 @@
 """`virtstream up --demo`: apply examples/kubevirt/vm-cirros.yaml and walk it through its
 life (start, Running, pause, unpause, migrate when there are several nodes, stop),
 printing each state as it is reached and how long it took. Raw KubeVirt REST calls, so it
-also shows what the API speaks."""
+also shows what the API speaks. In qemu mode it also waits for the guest's shell prompt on
+its serial console and prints what the guest wrote there."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,6 +14,9 @@ from typing import Any
 
 import httpx
 import yaml
+from rich.markup import escape
+
+from services.launcher.rundir import guest_console_log
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kubevirt" / "vm-cirros.yaml"
 NS = "default"
@@ -59,7 +64,33 @@ def _paused(vmi: dict[str, Any] | None) -> bool:
     return any(c.get("type") == "Paused" and c.get("status") == "True" for c in conds)
 
 
-def run_demo(api_url: str, nodes: int, say: Say = print) -> bool:
+_ESCAPES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1bc|\r")
+#: The guest's shell prompt (ops/guest/profile: "<hostname>:<dir># ").
+_PROMPT = re.compile(r"^\S+:\S+# ", re.M)
+
+
+def _guest_console(
+    http: httpx.Client, name: str, vmi_path: str, run_dir: Path, say: Say, started: float
+) -> None:
+    node = (_get(http, vmi_path) or {}).get("status", {}).get("nodeName", "")
+    log = guest_console_log(run_dir, node, NS, name)
+    text: list[str] = []
+
+    def prompt() -> bool:
+        text[:] = [_ESCAPES.sub("", log.read_text(errors="replace")) if log.exists() else ""]
+        return bool(_PROMPT.search(text[0]))
+
+    _wait("guest booted to its shell (serial console)", prompt, 120, say, started)
+    say(f"  [dim]{log}:[/]")
+    for line in text[0].strip().splitlines():
+        if line.strip():
+            say(f"  [cyan]│[/] {escape(line)}")
+
+
+def run_demo(
+    api_url: str, nodes: int, say: Say = print, console_run_dir: Path | None = None
+) -> bool:
+    """console_run_dir: `up`'s run dir in qemu mode (the guests' console logs live there)."""
     manifest = yaml.safe_load(EXAMPLE.read_text())
     name = manifest["metadata"]["name"]
     vmi_path = f"{VMIS}/{name}"
@@ -93,6 +124,8 @@ def run_demo(api_url: str, nodes: int, say: Say = print) -> bool:
                 lambda: ((_get(http, vmi_path) or {}).get("status", {}).get("phase") == "Running"),
                 60, say, t,
             )  # fmt: skip
+            if console_run_dir is not None:
+                _guest_console(http, name, vmi_path, console_run_dir, say, t)
             t = time.monotonic()
             _put(http, f"{SUB}/virtualmachineinstances/{name}/pause", say)
             _wait("Paused", lambda: _paused(_get(http, vmi_path)), 30, say, t)

@@ -16,6 +16,7 @@ import yaml
 from rich.console import Console
 
 from cli.debug import register as register_debug
+from cli.images import app as images_app
 from cli.tables import has_table, header_and_rows, render
 from cli.up import up
 from client.api import DEFAULT_SERVER, ApiError, Client, resource
@@ -430,6 +431,7 @@ def projections(
 
 
 register_debug(app)
+app.add_typer(images_app, name="images")
 
 if __name__ == "__main__":
     app()

@@ -28,13 +28,14 @@ from rich.console import Console
 from rich.table import Table
 
 from kinds.registry import REGISTRY
-from ops import node_libvirtd
+from ops import guest_images, node_libvirtd
 from ops.nats_server import NatsServer, free_port
 from ops.node_libvirtd import NodeRuntime
 from ops.prometheus_server import PrometheusServer, start_for_cluster, target_for
 from ops.prometheus_server import find_binary as find_prometheus
 from ops.supervisor import ServiceSpec, Supervisor, stop_recorded
 from services.launcher import rundir
+from services.launcher.images import default_image_dir
 
 console = Console()
 
@@ -48,7 +49,9 @@ def up(
         "test", help="test (libvirt's test driver) or qemu (a libvirtd per node, real QEMU)"
     ),
     image_dir: Path | None = typer.Option(
-        None, help="qemu: containerDisk images by name (<dir>/<image>.qcow2|.img|.raw)"
+        None,
+        help="qemu: the image catalogue, containerDisk images by name "
+        "(<dir>/<image>.qcow2|.raw|.img; default: `virtstream images`'s dir)",
     ),
     port: int = typer.Option(8080, help="API port"),
     keep_vms: bool = typer.Option(False, help="On Ctrl-C leave the VMs running"),
@@ -206,7 +209,8 @@ def up(
 
         def _demo() -> None:
             try:
-                result.append(run_demo(api_url, nodes, console.print))
+                guests = run_dir if hypervisor == "qemu" else None
+                result.append(run_demo(api_url, nodes, console.print, console_run_dir=guests))
             except Exception as e:
                 console.print(f"[red]demo failed[/]: {e!r}")
                 result.append(False)
@@ -294,8 +298,13 @@ def qemu_handler_args(
     if str(probe.domain_type) == "qemu":
         console.print(f"domain type qemu (software emulation): {probe.reason}")
     common: tuple[str, ...] = ("--domain-type", str(probe.domain_type), "--disk-dir", str(disk_dir))
-    if image_dir is not None:
-        common += ("--image-dir", str(image_dir.resolve()))
+    image_dir = (image_dir or default_image_dir()).resolve()
+    try:
+        with console.status(f"guest images in {image_dir}"):
+            guest_images.ensure_images(image_dir, log=console.print)  # once; then a no-op
+    except guest_images.GuestBuildError as exc:
+        console.print(f"[yellow]warning[/]: no built guest image ({exc}); only added images boot")
+    common += ("--image-dir", str(image_dir))
     return {
         n: ("--libvirt-uri", r.uri, "--qemu-pid-dir", str(r.qemu_pid_dir), *common)
         for n, r in runtimes.items()

@@ -55,6 +55,14 @@ class StopReason(StrEnum):
     MIGRATED = "Migrated"  # source side of a completed migration: VMI keeps running elsewhere
 
 
+#: KubeVirt's reason for a disk image that cannot be pulled. A launcher whose setup fails
+#: says why as "<error kind>: <message>"; a DomainStopped(Failed) whose message has this
+#: kind failed to find a containerDisk or kernelBoot image (its VMI's Synchronized
+#: condition says ErrImagePull, as KubeVirt's does).
+ERR_IMAGE_PULL = "ErrImagePull"
+IMAGE_PULL_PREFIX = f"{ERR_IMAGE_PULL}: "
+
+
 # ---------------------------------------------------------------- VirtualMachine (api)
 class VMCreated(Event, tag="VMCreated", frozen=True):
     manifest: Manifest

@@ -2,7 +2,8 @@
 # Idempotent installer: Debian packages (as root, only when missing), a virtualenv in .venv,
 # and the project with its dev dependencies. Safe to run on every `make` invocation.
 #   --qemu (or VIRTSTREAM_QEMU=1): also the packages of the `qemu` hypervisor mode (real
-#   libvirtd + QEMU guests; genisoimage renders cloud-init NoCloud seed ISOs).
+#   libvirtd + QEMU guests; genisoimage renders cloud-init NoCloud seed ISOs), and the guest
+#   image built from Debian packages into the image dir (once; ops/guest_images.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,4 +54,8 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/pip install -q -e '.[dev]'
   rm -f .venv/.installed-*
   touch "$stamp"
+fi
+if [ "${VIRTSTREAM_QEMU:-0}" = "1" ]; then
+  # a no-op when the image dir holds a build of the current recipe
+  .venv/bin/python -m ops.guest_images
 fi

@@ -11,6 +11,8 @@ from typing import Any, assert_never
 from msgspec.structs import replace
 
 from events.catalog import (
+    ERR_IMAGE_PULL,
+    IMAGE_PULL_PREFIX,
     DomainMigratedIn,
     DomainPaused,
     DomainResumed,
@@ -229,9 +231,11 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
                 reason is StopReason.DESTROYED and expired
             )
             phase = "Failed" if failed else "Succeeded"
-            return _phase(
-                v, phase, at, reason=str(reason) if failed else "", message=msg, paused=False
-            )
+            why = str(reason) if failed else ""
+            if failed and msg.startswith(IMAGE_PULL_PREFIX):
+                # the launcher could not find the disk's image (KubeVirt's reason)
+                why, msg = ERR_IMAGE_PULL, msg.removeprefix(IMAGE_PULL_PREFIX)
+            return _phase(v, phase, at, reason=why, message=msg, paused=False)
         case VMIFailed(reason=reason, message=msg):
             if v.final:
                 return v

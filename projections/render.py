@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any, assert_never
 
+from events.catalog import ERR_IMAGE_PULL
 from events.meta import Kind
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
@@ -60,6 +61,8 @@ def printable_status(cluster: Cluster, vm: VMView, now: float) -> str:
         if vmi.unschedulable:
             return "ErrorUnschedulable"
         return "Starting"
+    if vmi is not None and vmi.reason == ERR_IMAGE_PULL:
+        return ERR_IMAGE_PULL  # KubeVirt ranks it above CrashLoopBackOff
     if vm.start_failure is not None and vm.start_failure.retry_after > now:
         return "CrashLoopBackOff"
     if vmi is not None and vmi.phase == "Running":
@@ -150,6 +153,8 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
         conditions.append(_condition("Paused", True, "PausedByUser", "VMI was paused by user"))
     if vmi.unschedulable:
         conditions.append(_condition("PodScheduled", False, "Unschedulable", vmi.unschedulable))
+    if vmi.reason == ERR_IMAGE_PULL:
+        conditions.append(_condition("Synchronized", False, ERR_IMAGE_PULL, vmi.message))
     conditions.append(_condition("LiveMigratable", *live_migratable(obj)))
     if vmi.domain_type == "qemu":
         conditions.append(

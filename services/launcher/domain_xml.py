@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from events.quantity import parse_cpu_millis, parse_quantity
+from services.launcher.images import KernelBoot
 
 METADATA_NS = "urn:virtstream:launcher:1"
 SMBIOS_MANUFACTURER = "virtstream"
@@ -90,6 +91,8 @@ def build_domain_xml(
     disk_dir: str = DEFAULT_DISK_DIR,
     disk_paths: Mapping[str, str] | None = None,
     omit_disks: Collection[str] = (),
+    kernel_boot: KernelBoot | None = None,
+    console_log: str | None = None,
 ) -> str:
     """The libvirt domain XML for a VMI.
 
@@ -98,7 +101,9 @@ def build_domain_xml(
     `<disk_dir>/<domain>/<disk>.img`, which only the `test` driver accepts without the file
     existing. Disks in omit_disks are left out (storage could not provide them).
     `emulator` is only written when given (QEMU mode on a host where libvirt's default
-    binary is not the one to use).
+    binary is not the one to use). `kernel_boot` (spec.domain.firmware.kernelBoot, resolved
+    by storage) boots that kernel and initrd directly. `console_log`: the serial console
+    (a pty, for interactive use) also writes everything the guest prints to this file.
     """
     name = domain_name(vmi)
     meta = vmi.get("metadata") or {}
@@ -117,7 +122,7 @@ def build_domain_xml(
     ET.SubElement(root, "vcpu", placement="static").text = str(sockets * cores * threads)
 
     _add_sysinfo(root, vmi, meta)
-    _add_os(root, domain_type, _get(domain_spec, "machine", "type") or DEFAULT_MACHINE)
+    _add_os(root, domain_type, _get(domain_spec, "machine", "type") or DEFAULT_MACHINE, kernel_boot)
     features = ET.SubElement(root, "features")
     # ACPI is what makes graceful shutdown (virDomainShutdown) reach the guest.
     ET.SubElement(features, "acpi")
@@ -143,8 +148,13 @@ def build_domain_xml(
     disks = [d for d in devices_spec.get("disks") or [] if d["name"] not in omit_disks]
     _add_disks(devices, disks, name, disk_dir, disk_paths or {})
     _add_interfaces(devices, devices_spec.get("interfaces") or [])
-    ET.SubElement(devices, "serial", type="pty")
-    ET.SubElement(devices, "console", type="pty")
+    serial = ET.SubElement(devices, "serial", type="pty")
+    if console_log:
+        # QEMU writes the log itself (stdio_handler "file"); a new boot starts it afresh.
+        ET.SubElement(serial, "log", file=console_log, append="off")
+    ET.SubElement(serial, "target", port="0")
+    console = ET.SubElement(devices, "console", type="pty")
+    ET.SubElement(console, "target", type="serial", port="0")
 
     ET.indent(root)
     return ET.tostring(root, encoding="unicode")
@@ -186,12 +196,20 @@ def _add_sysinfo(root: ET.Element, vmi: Mapping[str, Any], meta: Mapping[str, An
             ET.SubElement(system, "entry", name=key).text = str(value)
 
 
-def _add_os(root: ET.Element, domain_type: DomainType, machine: str) -> None:
+def _add_os(
+    root: ET.Element, domain_type: DomainType, machine: str, kernel_boot: KernelBoot | None
+) -> None:
     os_el = ET.SubElement(root, "os")
     if domain_type is not DomainType.TEST and machine.startswith("pc-q35-rhel"):
         # RHEL machine types exist only in RHEL's QEMU; upstream QEMU knows the alias.
         machine = "q35"
     ET.SubElement(os_el, "type", arch="x86_64", machine=machine).text = "hvm"
+    if kernel_boot is not None:
+        ET.SubElement(os_el, "kernel").text = str(kernel_boot.kernel)
+        if kernel_boot.initrd is not None:
+            ET.SubElement(os_el, "initrd").text = str(kernel_boot.initrd)
+        if kernel_boot.cmdline:
+            ET.SubElement(os_el, "cmdline").text = kernel_boot.cmdline
     ET.SubElement(os_el, "smbios", mode="sysinfo")
 
 

@@ -76,7 +76,7 @@ class LauncherConfig(msgspec.Struct, kw_only=True):
     #: and collect the final status before exiting anyway.
     final_status_linger_seconds: float = 30.0
     # -- qemu mode --
-    #: containerDisk images by name (see storage.py); None: blank disks.
+    #: The image catalogue (images.py); None: its default dir.
     image_dir: str | None = None
     default_disk_size: str = storage.DEFAULT_DISK_SIZE
     #: The node's QEMU pidfile dir (ops.node_libvirtd.NodeRuntime.qemu_pid_dir).
@@ -282,7 +282,11 @@ class Launcher:
         config = self._config
         disk_paths = dict(config.disk_paths)
         omit: list[str] = []
+        kernel_boot = None
+        console_log = None
         if config.domain_type is not DomainType.TEST:
+            kernel_boot = storage.kernel_boot(config.vmi, config.image_dir)
+            console_log = str(rundir.console_log_path(config.socket_path))
             prepared = storage.prepare_disks(
                 config.vmi,
                 self._domain_name,
@@ -300,6 +304,8 @@ class Launcher:
             disk_dir=config.disk_dir,
             disk_paths=disk_paths,
             omit_disks=omit,
+            kernel_boot=kernel_boot,
+            console_log=console_log,
         )
 
     def _call(self, call: lc.HypervisorCall) -> None:

@@ -1,7 +1,9 @@
 """Where a node's launchers live on disk, and how a restarted handler finds them again.
 
 One run dir per node (e.g. `<data-dir>/node-1/launchers/`) holds, per VMI,
-`<ns>_<name>.sock` (the launcher's socket), `<ns>_<name>.pid` and `<ns>_<name>.log`.
+`<ns>_<name>.sock` (the launcher's socket), `<ns>_<name>.pid`, `<ns>_<name>.log` and, in
+qemu mode, `<ns>_<name>.console.log` (everything the guest wrote to its serial console
+since its domain started, written by QEMU; it stays after the launcher exits).
 A launcher removes its socket and pidfile when it exits, so whatever is listed with a
 live pid is a launcher to re-attach to.
 """
@@ -35,6 +37,19 @@ def pidfile_path(socket_path: str | os.PathLike[str]) -> Path:
 
 def log_path(socket_path: str | os.PathLike[str]) -> Path:
     return Path(socket_path).with_suffix(".log")
+
+
+def console_log_path(socket_path: str | os.PathLike[str]) -> Path:
+    return Path(socket_path).with_suffix(".console.log")
+
+
+def guest_console_log(
+    run_dir: str | os.PathLike[str], node: str, namespace: str, name: str
+) -> Path:
+    """A VMI's serial console log, from `virtstream up`'s run dir (`<data-dir>/run`) and
+    the VMI's status.nodeName: `<run-dir>/<node>/launchers/<ns>_<name>.console.log`."""
+    sock = launcher_socket_path(Path(run_dir) / node / "launchers", f"{namespace}_{name}")
+    return console_log_path(sock)
 
 
 def read_pid(pidfile: str | os.PathLike[str]) -> int | None:

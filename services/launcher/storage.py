@@ -1,14 +1,17 @@
 """Disk images for a qemu-mode domain, prepared by its launcher before it defines it.
 
-- containerDisk: `<image_dir>/<image name>` (the reference's last path segment without the
-  tag or digest, tried as is and with .qcow2/.img/.raw), used read-only as the backing file
-  of a per-VMI qcow2 overlay, so the guest's writes never touch the image. No such image
-  → a blank qcow2 of `default_size` (the guest then stops in the firmware: no boot disk).
+- containerDisk: the image the catalogue (images.py) resolves the reference to, used
+  read-only as the backing file of a per-VMI qcow2 overlay, so the guest's writes never
+  touch the image. No such image → images.ErrImagePull before anything is created (the
+  VMI fails with KubeVirt's image pull reason; no QEMU starts).
+- firmware.kernelBoot.container: its kernel and initrd from the catalogue (kernel_boot()),
+  booted directly by QEMU; the same ErrImagePull when missing.
 - emptyDisk: a blank qcow2 of its capacity.
-- cloudInitNoCloud: a NoCloud seed ISO (volume id `cidata`: user-data, meta-data and
-  network-config when given) made with cloud-localds, genisoimage, mkisofs or xorriso,
-  whichever is installed; with none of them the disk is skipped (not attached) and a
-  warning logged.
+- cloudInitNoCloud: a NoCloud seed ISO (volume id `cidata`: user-data, meta-data with
+  KubeVirt's instance-id `<name>.<namespace>` and local-hostname (spec.hostname, else the
+  VMI's name), network-config when given; the *Base64 forms too) made with cloud-localds,
+  genisoimage, mkisofs or xorriso, whichever is installed; with none of them the disk is
+  skipped (not attached) and a warning logged.
 - hostDisk with a path: used as is.
 - Anything else (PVCs, DataVolumes, ...): a blank qcow2 of `default_size`.
 
@@ -18,6 +21,7 @@ the same disk_dir, like shared storage, so live migration copies memory only.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import shutil
@@ -28,29 +32,44 @@ from pathlib import Path
 from typing import Any
 
 from events.quantity import parse_quantity
+from services.launcher import images
+from services.launcher.images import KernelBoot
 
 log = logging.getLogger("virtstream.launcher.storage")
 
 DEFAULT_DISK_SIZE = "1Gi"
-_IMAGE_SUFFIXES = ("", ".qcow2", ".img", ".raw", ".iso")
 
 
-def image_name(reference: str) -> str:
-    """registry:5000/kubevirt/cirros-container-disk-demo:devel → cirros-container-disk-demo"""
-    last = reference.rsplit("/", 1)[-1]
-    return last.split("@", 1)[0].split(":", 1)[0]
+def catalogue_dir(image_dir: str | None) -> Path:
+    return Path(image_dir) if image_dir else images.default_image_dir()
 
 
-def find_image(image_dir: str | None, reference: str) -> Path | None:
-    if not image_dir:
+def kernel_boot(vmi: Mapping[str, Any], image_dir: str | None) -> KernelBoot | None:
+    """spec.domain.firmware.kernelBoot's kernel, initrd and cmdline, or None without one."""
+    boot = ((vmi.get("spec") or {}).get("domain") or {}).get("firmware") or {}
+    boot = boot.get("kernelBoot") or {}
+    container = boot.get("container") or {}
+    if not container:
         return None
-    name = image_name(reference)
-    for candidate in (name, reference.replace("/", "_")):
-        for suffix in _IMAGE_SUFFIXES:
-            path = Path(image_dir) / f"{candidate}{suffix}"
-            if path.is_file():
-                return path
-    return None
+    reference = str(container.get("image", ""))
+    return images.find_kernel_boot(
+        catalogue_dir(image_dir),
+        reference,
+        str(container.get("kernelPath") or ""),
+        str(container.get("initrdPath") or ""),
+        str(boot.get("kernelArgs") or ""),
+    )
+
+
+def _container_images(volumes: Mapping[str, Any], image_dir: str | None) -> dict[str, Path]:
+    """Every containerDisk's image, resolved before anything is created: a missing one
+    fails the setup with nothing left behind."""
+    found: dict[str, Path] = {}
+    for name, volume in volumes.items():
+        if "containerDisk" in volume:
+            reference = str((volume["containerDisk"] or {}).get("image", ""))
+            found[name] = images.find_disk_image(catalogue_dir(image_dir), reference)
+    return found
 
 
 def iso_tool() -> str | None:
@@ -72,12 +91,18 @@ def prepare_disks(
     spec = vmi.get("spec") or {}
     volumes = {v.get("name"): v for v in spec.get("volumes") or []}
     disks = ((spec.get("domain") or {}).get("devices") or {}).get("disks") or []
+    container_images = _container_images(volumes, image_dir)
+    kernel_boot(vmi, image_dir)  # the same check for a kernelBoot container
     directory = Path(disk_dir) / domain
     directory.mkdir(parents=True, exist_ok=True)
     paths: dict[str, str] = {}
     for disk in disks:
         name = disk["name"]
-        path = _prepare_volume(volumes.get(name) or {}, name, directory, image_dir, default_size)
+        volume = volumes.get(name) or {}
+        if name in container_images:
+            path: Path | None = _overlay(container_images[name], directory / f"{name}.qcow2")
+        else:
+            path = _prepare_volume(volume, name, directory, vmi, default_size)
         if path is not None:
             paths[name] = str(path)
     return paths
@@ -96,23 +121,17 @@ def _prepare_volume(
     volume: Mapping[str, Any],
     name: str,
     directory: Path,
-    image_dir: str | None,
+    vmi: Mapping[str, Any],
     default_size: str,
 ) -> Path | None:
     overlay = directory / f"{name}.qcow2"
-    if "containerDisk" in volume:
-        image = find_image(image_dir, str((volume["containerDisk"] or {}).get("image", "")))
-        if image is not None:
-            return _overlay(image, overlay)
-        log.info("no image for disk %s in %s: blank %s disk", name, image_dir, default_size)
-        return _blank(overlay, default_size)
     if "emptyDisk" in volume:
         return _blank(overlay, str((volume["emptyDisk"] or {}).get("capacity") or default_size))
     if "hostDisk" in volume and (volume["hostDisk"] or {}).get("path"):
         return Path(volume["hostDisk"]["path"])
     for key in ("cloudInitNoCloud", "cloudInitConfigDrive"):
         if key in volume:
-            return _nocloud_iso(volume[key] or {}, directory / f"{name}.iso", name)
+            return _nocloud_iso(volume[key] or {}, directory / f"{name}.iso", name, vmi)
     return _blank(overlay, default_size)
 
 
@@ -136,19 +155,31 @@ def _overlay(image: Path, path: Path) -> Path:
     return path
 
 
-def _nocloud_iso(source: Mapping[str, Any], path: Path, name: str) -> Path | None:
+def _decoded(source: Mapping[str, Any], key: str) -> str:
+    if source.get(key):
+        return str(source[key])
+    encoded = source.get(f"{key}Base64")
+    return base64.b64decode(encoded).decode() if encoded else ""
+
+
+def _nocloud_iso(
+    source: Mapping[str, Any], path: Path, name: str, vmi: Mapping[str, Any]
+) -> Path | None:
     tool = iso_tool()
     if tool is None:
         log.warning(
             "cloud-init disk %s skipped: no cloud-localds, genisoimage, mkisofs or xorriso", name
         )
         return None
+    meta = vmi.get("metadata") or {}
+    vmi_name, namespace = meta.get("name") or path.parent.name, meta.get("namespace") or "default"
+    hostname = (vmi.get("spec") or {}).get("hostname") or vmi_name
     files = {
-        "user-data": source.get("userData") or "",
-        "meta-data": f"instance-id: {path.parent.name}\nlocal-hostname: {path.parent.name}\n",
+        "user-data": _decoded(source, "userData"),
+        "meta-data": f"instance-id: {vmi_name}.{namespace}\nlocal-hostname: {hostname}\n",
     }
-    if source.get("networkData"):
-        files["network-config"] = source["networkData"]
+    if network := _decoded(source, "networkData"):
+        files["network-config"] = network
     with tempfile.TemporaryDirectory(prefix="vs-nocloud-") as tmp:
         for file_name, content in files.items():
             (Path(tmp) / file_name).write_text(content)

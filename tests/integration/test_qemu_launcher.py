@@ -126,8 +126,8 @@ async def test_cirros_template_runs_pauses_and_stops_with_a_real_qemu(
     pid = running.domain_pid
     assert pid_alive(pid) and pid is not None
     assert process_name(pid).startswith("qemu"), process_name(pid)
-    # No image in an image dir: a blank overlay; the cloud-init seed is an ISO when a tool
-    # for it is installed.
+    # The catalogue's guest under a per-VMI overlay; the cloud-init seed is an ISO when a
+    # tool for it is installed.
     disks = Path(qemu_cluster.disk_dir) / "default_cirros-life"
     assert (disks / "containerdisk.qcow2").is_file()
     assert (disks / "cloudinitdisk.iso").is_file() == (storage.iso_tool() is not None)
@@ -140,7 +140,7 @@ async def test_cirros_template_runs_pauses_and_stops_with_a_real_qemu(
     await client.wait_for(_running)
     assert _libvirt_state(node.uri, "default_cirros-life") == libvirt.VIR_DOMAIN_RUNNING
 
-    # Firmware ignores ACPI: the grace period runs out and the domain is destroyed.
+    # The guest ignores ACPI (no acpid): the grace period runs out and it is destroyed.
     assert (await client.call(Shutdown(grace_period_seconds=1))).ok
     final = await client.wait_for(lambda s: s.final, timeout=30)
     assert (final.state, final.reason, final.grace_period_expired) == (

@@ -1,7 +1,8 @@
-"""Disk preparation for qemu mode: image lookup by name, overlays, blank disks, NoCloud ISO."""
+"""Disk preparation for qemu mode: the image catalogue, overlays, kernel boot, NoCloud ISO."""
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import subprocess
@@ -9,27 +10,80 @@ from pathlib import Path
 
 import pytest
 
-from services.launcher import storage
+from events.catalog import ERR_IMAGE_PULL
+from services.launcher import images, storage
 from services.launcher.domain_xml import DomainType, build_domain_xml
 
 needs_qemu_img = pytest.mark.skipif(shutil.which("qemu-img") is None, reason="needs qemu-img")
 
 
 def test_image_name_is_the_references_last_segment_without_tag_or_digest() -> None:
-    assert storage.image_name("registry:5000/kubevirt/cirros-container-disk-demo:devel") == (
+    assert images.image_name("registry:5000/kubevirt/cirros-container-disk-demo:devel") == (
         "cirros-container-disk-demo"
     )
-    assert storage.image_name("quay.io/containerdisks/fedora@sha256:abc") == "fedora"
-    assert storage.image_name("cirros") == "cirros"
+    assert images.image_name("quay.io/containerdisks/fedora@sha256:abc") == "fedora"
+    assert images.image_name("cirros") == "cirros"
 
 
-def test_find_image_tries_the_name_with_common_suffixes(tmp_path: Path) -> None:
+def test_find_disk_image_tries_the_name_with_common_suffixes(tmp_path: Path) -> None:
     (tmp_path / "fedora.qcow2").write_bytes(b"")
-    assert storage.find_image(str(tmp_path), "quay.io/containerdisks/fedora:39") == (
-        tmp_path / "fedora.qcow2"
+    found = images.find_disk_image(tmp_path, "quay.io/containerdisks/fedora:39")
+    assert found == tmp_path / "fedora.qcow2"
+
+
+def test_an_image_not_in_the_catalogue_is_an_image_pull_error(tmp_path: Path) -> None:
+    with pytest.raises(images.ErrImagePull) as caught:
+        images.find_disk_image(tmp_path, "quay.io/kubevirt/nothing-here:v1")
+    assert 'failed to pull image "quay.io/kubevirt/nothing-here:v1"' in str(caught.value)
+    assert "virtstream images" in str(caught.value)
+
+
+def test_kernel_boot_takes_the_paths_inside_the_container_dir(tmp_path: Path) -> None:
+    boot = tmp_path / "kernels" / "boot"
+    boot.mkdir(parents=True)
+    (boot / "vmlinuz-virt").write_bytes(b"k")
+    (boot / "initramfs-virt").write_bytes(b"i")
+    vmi = {
+        "spec": {
+            "domain": {
+                "firmware": {
+                    "kernelBoot": {
+                        "container": {
+                            "image": "registry:5000/kubevirt/kernels:devel",
+                            "kernelPath": "/boot/vmlinuz-virt",
+                            "initrdPath": "/boot/initramfs-virt",
+                        },
+                        "kernelArgs": "console=ttyS0",
+                    }
+                }
+            }
+        }
+    }
+    found = storage.kernel_boot(vmi, str(tmp_path))
+    assert found == images.KernelBoot(
+        boot / "vmlinuz-virt", boot / "initramfs-virt", "console=ttyS0"
     )
-    assert storage.find_image(str(tmp_path), "cirros") is None
-    assert storage.find_image(None, "fedora") is None
+    xml = build_domain_xml(
+        {**vmi, "metadata": {"name": "k"}, "spec": {**vmi["spec"], "domain": {
+            **vmi["spec"]["domain"], "memory": {"guest": "64Mi"}}}},
+        domain_type=DomainType.QEMU,
+        kernel_boot=found,
+    )  # fmt: skip
+    assert f"<kernel>{boot / 'vmlinuz-virt'}</kernel>" in xml
+    assert "<cmdline>console=ttyS0</cmdline>" in xml
+    (boot / "initramfs-virt").unlink()
+    with pytest.raises(images.ErrImagePull, match="no file /boot/initramfs-virt"):
+        storage.kernel_boot(vmi, str(tmp_path))
+
+
+def test_the_catalogue_lists_disks_kernel_dirs_and_aliases(tmp_path: Path) -> None:
+    (tmp_path / "guest.raw").write_bytes(b"x" * 10)
+    (tmp_path / "cirros.raw").symlink_to("guest.raw")
+    (tmp_path / "kern" / "boot").mkdir(parents=True)
+    (tmp_path / ".stamp.json").write_text("{}")
+    listed = {(e.name, e.kind, e.alias_of) for e in images.catalogue(tmp_path)}
+    assert listed == {("guest", "disk", None), ("cirros", "disk", "guest.raw"),
+                      ("kern", "kernel", None)}  # fmt: skip
 
 
 def _vmi() -> dict[str, object]:
@@ -88,7 +142,29 @@ def test_prepare_disks_overlays_images_and_renders_the_seed(tmp_path: Path) -> N
 
 
 @needs_qemu_img
-def test_without_an_image_a_blank_disk_of_the_default_size(tmp_path: Path) -> None:
-    paths = storage.prepare_disks(_vmi(), "ns_s", str(tmp_path), default_size="3Mi")
-    root = _info(paths["root"])
-    assert root["virtual-size"] == 3 * 1024 * 1024 and "backing-filename" not in root
+def test_without_an_image_nothing_is_created(tmp_path: Path) -> None:
+    with pytest.raises(images.ErrImagePull):
+        storage.prepare_disks(_vmi(), "ns_s", str(tmp_path / "disks"), image_dir=str(tmp_path))
+    assert not (tmp_path / "disks").exists()
+
+
+@needs_qemu_img
+def test_the_seed_carries_kubevirts_meta_data_and_decoded_user_data(tmp_path: Path) -> None:
+    if storage.iso_tool() is None:
+        pytest.skip("no ISO tool")
+    vmi = _vmi()
+    vmi["spec"]["hostname"] = "myhost"  # type: ignore[index]
+    vmi["spec"]["volumes"][2] = {  # type: ignore[index]
+        "name": "seed",
+        "cloudInitNoCloud": {"userDataBase64": base64.b64encode(b"#!/bin/sh\necho hi\n").decode()},
+    }
+    (tmp_path / "base.raw").write_bytes(b"")
+    paths = storage.prepare_disks(vmi, "ns_s", str(tmp_path / "disks"), image_dir=str(tmp_path))
+    iso = Path(paths["seed"]).read_bytes()
+    assert b"instance-id: s.ns\nlocal-hostname: myhost\n" in iso
+    assert b"#!/bin/sh\necho hi\n" in iso
+
+
+def test_the_image_pull_error_is_named_as_the_fold_expects() -> None:
+    # the launcher reports "<exception name>: <message>"; the VMI fold keys on the name
+    assert images.ErrImagePull.__name__ == ERR_IMAGE_PULL

@@ -133,6 +133,31 @@ def test_domain_stop_reason_decides_the_final_phase(
     assert g.cluster.vmis[f"{NS}/vm1"].phase == phase
 
 
+def test_a_launcher_that_cannot_pull_its_image_fails_the_vmi_with_err_image_pull() -> None:
+    g = Given()
+    g(
+        VMCreated(meta=g.m(Kind.VM), manifest=vm_manifest()),
+        VMICreated(meta=g.m(Kind.VMI), manifest=vmi_manifest(), owner_vm_uid="uid-vm1"),
+        PodScheduled(meta=g.m(Kind.VMI), node="n", pod_name="p", pod_uid="u", manifest={}),
+        DomainStopped(
+            meta=g.m(Kind.VMI),
+            reason=StopReason.FAILED,
+            message='ErrImagePull: failed to pull image "quay.io/x/nothing:1": not here',
+        ),
+    )
+    vmi = g.cluster.vmis[f"{NS}/vm1"]
+    status = render_vmi(g.cluster, vmi)["status"]
+    assert status["phase"] == "Failed" and status["reason"] == "ErrImagePull"
+    synchronized = next(c for c in status["conditions"] if c["type"] == "Synchronized")
+    assert synchronized == {
+        "type": "Synchronized",
+        "status": "False",
+        "reason": "ErrImagePull",
+        "message": 'failed to pull image "quay.io/x/nothing:1": not here',
+    }
+    assert printable_status(g.cluster, g.cluster.vms[f"{NS}/vm1"], g.t) == "ErrImagePull"
+
+
 def test_printable_status_precedence() -> None:
     g = Given()
     g(VMCreated(meta=g.m(Kind.VM), manifest=vm_manifest()))

@@ -1,0 +1,284 @@
+"""The guest images of qemu mode, built from Debian packages into the image catalogue.
+
+A small Linux guest: Debian's cloud kernel (`linux-image-cloud-amd64`) and an initramfs
+holding busybox-static, the virtio/ISO 9660 modules the kernel has as modules, and the init
+in `ops/guest/` (serial console on ttyS0 and tty1, NoCloud cloud-init from the `cidata`
+disk, DHCP with udhcpc). The packages are fetched with `apt-get download` and unpacked with
+`dpkg-deb -x` into a scratch dir: nothing is installed on the host. Two forms:
+
+- `virtstream-linux.raw`: a bootable disk (a FAT file system holding kernel, initrd and
+  SYSLINUX, whose boot sector SeaBIOS runs; syslinux's installer works on the image through
+  mtools, so no loop mount). The names KubeVirt's examples pull are symlinks to it
+  (`cirros-container-disk-demo`, `fedora-with-test-tooling-container-disk`, ...).
+- `virtstream-linux-kernel/boot/{vmlinuz,initrd.img}`: a kernelBoot container's file
+  system; `alpine-ext-kernel-boot-demo` (vmi-kernel-boot.yaml) links its
+  `/boot/vmlinuz-virt` and `/boot/initramfs-virt` to them.
+
+Built once: `<image dir>/.virtstream-linux.json` records the recipe; a matching one means
+there is nothing to do (`ensure_images`). `python -m ops.guest_images [--force] [DIR]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from services.launcher.images import default_image_dir
+
+GUEST = "virtstream-linux"
+KERNEL_DIR = f"{GUEST}-kernel"
+STAMP = f".{GUEST}.json"
+GUEST_FILES = Path(__file__).with_name("guest")
+#: Disk images of KubeVirt's examples and docs, all served by the built guest.
+DISK_ALIASES = (
+    "cirros-container-disk-demo",
+    "alpine-container-disk-demo",
+    "fedora-cloud-container-disk-demo",
+    "fedora-with-test-tooling-container-disk",
+    "fedora-realtime-container-disk",
+    "virtio-container-disk",
+    "cirros",
+    "alpine",
+    "fedora",
+    "ubuntu",
+    "centos-stream",
+    "debian",
+)
+#: kernelBoot containers: name → (kernelPath, initrdPath) inside it.
+KERNEL_ALIASES = {"alpine-ext-kernel-boot-demo": ("boot/vmlinuz-virt", "boot/initramfs-virt")}
+#: The kernel's modules the guest loads (their dependencies are added).
+MODULES = ("virtio_pci", "virtio_blk", "virtio_net", "virtio_console", "virtio-rng", "isofs")
+#: What the boot loader passes: both consoles, the serial one last (it is /dev/console).
+CMDLINE = "console=tty0 console=ttyS0 quiet panic=-1"
+PACKAGES = ("busybox-static", "syslinux", "syslinux-common", "mtools")
+KERNEL_META = "linux-image-cloud-amd64"
+DISK_BYTES = 32 * 1024 * 1024
+
+Log = Callable[[str], None]
+
+
+class GuestBuildError(RuntimeError):
+    pass
+
+
+def recipe() -> str:
+    """Changes whenever what the build produces would: the guest's files and this module."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for path in sorted(GUEST_FILES.iterdir()):
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def is_current(image_dir: Path) -> bool:
+    try:
+        stamp = json.loads((image_dir / STAMP).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(stamp.get("recipe") == recipe() and (image_dir / f"{GUEST}.raw").is_file())
+
+
+def ensure_images(image_dir: Path | None = None, *, force: bool = False, log: Log = print) -> Path:
+    """Build the guest into image_dir unless an up-to-date build is there; returns the dir."""
+    image_dir = image_dir or default_image_dir()
+    if force or not is_current(image_dir):
+        build(image_dir, log)
+    return image_dir
+
+
+def build(image_dir: Path, log: Log = print) -> None:
+    for tool in ("apt-get", "apt-cache", "dpkg-deb", "qemu-img", "gzip"):
+        if shutil.which(tool) is None:
+            raise GuestBuildError(f"building the guest image needs {tool}")
+    image_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="vs-guest-") as tmp:
+        work = Path(tmp)
+        kernel_pkg = _kernel_package()
+        log(f"guest image: fetching {kernel_pkg} {' '.join(PACKAGES)}")
+        root = _unpack(_download((kernel_pkg, *PACKAGES), work / "debs"), work / "root")
+        kernel = next((root / "boot").glob("vmlinuz-*"))
+        initrd = work / "initrd.img"
+        _initramfs(root, kernel.name.removeprefix("vmlinuz-"), initrd)
+        disk = work / f"{GUEST}.raw"
+        _boot_disk(root, kernel, initrd, disk)
+        _install(image_dir, kernel, initrd, disk)
+        (image_dir / STAMP).write_text(
+            json.dumps({"recipe": recipe(), "kernel": kernel_pkg, "packages": PACKAGES}) + "\n"
+        )
+    log(f"guest image: {image_dir / GUEST}.raw and {image_dir / KERNEL_DIR}/boot/")
+
+
+def _run(*command: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise GuestBuildError(f"{' '.join(command)} failed: {done.stderr.strip()[-500:]}")
+    return done.stdout
+
+
+def _kernel_package() -> str:
+    """The versioned kernel package the meta-package points at (apt-get download takes no
+    meta-package's dependencies)."""
+    out = _run("apt-cache", "depends", KERNEL_META)
+    found = re.search(r"Depends: (linux-image-\S+-cloud-amd64)\b", out)
+    if found is None:
+        raise GuestBuildError(f"no kernel package behind {KERNEL_META} (apt-get update?)")
+    return found.group(1)
+
+
+def _download(packages: Iterable[str], into: Path) -> list[Path]:
+    into.mkdir(parents=True)
+    # The scratch dir is root's: apt's sandbox user could not write to it.
+    _run("apt-get", "download", "-q", "-o", "APT::Sandbox::User=root", *packages, cwd=into)
+    return sorted(into.glob("*.deb"))
+
+
+def _unpack(debs: list[Path], root: Path) -> Path:
+    root.mkdir(parents=True)
+    for deb in debs:
+        _run("dpkg-deb", "-x", str(deb), str(root))
+    return root
+
+
+def _module_paths(modules_dir: Path) -> dict[str, Path]:
+    return {p.name.removesuffix(".ko").replace("-", "_"): p for p in modules_dir.rglob("*.ko")}
+
+
+def _depends(path: Path) -> list[str]:
+    # The module's .modinfo section: NUL-separated key=value strings (no depmod run here).
+    found = re.search(rb"\x00depends=([^\x00]*)\x00", path.read_bytes())
+    return [d.replace("-", "_") for d in found.group(1).decode().split(",") if d] if found else []
+
+
+def load_order(modules_dir: Path, wanted: Iterable[str]) -> list[Path]:
+    """The modules and their dependencies, each after what it depends on."""
+    paths = _module_paths(modules_dir)
+    order: list[Path] = []
+    seen: set[str] = set()
+
+    def visit(name: str) -> None:
+        if name in seen:
+            return
+        seen.add(name)
+        if name not in paths:
+            raise GuestBuildError(f"kernel module {name} not found in {modules_dir}")
+        for dep in _depends(paths[name]):
+            visit(dep)
+        order.append(paths[name])
+
+    for name in wanted:
+        visit(name.replace("-", "_"))
+    return order
+
+
+def _initramfs(root: Path, kernel_release: str, out: Path) -> None:
+    tree = out.parent / "initramfs"
+    for d in ("bin", "dev", "etc", "lib/modules", "mnt", "proc", "root", "run", "sys", "tmp"):
+        (tree / d).mkdir(parents=True, exist_ok=True)
+    busybox = tree / "bin" / "busybox"
+    shutil.copy2(root / "bin" / "busybox", busybox)
+    modules = load_order(root / "lib" / "modules" / kernel_release, MODULES)
+    for module in modules:
+        shutil.copy2(module, tree / "lib" / "modules" / module.name)
+    (tree / "lib" / "modules" / "load-order").write_text(
+        "".join(f"{m.name.removesuffix('.ko')}\n" for m in modules)
+    )
+    files = {
+        "init": "init.sh",
+        "etc/cloud-init.sh": "cloud-init.sh",
+        "etc/udhcpc.sh": "udhcpc.sh",
+        "etc/inittab": "inittab",
+        "etc/profile": "profile",
+    }
+    for target, source in files.items():
+        shutil.copy2(GUEST_FILES / source, tree / target)
+        os.chmod(tree / target, 0o755)
+    (tree / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
+    (tree / "etc" / "group").write_text("root:x:0:\n")
+    # busybox's own cpio (the cpio command is not on these machines), newc as the kernel wants
+    names = sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
+    listing = ("\n".join([".", *names]) + "\n").encode()
+    done = subprocess.run(
+        [str(busybox), "cpio", "-o", "-H", "newc"], cwd=tree, input=listing, capture_output=True
+    )
+    if done.returncode != 0:
+        raise GuestBuildError(f"cpio failed: {done.stderr.decode().strip()}")
+    out.write_bytes(gzip.compress(done.stdout, compresslevel=6))
+
+
+def _boot_disk(root: Path, kernel: Path, initrd: Path, out: Path) -> None:
+    """A whole-disk FAT file system with SYSLINUX in its boot sector (no partition table:
+    SeaBIOS boots the first sector, which is syslinux's)."""
+    tools = root / "usr" / "bin"
+    env = {**os.environ, "PATH": f"{tools}:{os.environ.get('PATH', '/usr/bin:/bin')}"}
+    with out.open("wb") as f:
+        f.truncate(DISK_BYTES)
+    image = str(out)
+    _run(str(tools / "mformat"), "-i", image, "-v", "VSGUEST", "::", env=env)
+    config = out.parent / "syslinux.cfg"
+    config.write_text(
+        # SERIAL: the boot loader's banner shows on the serial console too
+        "SERIAL 0 115200\nDEFAULT linux\nPROMPT 0\nTIMEOUT 0\nLABEL linux\n"
+        f"  KERNEL vmlinuz\n  INITRD initrd.img\n  APPEND {CMDLINE}\n"
+    )
+    for source, name in ((kernel, "vmlinuz"), (initrd, "initrd.img"), (config, "syslinux.cfg")):
+        _run(str(tools / "mcopy"), "-i", image, str(source), f"::{name}", env=env)
+    _run(str(tools / "syslinux"), "--install", image, env=env)
+
+
+def _install(image_dir: Path, kernel: Path, initrd: Path, disk: Path) -> None:
+    """Into the catalogue, each file replaced atomically (a running guest keeps its inode)."""
+    boot = image_dir / KERNEL_DIR / "boot"
+    boot.mkdir(parents=True, exist_ok=True)
+    _replace(kernel, boot / "vmlinuz")
+    _replace(initrd, boot / "initrd.img")
+    _replace(disk, image_dir / f"{GUEST}.raw")
+    for alias in DISK_ALIASES:
+        _link(image_dir / f"{alias}.raw", f"{GUEST}.raw")
+    for alias, (kernel_path, initrd_path) in KERNEL_ALIASES.items():
+        for path, target in ((kernel_path, "vmlinuz"), (initrd_path, "initrd.img")):
+            link = image_dir / alias / path
+            link.parent.mkdir(parents=True, exist_ok=True)
+            depth = "../" * (len(Path(alias, path).parts) - 1)
+            _link(link, f"{depth}{KERNEL_DIR}/boot/{target}")
+
+
+def _replace(source: Path, target: Path) -> None:
+    partial = target.with_name(f".{target.name}.partial")
+    shutil.copyfile(source, partial)
+    os.replace(partial, target)
+
+
+def _link(link: Path, target: str) -> None:
+    """An alias; a file the user put under that name is theirs and stays."""
+    if link.is_symlink() and os.readlink(link) == target:
+        return
+    if link.exists() and not link.is_symlink():
+        return
+    partial = link.with_name(f".{link.name}.partial")
+    partial.unlink(missing_ok=True)
+    partial.symlink_to(target)
+    os.replace(partial, link)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Build the qemu-mode guest images")
+    parser.add_argument("image_dir", nargs="?", type=Path, default=None)
+    parser.add_argument("--force", action="store_true", help="rebuild even when up to date")
+    args = parser.parse_args()
+    image_dir = args.image_dir or default_image_dir()
+    if not args.force and is_current(image_dir):
+        print(f"guest image: up to date in {image_dir}")
+        return
+    ensure_images(image_dir, force=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,195 @@
+"""Real guests in qemu mode (TCG): the image catalogue's Linux guest boots from KubeVirt's
+manifests through the whole control plane, one `virtstream up --hypervisor qemu` for the
+module. vm-cirros.yaml unchanged reaches the guest's prompt on its serial console (and runs
+its user-data script); NoCloud user-data sets the hostname; a kernelBoot VMI boots; an
+image the catalogue lacks fails the VMI with ErrImagePull and starts no QEMU.
+
+Each test stops its guest (two shared cores). Skipped without the qemu packages or root."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import libvirt
+import pytest
+import yaml
+
+from cli.up import live_launchers
+from ops import guest_images
+from ops.nats_server import free_port
+from ops.node_libvirtd import connect_uri, processes_in_namespace, read_state
+from services.launcher.rundir import guest_console_log
+from tests.integration.polling import until
+from tests.integration.qemu_support import CIRROS, qemu_marks
+
+pytestmark = qemu_marks
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples" / "kubevirt"
+VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
+VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
+SUB_VM = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines"
+BOOT_TIMEOUT = 60.0  # a TCG boot takes ~3-5 s alone; the machine is shared
+
+
+class Cluster:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=5)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "up", "--data-dir", str(self.data_dir),
+             "--port", str(self.port), "--nats-port", str(free_port()),
+             "--hypervisor", "qemu", "--nodes", "1"],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        until(lambda: self.http.get(VMS).is_success, what="the API")
+
+    def stop(self) -> None:
+        self.http.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.communicate(timeout=90)
+        for pid in live_launchers(self.data_dir / "run"):
+            os.kill(pid, signal.SIGKILL)
+
+    def vmi(self, name: str) -> dict[str, Any]:
+        r = self.http.get(f"{VMIS}/{name}")
+        r.raise_for_status()
+        return dict(r.json())
+
+    def phase(self, name: str, phase: str) -> dict[str, Any]:
+        return until(
+            lambda: (v := self.vmi(name))["status"].get("phase") == phase and v,
+            timeout=BOOT_TIMEOUT,
+            what=f"{name} {phase}",
+        )
+
+    def console(self, name: str) -> Path:
+        node = self.vmi(name)["status"]["nodeName"]
+        return guest_console_log(self.data_dir / "run", node, "default", name)
+
+    def console_shows(self, name: str, *patterns: str) -> str:
+        """The console log once every pattern (a regex) is in it."""
+        log = self.console(name)
+
+        def probe() -> str | None:
+            text = log.read_text(errors="replace") if log.exists() else ""
+            return text if all(re.search(p, text, re.M) for p in patterns) else None
+
+        try:
+            return str(until(probe, timeout=BOOT_TIMEOUT, what=f"{patterns} on the console"))
+        except AssertionError:
+            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
+            raise AssertionError(f"{patterns} not on {name}'s console:\n{tail}") from None
+
+    def domains(self) -> list[str]:
+        conn = libvirt.open(connect_uri(self.data_dir / "nodes" / "node-1" / "sock"))
+        try:
+            return [d.name() for d in conn.listAllDomains()]
+        finally:
+            conn.close()
+
+    def qemus(self) -> list[int]:
+        state = read_state(self.data_dir / "nodes" / "node-1")
+        assert state is not None
+        return [
+            pid
+            for pid in processes_in_namespace(state.mount_namespace)
+            if Path(f"/proc/{pid}/comm").read_text().startswith("qemu")
+        ]
+
+    def delete_vmi(self, name: str) -> None:
+        self.http.delete(f"{VMIS}/{name}", params={"gracePeriodSeconds": 0})
+        until(lambda: self.http.get(f"{VMIS}/{name}").status_code == 404, what=f"{name} gone")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    guest_images.ensure_images()  # a no-op after `ops/install.sh --qemu`
+    with tempfile.TemporaryDirectory(prefix="vs-qg-") as d:  # short: socket paths
+        c = Cluster(Path(d))
+        c.start()
+        try:
+            yield c
+        finally:
+            c.stop()
+
+
+def example(name: str) -> dict[str, Any]:
+    return dict(yaml.safe_load((EXAMPLES / name).read_text()))
+
+
+def test_vm_cirros_boots_to_the_guests_prompt_on_its_serial_console(cluster: Cluster) -> None:
+    assert cluster.http.post(VMS, json=yaml.safe_load(CIRROS.read_text())).is_success
+    assert cluster.http.put(f"{SUB_VM}/vm-cirros/start", json={}).is_success
+    cluster.phase("vm-cirros", "Running")
+    text = cluster.console_shows(
+        "vm-cirros",
+        r"^virtstream-guest: init",  # the guest's userspace is up
+        r"^printed from cloud-init userdata",  # the manifest's user-data script ran
+        r"^vm-cirros:~# ",  # busybox's shell on ttyS0; the hostname from meta-data
+    )
+    assert "SYSLINUX" in text  # booted from the containerDisk through its boot loader
+    assert cluster.http.put(f"{SUB_VM}/vm-cirros/stop", json={}).is_success
+    until(lambda: not cluster.qemus(), timeout=30, what="QEMU gone")
+
+
+def test_nocloud_user_data_sets_the_hostname(cluster: Cluster) -> None:
+    vmi = example("vmi-nocloud.yaml")
+    for volume in vmi["spec"]["volumes"]:
+        if "cloudInitNoCloud" in volume:
+            volume["cloudInitNoCloud"]["userData"] = (
+                "#cloud-config\nhostname: nocloud-guest\nruncmd:\n"
+                '  - echo "runcmd ran as $(id -un)"\n'
+            )
+    assert cluster.http.post(VMIS, json=vmi).is_success
+    cluster.phase("vmi-nocloud", "Running")
+    cluster.console_shows(
+        "vmi-nocloud",
+        r"^cloud-init: hostname nocloud-guest",
+        r"^runcmd ran as root",
+        r"^virtstream-guest: eth0 10\.0\.2\.15/24",  # DHCP on the NIC
+        r"^nocloud-guest:~# ",
+    )
+    cluster.delete_vmi("vmi-nocloud")
+
+
+def test_a_kernel_boot_vmi_boots_its_kernel_and_initrd(cluster: Cluster) -> None:
+    assert cluster.http.post(VMIS, json=example("vmi-kernel-boot.yaml")).is_success
+    cluster.phase("vmi-kernel-boot", "Running")
+    text = cluster.console_shows(
+        "vmi-kernel-boot", r"^virtstream-guest: virtstream ready", r"^virtstream:~# "
+    )
+    assert "SYSLINUX" not in text and "Command line: console=ttyS0" in text
+    cluster.delete_vmi("vmi-kernel-boot")
+
+
+def test_an_unknown_image_fails_the_vmi_with_err_image_pull_and_starts_no_qemu(
+    cluster: Cluster,
+) -> None:
+    vmi = example("vmi-ephemeral.yaml")
+    vmi["metadata"]["name"] = "no-image"
+    reference = "quay.io/kubevirt/no-such-container-disk:v1"
+    vmi["spec"]["volumes"][0]["containerDisk"]["image"] = reference
+    assert cluster.http.post(VMIS, json=vmi).is_success
+    status = cluster.phase("no-image", "Failed")["status"]
+    assert status["reason"] == "ErrImagePull"
+    synchronized = next(c for c in status["conditions"] if c["type"] == "Synchronized")
+    assert synchronized["status"] == "False" and synchronized["reason"] == "ErrImagePull"
+    assert f'failed to pull image "{reference}"' in synchronized["message"]
+    assert "default_no-image" not in cluster.domains()
+    assert cluster.qemus() == []
+    assert not (cluster.data_dir / "disks" / "default_no-image").exists()

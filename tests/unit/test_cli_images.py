@@ -1,0 +1,46 @@
+"""`virtstream images`: add an image under a name, list the catalogue with aliases."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.main import app
+from services.launcher import images
+
+pytestmark = pytest.mark.skipif(shutil.which("qemu-img") is None, reason="needs qemu-img")
+
+
+def test_an_added_image_is_what_its_name_resolves_to(tmp_path: Path) -> None:
+    catalogue = tmp_path / "images"
+    disk = tmp_path / "disk.img"
+    disk.write_bytes(b"\0" * 4096)  # qemu-img sees raw
+    runner = CliRunner()
+    added = runner.invoke(
+        app, ["images", "add", "my-disk", str(disk), "--image-dir", str(catalogue)]
+    )
+    assert added.exit_code == 0, added.output
+    found = images.find_disk_image(catalogue, "registry.example/team/my-disk:v2")
+    assert found == catalogue / "my-disk.raw"
+    (catalogue / "cirros.raw").symlink_to("my-disk.raw")
+    listed = runner.invoke(app, ["images", "--image-dir", str(catalogue)], env={"COLUMNS": "200"})
+    assert listed.exit_code == 0, listed.output
+    assert "my-disk" in listed.output and "my-disk.raw" in listed.output  # the alias's target
+    again = runner.invoke(
+        app, ["images", "add", "my-disk", str(disk), "--image-dir", str(catalogue)]
+    )
+    assert again.exit_code == 1 and "exists" in again.output
+
+
+def test_an_image_of_another_format_is_refused(tmp_path: Path) -> None:
+    vmdk = tmp_path / "disk.vmdk"
+    subprocess.run(["qemu-img", "create", "-q", "-f", "vmdk", str(vmdk), "1M"], check=True)
+    result = CliRunner().invoke(
+        app, ["images", "add", "x", str(vmdk), "--image-dir", str(tmp_path / "images")]
+    )
+    assert result.exit_code == 1 and "vmdk" in result.output
+    assert not any((tmp_path / "images").glob("x*"))
