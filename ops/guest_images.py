@@ -126,8 +126,16 @@ def _run(*command: str, cwd: Path | None = None, env: dict[str, str] | None = No
 def _kernel_package() -> str:
     """The versioned kernel package the meta-package points at (apt-get download takes no
     meta-package's dependencies)."""
-    out = _run("apt-cache", "depends", KERNEL_META)
+    try:
+        out = _run("apt-cache", "depends", KERNEL_META)
+    except GuestBuildError:
+        out = ""
     found = re.search(r"Depends: (linux-image-\S+-cloud-amd64)\b", out)
+    if found is None and os.geteuid() == 0:
+        # a machine whose package lists were never fetched (or were cleaned): fetch once
+        _run("apt-get", "update", "-qq")
+        out = _run("apt-cache", "depends", KERNEL_META)
+        found = re.search(r"Depends: (linux-image-\S+-cloud-amd64)\b", out)
     if found is None:
         raise GuestBuildError(f"no kernel package behind {KERNEL_META} (apt-get update?)")
     return found.group(1)
