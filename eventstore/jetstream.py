@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 
 import msgspec
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.errors import ConnectionClosedError
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
@@ -238,8 +239,9 @@ class JetStreamStore:
 
     async def seq_at_time(self, when: float) -> int:
         """The server seeks to the first message after `when`: one message is read."""
-        async for msg in self.replay_msgs(start_time=when + 1e-6):
-            return int(msg.metadata.sequence.stream) - 1
+        async with contextlib.aclosing(self.replay_msgs(start_time=when + 1e-6)) as msgs:
+            async for msg in msgs:
+                return int(msg.metadata.sequence.stream) - 1
         return await self.stream_last_seq()
 
     async def replay(
@@ -251,20 +253,24 @@ class JetStreamStore:
         until_seq: int | None = None,
         follow: bool = False,
         raw: bool = False,
-    ) -> AsyncIterator[Stored]:
+    ) -> AsyncGenerator[Stored, None]:
         """Events matching `filters`, in stream order, through an ordered push consumer.
 
         Without `follow` it ends at the last matching event that existed when it began
         (or at `until_seq`). Undecodable events raise `Undecodable` unless `raw` skips them.
         """
-        async for msg in self.replay_msgs(
+        msgs = self.replay_msgs(
             filters, start_seq=start_seq, start_time=start_time, until_seq=until_seq, follow=follow
-        ):
-            try:
-                yield _stored(msg)
-            except Undecodable:
-                if not raw:
-                    raise
+        )
+        async with contextlib.aclosing(
+            msgs
+        ):  # a caller that stops early unsubscribes now, not at GC
+            async for msg in msgs:
+                try:
+                    yield _stored(msg)
+                except Undecodable:
+                    if not raw:
+                        raise
 
     async def replay_msgs(
         self,
@@ -274,7 +280,7 @@ class JetStreamStore:
         start_time: float | dt.datetime | None = None,
         until_seq: int | None = None,
         follow: bool = False,
-    ) -> AsyncIterator[Msg]:
+    ) -> AsyncGenerator[Msg, None]:
         filters = list(filters or [subjects.ALL])
         cfg = ConsumerConfig(filter_subjects=filters)
         if start_seq is not None:
@@ -317,7 +323,10 @@ class JetStreamStore:
                 if not follow and (msg.metadata.num_pending == 0 or seq == until_seq):
                     return
         finally:
-            await sub.unsubscribe()
+            # a generator closed after its connection (a caller's early exit) has nothing left
+            # to unsubscribe from
+            with contextlib.suppress(ConnectionClosedError):
+                await sub.unsubscribe()
 
     # ------------------------------------------------------------ consumers
     async def durable(
