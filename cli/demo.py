@@ -1,8 +1,8 @@
 """`virtstream up --demo`: a short tour. It applies examples/kubevirt/vm-cirros.yaml and
 walks the VM through its life (start, Running, pause, unpause, migrate when there are
 several nodes, stop), saying at each step which command does the same and what the
-services do, while a live table (a watch on the VMIs, as `virtstream get vmis -w`) shows
-each change as the api serves it. Raw KubeVirt REST calls, so it also shows what the API
+services do, while a live table (watches on the VM and its VMI, as `virtstream get vms -w`)
+shows each change as the api serves it. Raw KubeVirt REST calls, so it also shows what the API
 speaks. Afterwards `using_it` prints how to carry on with the cluster that stays up."""
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import httpx
 import yaml
 
 from cli.settings import DEFAULT_SERVER
-from cli.tables import WatchPrinter
 from client.api import Client
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kubevirt" / "vm-cirros.yaml"
@@ -78,37 +77,76 @@ def _step(say: Say, command: str, what: str) -> float:
 
 
 class LiveTable:
-    """The VMIs' rows as `get vmis -w` prints them, from a watch in a thread, indented
-    under the narration."""
+    """What the api serves, live: one row per change of the VM or its VMI (a watch on
+    each kind, as `virtstream get vms -w` and `get vmis -w`), indented under the narration:
+    the VM's printableStatus, the VMI's phase and node."""
+
+    HEADER = ("NAME", "VM STATUS", "VMI PHASE", "NODE", "READY")
+    WIDTHS = (12, 12, 12, 10, 5)
 
     def __init__(self, api_url: str, say: Say) -> None:
         self.api_url, self.say = api_url, say
         self.stopped = threading.Event()
-        self.printer = WatchPrinter(
-            "vmis", namespace_column=False, wide=False, out=lambda line: say(f"    {line}")
-        )
-        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.lock = threading.Lock()
+        self.vm: dict[str, Any] = {}
+        self.vmi: dict[str, Any] = {}
+        self.last: tuple[str, ...] = ()
+        self.rv = ""
+        self.threads = [
+            threading.Thread(target=self._follow, args=(kind,), daemon=True)
+            for kind in ("vms", "vmis")
+        ]
 
     def __enter__(self) -> LiveTable:
-        self.thread.start()
+        # both watches start from this point of the log, so no change before they are
+        # connected is missed
+        with Client(self.api_url, timeout=5) as c:
+            _, self.rv = c.list_with_version("vms", NS)
+        self._print(self.HEADER)
+        for t in self.threads:
+            t.start()
         return self
 
     def __exit__(self, *_: object) -> None:
         self.stopped.set()
-        self.thread.join(timeout=3)
+        for t in self.threads:
+            t.join(timeout=3)
 
-    def _run(self) -> None:
-        rv: str | None = None
+    def _print(self, cells: tuple[str, ...]) -> None:
+        line = "   ".join(c.ljust(w) for c, w in zip(cells, self.WIDTHS, strict=True))
+        self.say(f"    [dim]{line.rstrip()}[/]")
+
+    def _changed(self, kind: str, obj: dict[str, Any] | None) -> None:
+        with self.lock:
+            if kind == "vms":
+                self.vm = obj or {}
+            else:
+                self.vmi = obj or {}
+            vm, vmi = self.vm.get("status") or {}, self.vmi.get("status") or {}
+            name = (self.vm.get("metadata") or self.vmi.get("metadata") or {}).get("name", "")
+            row = (
+                str(name),
+                str(vm.get("printableStatus") or "-"),
+                str(vmi.get("phase") or "-"),
+                str(vmi.get("nodeName") or "-"),
+                str(bool(vm.get("ready"))),
+            )
+            if row != self.last:
+                self.last = row
+                self._print(row)
+
+    def _follow(self, kind: str) -> None:
+        rv: str | None = self.rv or None
         with Client(self.api_url, timeout=5) as c:
             # short watches, resumed from the last change, so the thread can end between them
             while not self.stopped.is_set():
                 try:
-                    for ev, obj in c.watch("vmis", NS, resource_version=rv, timeout_seconds=1):
+                    for ev, obj in c.watch(kind, NS, resource_version=rv, timeout_seconds=1):
                         if ev == "ERROR":
                             rv = None
                             break
                         rv = str(obj["metadata"].get("resourceVersion") or rv)
-                        self.printer.row(obj, deleted=ev == "DELETED")
+                        self._changed(kind, None if ev == "DELETED" else obj)
                 except (httpx.HTTPError, ValueError, KeyError):
                     time.sleep(0.2)
 
@@ -124,7 +162,7 @@ def run_demo(api_url: str, nodes: int, say: Say = print) -> bool:
             say(
                 f"[bold]demo[/]: {EXAMPLE.name} through its life. Each step is one command; "
                 "every change is an event on the stream that the next service reacts to. "
-                "Indented: the VMIs as `virtstream get vmis -w` shows them."
+                "Indented: the VM and its VMI as the api serves them, at each change."
             )
             with LiveTable(api_url, say):
                 _tour(http, manifest, name, vmi_path, nodes, say)

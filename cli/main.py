@@ -23,6 +23,7 @@ from rich.console import Console
 
 from cli import verbs
 from cli.debug import register as register_debug
+from cli.help import use_plain_help
 from cli.settings import DEFAULT_SERVER, settings
 from cli.tables import WatchPrinter, has_table, header_and_rows, render
 from cli.up import up
@@ -31,6 +32,7 @@ from events.manifest import ManifestError, yaml_documents
 from kinds.registry import REGISTRY
 
 # help as plain text at the terminal's width (120 when not a terminal), not a boxed table
+use_plain_help()
 CONTEXT = {
     "max_content_width": 120,
     "terminal_width": shutil.get_terminal_size((120, 24)).columns,
