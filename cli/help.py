@@ -30,6 +30,6 @@ def _option_type(self: typer.core.TyperOption, ctx: Any) -> str | None:
 
 
 def use_plain_help() -> None:
-    typer.core.TyperArgument.display_type_rich = _argument_type  # type: ignore[method-assign]
+    typer.core.TyperArgument.display_type_rich = _argument_type  # type: ignore[method-assign, assignment]
     typer.core.TyperArgument.get_usage_pieces = _argument_usage  # type: ignore[method-assign]
     typer.core.TyperOption.display_type_rich = _option_type  # type: ignore[method-assign]
