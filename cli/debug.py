@@ -456,6 +456,17 @@ def register(app: typer.Typer) -> None:
 
 # standalone: python -m cli.debug ...
 debug_app = typer.Typer(help="virtstream debugging from the event log", no_args_is_help=True)
+
+
+@debug_app.callback()
+def _globals(
+    server: str = typer.Option(
+        settings.server, "--server", envvar="VIRTSTREAM_SERVER", help="The api (for verify)"
+    ),
+) -> None:
+    settings.server = server
+
+
 register(debug_app)
 
 if __name__ == "__main__":

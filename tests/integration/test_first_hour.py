@@ -140,9 +140,9 @@ def test_time_travel_before_between_and_after(cluster: Cluster) -> None:
     c = cluster
     before = time.time()
     time.sleep(0.05)
-    r = c.http.post(VMS, json=vm_manifest("tt"))
-    assert r.status_code == 201, r.text
-    created = int(r.json()["metadata"]["resourceVersion"])
+    posted = c.http.post(VMS, json=vm_manifest("tt"))
+    assert posted.status_code == 201, posted.text
+    created = int(posted.json()["metadata"]["resourceVersion"])
     time.sleep(0.05)
     between = time.time()
     time.sleep(0.05)
@@ -158,8 +158,9 @@ def test_time_travel_before_between_and_after(cluster: Cluster) -> None:
     # CLI `get --at` (through the api): before the first event nothing existed, by seq or time
     for point in ("0", "1h", long_ago, iso(c.started_at - 60)):
         fails(cli(c, "get", "vms", "tt", "--at", point), "(NotFound)", '"tt" not found')
-        r = cli(c, "get", "vms", "--at", point)
-        assert r.exit_code == 0 and "No resources found" in r.stderr and r.stdout == ""
+        listed = cli(c, "get", "vms", "--at", point)
+        assert listed.exit_code == 0 and "No resources found" in listed.stderr
+        assert listed.stdout == ""
     fails(cli(c, "get", "vms", "tt", "--at", f"@{before}"), "(NotFound)")  # before its creation
     # between: as created (Halted, Stopped)
     for point in (str(created), f"@{between}", iso(between)):
