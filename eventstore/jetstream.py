@@ -262,9 +262,8 @@ class JetStreamStore:
         msgs = self.replay_msgs(
             filters, start_seq=start_seq, start_time=start_time, until_seq=until_seq, follow=follow
         )
-        async with contextlib.aclosing(
-            msgs
-        ):  # a caller that stops early unsubscribes now, not at GC
+        # a caller that stops early unsubscribes now, not when the generator is collected
+        async with contextlib.aclosing(msgs):
             async for msg in msgs:
                 try:
                     yield _stored(msg)
