@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import os
 import sys
@@ -22,8 +23,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from cli.settings import settings
 from events.envelope import Stored
-from events.meta import Kind
+from events.meta import Aggregate, Kind
 from eventstore import dead_letters
 from eventstore.connection import Unreachable, connect_once
 from eventstore.jetstream import JetStreamStore
@@ -35,7 +37,8 @@ from readside import causality, snapshots, timetravel, verify
 
 T = TypeVar("T")
 DEFAULT_NATS = "nats://127.0.0.1:4222"
-DEFAULT_SERVER = "http://127.0.0.1:8080"
+REF_HELP = "KIND/NAMESPACE/NAME or KIND/NAME: vm/default/vm-cirros, vm/vm-cirros, node/node-1"
+POINT_HELP = "SEQ, a duration ago (5m), @EPOCH or an ISO time"
 
 NatsUrl = typer.Option(
     DEFAULT_NATS, "--nats-url", envvar="VIRTSTREAM_NATS", help="NATS server with the event stream"
@@ -51,6 +54,21 @@ def _console() -> Console:
 def _fail(message: str) -> typer.Exit:
     Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {escape(message)}")
     return typer.Exit(1)
+
+
+def _agg(text: str) -> Aggregate:
+    """A reference the user wrote; `vm/NAME` is in the default namespace."""
+    try:
+        return REGISTRY.parse_ref(text, namespace=settings.namespace)
+    except log_view.RefError as e:
+        raise _fail(str(e)) from None
+
+
+def _point(text: str) -> log_view.Point:
+    try:
+        return log_view.parse_point(text, time.time())
+    except log_view.RefError as e:
+        raise _fail(str(e)) from None
 
 
 def _settings(stream: str) -> StreamSettings:
@@ -101,11 +119,9 @@ def _json_line(obj: Any) -> None:
 
 # ------------------------------------------------------------------ events
 def events(
-    aggregate: str = typer.Option(
-        "", "--aggregate", "-a", help="vm/NS/NAME, vmi/NS/NAME, migration/NS/NAME, node/NAME"
-    ),
+    aggregate: str = typer.Option("", "--aggregate", "-a", help=f"Only this object: {REF_HELP}"),
     etype: str = typer.Option("", "--type", "-t", help="Event type, e.g. DomainStarted"),
-    since: str = typer.Option("", "--since", help="SEQ, a duration ago (5m), @EPOCH or ISO time"),
+    since: str = typer.Option("", "--since", help=POINT_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events"),
     limit: int = typer.Option(0, "--limit", help="Stop after this many events (0: no limit)"),
     output: str = Output,
@@ -113,27 +129,29 @@ def events(
     stream: str = StreamName,
 ) -> None:
     """The raw event log, one line per event (filtered on the server)."""
-    agg = REGISTRY.parse_ref(aggregate) if aggregate else None
+    agg = _agg(aggregate) if aggregate else None
     filters = log_view.event_filters(agg, etype or None)
-    start = log_view.parse_point(since, time.time()) if since else None
+    start = _point(since) if since else None
     console = _console()
 
     async def body(store: JetStreamStore) -> None:
         n = 0
-        async for s in store.replay(
+        events = store.replay(
             filters,
             start_seq=start.seq if start else None,
             start_time=start.time if start else None,
             follow=follow,
             raw=True,
-        ):
-            if output == "json":
-                _json_line(log_view.event_json(s))
-            else:
-                _print_line(console, s)
-            n += 1
-            if limit and n >= limit:
-                return
+        )
+        async with contextlib.aclosing(events):  # --limit: unsubscribe before closing
+            async for s in events:
+                if output == "json":
+                    _json_line(log_view.event_json(s))
+                else:
+                    _print_line(console, s)
+                n += 1
+                if limit and n >= limit:
+                    return
 
     _run(nats_url, stream, body)
 
@@ -148,16 +166,19 @@ def _print_line(console: Console, s: Stored) -> None:
 
 # ------------------------------------------------------------------ replay
 def replay(
-    ref: str = typer.Argument(..., help="vm/NS/NAME, vmi/NS/NAME, migration/NS/NAME, node/NAME"),
-    until: str = typer.Option("", "--until", help="SEQ or TIME: stop there"),
+    ref: str = typer.Argument(..., metavar="KIND/NAME", help=REF_HELP),
+    until: str = typer.Option("", "--until", help=f"Stop there: {POINT_HELP}"),
     output: str = Output,
     nats_url: str = NatsUrl,
     stream: str = StreamName,
 ) -> None:
     """Each event of an object with the object's change after it."""
-    agg = REGISTRY.parse_ref(ref)
-    point = log_view.parse_point(until, time.time()) if until else None
+    agg = _agg(ref)
+    point = _point(until) if until else None
     steps = _run(nats_url, stream, lambda store: timetravel.aggregate_replay(store, agg, point))
+    ref_text = REGISTRY.ref_text(agg)
+    if not steps:  # as `why`: nothing to show is an error the user should notice
+        raise _fail(f"{ref_text}: no events" + (f" up to {until}" if until else ""))
     if output == "json":
         for st in steps:
             _json_line(
@@ -174,10 +195,7 @@ def replay(
             )
         return
     console = _console()
-    if not steps:
-        console.print(f"{escape(agg.key)}: no events")
-        return
-    console.print(f"[bold]{escape(agg.key)}[/]: {len(steps)} steps")
+    console.print(f"[bold]{escape(ref_text)}[/]: {len(steps)} steps")
     for st in steps:
         line = log_view.summarize(st.stored)
         where = "" if st.own else f"  [dim](via {escape(line.aggregate)})[/]"
@@ -200,17 +218,22 @@ async def _time_of(store: JetStreamStore, seq: int) -> float:
 
 
 def at(
-    point: str = typer.Argument(..., help="SEQ, a duration ago (5m), @EPOCH or ISO time"),
-    kind: str = typer.Argument(..., help="vms, vmis, migrations, nodes, policies"),
-    name: str = typer.Argument("", help="NAME (or NS/NAME); all of the kind when empty"),
+    point: str = typer.Argument(..., metavar="POINT", help=POINT_HELP),
+    kind: str = typer.Argument(..., metavar="KIND", help=" | ".join(REGISTRY.cli_names)),
+    name: str = typer.Argument(
+        "", metavar="[NAME]", help="NAME (or NS/NAME); all of the kind when empty"
+    ),
     namespace: str = typer.Option("", "--namespace", "-n", help="Only this namespace"),
     output: str = typer.Option("table", "--output", "-o", help="table | yaml | json"),
     nats_url: str = NatsUrl,
     stream: str = StreamName,
 ) -> None:
     """Objects as they were at a stream sequence or a time (time travel)."""
-    k = REGISTRY.parse_kind(kind)
-    p = log_view.parse_point(point, time.time())
+    try:
+        k = REGISTRY.parse_kind(kind)
+    except log_view.RefError as e:
+        raise _fail(str(e)) from None
+    p = _point(point)
 
     async def body(store: JetStreamStore) -> tuple[int, list[dict[str, Any]]]:
         seq = await timetravel.resolve(store, p)
@@ -269,14 +292,15 @@ def summary_table(kind: Kind, objs: list[dict[str, Any]], seq: int) -> Table:
 
 # -------------------------------------------------------------------- why
 def why(
-    ref: str = typer.Argument(..., help="vm/NS/NAME, vmi/NS/NAME, migration/NS/NAME, node/NAME"),
+    ref: str = typer.Argument(..., metavar="KIND/NAME", help=REF_HELP),
     seq: int = typer.Option(0, "--seq", help="Explain this event instead of the latest change"),
     output: str = Output,
     nats_url: str = NatsUrl,
     stream: str = StreamName,
 ) -> None:
     """The causal chain behind an object's current state, with each hop's latency."""
-    agg = REGISTRY.parse_ref(ref)
+    agg = _agg(ref)
+    ref_text = REGISTRY.ref_text(agg)
     chain = _run(nats_url, stream, lambda store: causality.why(store, agg, anchor_seq=seq or None))
     slowest = chain.slowest
     if output == "json":
@@ -287,8 +311,8 @@ def why(
         return
     console = _console()
     if not chain.hops:
-        raise _fail(f"{agg.key}: no events")
-    console.print(f"[bold]why {escape(agg.key)}[/]  correlation {escape(chain.correlation_id)}")
+        raise _fail(f"{ref_text}: no events")
+    console.print(f"[bold]why {escape(ref_text)}[/]  correlation {escape(chain.correlation_id)}")
     for i, h in enumerate(chain.hops):
         mark = "  [red bold]◀ slowest[/]" if i == slowest else ""
         seqtxt = f"#{h.seq}" if h.seq else "-"
@@ -305,14 +329,13 @@ def why(
 
 # ----------------------------------------------------------------- verify
 def verify_cmd(
-    server: str = typer.Option(
-        DEFAULT_SERVER, "--server", envvar="VIRTSTREAM_SERVER", help="The api serving the views"
-    ),
     output: str = Output,
     nats_url: str = NatsUrl,
     stream: str = StreamName,
 ) -> None:
-    """Rebuild every view from the first event and compare it with the live projection."""
+    """Rebuild every view from the first event and compare it with the live projection
+    (the api of the global --server)."""
+    server = settings.server
 
     async def body(store: JetStreamStore) -> verify.Report:
         async with httpx.AsyncClient(base_url=server, timeout=30) as client:
@@ -433,6 +456,17 @@ def register(app: typer.Typer) -> None:
 
 # standalone: python -m cli.debug ...
 debug_app = typer.Typer(help="virtstream debugging from the event log", no_args_is_help=True)
+
+
+@debug_app.callback()
+def _globals(
+    server: str = typer.Option(
+        settings.server, "--server", envvar="VIRTSTREAM_SERVER", help="The api (for verify)"
+    ),
+) -> None:
+    settings.server = server
+
+
 register(debug_app)
 
 if __name__ == "__main__":

@@ -1,7 +1,9 @@
 """`virtstream drain NODE` progress: after the drain request, show the node emptying.
 
 Polls the VMIs still on the node and the migrations moving them, printing a line whenever
-something changes, until no non-final VMI is left (exit 0). VMIs a drain cannot move
+something changes, until no non-final VMI is left (exit 0). A VMI that leaves the node is
+reported as what happened to it: migrated to another node, or deleted (a drain deletes the
+VMIs it cannot migrate, as KubeVirt's eviction does). VMIs a drain cannot move
 (evictionStrategy LiveMigrate but not live-migratable) are reported with KubeVirt's reason;
 when only those are left, or on timeout, it stops with exit 1 (the node stays cordoned)."""
 
@@ -38,14 +40,20 @@ def _key(obj: JSON) -> str:
     return f"{md.get('namespace', '')}/{md.get('name', '')}"
 
 
-def _remaining(client: Any, node: str) -> list[JSON]:
-    vmis = client.list("vmi", all_namespaces=True, raw=True)
-    return [
-        v
-        for v in vmis
-        if (v.get("status") or {}).get("nodeName") == node
-        and (v.get("status") or {}).get("phase") not in FINAL
-    ]
+def _on(vmi: JSON, node: str) -> bool:
+    status = vmi.get("status") or {}
+    return status.get("nodeName") == node and status.get("phase") not in FINAL
+
+
+def _left(key: str, last: JSON, now: JSON | None, node: str) -> str:
+    """What became of a VMI that is no longer on the node."""
+    status = (now or {}).get("status") or {}
+    if now is not None and status.get("phase") not in FINAL and status.get("nodeName"):
+        return f"{key}: migrated to {status['nodeName']}"
+    strategy = (last.get("spec") or {}).get("evictionStrategy") or "None"
+    if strategy == "LiveMigrate":
+        return f"{key}: left {node}"
+    return f"{key}: deleted (evictionStrategy {strategy}: a drain does not migrate it)"
 
 
 def _moving(client: Any) -> dict[str, JSON]:
@@ -93,16 +101,19 @@ def drain_progress(
     blocked VMIs remain or `timeout` seconds pass. `client` is a client.api.Client."""
     deadline = clock() + timeout
     shown: dict[str, str] = {}
+    seen: dict[str, JSON] = {}
     while True:
-        vmis = _remaining(client, node)
+        every = {_key(v): v for v in client.list("vmi", all_namespaces=True, raw=True)}
+        vmis = [v for v in every.values() if _on(v, node)]
         moving = _moving(client) if vmis else {}
         lines = {_key(v): _describe(v, moving.get(_key(v))) for v in vmis}
         for k, line in sorted(lines.items()):
             if shown.get(k) != line:
                 out(f"{k}: {line}")
         for k in sorted(shown.keys() - lines.keys()):
-            out(f"{k}: gone from {node}")
+            out(_left(k, seen[k], every.get(k), node))
         shown = lines
+        seen = {_key(v): v for v in vmis}
         if not vmis:
             out(f"node/{node} drained")
             return 0

@@ -1,10 +1,16 @@
-"""The `virtstream` command line: virtctl's and kubectl's habits over the HTTP api."""
+"""The `virtstream` command line: virtctl's and kubectl's habits over the HTTP api.
+
+Every failure a user can cause ends in one line on stderr and a non-zero exit: the api's
+`Error from server (Reason): message`, or `error: what went wrong (what to do)`. `run` is
+the entry point; anything unexpected is one line too unless `--debug` asks for the
+traceback."""
 
 from __future__ import annotations
 
 import json
-import os
+import shutil
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,76 +21,97 @@ import typer
 import yaml
 from rich.console import Console
 
+from cli import verbs
 from cli.debug import register as register_debug
+from cli.help import use_plain_help
 from cli.images import app as images_app
-from cli.tables import has_table, header_and_rows, render
+from cli.settings import DEFAULT_SERVER, settings
+from cli.tables import WatchPrinter, has_table, header_and_rows, render
 from cli.up import up
-from client.api import DEFAULT_SERVER, ApiError, Client, resource
+from client.api import ApiError, Client, resource
 from events.manifest import ManifestError, yaml_documents
 from kinds.registry import REGISTRY
 
+# help as plain text at the terminal's width (120 when not a terminal), not a boxed table
+use_plain_help()
+CONTEXT = {
+    "max_content_width": 120,
+    "terminal_width": shutil.get_terminal_size((120, 24)).columns,
+}
 app = typer.Typer(
     help="virtstream: KubeVirt's control plane as event-sourced choreography over NATS JetStream",
     no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    context_settings=CONTEXT,
 )
-err = Console(stderr=True, soft_wrap=True)
+err = Console(stderr=True, soft_wrap=True, highlight=False)
 NS_HELP = "Namespace (default: the global -n, else 'default')"
-
-
-class Settings:
-    """Global options, set by the callback before any command runs."""
-
-    server = os.environ.get("VIRTSTREAM_SERVER", DEFAULT_SERVER)
-    namespace = "default"
-
-
-settings = Settings()
+GRACE_HELP = "Seconds the guest gets to shut down before it is killed (0: at once)"
 
 
 @app.callback()
 def main(
     server: str = typer.Option(
-        DEFAULT_SERVER, "--server", "-s", envvar="VIRTSTREAM_SERVER", help="The api's URL"
+        DEFAULT_SERVER,
+        "--server",
+        "-s",
+        envvar="VIRTSTREAM_SERVER",
+        metavar="URL",
+        help="The api's URL",
     ),
-    namespace: str = typer.Option("default", "--namespace", "-n", help="Namespace"),
+    namespace: str = typer.Option("default", "--namespace", "-n", metavar="NS", help="Namespace"),
+    debug: bool = typer.Option(
+        False, "--debug", envvar="VIRTSTREAM_DEBUG", help="Show the traceback of a failure"
+    ),
 ) -> None:
-    """Global options: --server and -n/--namespace."""
+    """Global options: --server, -n/--namespace and --debug."""
     settings.server = server
     settings.namespace = namespace
+    settings.debug = debug
 
 
-app.command()(up)
+app.command(context_settings=CONTEXT)(up)
+
+
+def error(message: str) -> typer.Exit:
+    """Print `error: message` and return the exit to raise (code 1)."""
+    err.print(f"error: {message}", markup=False)
+    return typer.Exit(1)
+
+
+def _warn(text: str) -> None:
+    err.print(f"Warning: {text}", markup=False)
+
+
+def _unreachable(exc: Exception) -> str:
+    return (
+        f"The connection to the server {settings.server} was refused ({exc}): "
+        "is `virtstream up` running? (another api: --server or VIRTSTREAM_SERVER)"
+    )
 
 
 @contextmanager
 def client() -> Iterator[Client]:
     """A client; server errors print as kubectl does and exit 1."""
-    c = Client(settings.server, namespace=settings.namespace)
+    c = Client(settings.server, namespace=settings.namespace, on_warning=_warn)
     try:
         yield c
     except ApiError as exc:
-        reason = exc.reason or "Unknown"
-        err.print(
-            f"Error from server ({reason}): {exc.status.message}", markup=False, highlight=False
-        )
+        _server_error(exc)
         raise typer.Exit(1) from None
     except httpx.TransportError as exc:
-        err.print(
-            f"The connection to the server {settings.server} was refused ({exc})",
-            markup=False,
-            highlight=False,
-        )
+        err.print(_unreachable(exc), markup=False)
         raise typer.Exit(1) from None
     except (ValueError, ManifestError) as exc:
-        err.print(f"error: {exc}", markup=False, highlight=False)
-        raise typer.Exit(1) from None
+        raise error(str(exc)) from None
     finally:
         c.close()
 
 
 def _server_error(exc: ApiError) -> None:
     reason = exc.reason or "Unknown"
-    err.print(f"Error from server ({reason}): {exc.status.message}", markup=False, highlight=False)
+    err.print(f"Error from server ({reason}): {exc.status.message}", markup=False)
 
 
 def _ns(namespace: str | None) -> str:
@@ -97,111 +124,223 @@ def _out(text: str) -> None:
 
 
 # ------------------------------------------------------------- manifests
-def _documents(paths: list[str]) -> list[dict[str, Any]]:
-    docs: list[dict[str, Any]] = []
+JSON = dict[str, Any]
+# a kind whose objects name others of the same apply goes after them (a migration after
+# the VMI it moves), so a folder of manifests applies in one go
+_AFTER_THE_REST = ("VirtualMachineInstanceMigration",)
+
+
+def _parse(source: str, text: str) -> list[JSON]:
+    try:
+        return yaml_documents(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise error(f"error parsing {source}: {exc.problem or exc.context}{where}") from None
+    except (yaml.YAMLError, ManifestError) as exc:
+        raise error(f"error parsing {source}: {exc}") from None
+
+
+def _documents(paths: list[str], verb: str) -> list[tuple[str, JSON]]:
+    """(source, document) of every manifest, checked before anything is sent (kubectl
+    refuses the whole batch for an unreadable file or a document without a kind)."""
+    docs: list[tuple[str, JSON]] = []
     for p in paths:
         if p == "-":
-            docs += yaml_documents(sys.stdin.read())
+            docs += [("STDIN", d) for d in _parse("STDIN", sys.stdin.read())]
             continue
         path = Path(p)
+        if not path.exists():
+            raise error(f'the path "{p}" does not exist')
         files = (
             sorted(f for f in path.iterdir() if f.suffix in (".yaml", ".yml", ".json"))
             if path.is_dir()
             else [path]
         )
         for f in files:
-            docs += yaml_documents(f.read_text())
-    return docs
+            try:
+                text = f.read_text()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise error(f"cannot read {f}: {exc}") from None
+            docs += [(str(f), d) for d in _parse(str(f), text)]
+    if not docs:
+        raise error(f"no objects passed to {verb} (the files hold no manifest)")
+    for source, doc in docs:
+        if not doc.get("kind"):
+            raise error(
+                f'error validating "{source}": kind not set '
+                "(every manifest needs apiVersion and kind, e.g. kind: VirtualMachine)"
+            )
+    return sorted(docs, key=lambda d: d[1].get("kind") in _AFTER_THE_REST)
+
+
+VALIDATE = {"strict": "Strict", "true": "Strict", "warn": "Warn", "ignore": "Ignore"}
+VALIDATE_HELP = "Fields the api does not know: strict (refuse), warn (the default) or ignore"
+
+
+def _validation(validate: str) -> str:
+    mode = VALIDATE.get(validate.lower())
+    if mode is None:
+        raise error(f'--validate must be strict, warn or ignore, not "{validate}"')
+    return mode
+
+
+def _rv(obj: JSON | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("resourceVersion", ""))
 
 
 @app.command()
 def apply(
-    filename: list[str] = typer.Option(..., "--filename", "-f", help="File, directory or -"),
-    namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP),
+    filename: list[str] = typer.Option(
+        ..., "--filename", "-f", metavar="PATH", help="File, directory or -"
+    ),
+    namespace: str | None = typer.Option(None, "--namespace", "-n", metavar="NS", help=NS_HELP),
+    validate: str = typer.Option("warn", "--validate", metavar="MODE", help=VALIDATE_HELP),
+    timeout: float = typer.Option(
+        60.0,
+        "--timeout",
+        metavar="SECONDS",
+        help="How long a migration waits for its VMI to be Running (0: no wait)",
+    ),
 ) -> None:
     """Create or update the objects in the manifests (kubectl: every document is tried,
     errors are printed, the exit code is 1 if any failed)."""
+    mode = _validation(validate)
+    docs = _documents(filename, "apply")
     with client() as c:
         failed = False
-        for doc in _documents(filename):
+        for source, doc in docs:
             try:
-                existed = _exists(c, doc, namespace)
-                c.apply(doc, _ns(namespace), raw=True)
+                current = _current(c, doc, namespace)
+                if current is None and doc.get("kind") in _AFTER_THE_REST:
+                    _wait_for_vmi(c, doc, namespace, timeout)
+                obj = c.apply(doc, _ns(namespace), raw=True, field_validation=mode)
             except ApiError as exc:
                 failed = True
                 _server_error(exc)
                 continue
-            _out(f"{_ref(doc)} {'configured' if existed else 'created'}")
+            except ValueError as exc:
+                failed = True
+                err.print(f"error: {source}: {exc}", markup=False)
+                continue
+            if current is None:
+                action = "created"
+            elif _rv(obj) == _rv(current):
+                action = "unchanged"
+            else:
+                action = "configured"
+            _out(f"{_ref(doc)} {action}")
         if failed:
             raise typer.Exit(1)
 
 
 @app.command()
 def create(
-    filename: list[str] = typer.Option(..., "--filename", "-f", help="File, directory or -"),
-    namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP),
+    filename: list[str] = typer.Option(
+        ..., "--filename", "-f", metavar="PATH", help="File, directory or -"
+    ),
+    namespace: str | None = typer.Option(None, "--namespace", "-n", metavar="NS", help=NS_HELP),
+    validate: str = typer.Option("warn", "--validate", metavar="MODE", help=VALIDATE_HELP),
 ) -> None:
     """Create the objects in the manifests (existing ones are errors)."""
+    mode = _validation(validate)
+    docs = _documents(filename, "create")
     with client() as c:
         failed = False
-        for doc in _documents(filename):
+        for source, doc in docs:
             try:
-                c.create(doc, _ns(namespace), raw=True)
+                c.create(doc, _ns(namespace), raw=True, field_validation=mode)
             except ApiError as exc:
                 failed = True
                 _server_error(exc)
+                continue
+            except ValueError as exc:
+                failed = True
+                err.print(f"error: {source}: {exc}", markup=False)
                 continue
             _out(f"{_ref(doc)} created")
         if failed:
             raise typer.Exit(1)
 
 
-def _ref(doc: dict[str, Any]) -> str:
+def _ref(doc: JSON) -> str:
     info = resource(str(doc.get("kind", "")))
     name = (doc.get("metadata") or {}).get("name", "")
     return f"{info.singular}.{info.group}/{name}" if info.group else f"{info.singular}/{name}"
 
 
-def _exists(c: Client, doc: dict[str, Any], namespace: str | None) -> bool:
+def _current(c: Client, doc: JSON, namespace: str | None) -> JSON | None:
     name = (doc.get("metadata") or {}).get("name")
+    resource(str(doc.get("kind")))  # an unknown kind fails here, for this document only
     if not name:
-        return False
+        return None
     ns = (doc.get("metadata") or {}).get("namespace") or _ns(namespace)
     try:
-        c.get(str(doc.get("kind")), name, ns, raw=True)
+        found: JSON = c.get(str(doc.get("kind")), name, ns, raw=True)
     except ApiError as exc:
         if exc.code == 404:
-            return False
+            return None
         raise
-    return True
+    return found
+
+
+def _wait_for_vmi(c: Client, doc: JSON, namespace: str | None, timeout: float) -> None:
+    """A migration is refused unless its VMI runs: wait for a VMI that exists (one this
+    apply just created, say) to get there."""
+    vmi = str((doc.get("spec") or {}).get("vmiName") or "")
+    ns = (doc.get("metadata") or {}).get("namespace") or _ns(namespace)
+    deadline = time.monotonic() + timeout
+    said = False
+    while vmi and time.monotonic() < deadline:
+        try:
+            phase = (c.get("vmi", vmi, ns, raw=True).get("status") or {}).get("phase")
+        except ApiError:
+            return  # no such VMI: the api says so
+        if phase in ("Running", "Succeeded", "Failed"):
+            return
+        if not said:
+            _out(f"waiting for virtualmachineinstance.kubevirt.io/{vmi} to be Running")
+            said = True
+        time.sleep(0.25)
 
 
 # ------------------------------------------------------------------- get
-# what kubectl users type: the plural short name (`vms`), else the plural
-KIND_HELP = " | ".join(
-    next((n for n in spec.short_names if n.endswith("s")), spec.plural) for spec in REGISTRY
-)
+KIND_HELP = " | ".join(REGISTRY.cli_names)
 
 
 @app.command()
 def get(
-    kind: str = typer.Argument(..., help=KIND_HELP),
-    name: str | None = typer.Argument(None),
-    namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP),
-    all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A"),
-    output: str = typer.Option("", "--output", "-o", help="wide | yaml | json"),
-    watch: bool = typer.Option(False, "--watch", "-w"),
-    selector: str | None = typer.Option(None, "--selector", "-l", help="Label selector"),
+    kind: str = typer.Argument(..., metavar="KIND", help=KIND_HELP),
+    name: str | None = typer.Argument(None, metavar="[NAME]"),
+    namespace: str | None = typer.Option(None, "--namespace", "-n", metavar="NS", help=NS_HELP),
+    all_namespaces: bool = typer.Option(
+        False, "--all-namespaces", "-A", help="Objects of every namespace"
+    ),
+    output: str = typer.Option("", "--output", "-o", metavar="FORMAT", help="wide | yaml | json"),
+    watch: bool = typer.Option(False, "--watch", "-w", help="After the list, print each change"),
+    selector: str | None = typer.Option(
+        None, "--selector", "-l", metavar="SELECTOR", help="Label selector"
+    ),
     at: str | None = typer.Option(
-        None, "--at", help="As it was at a stream sequence or a time (5m, @epoch, ISO)"
+        None,
+        "--at",
+        metavar="POINT",
+        help="As it was at a stream sequence or a time (5m ago, @EPOCH, ISO)",
     ),
 ) -> None:
     """Show objects as a table (or YAML/JSON); -w follows changes; --at travels back."""
+    if "/" in kind and name is None:  # kubectl's TYPE/NAME
+        kind, name = kind.split("/", 1)
     with client() as c:
         info = resource(kind)
         ns_col = all_namespaces and info.namespaced
         if name:
             objs = [c.get(kind, name, _ns(namespace), raw=True, at=at)]
+            list_rv = _rv(objs[0])
+        elif watch and not at:
+            objs, list_rv = c.list_with_version(
+                kind, _ns(namespace), all_namespaces=all_namespaces, label_selector=selector
+            )
         else:
             objs = c.list(
                 kind,
@@ -211,40 +350,61 @@ def get(
                 raw=True,
                 at=at,
             )
-        _print_objects(info.kind, objs, output, ns_col, single=bool(name))
+            list_rv = ""
         if not watch or at:
+            _print_objects(info.kind, objs, output, ns_col, single=bool(name))
             return
-        field = f"metadata.name={name}" if name else None
-        last_rv = None
-        for ev_type, obj in c.watch(
-            kind,
-            _ns(namespace),
-            all_namespaces=all_namespaces,
-            label_selector=selector,
-            field_selector=field,
-            resource_version=last_rv,
-        ):
-            if ev_type == "ERROR":
-                err.print(f"error: {obj.get('message')}", markup=False)
-                raise typer.Exit(1)
-            if output in ("yaml", "json"):
-                _print_objects(info.kind, [obj], output, ns_col, single=True)
-            else:
-                rows = header_and_rows(
-                    info.kind, [obj], namespace_column=ns_col, wide=output == "wide"
-                )
-                _out(render(rows).splitlines()[-1])
+        _watch(c, info.kind, kind, name, namespace, all_namespaces, selector, output, objs, list_rv)
 
 
-def _print_objects(
-    kind: str, objs: list[dict[str, Any]], output: str, ns_col: bool, single: bool
+def _watch(
+    c: Client,
+    kind_name: str,
+    kind: str,
+    name: str | None,
+    namespace: str | None,
+    all_namespaces: bool,
+    selector: str | None,
+    output: str,
+    objs: list[JSON],
+    list_rv: str,
 ) -> None:
+    """kubectl's list-then-watch: the list, then one row per change after it (from the
+    list's resourceVersion, so nothing twice), in the list's columns."""
+    ns_col = all_namespaces and REGISTRY.resource(kind).namespaced
+    table = output not in ("yaml", "json")
+    printer = WatchPrinter(kind_name, namespace_column=ns_col, wide=output == "wide", out=_out)
+    if table:
+        printer.start(objs)
+    else:
+        for obj in objs:
+            _print_objects(kind_name, [obj], output, ns_col, single=True)
+    field = f"metadata.name={name}" if name else None
+    for ev_type, obj in c.watch(
+        kind,
+        _ns(namespace),
+        all_namespaces=all_namespaces,
+        label_selector=selector,
+        field_selector=field,
+        resource_version=list_rv or None,
+    ):
+        if ev_type == "ERROR":
+            raise error(f"the watch ended: {obj.get('message')} (run the command again)")
+        if table:
+            printer.row(obj, deleted=ev_type == "DELETED")
+        else:
+            _print_objects(kind_name, [obj], output, ns_col, single=True)
+
+
+def _print_objects(kind: str, objs: list[JSON], output: str, ns_col: bool, single: bool) -> None:
     if output == "json":
         body: Any = objs[0] if single else {"apiVersion": "v1", "kind": "List", "items": objs}
         _out(json.dumps(body, indent=2))
     elif output == "yaml":
         body = objs[0] if single else {"apiVersion": "v1", "kind": "List", "items": objs}
         _out(yaml.safe_dump(body, sort_keys=False).rstrip())
+    elif output not in ("", "wide"):
+        raise error(f'unable to match a printer for output format "{output}": use wide, yaml, json')
     elif not objs:
         where = "" if ns_col else f" in {settings.namespace} namespace"
         err.print(f"No resources found{where}.", markup=False)
@@ -253,14 +413,23 @@ def _print_objects(
 
 
 # --------------------------------------------------------------- actions
+TARGET_HELP = "NAME, or KIND NAME / KIND/NAME"
+
+
 @app.command()
 def delete(
-    kind: str,
-    name: str,
-    namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP),
-    grace_period: int | None = typer.Option(None, "--grace-period"),
+    kind: str = typer.Argument(..., metavar="KIND", help=f"{KIND_HELP} (or KIND/NAME)"),
+    name: str | None = typer.Argument(None, metavar="[NAME]"),
+    namespace: str | None = typer.Option(None, "--namespace", "-n", metavar="NS", help=NS_HELP),
+    grace_period: int | None = typer.Option(
+        None, "--grace-period", metavar="SECONDS", help=GRACE_HELP
+    ),
 ) -> None:
     """Delete an object."""
+    if "/" in kind and name is None:
+        kind, name = kind.split("/", 1)
+    if not name:
+        raise error("delete needs KIND NAME (or KIND/NAME), e.g. delete vm vm-cirros")
     with client() as c:
         c.delete(kind, name, _ns(namespace), grace_period=grace_period)
         info = resource(kind)
@@ -268,64 +437,86 @@ def delete(
         _out(f'{what} "{name}" deleted')
 
 
-def _vm_action(fn: Callable[[Client], Any], message: str) -> None:
+def _action(fn: Callable[[Client], Any], message: str) -> None:
     with client() as c:
         fn(c)
         _out(message)
 
 
+def _target(verb: str, first: str, second: str | None) -> verbs.Target:
+    try:
+        return verbs.target(verb, first, second)
+    except ValueError as exc:
+        raise error(str(exc)) from None
+
+
+First = typer.Argument(..., metavar="[KIND] NAME", help=TARGET_HELP)
+Second = typer.Argument(None, hidden=True)
+Namespace = typer.Option(None, "--namespace", "-n", metavar="NS", help=NS_HELP)
+
+
 @app.command()
 def start(
-    name: str,
-    paused: bool = typer.Option(False, "--paused"),
-    namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP),
+    first: str = First,
+    second: str | None = Second,
+    paused: bool = typer.Option(False, "--paused", help="Start with the guest paused"),
+    namespace: str | None = Namespace,
 ) -> None:
     """Start a VirtualMachine."""
-    _vm_action(
-        lambda c: c.start(name, _ns(namespace), paused=paused), f"VM {name} was scheduled to start"
-    )
+    t = _target("start", first, second)
+    _action(lambda c: c.start(t.name, _ns(namespace), paused=paused), t.says("scheduled to start"))
 
 
 @app.command()
 def stop(
-    name: str,
-    grace_period: int | None = typer.Option(None, "--grace-period"),
-    namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP),
+    first: str = First,
+    second: str | None = Second,
+    grace_period: int | None = typer.Option(
+        None, "--grace-period", metavar="SECONDS", help=GRACE_HELP
+    ),
+    namespace: str | None = Namespace,
 ) -> None:
     """Stop a VirtualMachine."""
-    _vm_action(
-        lambda c: c.stop(name, _ns(namespace), grace_period=grace_period),
-        f"VM {name} was scheduled to stop",
+    t = _target("stop", first, second)
+    _action(
+        lambda c: c.stop(t.name, _ns(namespace), grace_period=grace_period),
+        t.says("scheduled to stop"),
     )
 
 
 @app.command()
 def restart(
-    name: str, namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP)
+    first: str = First, second: str | None = Second, namespace: str | None = Namespace
 ) -> None:
     """Restart a VirtualMachine."""
-    _vm_action(lambda c: c.restart(name, _ns(namespace)), f"VM {name} was scheduled to restart")
+    t = _target("restart", first, second)
+    _action(lambda c: c.restart(t.name, _ns(namespace)), t.says("scheduled to restart"))
 
 
 @app.command()
 def migrate(
-    name: str,
-    added_node_selector: list[str] = typer.Option([], "--added-node-selector", help="key=value"),
-    namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP),
+    first: str = First,
+    second: str | None = Second,
+    added_node_selector: list[str] = typer.Option(
+        [], "--added-node-selector", metavar="KEY=VALUE", help="Extra node selector term"
+    ),
+    namespace: str | None = Namespace,
 ) -> None:
     """Live-migrate a VirtualMachine's VMI."""
+    t = _target("migrate", first, second)
     selector = dict(s.split("=", 1) for s in added_node_selector if "=" in s)
-    _vm_action(
-        lambda c: c.migrate(name, _ns(namespace), added_node_selector=selector or None),
-        f"VM {name} was scheduled to migrate",
+    _action(
+        lambda c: c.migrate(t.name, _ns(namespace), added_node_selector=selector or None),
+        t.says("scheduled to migrate"),
     )
 
 
 @app.command("migrate-cancel")
 def migrate_cancel(
-    name: str, namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP)
+    first: str = First, second: str | None = Second, namespace: str | None = Namespace
 ) -> None:
-    """Cancel the active migration of the VM/VMI NAME (deletes the migration object)."""
+    """Cancel the active migration of a VM/VMI (deletes the migration object)."""
+    name = _target("migrate-cancel", first, second).name
     with client() as c:
         active = [
             m
@@ -334,93 +525,87 @@ def migrate_cancel(
             and (m.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
         ]
         if not active:
-            err.print(f"Error: Found no migration to cancel for {name}", markup=False)
-            raise typer.Exit(1)
+            raise error(f"found no migration to cancel for {name}")
         for m in active:
             c.delete("vmims", m["metadata"]["name"], _ns(namespace))
         _out(f"VM {name} was scheduled to migrate-cancel")
 
 
-def _pause_target(kind: str) -> None:
-    if kind not in ("vm", "vmi"):
-        err.print(f'error: unsupported resource type "{kind}": use vm or vmi', markup=False)
-        raise typer.Exit(1)
-
-
 @app.command()
 def pause(
-    kind: str = typer.Argument(..., help="vm | vmi"),
-    name: str = typer.Argument(...),
-    namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP),
+    first: str = First, second: str | None = Second, namespace: str | None = Namespace
 ) -> None:
     """Pause a VM's (or a VMI's) guest."""
-    _pause_target(kind)
-    label = "VMI" if kind == "vmi" else "VM"
-    _vm_action(lambda c: c.pause(name, _ns(namespace)), f"{label} {name} was scheduled to pause")
+    t = _target("pause", first, second)
+    _action(lambda c: c.pause(t.name, _ns(namespace)), t.says("scheduled to pause"))
 
 
 @app.command()
 def unpause(
-    kind: str = typer.Argument(..., help="vm | vmi"),
-    name: str = typer.Argument(...),
-    namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP),
+    first: str = First, second: str | None = Second, namespace: str | None = Namespace
 ) -> None:
     """Unpause a VM's (or a VMI's) guest."""
-    _pause_target(kind)
-    label = "VMI" if kind == "vmi" else "VM"
-    _vm_action(
-        lambda c: c.unpause(name, _ns(namespace)), f"{label} {name} was scheduled to unpause"
-    )
+    t = _target("unpause", first, second)
+    _action(lambda c: c.unpause(t.name, _ns(namespace)), t.says("scheduled to unpause"))
 
 
 @app.command()
 def softreboot(
-    name: str, namespace: str | None = typer.Option(None, "--namespace", "-n", help=NS_HELP)
+    first: str = First, second: str | None = Second, namespace: str | None = Namespace
 ) -> None:
-    """Soft-reboot a VMI (ACPI)."""
-    _vm_action(
-        lambda c: c.softreboot(name, _ns(namespace)), f"VMI {name} was scheduled to softreboot"
-    )
+    """Soft-reboot a VMI's guest (ACPI)."""
+    t = _target("softreboot", first, second)
+    _action(lambda c: c.softreboot(t.name, _ns(namespace)), t.says("scheduled to softreboot"))
+
+
+NodeArg = typer.Argument(..., metavar="NODE", help="NODE or node/NODE")
 
 
 @app.command()
-def cordon(node: str) -> None:
+def cordon(node: str = NodeArg) -> None:
     """Mark a node unschedulable."""
-    _vm_action(lambda c: c.cordon(node), f"node/{node} cordoned")
+    name = _target("cordon", node, None).name
+    _action(lambda c: c.cordon(name), f"node/{name} cordoned")
 
 
 @app.command()
-def uncordon(node: str) -> None:
+def uncordon(node: str = NodeArg) -> None:
     """Mark a node schedulable again (ends a drain)."""
-    _vm_action(lambda c: c.uncordon(node), f"node/{node} uncordoned")
+    name = _target("uncordon", node, None).name
+    _action(lambda c: c.uncordon(name), f"node/{name} uncordoned")
 
 
 @app.command()
 def drain(
-    node: str,
-    no_wait: bool = typer.Option(False, "--no-wait", help="request the drain and return"),
-    timeout: float = typer.Option(600.0, "--timeout", help="seconds to follow the drain"),
+    node: str = NodeArg,
+    no_wait: bool = typer.Option(False, "--no-wait", help="Request the drain and return"),
+    timeout: float = typer.Option(
+        600.0, "--timeout", metavar="SECONDS", help="How long to follow the drain"
+    ),
 ) -> None:
     """Cordon a node and evacuate its VMIs (per their evictionStrategy); shows the progress
     until the node is empty (exit 1 if only VMIs that cannot move are left, or on timeout)."""
     from cli.drain import drain_progress
 
+    name = _target("drain", node, None).name
     with client() as c:
-        c.drain(node)
+        c.drain(name)
         if no_wait:
-            _out(f"node/{node} drain requested")
+            _out(f"node/{name} drain requested")
             return
-        _out(f"node/{node} cordoned, evacuating")
-        code = drain_progress(c, node, timeout=timeout, out=_out)
+        _out(f"node/{name} cordoned, evacuating")
+        code = drain_progress(c, name, timeout=timeout, out=_out)
     if code:
         raise typer.Exit(code)
 
 
 @app.command()
 def projections(
-    nats_url: str = typer.Option("nats://127.0.0.1:4222", help="NATS server"),
-    host: str = typer.Option("127.0.0.1"),
-    port: int = typer.Option(8081),
+    nats_url: str = typer.Option(
+        "nats://127.0.0.1:4222", metavar="URL", help="NATS server with the event stream"
+    ),
+    host: str = typer.Option("127.0.0.1", metavar="HOST", help="Address to listen on"),
+    port: int = typer.Option(8081, metavar="PORT", help="Port to listen on"),
 ) -> None:
     """Run the read side alone (a read replica: get/list/watch; writes answer 405)."""
     import asyncio
@@ -433,5 +618,25 @@ def projections(
 register_debug(app)
 app.add_typer(images_app, name="images")
 
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, httpx.TransportError):
+        return _unreachable(exc)
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def run() -> None:
+    """The `virtstream` command. A failure no command handled is one line (and exit 1)
+    unless --debug (or VIRTSTREAM_DEBUG) asks for the traceback."""
+    try:
+        app()
+    except Exception as exc:
+        if settings.debug or "--debug" in sys.argv[1:]:
+            raise
+        err.print(f"error: {_describe(exc)} (--debug shows the traceback)", markup=False)
+        sys.exit(1)
+
+
 if __name__ == "__main__":
-    app()
+    run()

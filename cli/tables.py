@@ -3,13 +3,14 @@ entry (`kinds.spec.KindSpec.columns`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from kinds.columns import age
 from kinds.registry import REGISTRY, Registry
 
 JSON = dict[str, Any]
-__all__ = ["age", "has_table", "header_and_rows", "render"]
+__all__ = ["WatchPrinter", "age", "has_table", "header_and_rows", "render"]
 
 
 def has_table(kind: str, kinds: Registry = REGISTRY) -> bool:
@@ -37,7 +38,81 @@ def header_and_rows(
 
 def render(lines: list[list[str]]) -> str:
     widths = [max(len(line[i]) for line in lines) for i in range(len(lines[0]))]
-    return "\n".join(
-        "   ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-        for line in lines
-    )
+    return "\n".join(_line(line, widths) for line in lines)
+
+
+WATCH_MIN_WIDTH = 12
+
+
+class WatchPrinter:
+    """`get -w` rows as kubectl prints them: the list's table, then one row per change in
+    the same columns (widened only when a cell no longer fits). A change that shows
+    nothing new (only AGE moved, or a deletion of what the last row showed) prints no row."""
+
+    def __init__(
+        self,
+        kind: str,
+        *,
+        namespace_column: bool,
+        wide: bool,
+        out: Callable[[str], None],
+        kinds: Registry = REGISTRY,
+    ) -> None:
+        self.kind, self.ns_col, self.wide, self.out, self.kinds = (
+            kind, namespace_column, wide, out, kinds,
+        )  # fmt: skip
+        self.widths: list[int] = []
+        self.shown: dict[str, list[str]] = {}
+        header = header_and_rows(
+            kind, [], namespace_column=namespace_column, wide=wide, kinds=kinds
+        )
+        self.header = header[0]
+        self.age = self.header.index("AGE") if "AGE" in self.header else -1
+
+    def start(self, objs: list[JSON]) -> None:
+        if objs:
+            self._print([self._cells(o) for o in objs], header=True, objs=objs)
+
+    def row(self, obj: JSON, *, deleted: bool = False) -> None:
+        cells = self._cells(obj)
+        key = _key(obj)
+        if not self._same(self.shown.get(key), cells):
+            self._print([cells], header=not self.widths, objs=[obj])
+        if deleted:  # a later object of that name is news again
+            self.shown.pop(key, None)
+
+    def _cells(self, obj: JSON) -> list[str]:
+        lines = header_and_rows(
+            self.kind, [obj], namespace_column=self.ns_col, wide=self.wide, kinds=self.kinds
+        )
+        return lines[1]
+
+    def _same(self, before: list[str] | None, after: list[str]) -> bool:
+        if before is None:
+            return False
+        skip = self.age
+        return [c for i, c in enumerate(before) if i != skip] == [
+            c for i, c in enumerate(after) if i != skip
+        ]
+
+    def _print(self, rows: list[list[str]], *, header: bool, objs: list[JSON]) -> None:
+        lines = [self.header, *rows] if header else rows
+        widths = [max(len(line[i]) for line in lines) for i in range(len(self.header))]
+        if not self.widths:
+            # room for the values that come later (`Scheduling`, `Terminating`), so that
+            # the columns rarely have to move
+            self.widths = [4 if i == self.age else WATCH_MIN_WIDTH for i in range(len(widths))]
+        self.widths = [max(w, old) for w, old in zip(widths, self.widths, strict=True)]
+        for line in lines:
+            self.out(_line(line, self.widths))
+        for obj, cells in zip(objs, rows, strict=True):
+            self.shown[_key(obj)] = cells
+
+
+def _key(obj: JSON) -> str:
+    md = obj.get("metadata") or {}
+    return f"{md.get('namespace', '')}/{md.get('name', '')}"
+
+
+def _line(cells: list[str], widths: list[int]) -> str:
+    return "   ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()

@@ -3,7 +3,9 @@
 nats-server (embedded unless --nats-url), api, controller and one handler per node, each a
 supervised subprocess logging to `<data-dir>/logs/`. Ctrl-C shuts the VMs down (unless
 --keep-vms), then stops the services, then nats. Starting again on the same data dir
-resumes from the stored events (and, with --keep-vms, re-attaches to the running VMs).
+resumes from the stored events (and says so; with --keep-vms it re-attaches to the running
+VMs). `--demo` runs the tour of `cli/demo.py`, then keeps the cluster up, in its own data
+dir (`.virtstream-demo`) so that a later plain `up` does not pick its objects up.
 
 `--hypervisor qemu`: before the handlers, one libvirtd per node (ops.node_libvirtd, in
 `<data-dir>/nodes/<node>/`); its URI goes to the node's handler. Ctrl-C stops them after the
@@ -37,11 +39,20 @@ from ops.supervisor import ServiceSpec, Supervisor, stop_recorded
 from services.launcher import rundir
 from services.launcher.images import default_image_dir
 
-console = Console()
+console = Console(soft_wrap=True)
+
+
+DATA_DIR = Path(".virtstream")
+DEMO_DATA_DIR = Path(".virtstream-demo")
 
 
 def up(
-    data_dir: Path = typer.Option(Path(".virtstream"), help="Where the event store lives"),
+    data_dir: Path | None = typer.Option(
+        None,
+        metavar="DIR",
+        help=f"Where the event store and logs live (default {DATA_DIR}; {DEMO_DATA_DIR} "
+        "with --demo); an existing one is resumed",
+    ),
     nats_url: str = typer.Option("", help="Use this NATS server instead of the embedded one"),
     nats_port: int = typer.Option(4222, help="Embedded nats-server client port"),
     nodes: int = typer.Option(1, min=1, help="How many nodes (one virt-handler each)"),
@@ -55,7 +66,9 @@ def up(
     ),
     port: int = typer.Option(8080, help="API port"),
     keep_vms: bool = typer.Option(False, help="On Ctrl-C leave the VMs running"),
-    demo: bool = typer.Option(False, help="Run the demo workload, then stop"),
+    demo: bool = typer.Option(
+        False, help="Tour a VM through its life with narration, then keep the cluster up"
+    ),
     metrics: bool = typer.Option(
         False, help="Also run Prometheus (Debian's package) scraping every service"
     ),
@@ -95,7 +108,8 @@ def up(
         raise typer.Exit(2)
     if hypervisor == "qemu":
         qemu_preflight()
-    data_dir = data_dir.resolve()
+    data_dir = (data_dir or (DEMO_DATA_DIR if demo else DATA_DIR)).resolve()
+    resumed = (data_dir / "nats").is_dir() and any((data_dir / "nats").iterdir())
     data_dir.mkdir(parents=True, exist_ok=True)
     data_dir.chmod(0o700)  # the event log, logs and sockets are the owner's alone
     run_dir = data_dir / "run"
@@ -119,6 +133,11 @@ def up(
         with console.status("starting nats-server"):
             server.start_sync()
         nats_url = server.url
+        if resumed:
+            console.print(
+                f"resuming the cluster stored in {data_dir} "
+                "(a fresh one: another --data-dir, or remove that one)"
+            )
     # the services read the stream settings from the environment (StreamSettings.from_env)
     os.environ["VIRTSTREAM_STREAM_REPLICAS"] = str(replicas)
     os.environ["VIRTSTREAM_STREAM_DUPLICATE_WINDOW"] = str(duplicate_window)
@@ -205,16 +224,20 @@ def up(
 
     result: list[bool] = []
     if demo:
-        from cli.demo import run_demo
+        from cli.demo import run_demo, using_it
 
         def _demo() -> None:
             try:
                 guests = run_dir if hypervisor == "qemu" else None
-                result.append(run_demo(api_url, nodes, console.print, console_run_dir=guests))
+                passed = run_demo(api_url, nodes, console.print, console_run_dir=guests)
             except Exception as e:
                 console.print(f"[red]demo failed[/]: {e!r}")
-                result.append(False)
-            stop.set()
+                passed = False
+            result.append(passed)
+            if passed:  # the cluster stays for the README's "Using it"
+                using_it(api_url, nats_url, console.print)
+            else:
+                stop.set()
 
         threading.Thread(target=_demo, daemon=True).start()
     try:
@@ -237,6 +260,13 @@ def up(
         console.print("stopped")
     if demo and not (result and result[0]):
         raise typer.Exit(1)
+
+
+def _message(r: httpx.Response) -> str:
+    try:
+        return str(r.json().get("message") or r.reason_phrase)
+    except ValueError:
+        return r.reason_phrase
 
 
 def qemu_preflight() -> None:
@@ -403,7 +433,12 @@ def stop_all_through_api(api_url: str) -> None:
             owned.add((md.get("namespace", "default"), md["name"]))
             path = vm_kind.subresource_path(md["name"], "stop", md.get("namespace", "default"))
             r = http.put(path, json={})
-            console.print(f"stop vm {md['name']}: {r.status_code}")
+            # 409: not running (nothing to stop); other refusals say why, in words
+            if r.is_success:
+                console.print(f"stopping VM {md.get('namespace', 'default')}/{md['name']}")
+            elif r.status_code != 409:
+                reason = _message(r)
+                console.print(f"[yellow]could not stop VM {md['name']}[/]: {reason}")
         vmis = http.get(vmi_kind.collection_path())
         if vmis.status_code == 404:
             vmis = http.get(vmi_kind.collection_path("default"))

@@ -6,8 +6,10 @@ the server's Kubernetes `Status` (message, reason, code)."""
 
 from __future__ import annotations
 
+import builtins
 import json
-from collections.abc import AsyncIterator, Iterator
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import httpx
@@ -69,9 +71,39 @@ def _raise_for(resp: httpx.Response) -> None:
     raise ApiError(status)
 
 
+# RFC 7234 warn-value as the API server writes it: `299 - "text"` (text with \" escapes)
+_WARNING = re.compile(r'\d{3} \S+ "((?:[^"\\]|\\.)*)"')
+
+
+def warnings_of(resp: httpx.Response) -> list[str]:
+    """The texts of the response's `Warning` headers (unknown fields, deprecations)."""
+    return [
+        re.sub(r"\\(.)", r"\1", m.group(1))
+        for value in resp.headers.get_list("warning")
+        for m in _WARNING.finditer(value)
+    ]
+
+
 def _json(resp: httpx.Response) -> Any:
     _raise_for(resp)
     return resp.json() if resp.content else None
+
+
+def _warning_hook(on_warning: Callable[[str], None]) -> Callable[[httpx.Response], None]:
+    def hook(resp: httpx.Response) -> None:
+        for text in warnings_of(resp):
+            on_warning(text)
+
+    return hook
+
+
+def _async_warning_hook(on_warning: Callable[[str], None]) -> Any:
+    sync = _warning_hook(on_warning)
+
+    async def hook(resp: httpx.Response) -> None:
+        sync(resp)
+
+    return hook
 
 
 class _Requests:
@@ -126,6 +158,10 @@ class _Requests:
             params["timeoutSeconds"] = str(timeout_seconds)
         return params
 
+    @staticmethod
+    def write_params(field_validation: str | None) -> dict[str, str]:
+        return {"fieldValidation": field_validation} if field_validation else {}
+
     def object_target(self, obj: JSON, namespace: str | None) -> tuple[str, str, str]:
         """(collection path, item path, name) for a document."""
         info = self.resource(str(obj.get("kind", "")))
@@ -136,7 +172,8 @@ class _Requests:
 
 
 class Client:
-    """Synchronous client: `Client(server="http://127.0.0.1:8080")`."""
+    """Synchronous client: `Client(server="http://127.0.0.1:8080")`. `on_warning` gets the
+    text of each `Warning` the server answers with (unknown fields, for one)."""
 
     def __init__(
         self,
@@ -145,8 +182,10 @@ class Client:
         namespace: str = "default",
         timeout: float = 30.0,
         kinds: Registry = REGISTRY,
+        on_warning: Callable[[str], None] | None = None,
     ) -> None:
-        self.http = httpx.Client(base_url=server, timeout=timeout)
+        hooks = {"response": [_warning_hook(on_warning)]} if on_warning else {}
+        self.http = httpx.Client(base_url=server, timeout=timeout, event_hooks=hooks)
         self.r = _Requests(namespace, kinds)
 
     def close(self) -> None:
@@ -162,26 +201,51 @@ class Client:
         return body if raw or not isinstance(body, dict) else typed(body, self.r.kinds)
 
     # ------------------------------------------------------------- objects
-    def create(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
+    def create(
+        self,
+        obj: Any,
+        namespace: str | None = None,
+        *,
+        raw: bool = False,
+        field_validation: str | None = None,
+    ) -> Any:
+        """`field_validation`: Strict, Warn (the server's default) or Ignore."""
         doc = as_dict(obj)
         coll, _, _ = self.r.object_target(doc, namespace)
-        return self._out(_json(self.http.post(coll, json=doc)), raw)
+        params = self.r.write_params(field_validation)
+        return self._out(_json(self.http.post(coll, json=doc, params=params)), raw)
 
-    def update(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
+    def update(
+        self,
+        obj: Any,
+        namespace: str | None = None,
+        *,
+        raw: bool = False,
+        field_validation: str | None = None,
+    ) -> Any:
         doc = as_dict(obj)
         _, item, _ = self.r.object_target(doc, namespace)
-        return self._out(_json(self.http.put(item, json=doc)), raw)
+        params = self.r.write_params(field_validation)
+        return self._out(_json(self.http.put(item, json=doc, params=params)), raw)
 
-    def apply(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
-        """Create, or update the existing object (on its current resourceVersion)."""
+    def apply(
+        self,
+        obj: Any,
+        namespace: str | None = None,
+        *,
+        raw: bool = False,
+        field_validation: str | None = None,
+    ) -> Any:
+        """Create, or update the existing object (on its current resourceVersion); an
+        unchanged object keeps its resourceVersion and generation."""
         doc = as_dict(obj)
         _, item, _ = self.r.object_target(doc, namespace)
         current = self.http.get(item)
         if current.status_code == 404:
-            return self.create(doc, namespace, raw=raw)
+            return self.create(doc, namespace, raw=raw, field_validation=field_validation)
         rv = _json(current)["metadata"]["resourceVersion"]
         doc = {**doc, "metadata": {**doc.get("metadata", {}), "resourceVersion": rv}}
-        return self.update(doc, namespace, raw=raw)
+        return self.update(doc, namespace, raw=raw, field_validation=field_validation)
 
     def get(
         self,
@@ -215,6 +279,22 @@ class Client:
             params["at"] = at
         body = _json(self.http.get(path, params=params))
         return [self._out(i, raw) for i in body["items"]]
+
+    def list_with_version(
+        self,
+        kind: str,
+        namespace: str | None = None,
+        *,
+        all_namespaces: bool = False,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> tuple[builtins.list[JSON], str]:
+        """The raw items and the list's resourceVersion: a watch from it sends only what
+        changed after the list (kubectl's list-then-watch)."""
+        path = self.r.collection(kind, namespace, all_namespaces)
+        params = self.r.list_params(label_selector, field_selector)
+        body = _json(self.http.get(path, params=params))
+        return list(body["items"]), str((body.get("metadata") or {}).get("resourceVersion", ""))
 
     def delete(
         self, kind: str, name: str, namespace: str | None = None, *, grace_period: int | None = None
@@ -303,8 +383,10 @@ class AsyncClient:
         namespace: str = "default",
         timeout: float = 30.0,
         kinds: Registry = REGISTRY,
+        on_warning: Callable[[str], None] | None = None,
     ) -> None:
-        self.http = httpx.AsyncClient(base_url=server, timeout=timeout)
+        hooks = {"response": [_async_warning_hook(on_warning)]} if on_warning else {}
+        self.http = httpx.AsyncClient(base_url=server, timeout=timeout, event_hooks=hooks)
         self.r = _Requests(namespace, kinds)
 
     async def aclose(self) -> None:
@@ -319,25 +401,49 @@ class AsyncClient:
     def _out(self, body: Any, raw: bool) -> Any:
         return body if raw or not isinstance(body, dict) else typed(body, self.r.kinds)
 
-    async def create(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
+    async def create(
+        self,
+        obj: Any,
+        namespace: str | None = None,
+        *,
+        raw: bool = False,
+        field_validation: str | None = None,
+    ) -> Any:
+        """`field_validation`: Strict, Warn (the server's default) or Ignore."""
         doc = as_dict(obj)
         coll, _, _ = self.r.object_target(doc, namespace)
-        return self._out(_json(await self.http.post(coll, json=doc)), raw)
+        params = self.r.write_params(field_validation)
+        return self._out(_json(await self.http.post(coll, json=doc, params=params)), raw)
 
-    async def update(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
+    async def update(
+        self,
+        obj: Any,
+        namespace: str | None = None,
+        *,
+        raw: bool = False,
+        field_validation: str | None = None,
+    ) -> Any:
         doc = as_dict(obj)
         _, item, _ = self.r.object_target(doc, namespace)
-        return self._out(_json(await self.http.put(item, json=doc)), raw)
+        params = self.r.write_params(field_validation)
+        return self._out(_json(await self.http.put(item, json=doc, params=params)), raw)
 
-    async def apply(self, obj: Any, namespace: str | None = None, *, raw: bool = False) -> Any:
+    async def apply(
+        self,
+        obj: Any,
+        namespace: str | None = None,
+        *,
+        raw: bool = False,
+        field_validation: str | None = None,
+    ) -> Any:
         doc = as_dict(obj)
         _, item, _ = self.r.object_target(doc, namespace)
         current = await self.http.get(item)
         if current.status_code == 404:
-            return await self.create(doc, namespace, raw=raw)
+            return await self.create(doc, namespace, raw=raw, field_validation=field_validation)
         rv = _json(current)["metadata"]["resourceVersion"]
         doc = {**doc, "metadata": {**doc.get("metadata", {}), "resourceVersion": rv}}
-        return await self.update(doc, namespace, raw=raw)
+        return await self.update(doc, namespace, raw=raw, field_validation=field_validation)
 
     async def get(
         self,

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, Callable, Sequence
 
 import msgspec
 import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.errors import ConnectionClosedError
 from nats.js.api import (
     AckPolicy,
     ConsumerConfig,
@@ -259,8 +260,9 @@ class JetStreamStore:
 
     async def seq_at_time(self, when: float) -> int:
         """The server seeks to the first message after `when`: one message is read."""
-        async for msg in self.replay_msgs(start_time=when + 1e-6):
-            return int(msg.metadata.sequence.stream) - 1
+        async with contextlib.aclosing(self.replay_msgs(start_time=when + 1e-6)) as msgs:
+            async for msg in msgs:
+                return int(msg.metadata.sequence.stream) - 1
         return await self.stream_last_seq()
 
     async def replay(
@@ -273,25 +275,28 @@ class JetStreamStore:
         follow: bool = False,
         raw: bool = False,
         on_skip: Callable[[int, str], None] | None = None,
-    ) -> AsyncIterator[Stored]:
+    ) -> AsyncGenerator[Stored, None]:
         """Events matching `filters`, in stream order, through an ordered push consumer.
 
         Without `follow` it ends at the last matching event that existed when it began
         (or at `until_seq`). Undecodable events raise `Undecodable` unless `raw` skips them;
         `on_skip(seq, subject)` hears of each skipped one.
         """
-        async for msg in self.replay_msgs(
+        msgs = self.replay_msgs(
             filters, start_seq=start_seq, start_time=start_time, until_seq=until_seq, follow=follow
-        ):
-            try:
-                stored = _stored(msg)
-            except Undecodable:
-                if not raw:
-                    raise
-                if on_skip is not None:
-                    on_skip(int(msg.metadata.sequence.stream), msg.subject)
-                continue
-            yield stored
+        )
+        # a caller that stops early unsubscribes now, not when the generator is collected
+        async with contextlib.aclosing(msgs):
+            async for msg in msgs:
+                try:
+                    stored = _stored(msg)
+                except Undecodable:
+                    if not raw:
+                        raise
+                    if on_skip is not None:
+                        on_skip(int(msg.metadata.sequence.stream), msg.subject)
+                    continue
+                yield stored
 
     async def replay_msgs(
         self,
@@ -301,7 +306,7 @@ class JetStreamStore:
         start_time: float | dt.datetime | None = None,
         until_seq: int | None = None,
         follow: bool = False,
-    ) -> AsyncIterator[Msg]:
+    ) -> AsyncGenerator[Msg, None]:
         filters = list(filters or [subjects.ALL])
         cfg = ConsumerConfig(filter_subjects=filters)
         if start_seq is not None:
@@ -344,7 +349,10 @@ class JetStreamStore:
                 if not follow and (msg.metadata.num_pending == 0 or seq == until_seq):
                     return
         finally:
-            await sub.unsubscribe()
+            # a generator closed after its connection (a caller's early exit) has nothing left
+            # to unsubscribe from
+            with contextlib.suppress(ConnectionClosedError):
+                await sub.unsubscribe()
 
     # ------------------------------------------------------------ consumers
     async def durable(

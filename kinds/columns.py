@@ -41,3 +41,19 @@ def condition(obj: JSON, ctype: str) -> str:
 
 def ready(obj: JSON) -> str:
     return condition(obj, "Ready")
+
+
+_BINARY = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+
+
+def binary_quantity(n: int) -> str:
+    """Bytes in Kubernetes' canonical binary form: the largest suffix that keeps the number
+    whole (`1664Mi`, `2Gi`, not `1703936Ki`)."""
+    if n == 0:
+        return "0"
+    text = str(n)
+    for i, suffix in enumerate(_BINARY, start=1):
+        if n % (1 << (10 * i)):
+            break
+        text = f"{n >> (10 * i)}{suffix}"
+    return text

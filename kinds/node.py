@@ -8,6 +8,7 @@ from typing import Any
 from events.catalog import Event, NodeCordoned, NodeDrainRequested, NodeUncordoned
 from events.meta import Kind
 from events.objects import Node
+from events.quantity import parse_quantity
 from kinds import columns as col
 from kinds.spec import Answer, CallArgs, Column, KindSpec, Scope, Subresource
 from projections.cluster import Cluster
@@ -62,6 +63,14 @@ def _used(o: JSON, resource: str) -> str:
     return f"{allocated.get(resource, '0')}/{capacity.get(resource, '0')}"
 
 
+def _memory(o: JSON) -> str:
+    """As kubectl prints quantities: `192Mi/3Gi`."""
+    allocated = col.status(o).get("allocated") or {}
+    capacity = col.status(o).get("capacity") or {}
+    used, total = (parse_quantity(q.get("memory", 0) or 0) for q in (allocated, capacity))
+    return f"{col.binary_quantity(used)}/{col.binary_quantity(total)}"
+
+
 SPEC = KindSpec(
     group="",
     version="v1",
@@ -80,7 +89,7 @@ SPEC = KindSpec(
         Column("STATUS", _status_cell),
         Column("VMIS", lambda o: str((col.status(o).get("allocated") or {}).get("vmis", 0))),
         Column("CPU", lambda o: _used(o, "cpu")),
-        Column("MEMORY", lambda o: _used(o, "memory")),
+        Column("MEMORY", _memory),
         Column("AGE", col.age),
     ),
     table=lambda c: c.nodes,

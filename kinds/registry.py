@@ -84,23 +84,44 @@ class Registry:
         return out
 
     # -------------------------------------------------------------- references
+    @property
+    def cli_names(self) -> tuple[str, ...]:
+        """The name kubectl users type for each kind: the plural short name (`vms`), else
+        the plural (`migrationpolicies`)."""
+        return tuple(
+            next((n for n in s.short_names if n.endswith("s")), s.plural) for s in self.specs
+        )
+
     def parse_kind(self, text: str) -> Kind:
         spec = self.get(text)
         if spec is None:
-            known = ", ".join(dict.fromkeys(s.event_kind.value for s in self.specs))
-            raise RefError(f"unknown kind {text!r} ({known})")
+            raise RefError(f"unknown kind {text!r} (one of {', '.join(self.cli_names)})")
         return spec.event_kind
 
-    def parse_ref(self, text: str) -> Aggregate:
-        """`vm/NS/NAME`, `vmi/NS/NAME`, `migration/NS/NAME`, `node/NAME`, `policy/NAME`."""
+    def parse_ref(self, text: str, namespace: str | None = None) -> Aggregate:
+        """`vm/NS/NAME`, `vmi/NS/NAME`, `migration/NS/NAME`, `node/NAME`, `policy/NAME`;
+        with `namespace`, also `vm/NAME` (a namespaced kind in that namespace)."""
         parts = text.split("/")
+        if len(parts) == 1:
+            raise RefError(
+                f"{text!r} names no kind: write KIND/NAME or KIND/NAMESPACE/NAME, "
+                f"e.g. vm/{text} or vmi/{text} (node/NAME for a node)"
+            )
         kind = self.parse_kind(parts[0])
-        if kind in CLUSTER_SCOPED and len(parts) == 2:
+        if kind in CLUSTER_SCOPED and len(parts) == 2 and parts[1]:
             return Aggregate(kind=kind, namespace=CLUSTER_SCOPE, name=parts[1])
         if kind not in CLUSTER_SCOPED and len(parts) == 3 and all(parts):
             return Aggregate(kind=kind, namespace=parts[1], name=parts[2])
+        if kind not in CLUSTER_SCOPED and namespace and len(parts) == 2 and parts[1]:
+            return Aggregate(kind=kind, namespace=namespace, name=parts[1])
         shape = f"{kind}/NAME" if kind in CLUSTER_SCOPED else f"{kind}/NAMESPACE/NAME"
         raise RefError(f"{text!r}: expected {shape}")
+
+    def ref_text(self, agg: Aggregate) -> str:
+        """An aggregate as the user writes it: `vm/default/vm-cirros`, `node/node-1`."""
+        if agg.kind in CLUSTER_SCOPED:
+            return f"{agg.kind}/{agg.name}"
+        return f"{agg.kind}/{agg.namespace}/{agg.name}"
 
 
 REGISTRY = Registry((vm.SPEC, vmi.SPEC, migration.SPEC, node.SPEC, policy.SPEC))

@@ -94,7 +94,8 @@ def importable(module: str) -> bool:
 class Supervised:
     def __init__(self, spec: ServiceSpec, log_dir: Path) -> None:
         self.spec = spec
-        self.log_path = log_dir / f"{spec.name}.log"
+        # `handler-node-1.log`: a file name a shell takes without quotes
+        self.log_path = log_dir / f"{spec.name.replace(' ', '-')}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
         self.restarts = 0

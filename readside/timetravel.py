@@ -43,14 +43,16 @@ async def cluster_at(
     """Every view as it was once the event at `seq` (or the last one stored by `time`) was
     folded; the present without either. With `snapshot` (a projection name in the
     snapshot bucket) it starts from that snapshot when the snapshot is not newer."""
-    until = await resolve(store, Point(seq=seq, time=time) if seq or time else None)
+    # seq 0 is a point too (before the first event: nothing exists), not "the present"
+    point = None if seq is None and time is None else Point(seq=seq, time=time)
+    until = await resolve(store, point)
     if snapshot:
         cluster, _ = await snapshots.load_cluster(
             store, snapshot, until_seq=until, bucket_name=bucket
         )
         return cluster
     cluster = Cluster()
-    if until > 0:
+    if until > 0:  # else before the first event: the empty cluster
         async for s in store.replay(until_seq=until, raw=True):
             cluster.apply(s)
     return cluster

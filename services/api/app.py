@@ -25,6 +25,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from events.meta import Kind
+from events.unknown_fields import unknown_fields
 from kinds.registry import Registry
 from kinds.spec import Answer, CallArgs, KindSpec
 from projections import replay
@@ -297,6 +298,35 @@ async def _at(
     return cluster, point.time if point.time is not None else time.time(), seq
 
 
+# -------------------------------------------------------- field validation
+def _field_warnings(request: Request[Any, Any, Any], spec: KindSpec, body: JSON) -> list[str]:
+    """`?fieldValidation=` as the API server reads it: fields outside the schema are kept
+    (the manifest keeps every field) and reported as `Warning` headers (Warn, the default),
+    refused with 400 (Strict) or not mentioned (Ignore)."""
+    mode = request.query_params.get("fieldValidation") or "Warn"
+    if mode not in ("Ignore", "Warn", "Strict"):
+        raise bad_request(f'fieldValidation must be Ignore, Warn or Strict, not "{mode}"')
+    if mode == "Ignore" or body.get("kind") not in (None, spec.kind):
+        return []  # another kind's body is refused by the intent, with its own message
+    unknown = [f'unknown field "{path}"' for path in unknown_fields(body, spec.object_type)]
+    if unknown and mode == "Strict":
+        kind = str(body.get("kind") or spec.kind)
+        version = str(body.get("apiVersion") or spec.api_version).rpartition("/")[2]
+        raise bad_request(
+            f'{kind} in version "{version}" cannot be handled as a {spec.kind}: '
+            f"strict decoding error: {', '.join(unknown)}"
+        )
+    return unknown
+
+
+def _with_warnings(response: Response[bytes], warnings: list[str]) -> Response[bytes]:
+    """RFC 7234 warnings as the API server sends them: `299 - "text"`, comma-separated."""
+    if warnings:
+        quoted = (w.replace("\\", "\\\\").replace('"', '\\"') for w in warnings)
+        response.headers["Warning"] = ", ".join(f'299 - "{w}"' for w in quoted)
+    return response
+
+
 # ------------------------------------------------------------- kind routes
 def _args(request: Request[Any, Any, Any], body: JSON) -> CallArgs:
     return CallArgs(body=body, query=dict(request.query_params))
@@ -310,12 +340,13 @@ def _collection(spec: KindSpec) -> Any:
         api = _api(request)
         _writable(api)
         body = await _body(request)
+        warnings = _field_warnings(request, spec, body)
         outcome = await api.execute(
             lambda c, ctx: intents.create(c, spec, ns, body, ctx),
             _correlation_id(request),
             _idempotency(request, body),
         )
-        return _object_response(api, outcome)
+        return _with_warnings(_object_response(api, outcome), warnings)
 
     return collection
 
@@ -336,13 +367,14 @@ def _item(spec: KindSpec) -> Any:
         _writable(api)
         body = await _body(request)
         if request.method == "PUT":
+            warnings = _field_warnings(request, spec, body)
             updatable = api.kinds.updatable
             outcome = await api.execute(
                 lambda c, ctx: intents.update(c, spec, ns, name, body, ctx, updatable=updatable),
                 _correlation_id(request),
                 _idempotency(request, body),
             )
-            return _object_response(api, outcome)
+            return _with_warnings(_object_response(api, outcome), warnings)
         delete = spec.delete
         assert delete is not None  # the route serves DELETE only for kinds that have it
         args = _args(request, body)

@@ -279,6 +279,10 @@ def update(
         if causes:
             raise _denied(res, name, causes)
     manifest = _finish(raw, typed, name, namespace, current.uid)
+    if manifest == current.manifest:
+        # as the API server: a no-op update appends nothing (resourceVersion and
+        # generation stay), and kubectl reports the object unchanged
+        return Outcome((), spec.event_kind, k, 200)
     event = spec.updated(ctx.meta(spec.event_kind, namespace, name, current.uid), manifest)
     return Outcome((Append(event, current.version),), spec.event_kind, k, 200)
 

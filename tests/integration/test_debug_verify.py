@@ -15,6 +15,7 @@ from msgspec.structs import replace
 from typer.testing import CliRunner
 
 from cli.debug import register
+from cli.main import app as main_app
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops.nats_server import NatsServer
@@ -83,20 +84,20 @@ async def test_verify_command_against_a_served_api(
                 break
             await asyncio.sleep(0.01)
         port = server.servers[0].sockets[0].getsockname()[1]
-        argv = [
-            "verify",
+        argv = [  # the global --server names the api
             "--server",
             f"http://127.0.0.1:{port}",
+            "verify",
             "--nats-url",
             nats_server.url,
             "--stream",
             stream_settings.name,
         ]
-        result = await asyncio.to_thread(CliRunner().invoke, app, argv, env={"COLUMNS": "200"})
+        result = await asyncio.to_thread(CliRunner().invoke, main_app, argv, env={"COLUMNS": "200"})
         assert result.exit_code == 0, result.output
         assert "OK:" in result.stdout
         runner.cluster.vms.clear()
-        result = await asyncio.to_thread(CliRunner().invoke, app, argv, env={"COLUMNS": "200"})
+        result = await asyncio.to_thread(CliRunner().invoke, main_app, argv, env={"COLUMNS": "200"})
         assert result.exit_code == 1
         assert "missing-live vm/default/vm1" in result.stdout
     finally:

@@ -1,14 +1,17 @@
 """`virtstream up` end to end: nats + api + controller + 2 handlers as supervised
 subprocesses; a VM through its life over the KubeVirt REST API; a killed handler is
-restarted; Ctrl-C shuts the VMs down and stops everything; `--demo` passes."""
+restarted; Ctrl-C shuts the VMs down and stops everything; `--demo` tours a VM, keeps the
+cluster up in its own data dir and stops in words."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -129,9 +132,86 @@ def test_up_vm_lifecycle_restart_and_ctrl_c(data_dir: Path) -> None:
             up.wait()
 
 
-def test_up_demo(data_dir: Path) -> None:
-    up = _up(data_dir, free_port(), "--demo")
-    out, _ = up.communicate(timeout=120)
-    text = out.decode()
-    assert up.returncode == 0, text
-    assert "demo passed" in text and "VMI Running" in text
+class Output:
+    """A process's output, read by a thread so that the test can wait for a line."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+        self.lines: list[str] = []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            self.lines.append(raw.decode(errors="replace"))
+
+    @property
+    def text(self) -> str:
+        return "".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float = 90.0) -> None:
+        until(lambda: text in self.text or self.proc.poll() is not None, timeout, text)
+        assert text in self.text, self.text
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGINT)
+        code = self.proc.wait(timeout=60)
+        self.thread.join(timeout=5)
+        return code
+
+
+def _up_in(cwd: Path, port: int, *extra: str) -> Output:
+    """`virtstream up` started in `cwd` with its default data dir."""
+    return Output(
+        subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "up", "--port", str(port),
+             "--nats-port", str(free_port()), *extra],
+            cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            env={**os.environ, "COLUMNS": "120", "PYTHONPATH": str(REPO)},
+        )
+    )  # fmt: skip
+
+
+def test_up_demo_stays_up_in_its_own_data_dir(data_dir: Path) -> None:
+    port = free_port()
+    demo = _up_in(data_dir, port, "--demo", "--nodes", "2")
+    try:
+        demo.wait_for("The cluster keeps running")
+        assert "demo passed" in demo.text and "VMI Running" in demo.text
+        assert "$ virtstream start vm-cirros" in demo.text  # the narration
+        assert re.search(r"vm-cirros\s+Paused\s+Running\s+node-\d", demo.text)  # the live table
+        assert (data_dir / ".virtstream-demo").is_dir() and not (data_dir / ".virtstream").exists()
+        logs = [p.name for p in (data_dir / ".virtstream-demo" / "logs").iterdir()]
+        assert "handler-node-1.log" in logs and not [n for n in logs if " " in n]
+        # still up for the README's commands; a running VM is stopped on Ctrl-C, in words
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+            assert http.put(f"{SUB}/vm-cirros/start", json={}).is_success
+            until(lambda: (v := _vmi(http, "vm-cirros")) and v["status"].get("phase") == "Running")
+    finally:
+        code = demo.stop()
+    tail = demo.text.split("Ctrl-C stops the cluster")[-1]
+    assert code == 0, demo.text
+    assert "stopping VM default/vm-cirros" in tail
+    assert not re.search(r": \d{3}\b", tail), tail  # no raw status codes
+    assert not live_launchers(data_dir / ".virtstream-demo" / "run")
+
+    # a plain `up` in the same place does not pick up the demo's objects
+    plain = _up_in(data_dir, port)
+    try:
+        plain.wait_for("Ctrl-C stops the cluster")
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+            until(lambda: http.get(VMS).is_success)
+            assert http.get(VMS).json()["items"] == []
+    finally:
+        assert plain.stop() == 0, plain.text
+    assert "resuming" not in plain.text
+    # the demo's data dir named again is resumed, and says so
+    again = _up_in(data_dir, port, "--data-dir", ".virtstream-demo")
+    try:
+        again.wait_for("Ctrl-C stops the cluster")
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+            until(lambda: http.get(f"{VMS}/vm-cirros").is_success)
+    finally:
+        assert again.stop() == 0, again.text
+    assert "resuming the cluster stored in" in again.text and ".virtstream-demo" in again.text

@@ -46,16 +46,17 @@ def test_progress_until_the_node_is_empty() -> None:
     script = Script(
         ([a, b], [vmim("a", "Scheduled", "node2")]),
         ([a], [vmim("a", "Running", "node2")]),
-        ([], []),
+        ([vmi("a", "node2", strategy="LiveMigrate")], []),
     )
     lines: list[str] = []
     assert drain_progress(script, "node1", out=lines.append, sleep=lambda _: None) == 0
+    # what became of each VMI: b (no eviction strategy) was deleted, a moved
     assert lines == [
         "default/a: migrating (Scheduled) to node2",
         "default/b: Running",
         "default/a: migrating (Running) to node2",
-        "default/b: gone from node1",
-        "default/a: gone from node1",
+        "default/b: deleted (evictionStrategy None: a drain does not migrate it)",
+        "default/a: migrated to node2",
         "node/node1 drained",
     ]
 
