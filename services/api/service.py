@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import msgspec
 import nats.errors
 import nats.js.errors
 
@@ -187,8 +188,15 @@ class ApiService:
                 earlier.done = True
                 await self._folded(last)
                 return earlier.outcome
+        history = 0  # the last sequence of a name whose object is gone (see below)
         for attempt in range(2):
             outcome = decide(self.cluster, self._context(correlation_id, idem))
+            if history and outcome.appends and outcome.appends[0].expected == 0:
+                # a create that conflicted on a name with history, decided again on a
+                # projection folded up to it, found no object: the earlier one of that name
+                # was deleted, and the new one continues the name's aggregate
+                first = msgspec.structs.replace(outcome.appends[0], expected=history)
+                outcome = msgspec.structs.replace(outcome, appends=(first, *outcome.appends[1:]))
             if idem is not None:
                 self._keyed[idem.key] = _Keyed(idem.fingerprint, outcome, time.monotonic())
             try:
@@ -199,6 +207,8 @@ class ApiService:
                     res = self.kinds.of(outcome.kind).resource
                     raise stale(res, outcome.key.rsplit("/", 1)[-1]) from None
                 actual = exc.actual if exc.actual > 0 else await self.store.stream_last_seq()
+                if exc.expected == 0 and exc.actual > 0:
+                    history = exc.actual
                 await self.runner.wait_for(actual, WAIT_SECONDS)
                 continue
             if idem is not None:

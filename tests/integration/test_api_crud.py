@@ -183,6 +183,23 @@ async def test_delete_vm_and_404s(http: httpx.AsyncClient) -> None:
     assert r.status_code == 404 and r.json()["kind"] == "Status"
 
 
+async def test_a_deleted_name_can_be_created_again(
+    http: httpx.AsyncClient, store: JetStreamStore
+) -> None:
+    """The name's events stay in the log; a new object of that name continues them."""
+    first = await http.post(VMS, json=vm("again"))
+    assert first.status_code == 201, first.text
+    assert (await http.delete(f"{VMS}/again")).status_code == 200
+    assert (await http.get(f"{VMS}/again")).status_code == 404
+    second = await http.post(VMS, json=vm("again"))
+    assert second.status_code == 201, second.text
+    assert second.json()["metadata"]["uid"] != first.json()["metadata"]["uid"]
+    got = (await http.get(f"{VMS}/again")).json()
+    assert got["metadata"]["uid"] == second.json()["metadata"]["uid"]
+    # a create racing an existing object of the name is still refused
+    assert (await http.post(VMS, json=vm("again"))).status_code == 409
+
+
 async def test_ops_endpoints(http: httpx.AsyncClient) -> None:
     assert (await http.get("/healthz")).status_code == 200
     assert (await http.get("/readyz")).status_code == 200
