@@ -319,12 +319,25 @@ def _field_warnings(request: Request[Any, Any, Any], spec: KindSpec, body: JSON)
     return unknown
 
 
+MAX_WARNINGS = 20  # a body with thousands of unknown fields must not make a huge header
+
+
 def _with_warnings(response: Response[bytes], warnings: list[str]) -> Response[bytes]:
     """RFC 7234 warnings as the API server sends them: `299 - "text"`, comma-separated."""
     if warnings:
-        quoted = (w.replace("\\", "\\\\").replace('"', '\\"') for w in warnings)
+        # a header carries visible ASCII only: any other character of a field name (control
+        # characters, non-ASCII) is escaped as \\uXXXX, so no body can break the response
+        shown = warnings[:MAX_WARNINGS]
+        if len(warnings) > MAX_WARNINGS:
+            shown.append(f"and {len(warnings) - MAX_WARNINGS} more unknown fields")
+        quoted = (_header_text(w.replace("\\", "\\\\").replace('"', '\\"')) for w in shown)
         response.headers["Warning"] = ", ".join(f'299 - "{w}"' for w in quoted)
     return response
+
+
+def _header_text(text: str, limit: int = 512) -> str:
+    out = "".join(c if " " <= c <= "~" else f"\\u{ord(c):04x}" for c in text)
+    return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
 # ------------------------------------------------------------- kind routes

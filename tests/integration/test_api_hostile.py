@@ -282,3 +282,18 @@ async def test_the_api_recovers_from_a_nats_server_restart(
     finally:
         await nc.close()
         await nats_server.stop()
+
+
+async def test_unknown_fields_with_any_characters_are_warned_in_a_valid_header(
+    http: httpx.AsyncClient,
+) -> None:
+    body = vm("oddfields")
+    body["spec"]["new\nline"] = 1
+    body["spec"]["日本"] = 2
+    body["spec"].update({f"f{i}": i for i in range(40)})
+    r = await http.post(VMS, json=body)
+    assert r.status_code == 201, r.text
+    warning = r.headers["warning"]
+    assert warning.isascii() and "\n" not in warning
+    assert "\\u000a" in warning and "\\u65e5\\u672c" in warning
+    assert "more unknown fields" in warning
