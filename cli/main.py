@@ -531,31 +531,22 @@ def migrate_cancel(
         _out(f"VM {name} was scheduled to migrate-cancel")
 
 
-@app.command()
-def pause(
-    first: str = First, second: str | None = Second, namespace: str | None = Namespace
-) -> None:
-    """Pause a VM's (or a VMI's) guest."""
-    t = _target("pause", first, second)
-    _action(lambda c: c.pause(t.name, _ns(namespace)), t.says("scheduled to pause"))
+def _guest_verb(verb: str, summary: str) -> None:
+    """pause, unpause, softreboot: the same shape, one subresource call each."""
+
+    def command(
+        first: str = First, second: str | None = Second, namespace: str | None = Namespace
+    ) -> None:
+        t = _target(verb, first, second)
+        _action(lambda c: getattr(c, verb)(t.name, _ns(namespace)), t.says(f"scheduled to {verb}"))
+
+    command.__doc__ = summary
+    app.command(name=verb)(command)
 
 
-@app.command()
-def unpause(
-    first: str = First, second: str | None = Second, namespace: str | None = Namespace
-) -> None:
-    """Unpause a VM's (or a VMI's) guest."""
-    t = _target("unpause", first, second)
-    _action(lambda c: c.unpause(t.name, _ns(namespace)), t.says("scheduled to unpause"))
-
-
-@app.command()
-def softreboot(
-    first: str = First, second: str | None = Second, namespace: str | None = Namespace
-) -> None:
-    """Soft-reboot a VMI's guest (ACPI)."""
-    t = _target("softreboot", first, second)
-    _action(lambda c: c.softreboot(t.name, _ns(namespace)), t.says("scheduled to softreboot"))
+_guest_verb("pause", "Pause a VM's (or a VMI's) guest.")
+_guest_verb("unpause", "Unpause a VM's (or a VMI's) guest.")
+_guest_verb("softreboot", "Soft-reboot a VMI's guest (ACPI).")
 
 
 NodeArg = typer.Argument(..., metavar="NODE", help="NODE or node/NODE")

@@ -10,10 +10,11 @@ import builtins
 import json
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple, TypedDict
 
 import httpx
 import msgspec
+from typing_extensions import Unpack
 
 from events.manifest import OBJECT_TYPES, api_group, dump, load
 from events.objects import Status
@@ -22,6 +23,39 @@ from kinds.spec import KindSpec
 
 DEFAULT_SERVER = "http://127.0.0.1:8080"
 JSON = dict[str, Any]
+
+
+class WriteOptions(TypedDict, total=False):
+    raw: bool  # the server's JSON instead of a typed object
+    field_validation: str | None  # Strict, Warn (the server's default) or Ignore
+
+
+class ReadOptions(TypedDict, total=False):
+    raw: bool
+    at: str | None  # a stream sequence or a time (`5m`, `@epoch`, ISO): as it was then
+
+
+class ListOptions(ReadOptions, total=False):
+    all_namespaces: bool
+    label_selector: str | None
+    field_selector: str | None
+
+
+class WatchOptions(TypedDict, total=False):
+    all_namespaces: bool
+    resource_version: str | int | None
+    label_selector: str | None
+    field_selector: str | None
+    timeout_seconds: float | None
+
+
+class Req(NamedTuple):
+    """One call, built once for both clients: they differ only in how they send it."""
+
+    method: str
+    path: str
+    params: dict[str, str]
+    body: Any = None
 
 
 class ApiError(Exception):
@@ -170,6 +204,53 @@ class _Requests:
         coll = info.collection_path(ns if info.namespaced else None)
         return coll, f"{coll}/{meta.get('name', '')}", str(meta.get("name", ""))
 
+    def create(self, doc: JSON, namespace: str | None, opts: WriteOptions) -> Req:
+        coll, _, _ = self.object_target(doc, namespace)
+        return Req("POST", coll, self.write_params(opts.get("field_validation")), doc)
+
+    def update(self, doc: JSON, namespace: str | None, opts: WriteOptions) -> Req:
+        _, item, _ = self.object_target(doc, namespace)
+        return Req("PUT", item, self.write_params(opts.get("field_validation")), doc)
+
+    def get(self, kind: str, name: str, namespace: str | None, opts: ReadOptions) -> Req:
+        at = opts.get("at")
+        return Req("GET", self.item(kind, name, namespace), {"at": at} if at else {})
+
+    def list(self, kind: str, namespace: str | None, opts: ListOptions) -> Req:
+        path = self.collection(kind, namespace, opts.get("all_namespaces", False))
+        params = self.list_params(opts.get("label_selector"), opts.get("field_selector"))
+        if at := opts.get("at"):
+            params["at"] = at
+        return Req("GET", path, params)
+
+    def delete(self, kind: str, name: str, namespace: str | None, grace: int | None) -> Req:
+        params = {} if grace is None else {"gracePeriodSeconds": str(grace)}
+        return Req("DELETE", self.item(kind, name, namespace), params)
+
+    def watch(self, kind: str, namespace: str | None, opts: WatchOptions) -> Req:
+        path = self.collection(kind, namespace, opts.get("all_namespaces", False))
+        params = self.list_params(
+            opts.get("label_selector"),
+            opts.get("field_selector"),
+            True,
+            opts.get("resource_version"),
+            opts.get("timeout_seconds"),
+        )
+        return Req("GET", path, params)
+
+
+def _with_version(doc: JSON, current: JSON) -> JSON:
+    """`apply` updates the existing object on its current resourceVersion."""
+    rv = current["metadata"]["resourceVersion"]
+    return {**doc, "metadata": {**doc.get("metadata", {}), "resourceVersion": rv}}
+
+
+def _events(lines: Iterator[str]) -> Iterator[tuple[str, JSON]]:
+    for line in lines:
+        if line.strip():
+            ev = json.loads(line)
+            yield ev["type"], ev["object"]
+
 
 class Client:
     """Synchronous client: `Client(server="http://127.0.0.1:8080")`. `on_warning` gets the
@@ -197,88 +278,39 @@ class Client:
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _out(self, body: Any, raw: bool) -> Any:
+    def _out(self, body: Any, opts: WriteOptions | ReadOptions) -> Any:
+        raw = opts.get("raw", False)
         return body if raw or not isinstance(body, dict) else typed(body, self.r.kinds)
 
+    def _send(self, req: Req) -> Any:
+        return _json(self.http.request(req.method, req.path, params=req.params, json=req.body))
+
     # ------------------------------------------------------------- objects
-    def create(
-        self,
-        obj: Any,
-        namespace: str | None = None,
-        *,
-        raw: bool = False,
-        field_validation: str | None = None,
-    ) -> Any:
-        """`field_validation`: Strict, Warn (the server's default) or Ignore."""
-        doc = as_dict(obj)
-        coll, _, _ = self.r.object_target(doc, namespace)
-        params = self.r.write_params(field_validation)
-        return self._out(_json(self.http.post(coll, json=doc, params=params)), raw)
+    def create(self, obj: Any, namespace: str | None = None, **opts: Unpack[WriteOptions]) -> Any:
+        return self._out(self._send(self.r.create(as_dict(obj), namespace, opts)), opts)
 
-    def update(
-        self,
-        obj: Any,
-        namespace: str | None = None,
-        *,
-        raw: bool = False,
-        field_validation: str | None = None,
-    ) -> Any:
-        doc = as_dict(obj)
-        _, item, _ = self.r.object_target(doc, namespace)
-        params = self.r.write_params(field_validation)
-        return self._out(_json(self.http.put(item, json=doc, params=params)), raw)
+    def update(self, obj: Any, namespace: str | None = None, **opts: Unpack[WriteOptions]) -> Any:
+        return self._out(self._send(self.r.update(as_dict(obj), namespace, opts)), opts)
 
-    def apply(
-        self,
-        obj: Any,
-        namespace: str | None = None,
-        *,
-        raw: bool = False,
-        field_validation: str | None = None,
-    ) -> Any:
+    def apply(self, obj: Any, namespace: str | None = None, **opts: Unpack[WriteOptions]) -> Any:
         """Create, or update the existing object (on its current resourceVersion); an
         unchanged object keeps its resourceVersion and generation."""
         doc = as_dict(obj)
-        _, item, _ = self.r.object_target(doc, namespace)
-        current = self.http.get(item)
+        current = self.http.get(self.r.object_target(doc, namespace)[1])
         if current.status_code == 404:
-            return self.create(doc, namespace, raw=raw, field_validation=field_validation)
-        rv = _json(current)["metadata"]["resourceVersion"]
-        doc = {**doc, "metadata": {**doc.get("metadata", {}), "resourceVersion": rv}}
-        return self.update(doc, namespace, raw=raw, field_validation=field_validation)
+            return self.create(doc, namespace, **opts)
+        return self.update(_with_version(doc, _json(current)), namespace, **opts)
 
     def get(
-        self,
-        kind: str,
-        name: str,
-        namespace: str | None = None,
-        *,
-        raw: bool = False,
-        at: str | None = None,
+        self, kind: str, name: str, namespace: str | None = None, **opts: Unpack[ReadOptions]
     ) -> Any:
-        """`at`: a stream sequence or a time (`5m`, `@epoch`, ISO): the object as it was."""
-        params = {"at": at} if at else {}
-        return self._out(
-            _json(self.http.get(self.r.item(kind, name, namespace), params=params)), raw
-        )
+        return self._out(self._send(self.r.get(kind, name, namespace, opts)), opts)
 
     def list(
-        self,
-        kind: str,
-        namespace: str | None = None,
-        *,
-        all_namespaces: bool = False,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        raw: bool = False,
-        at: str | None = None,
+        self, kind: str, namespace: str | None = None, **opts: Unpack[ListOptions]
     ) -> list[Any]:
-        path = self.r.collection(kind, namespace, all_namespaces)
-        params = self.r.list_params(label_selector, field_selector)
-        if at:
-            params["at"] = at
-        body = _json(self.http.get(path, params=params))
-        return [self._out(i, raw) for i in body["items"]]
+        body = self._send(self.r.list(kind, namespace, opts))
+        return [self._out(i, opts) for i in body["items"]]
 
     def list_with_version(
         self,
@@ -299,33 +331,18 @@ class Client:
     def delete(
         self, kind: str, name: str, namespace: str | None = None, *, grace_period: int | None = None
     ) -> JSON:
-        params = {} if grace_period is None else {"gracePeriodSeconds": str(grace_period)}
-        return dict(_json(self.http.delete(self.r.item(kind, name, namespace), params=params)))
+        return dict(self._send(self.r.delete(kind, name, namespace, grace_period)))
 
     def watch(
-        self,
-        kind: str,
-        namespace: str | None = None,
-        *,
-        all_namespaces: bool = False,
-        resource_version: str | int | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        timeout_seconds: float | None = None,
+        self, kind: str, namespace: str | None = None, **opts: Unpack[WatchOptions]
     ) -> Iterator[tuple[str, JSON]]:
         """(type, object) pairs: ADDED/MODIFIED/DELETED, or ERROR with a Status."""
-        path = self.r.collection(kind, namespace, all_namespaces)
-        params = self.r.list_params(
-            label_selector, field_selector, True, resource_version, timeout_seconds
-        )
-        with self.http.stream("GET", path, params=params, timeout=None) as resp:
+        req = self.r.watch(kind, namespace, opts)
+        with self.http.stream("GET", req.path, params=req.params, timeout=None) as resp:
             if resp.status_code >= 400:
                 resp.read()
                 _raise_for(resp)
-            for line in resp.iter_lines():
-                if line.strip():
-                    ev = json.loads(line)
-                    yield ev["type"], ev["object"]
+            yield from _events(resp.iter_lines())
 
     # -------------------------------------------------------- subresources
     def start(self, name: str, namespace: str | None = None, *, paused: bool = False) -> None:
@@ -351,7 +368,7 @@ class Client:
     ) -> Any:
         body = {"addedNodeSelector": added_node_selector} if added_node_selector else {}
         return self._out(
-            _json(self.http.put(self.r.vm_sub(name, "migrate", namespace), json=body)), raw
+            _json(self.http.put(self.r.vm_sub(name, "migrate", namespace), json=body)), {"raw": raw}
         )
 
     def pause(self, name: str, namespace: str | None = None) -> None:
@@ -364,13 +381,13 @@ class Client:
         _json(self.http.put(self.r.vmi_sub(name, "softreboot", namespace), json={}))
 
     def cordon(self, node: str) -> Any:
-        return self._out(_json(self.http.put(self.r.node_sub(node, "cordon"))), False)
+        return self._out(_json(self.http.put(self.r.node_sub(node, "cordon"))), {})
 
     def uncordon(self, node: str) -> Any:
-        return self._out(_json(self.http.put(self.r.node_sub(node, "uncordon"))), False)
+        return self._out(_json(self.http.put(self.r.node_sub(node, "uncordon"))), {})
 
     def drain(self, node: str) -> Any:
-        return self._out(_json(self.http.put(self.r.node_sub(node, "drain"))), False)
+        return self._out(_json(self.http.put(self.r.node_sub(node, "drain"))), {})
 
 
 class AsyncClient:
@@ -398,115 +415,61 @@ class AsyncClient:
     async def __aexit__(self, *_: object) -> None:
         await self.aclose()
 
-    def _out(self, body: Any, raw: bool) -> Any:
+    def _out(self, body: Any, opts: WriteOptions | ReadOptions) -> Any:
+        raw = opts.get("raw", False)
         return body if raw or not isinstance(body, dict) else typed(body, self.r.kinds)
 
+    async def _send(self, req: Req) -> Any:
+        return _json(
+            await self.http.request(req.method, req.path, params=req.params, json=req.body)
+        )
+
     async def create(
-        self,
-        obj: Any,
-        namespace: str | None = None,
-        *,
-        raw: bool = False,
-        field_validation: str | None = None,
+        self, obj: Any, namespace: str | None = None, **opts: Unpack[WriteOptions]
     ) -> Any:
-        """`field_validation`: Strict, Warn (the server's default) or Ignore."""
-        doc = as_dict(obj)
-        coll, _, _ = self.r.object_target(doc, namespace)
-        params = self.r.write_params(field_validation)
-        return self._out(_json(await self.http.post(coll, json=doc, params=params)), raw)
+        return self._out(await self._send(self.r.create(as_dict(obj), namespace, opts)), opts)
 
     async def update(
-        self,
-        obj: Any,
-        namespace: str | None = None,
-        *,
-        raw: bool = False,
-        field_validation: str | None = None,
+        self, obj: Any, namespace: str | None = None, **opts: Unpack[WriteOptions]
     ) -> Any:
-        doc = as_dict(obj)
-        _, item, _ = self.r.object_target(doc, namespace)
-        params = self.r.write_params(field_validation)
-        return self._out(_json(await self.http.put(item, json=doc, params=params)), raw)
+        return self._out(await self._send(self.r.update(as_dict(obj), namespace, opts)), opts)
 
     async def apply(
-        self,
-        obj: Any,
-        namespace: str | None = None,
-        *,
-        raw: bool = False,
-        field_validation: str | None = None,
+        self, obj: Any, namespace: str | None = None, **opts: Unpack[WriteOptions]
     ) -> Any:
         doc = as_dict(obj)
-        _, item, _ = self.r.object_target(doc, namespace)
-        current = await self.http.get(item)
+        current = await self.http.get(self.r.object_target(doc, namespace)[1])
         if current.status_code == 404:
-            return await self.create(doc, namespace, raw=raw, field_validation=field_validation)
-        rv = _json(current)["metadata"]["resourceVersion"]
-        doc = {**doc, "metadata": {**doc.get("metadata", {}), "resourceVersion": rv}}
-        return await self.update(doc, namespace, raw=raw, field_validation=field_validation)
+            return await self.create(doc, namespace, **opts)
+        return await self.update(_with_version(doc, _json(current)), namespace, **opts)
 
     async def get(
-        self,
-        kind: str,
-        name: str,
-        namespace: str | None = None,
-        *,
-        raw: bool = False,
-        at: str | None = None,
+        self, kind: str, name: str, namespace: str | None = None, **opts: Unpack[ReadOptions]
     ) -> Any:
-        params = {"at": at} if at else {}
-        path = self.r.item(kind, name, namespace)
-        return self._out(_json(await self.http.get(path, params=params)), raw)
+        return self._out(await self._send(self.r.get(kind, name, namespace, opts)), opts)
 
     async def list(
-        self,
-        kind: str,
-        namespace: str | None = None,
-        *,
-        all_namespaces: bool = False,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        raw: bool = False,
-        at: str | None = None,
+        self, kind: str, namespace: str | None = None, **opts: Unpack[ListOptions]
     ) -> list[Any]:
-        path = self.r.collection(kind, namespace, all_namespaces)
-        params = self.r.list_params(label_selector, field_selector)
-        if at:
-            params["at"] = at
-        body = _json(await self.http.get(path, params=params))
-        return [self._out(i, raw) for i in body["items"]]
+        body = await self._send(self.r.list(kind, namespace, opts))
+        return [self._out(i, opts) for i in body["items"]]
 
     async def delete(
         self, kind: str, name: str, namespace: str | None = None, *, grace_period: int | None = None
     ) -> JSON:
-        params = {} if grace_period is None else {"gracePeriodSeconds": str(grace_period)}
-        return dict(
-            _json(await self.http.delete(self.r.item(kind, name, namespace), params=params))
-        )
+        return dict(await self._send(self.r.delete(kind, name, namespace, grace_period)))
 
     async def watch(
-        self,
-        kind: str,
-        namespace: str | None = None,
-        *,
-        all_namespaces: bool = False,
-        resource_version: str | int | None = None,
-        label_selector: str | None = None,
-        field_selector: str | None = None,
-        timeout_seconds: float | None = None,
+        self, kind: str, namespace: str | None = None, **opts: Unpack[WatchOptions]
     ) -> AsyncIterator[tuple[str, JSON]]:
-        path = self.r.collection(kind, namespace, all_namespaces)
-        params = self.r.list_params(
-            label_selector, field_selector, True, resource_version, timeout_seconds
-        )
-        async with self.http.stream("GET", path, params=params, timeout=None) as resp:
+        req = self.r.watch(kind, namespace, opts)
+        async with self.http.stream("GET", req.path, params=req.params, timeout=None) as resp:
             if resp.status_code >= 400:
                 await resp.aread()
                 _raise_for(resp)
             async for line in resp.aiter_lines():
-                if line.strip():
-                    ev = json.loads(line)
-                    yield ev["type"], ev["object"]
+                for event in _events(iter((line,))):
+                    yield event
 
     async def start(self, name: str, namespace: str | None = None, *, paused: bool = False) -> None:
         body = {"paused": True} if paused else {}
@@ -531,7 +494,7 @@ class AsyncClient:
     ) -> Any:
         body = {"addedNodeSelector": added_node_selector} if added_node_selector else {}
         resp = await self.http.put(self.r.vm_sub(name, "migrate", namespace), json=body)
-        return self._out(_json(resp), raw)
+        return self._out(_json(resp), {"raw": raw})
 
     async def pause(self, name: str, namespace: str | None = None) -> None:
         _json(await self.http.put(self.r.vmi_sub(name, "pause", namespace), json={}))
@@ -543,10 +506,10 @@ class AsyncClient:
         _json(await self.http.put(self.r.vmi_sub(name, "softreboot", namespace), json={}))
 
     async def cordon(self, node: str) -> Any:
-        return self._out(_json(await self.http.put(self.r.node_sub(node, "cordon"))), False)
+        return self._out(_json(await self.http.put(self.r.node_sub(node, "cordon"))), {})
 
     async def uncordon(self, node: str) -> Any:
-        return self._out(_json(await self.http.put(self.r.node_sub(node, "uncordon"))), False)
+        return self._out(_json(await self.http.put(self.r.node_sub(node, "uncordon"))), {})
 
     async def drain(self, node: str) -> Any:
-        return self._out(_json(await self.http.put(self.r.node_sub(node, "drain"))), False)
+        return self._out(_json(await self.http.put(self.r.node_sub(node, "drain"))), {})
