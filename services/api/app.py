@@ -32,7 +32,7 @@ from projections import replay
 from projections.cluster import Cluster
 from readside import timetravel
 from readside.watch import Selector, SelectorError, TooOldResourceVersion, Watcher
-from services.api import bodies, discovery, intents, patch, table
+from services.api import bodies, discovery, intents, openapi_k8s, patch, table
 from services.api import openapi as openapi_doc
 from services.api.errors import (
     ApiError,
@@ -406,7 +406,7 @@ async def _patch(
             f"the request body was not received within {BODY_SECONDS:g}s"
         ) from None
     content_type = request.headers.get("content-type", "")
-    patch.apply({}, b"{}", content_type)  # an unsupported patch type is a 415 before anything
+    patch.check_type(content_type)  # an unsupported patch type is a 415 before anything
     warnings: list[str] = []
 
     def change(current: JSON) -> JSON:
@@ -532,12 +532,43 @@ async def groups(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 
 def _static(path: str, body: JSON) -> HTTPRouteHandler:
-    encoded = _json.encode(body)
+    handler = _bytes_handler(_json.encode(body))
+    return get(path, include_in_schema=False, name=f"static:{path}")(handler)
 
+
+def openapi_routes(kinds: Registry) -> list[HTTPRouteHandler]:
+    """`/openapi/v3` and its per group/version documents, `/openapi/v2` (JSON only: a
+    client asking for protobuf alone is told 406), built once: the kinds do not change."""
+    documents: dict[str, bytes] = {}
+    for group, version in openapi_k8s.group_versions(kinds):
+        doc = openapi_k8s.v3_document(kinds, group, version)
+        documents[openapi_k8s.v3_path(group, version)] = _json.encode(doc)
+    out = [
+        get(f"/openapi/v3/{path}", include_in_schema=False, name=f"openapi:{path}")(
+            _bytes_handler(body)
+        )
+        for path, body in documents.items()
+    ]
+    out.append(_static("/openapi/v3", openapi_k8s.v3_index(documents)))
+    v2 = _json.encode(openapi_k8s.v2_document(kinds))
+
+    async def openapi_v2(request: Request[Any, Any, Any]) -> Response[bytes]:
+        accept = request.headers.get("accept", "")
+        if accept and "json" not in accept and "*/*" not in accept:
+            err = bad_request("only application/json is served")
+            err.status.code, err.status.reason = 406, "NotAcceptable"
+            raise err
+        return Response(v2, media_type="application/json")
+
+    out.append(get("/openapi/v2", include_in_schema=False)(openapi_v2))
+    return out
+
+
+def _bytes_handler(body: bytes) -> Any:
     async def document() -> Response[bytes]:
-        return Response(encoded, media_type="application/json")
+        return Response(body, media_type="application/json")
 
-    return get(path, include_in_schema=False, name=f"discovery:{path}")(document)
+    return document
 
 
 def discovery_routes(kinds: Registry) -> list[HTTPRouteHandler]:
@@ -629,6 +660,7 @@ def create_app(api: ApiService) -> Litestar:
             openapi,
             *DISCOVERY,
             *discovery_routes(kinds),
+            *openapi_routes(kinds),
         ],
         middleware=[observe],
         exception_handlers={ApiError: _api_error_handler, HTTPException: _http_error_handler},

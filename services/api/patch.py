@@ -50,11 +50,17 @@ def merge(target: Any, patch: Any) -> Any:
     return out
 
 
-def apply(current: JSON, raw: bytes, content_type: str) -> JSON:
-    """The object `raw` (a patch of `content_type`) makes of `current`."""
+def check_type(content_type: str) -> str:
+    """The patch's media type, or 415."""
     mtype = bodies.media_type(content_type)
     if mtype not in PATCH_TYPES:
         raise unsupported_patch_type(mtype)
+    return mtype
+
+
+def apply(current: JSON, raw: bytes, content_type: str) -> JSON:
+    """The object `raw` (a patch of `content_type`) makes of `current`."""
+    mtype = check_type(content_type)
     try:
         doc = msgspec.json.decode(raw)
     except msgspec.DecodeError as exc:
