@@ -29,6 +29,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli import kubeconfig
 from kinds.registry import REGISTRY
 from ops import guest_images, node_libvirtd
 from ops.nats_server import NatsServer, free_port
@@ -214,6 +215,8 @@ def up(
         )
     started = [s for s in (sup.add(spec) for spec in specs) if s is not None]
     _print_urls(server, nats_url, api_url, [s.spec for s in started], sup.log_dir)
+    kube = kubeconfig.write(data_dir / "kubeconfig", api_url)
+    console.print(f"kubectl: KUBECONFIG={kube} kubectl get vms")
     for node, runtime in runtimes.items():
         console.print(f"{node} libvirtd: {runtime.uri}")
     prom = (

@@ -32,7 +32,7 @@ from projections import replay
 from projections.cluster import Cluster
 from readside import timetravel
 from readside.watch import Selector, SelectorError, TooOldResourceVersion, Watcher
-from services.api import bodies, intents
+from services.api import bodies, discovery, intents, openapi_k8s, patch, table
 from services.api import openapi as openapi_doc
 from services.api.errors import (
     ApiError,
@@ -192,10 +192,13 @@ async def _list_or_watch(
             if (obj := _render_at(spec, api.cluster, k, now)) is not None
             and selector.matches(kind, obj)
         ]
+    rv = str(api.runner.last_seq)
+    if table.wants_table(request.headers.get("accept", "")):
+        return _respond(table.table(table.columns(spec), items, rv))
     body = {
         "apiVersion": spec.api_version,
         "kind": spec.list_kind,
-        "metadata": {"resourceVersion": str(api.runner.last_seq)},
+        "metadata": {"resourceVersion": rv},
         "items": items,
     }
     return _respond(body)
@@ -274,6 +277,8 @@ async def _get_one(request: Request[Any, Any, Any], spec: KindSpec, k: str) -> R
         obj = _render_at(spec, api.cluster, k, api.runner.clock())
     if obj is None:
         raise not_found(spec.resource, k.rsplit("/", 1)[-1])
+    if table.wants_table(request.headers.get("accept", "")):
+        return _respond(table.table(table.columns(spec), [obj]))
     return _respond(obj)
 
 
@@ -378,6 +383,8 @@ def _item(spec: KindSpec) -> Any:
             return await _get_one(request, spec, spec.key(ns, name))
         api = _api(request)
         _writable(api)
+        if request.method == "PATCH":
+            return await _patch(request, api, spec, ns, name)
         body = await _body(request)
         if request.method == "PUT":
             warnings = _field_warnings(request, spec, body)
@@ -399,6 +406,34 @@ def _item(spec: KindSpec) -> Any:
         return _object_response(api, outcome)
 
     return item
+
+
+async def _patch(
+    request: Request[Any, Any, Any], api: ApiService, spec: KindSpec, ns: str, name: str
+) -> Response[bytes]:
+    """Decided against the projection (the object as served), appended as an update."""
+    try:
+        raw = await asyncio.wait_for(request.body(), BODY_SECONDS)
+    except TimeoutError:
+        raise request_timeout(
+            f"the request body was not received within {BODY_SECONDS:g}s"
+        ) from None
+    content_type = request.headers.get("content-type", "")
+    patch.check_type(content_type)  # an unsupported patch type is a 415 before anything
+    warnings: list[str] = []
+
+    def change(current: JSON) -> JSON:
+        patched = patch.apply(current, raw, content_type)
+        warnings[:] = _field_warnings(request, spec, patched)
+        return patched
+
+    updatable = api.kinds.updatable
+    outcome = await api.execute(
+        lambda c, ctx: intents.patch(c, spec, ns, name, change, ctx, updatable=updatable),
+        _correlation_id(request),
+        None,
+    )
+    return _with_warnings(_object_response(api, outcome), warnings)
 
 
 def _subresource(spec: KindSpec) -> Any:
@@ -429,6 +464,7 @@ def _subresource(spec: KindSpec) -> Any:
 
 
 GET, POST, PUT, DELETE = HttpMethod.GET, HttpMethod.POST, HttpMethod.PUT, HttpMethod.DELETE
+PATCH = HttpMethod.PATCH
 
 
 def _methods(spec: KindSpec, verbs: dict[HttpMethod, str]) -> list[HttpMethod]:
@@ -441,7 +477,7 @@ def kind_routes(spec: KindSpec) -> list[HTTPRouteHandler]:
     route for its subresources."""
     coll = spec.collection_path("{ns:str}") if spec.namespaced else spec.collection_path()
     coll_methods = _methods(spec, {GET: "list", POST: "create"})
-    item_methods = _methods(spec, {GET: "get", PUT: "update", DELETE: "delete"})
+    item_methods = _methods(spec, {GET: "get", PUT: "update", PATCH: "update", DELETE: "delete"})
     routes = [
         route(coll, http_method=coll_methods, status_code=200)(_collection(spec)),
         route(f"{coll}/{{name:str}}", http_method=item_methods, status_code=200)(_item(spec)),
@@ -483,6 +519,111 @@ async def openapi(request: Request[Any, Any, Any]) -> Response[bytes]:
             openapi_doc.describe(request.app.openapi_schema.to_schema(), _api(request).kinds)
         )
     return Response(state["openapi"], media_type="application/json")
+
+
+# ------------------------------------------------------------- discovery
+@get("/version", include_in_schema=False)
+async def version() -> Response[bytes]:
+    return _respond(discovery.VERSION)
+
+
+def _discovery(request: Request[Any, Any, Any], core: bool, legacy: JSON) -> Response[bytes]:
+    if discovery.wants_aggregated(request.headers.get("accept", "")):
+        body = discovery.aggregated(_api(request).kinds, core)
+        return Response(_json.encode(body), media_type=discovery.AGGREGATED)
+    return _respond(legacy)
+
+
+@get("/api", include_in_schema=False)
+async def core_versions(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return _discovery(request, True, discovery.api_versions())
+
+
+@get("/apis", include_in_schema=False)
+async def groups(request: Request[Any, Any, Any]) -> Response[bytes]:
+    return _discovery(request, False, discovery.api_groups(_api(request).kinds))
+
+
+def _static(path: str, body: JSON) -> HTTPRouteHandler:
+    handler = _bytes_handler(_json.encode(body))
+    return get(path, include_in_schema=False, name=f"static:{path}")(handler)
+
+
+def openapi_routes(kinds: Registry) -> list[HTTPRouteHandler]:
+    """`/openapi/v3` and its per group/version documents, `/openapi/v2` (JSON only: a
+    client asking for protobuf alone is told 406), built once: the kinds do not change."""
+    documents: dict[str, bytes] = {}
+    for group, version in openapi_k8s.group_versions(kinds):
+        doc = openapi_k8s.v3_document(kinds, group, version)
+        documents[openapi_k8s.v3_path(group, version)] = _json.encode(doc)
+    out = [
+        get(f"/openapi/v3/{path}", include_in_schema=False, name=f"openapi:{path}")(
+            _bytes_handler(body)
+        )
+        for path, body in documents.items()
+    ]
+    out.append(_static("/openapi/v3", openapi_k8s.v3_index(documents)))
+    v2 = _json.encode(openapi_k8s.v2_document(kinds))
+
+    async def openapi_v2(request: Request[Any, Any, Any]) -> Response[bytes]:
+        accept = request.headers.get("accept", "")
+        if accept and "json" not in accept and "*/*" not in accept:
+            err = bad_request("only application/json is served")
+            err.status.code, err.status.reason = 406, "NotAcceptable"
+            raise err
+        return Response(v2, media_type="application/json")
+
+    out.append(get("/openapi/v2", include_in_schema=False)(openapi_v2))
+    return out
+
+
+def _bytes_handler(body: bytes) -> Any:
+    async def document() -> Response[bytes]:
+        return Response(body, media_type="application/json")
+
+    return document
+
+
+def discovery_routes(kinds: Registry) -> list[HTTPRouteHandler]:
+    """One static route per group and group/version: the kinds' own routes share these
+    prefixes, so a path parameter here would never be reached."""
+    out = []
+    for group, versions in discovery.group_versions(kinds).items():
+        if group:
+            out.append(_static(f"/apis/{group}", discovery.api_group(kinds, group) or {}))
+        for v in versions:
+            path = f"/apis/{group}/{v}" if group else f"/api/{v}"
+            out.append(_static(path, discovery.resource_list(kinds, group, v) or {}))
+    return out
+
+
+def _namespaces(request: Request[Any, Any, Any]) -> list[JSON]:
+    api = _api(request)
+    return [discovery.namespace(n) for n in discovery.namespaces(api.kinds, api.cluster)]
+
+
+@get("/api/v1/namespaces", include_in_schema=False)
+async def namespaces(request: Request[Any, Any, Any]) -> Response[bytes]:
+    items = _namespaces(request)
+    rv = str(_api(request).runner.last_seq)
+    if table.wants_table(request.headers.get("accept", "")):
+        return _respond(table.table(table.NAMESPACE_COLUMNS, items, rv))
+    meta = {"resourceVersion": rv}
+    return _respond({"apiVersion": "v1", "kind": "NamespaceList", "metadata": meta, "items": items})
+
+
+@get("/api/v1/namespaces/{name:str}", include_in_schema=False)
+async def namespace(request: Request[Any, Any, Any]) -> Response[bytes]:
+    name = request.path_params["name"]
+    found = [n for n in _namespaces(request) if n["metadata"]["name"] == name]
+    if not found:
+        raise not_found(Resource("namespaces", "", "Namespace"), name)
+    if table.wants_table(request.headers.get("accept", "")):
+        return _respond(table.table(table.NAMESPACE_COLUMNS, found))
+    return _respond(found[0])
+
+
+DISCOVERY = [version, core_versions, groups, namespaces, namespace]
 
 
 # ------------------------------------------------------------ middleware
@@ -530,6 +671,9 @@ def create_app(api: ApiService) -> Litestar:
             readyz,
             metrics,
             openapi,
+            *DISCOVERY,
+            *discovery_routes(kinds),
+            *openapi_routes(kinds),
         ],
         middleware=[observe],
         exception_handlers={ApiError: _api_error_handler, HTTPException: _http_error_handler},

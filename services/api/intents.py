@@ -287,6 +287,28 @@ def update(
     return Outcome((Append(event, current.version),), spec.event_kind, k, 200)
 
 
+# -------------------------------------------------------------------- patch
+def patch(
+    cluster: Cluster,
+    spec: KindSpec,
+    namespace: str,
+    name: str,
+    change: Callable[[JSON], JSON],
+    ctx: RequestContext,
+    *,
+    updatable: tuple[str, ...],
+) -> Outcome:
+    """A PATCH: `change` (the patch, pure) is applied to the object as it is served now
+    and the result goes through `update`, so it is admitted and appended on the version
+    it was decided against; a `metadata.resourceVersion` the patch sets is a precondition."""
+    if spec.updated is None:
+        raise bad_request(f"{spec.resource} cannot be updated: only {' and '.join(updatable)} can")
+    namespace = namespace if spec.namespaced else ""
+    current = view(cluster, spec, namespace, name)
+    patched = change(spec.render(cluster, current, ctx.now))
+    return update(cluster, spec, namespace, name, patched, ctx, updatable=updatable)
+
+
 __all__ = [
     "Append",
     "Outcome",
@@ -294,6 +316,7 @@ __all__ = [
     "create",
     "defaulted",
     "grace_period",
+    "patch",
     "update",
     "view",
 ]

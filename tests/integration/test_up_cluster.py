@@ -49,6 +49,14 @@ def _vmi(http: httpx.Client, name: str) -> dict[str, Any] | None:
     return None if r.status_code == 404 else r.json()
 
 
+def _kubectl_rows(data_dir: Path, *args: str) -> list[list[str]] | None:
+    kubectl = Path(sys.executable).parent / "kubectl"
+    env = {**os.environ, "KUBECONFIG": str(data_dir / "kubeconfig"), "HOME": str(data_dir)}
+    done = subprocess.run([kubectl, *args], env=env, capture_output=True, timeout=30)
+    rows = [line.split() for line in done.stdout.decode().splitlines()]
+    return rows if done.returncode == 0 and len(rows) > 1 else None
+
+
 def _handler_pid(data_dir: Path, node: str) -> int | None:
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -92,6 +100,15 @@ def test_up_vm_lifecycle_restart_and_ctrl_c(data_dir: Path) -> None:
                 lambda: (v := _vmi(http, "vm1")) and v["status"].get("phase") == "Running" and v
             )
             uid1 = first["metadata"]["uid"]
+
+            # the kubeconfig `up` writes: kubectl with no flags sees the VM as on KubeVirt
+            rows = until(
+                lambda: (
+                    (r := _kubectl_rows(data_dir, "get", "vms")) and r[1][2:3] == ["Running"] and r
+                )
+            )
+            assert rows[0] == ["NAME", "AGE", "STATUS", "READY"]
+            assert rows[1][0] == "vm1" and rows[1][2:] == ["Running", "True"]
 
             # a handler that dies is restarted by the supervisor; the VM keeps running
             node = first["status"]["nodeName"]

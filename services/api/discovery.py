@@ -1,0 +1,239 @@
+"""Kubernetes API discovery, derived from the kind registry: `/version`, the legacy
+documents (`/api`, `/api/v1`, `/apis`, `/apis/{group}`, `/apis/{group}/{version}`) and the
+aggregated `apidiscovery.k8s.io/v2` form that kubectl and client-go ask for first.
+
+Pure: a registry in, JSON documents out. Subresources are served under each kind's
+subresource group (KubeVirt's aggregated `subresources.kubevirt.io`), so they appear in that
+group's resource list as `virtualmachines/start`, as KubeVirt's virt-api lists them."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from kinds.registry import Registry
+from kinds.spec import KindSpec
+from projections.cluster import Cluster
+
+JSON = dict[str, Any]
+AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+# What the server reports: kubectl warns when its minor is more than one away.
+VERSION: JSON = {
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.0-virtstream",
+    "gitCommit": "",
+    "gitTreeState": "clean",
+    "buildDate": "1970-01-01T00:00:00Z",
+    "goVersion": "go1.24",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+_VERBS = {"PUT": "update", "POST": "create", "GET": "get", "DELETE": "delete", "PATCH": "patch"}
+# Namespaces are served from the names the cluster's objects use (nothing stores them).
+NAMESPACES: JSON = {
+    "name": "namespaces",
+    "singularName": "namespace",
+    "namespaced": False,
+    "kind": "Namespace",
+    "verbs": ["get", "list"],
+    "shortNames": ["ns"],
+}
+
+
+def wants_aggregated(accept: str) -> bool:
+    """The first acceptable media type asks for the v2 aggregated form."""
+    for part in accept.split(","):
+        params = {
+            k.strip(): v.strip()
+            for k, _, v in (p.partition("=") for p in part.split(";")[1:])
+            if k.strip()
+        }
+        if params.get("g") == "apidiscovery.k8s.io" and params.get("v") == "v2":
+            return params.get("as") == "APIGroupDiscoveryList"
+        if part.split(";", 1)[0].strip() in ("application/json", "*/*"):
+            return False
+    return False
+
+
+def verbs(spec: KindSpec) -> list[str]:
+    """The discovery verbs: an updatable kind is patchable too (PATCH decides a patch
+    against the stored object and appends it as an update)."""
+    out = list(spec.verbs)
+    if "update" in out:
+        out.insert(out.index("update") + 1, "patch")
+    return out
+
+
+def _resource(spec: KindSpec) -> JSON:
+    out: JSON = {
+        "name": spec.plural,
+        "singularName": spec.singular,
+        "namespaced": spec.namespaced,
+        "kind": spec.kind,
+        "verbs": verbs(spec),
+    }
+    if spec.short_names:
+        out["shortNames"] = list(spec.short_names)
+    if spec.categories:
+        out["categories"] = list(spec.categories)
+    return out
+
+
+def _sub_verbs(method: str) -> list[str]:
+    return [_VERBS.get(method, method.lower())]
+
+
+def group_versions(kinds: Registry) -> dict[str, dict[str, list[JSON]]]:
+    """group → version → resources (legacy form), in registry order; the core group is ""."""
+    out: dict[str, dict[str, list[JSON]]] = {"": {"v1": [dict(NAMESPACES)]}}
+    for spec in kinds:
+        out.setdefault(spec.group, {}).setdefault(spec.version, []).append(_resource(spec))
+    for spec in kinds:
+        if not spec.subresources:
+            continue
+        subs = out.setdefault(spec.subresource_group, {}).setdefault(spec.version, [])
+        for sub in spec.subresources:
+            subs.append(
+                {
+                    "name": f"{spec.plural}/{sub.name}",
+                    "singularName": "",
+                    "namespaced": spec.namespaced,
+                    "kind": "",
+                    "verbs": _sub_verbs(sub.method),
+                }
+            )
+    return out
+
+
+def _gv(group: str, version: str) -> JSON:
+    return {"groupVersion": f"{group}/{version}", "version": version}
+
+
+def namespaces(kinds: Registry, cluster: Cluster) -> list[str]:
+    """The namespaces the cluster's objects live in, with `default` always there."""
+    seen = {"default"}
+    for spec in kinds:
+        if spec.namespaced:
+            seen.update(k.split("/", 1)[0] for k in spec.table(cluster))
+    return sorted(seen)
+
+
+def namespace(name: str) -> JSON:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name},
+        "spec": {"finalizers": ["kubernetes"]},
+        "status": {"phase": "Active"},
+    }
+
+
+def api_versions() -> JSON:
+    return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}
+
+
+def _api_group(group: str, versions: dict[str, list[JSON]]) -> JSON:
+    gvs = [_gv(group, v) for v in versions]
+    return {
+        "kind": "APIGroup",
+        "apiVersion": "v1",
+        "name": group,
+        "versions": gvs,
+        "preferredVersion": gvs[0],
+    }
+
+
+def api_groups(kinds: Registry) -> JSON:
+    groups = [_api_group(g, vs) for g, vs in group_versions(kinds).items() if g]
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def api_group(kinds: Registry, group: str) -> JSON | None:
+    versions = group_versions(kinds).get(group) if group else None
+    return _api_group(group, versions) if versions else None
+
+
+def resource_list(kinds: Registry, group: str, version: str) -> JSON | None:
+    """`/api/v1` (group "") or `/apis/{group}/{version}`: an APIResourceList."""
+    resources = group_versions(kinds).get(group, {}).get(version)
+    if resources is None:
+        return None
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
+
+
+# ------------------------------------------------------------ aggregated v2
+def _gvk(spec: KindSpec) -> JSON:
+    return {"group": spec.group, "version": spec.version, "kind": spec.kind}
+
+
+def _discovery(spec: KindSpec, subresources: list[JSON]) -> JSON:
+    out: JSON = {
+        "resource": spec.plural,
+        "responseKind": _gvk(spec),
+        "scope": "Namespaced" if spec.namespaced else "Cluster",
+        "singularResource": spec.singular,
+        "verbs": verbs(spec),
+    }
+    if spec.short_names:
+        out["shortNames"] = list(spec.short_names)
+    if spec.categories:
+        out["categories"] = list(spec.categories)
+    if subresources:
+        out["subresources"] = subresources
+    return out
+
+
+def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
+    groups: dict[str, dict[str, list[JSON]]] = {}
+    if core:
+        ns = {
+            "resource": "namespaces",
+            "responseKind": {"group": "", "version": "v1", "kind": "Namespace"},
+            "scope": "Cluster",
+            "singularResource": "namespace",
+            "verbs": ["get", "list"],
+            "shortNames": ["ns"],
+        }
+        groups[""] = {"v1": [ns]}
+    for spec in kinds:
+        if (spec.group == "") != core:
+            continue
+        groups.setdefault(spec.group, {}).setdefault(spec.version, []).append(_discovery(spec, []))
+    if not core:  # each subresource group lists its parents, verbs only on the subresources
+        for spec in kinds:
+            if not spec.subresources:
+                continue
+            subs = [
+                {"subresource": s.name, "responseKind": _gvk(spec), "verbs": _sub_verbs(s.method)}
+                for s in spec.subresources
+            ]
+            parent = _discovery(spec, subs)
+            parent["verbs"] = []
+            parent.pop("shortNames", None)
+            parent.pop("categories", None)
+            versions = groups.setdefault(spec.subresource_group, {})
+            versions.setdefault(spec.version, []).append(parent)
+    for group, versions in groups.items():
+        yield {
+            "metadata": {"name": group} if group else {},
+            "versions": [
+                {"version": v, "resources": rs, "freshness": "Current"}
+                for v, rs in versions.items()
+            ],
+        }
+
+
+def aggregated(kinds: Registry, core: bool) -> JSON:
+    """`/api` (core) or `/apis` as an APIGroupDiscoveryList."""
+    return {
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": list(_aggregated_items(kinds, core)),
+    }
