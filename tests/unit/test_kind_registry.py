@@ -176,6 +176,12 @@ def test_a_registered_kind_gets_routes() -> None:
         f"/apis/{GROUP}/v1alpha1/namespaces/{{ns:str}}/toys/{{name:str}}",
         f"/apis/{GROUP}/v1alpha1/toys",
         f"/apis/subresources.{GROUP}/v1alpha1/namespaces/{{ns:str}}/toys/{{name:str}}/{{action:str}}",
+        # Kubernetes discovery and OpenAPI of the new groups
+        f"/apis/{GROUP}",
+        f"/apis/{GROUP}/v1alpha1",
+        f"/apis/subresources.{GROUP}",
+        f"/apis/subresources.{GROUP}/v1alpha1",
+        f"/openapi/v3/apis/{GROUP}/v1alpha1",
     }
     assert REGISTRY.get("toys") is None  # the default registry is untouched
 
