@@ -531,7 +531,9 @@ def _validate_disks(spec: VirtualMachineInstanceSpec, field: str) -> list[Status
             if disk.boot_order < 1:
                 msg = f"{here} must have a boot order > 0, if supplied"
                 causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
-            elif disk.boot_order in boot_orders:
+            # KubeVirt's uniqueness check for disks runs apart from the > 0 one, so a
+            # repeated 0 is reported by both.
+            if disk.boot_order in boot_orders:
                 msg = f"Boot order for {here}.bootOrder already set for a different device."
                 causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
             boot_orders.add(disk.boot_order)
@@ -568,8 +570,9 @@ def _validate_interface_boot_orders(
             continue
         here = f"{field}.domain.devices.interfaces[{idx}]"
         if iface.boot_order < 1:
-            msg = f"{here} must have a boot order > 0, if supplied"
-            causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
+            # KubeVirt indexes the spec itself here ("spec[0]"); its wording is kept.
+            msg = f"{field}[{idx}] must have a boot order > 0, if supplied"
+            causes.append(_cause(INVALID, msg, f"{field}[{idx}].bootOrder"))
         elif iface.boot_order in boot_orders:
             msg = f"Boot order for {here}.bootOrder already set for a different device."
             causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))

@@ -2,6 +2,7 @@
 """Firmware, start strategy, reserved labels, subdomain, boot order: KubeVirt's
 messages and fields, for VMIs (spec.…) and VM templates (spec.template.spec.…)."""
 
+import re
 from typing import Any
 
 import pytest
@@ -54,7 +55,9 @@ def vm_causes(spec: dict[str, Any], labels: dict[str, str] | None = None) -> lis
 def both(spec: dict[str, Any], vmi_cause: Cause) -> None:
     """The VMI gets the cause under spec., the VM's template under spec.template.spec."""
     assert vmi_causes(spec) == [vmi_cause]
-    vm_cause = tuple(part.replace("spec.", "spec.template.spec.") for part in vmi_cause)
+    vm_cause = tuple(
+        re.sub(r"\bspec(?=[.\[])", "spec.template.spec", p, count=1) for p in vmi_cause
+    )
     assert vm_causes(spec) == [vm_cause]
 
 
@@ -173,3 +176,45 @@ def test_boot_orders_are_unique_across_disks_and_interfaces() -> None:
     )
     devices["interfaces"][0]["bootOrder"] = 2
     assert vmi_causes(_spec(_domain(devices=devices), networks=networks)) == []
+
+
+def test_interface_boot_order_zero_is_worded_as_kubevirt_words_it() -> None:
+    devices = {
+        "disks": [{"name": "root", "disk": {"bus": "virtio"}}],
+        "interfaces": [{"name": "default", "masquerade": {}, "bootOrder": 0}],
+    }
+    both(
+        _spec(_domain(devices=devices), networks=[{"name": "default", "pod": {}}]),
+        (
+            "FieldValueInvalid",
+            "spec[0] must have a boot order > 0, if supplied",
+            "spec[0].bootOrder",
+        ),
+    )
+
+
+def test_a_repeated_disk_boot_order_zero_is_also_a_duplicate() -> None:
+    disks = [
+        {"name": "root", "disk": {"bus": "virtio"}, "bootOrder": 0},
+        {"name": "data", "disk": {"bus": "virtio"}, "bootOrder": 0},
+    ]
+    spec = _spec(_domain(devices={"disks": disks}))
+    spec["volumes"].append({"name": "data", "emptyDisk": {"capacity": "1Gi"}})
+    disk = "spec.domain.devices.disks"
+    assert vmi_causes(spec) == [
+        (
+            "FieldValueInvalid",
+            f"{disk}[0] must have a boot order > 0, if supplied",
+            f"{disk}[0].bootOrder",
+        ),
+        (
+            "FieldValueInvalid",
+            f"{disk}[1] must have a boot order > 0, if supplied",
+            f"{disk}[1].bootOrder",
+        ),
+        (
+            "FieldValueInvalid",
+            f"Boot order for {disk}[1].bootOrder already set for a different device.",
+            f"{disk}[1].bootOrder",
+        ),
+    ]
