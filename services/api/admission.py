@@ -44,6 +44,16 @@ NOT_SUPPORTED = "FieldValueNotSupported"
 
 RUN_STRATEGIES = ("Always", "RerunOnFailure", "Manual", "Halted", "Once")
 EVICTION_STRATEGIES = ("None", "LiveMigrate", "LiveMigrateIfPossible", "External")
+START_STRATEGIES = ("Paused",)
+# Labels KubeVirt's controllers set on VMIs; only its own service accounts may create them.
+RESERVED_VMI_LABELS = (
+    "kubevirt.io/created-by",
+    "kubevirt.io/migrationJobUID",
+    "kubevirt.io/nodeName",
+    "kubevirt.io/migrationTargetNodeName",
+    "kubevirt.io/schedulable",
+    "kubevirt.io/install-strategy",
+)
 INTERFACE_MODELS = ("e1000", "e1000e", "igb", "ne2k_pci", "pcnet", "rtl8139", "virtio")
 DISK_BUSES = ("virtio", "scsi", "sata", "usb")  # KubeVirt prints them in this order
 FINAL_PHASES = ("Succeeded", "Failed")
@@ -276,9 +286,11 @@ def validate_vmi_spec(
     causes += _validate_memory(spec, field)
     causes += _validate_cpu(spec, field)
     causes += _validate_grace(spec, field)
+    causes += _validate_start_strategy(spec, field)
     causes += _validate_disks(spec, field)
     causes += _validate_volumes(spec, field, template)
     causes += _validate_networks(spec, field)
+    causes += _validate_firmware(spec, field)
     causes += _validate_eviction(spec, field)
     return causes
 
@@ -440,6 +452,54 @@ def _validate_grace(spec: VirtualMachineInstanceSpec, field: str) -> list[Status
     return []
 
 
+def _validate_start_strategy(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCause]:
+    # No liveness probes are modelled, so KubeVirt's "Paused with a livenessProbe" rule
+    # cannot arise; KubeVirt's VM admitter has no startStrategy/runStrategy rule either.
+    strategy = spec.start_strategy
+    if strategy is None or strategy in START_STRATEGIES:
+        return []
+    path = f"{field}.startStrategy"
+    return [_cause(INVALID, f"{path} is set with an unrecognized option: {strategy}", path)]
+
+
+def _enabled(section: object) -> bool:
+    """KubeVirt's `x != nil && (x.Enabled == nil || *x.Enabled)` for a feature given as
+    a JSON object: present and not explicitly disabled."""
+    return isinstance(section, dict) and section.get("enabled", True) is not False
+
+
+def _validate_firmware(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCause]:
+    causes: list[StatusCause] = []
+    domain = spec.domain
+    bootloader = domain.firmware.bootloader if domain.firmware else None
+    efi = bootloader.efi if bootloader else None
+    if bootloader is not None and efi is not None and bootloader.bios is not None:
+        path = f"{field}.domain.firmware.bootloader"
+        msg = f"{path} has both EFI and BIOS configured, but they are mutually exclusive."
+        causes.append(_cause(INVALID, msg, path))
+    # SecureBoot defaults to on with EFI; OVMF's secure variable store needs SMM. TDX's
+    # exemption needs launchSecurity, which is not modelled.
+    secure_boot = efi is not None and efi.get("secureBoot", True) is not False
+    if secure_boot and not _enabled((domain.features or {}).get("smm")):
+        path = f"{field}.domain"
+        msg = (
+            f"{path} has EFI SecureBoot enabled. "
+            "SecureBoot requires SMM, which is currently disabled."
+        )
+        causes.append(_cause(INVALID, msg, path))
+    return causes
+
+
+def validate_vmi_labels(labels: dict[str, str] | None, field: str) -> list[StatusCause]:
+    """KubeVirt's VMI metadata rule (VMIs and VM templates): reserved kubevirt.io/ labels are
+    set by its controllers only. A request here never comes from a KubeVirt service account,
+    so the exemption KubeVirt grants them does not apply."""
+    if not any(label in RESERVED_VMI_LABELS for label in labels or {}):
+        return []
+    msg = "creation of the following reserved kubevirt.io/ labels on a VMI object is prohibited"
+    return [_cause(NOT_SUPPORTED, msg, f"{field}.labels")]
+
+
 def _disk_target(disk: Disk) -> tuple[str, DiskTarget | None]:
     for kind in ("disk", "lun", "cdrom"):
         target = getattr(disk, kind)
@@ -471,7 +531,9 @@ def _validate_disks(spec: VirtualMachineInstanceSpec, field: str) -> list[Status
             if disk.boot_order < 1:
                 msg = f"{here} must have a boot order > 0, if supplied"
                 causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
-            elif disk.boot_order in boot_orders:
+            # KubeVirt's uniqueness check for disks runs apart from the > 0 one, so a
+            # repeated 0 is reported by both.
+            if disk.boot_order in boot_orders:
                 msg = f"Boot order for {here}.bootOrder already set for a different device."
                 causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
             boot_orders.add(disk.boot_order)
@@ -508,8 +570,9 @@ def _validate_interface_boot_orders(
             continue
         here = f"{field}.domain.devices.interfaces[{idx}]"
         if iface.boot_order < 1:
-            msg = f"{here} must have a boot order > 0, if supplied"
-            causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
+            # KubeVirt indexes the spec itself here ("spec[0]"); its wording is kept.
+            msg = f"{field}[{idx}] must have a boot order > 0, if supplied"
+            causes.append(_cause(INVALID, msg, f"{field}[{idx}].bootOrder"))
         elif iface.boot_order in boot_orders:
             msg = f"Boot order for {here}.bootOrder already set for a different device."
             causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
@@ -665,7 +728,8 @@ def _validate_eviction(spec: VirtualMachineInstanceSpec, field: str) -> list[Sta
 
 def validate_vmi(vmi: VirtualMachineInstance) -> list[StatusCause]:
     causes = validate_name(vmi.metadata.name, vmi.metadata.generate_name)
-    return causes + validate_vmi_spec(vmi.spec, "spec")
+    causes += validate_vmi_spec(vmi.spec, "spec")
+    return causes + validate_vmi_labels(vmi.metadata.labels, "metadata")
 
 
 def validate_vm(vm: VirtualMachine) -> list[StatusCause]:
@@ -684,6 +748,8 @@ def validate_vm(vm: VirtualMachine) -> list[StatusCause]:
         causes.append(
             _cause(INVALID, f"Invalid RunStrategy ({spec.run_strategy})", "spec.runStrategy")
         )
+    template = spec.template.metadata
+    causes += validate_vmi_labels(template.labels if template else None, "spec.template.metadata")
     return causes + validate_vmi_spec(spec.template.spec, "spec.template.spec", template=True)
 
 
