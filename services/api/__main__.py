@@ -16,6 +16,7 @@ from eventstore.settings import StreamSettings
 from readside.runner import WATCH_HISTORY, ProjectionRunner
 from services.api.app import create_app
 from services.api.names import SOCKET_NAME_MAX
+from services.api.nats_endpoints import serve_intents
 from services.api.server import config as server_config
 from services.api.service import ApiService
 
@@ -37,15 +38,19 @@ async def serve(
     # the api and its read replicas fold the same views: one shared snapshot name
     runner = ProjectionRunner(store, history=watch_history, snapshot_name="cluster-views")
     await runner.start()
-    app = create_app(
-        ApiService(runner, None if read_only else store, socket_name_max=socket_name_max)
-    )
+    api = ApiService(runner, None if read_only else store, socket_name_max=socket_name_max)
+    app = create_app(api)
+    # the same intents over NATS request-reply (writers only: a replica in the queue
+    # group would be handed writes it must refuse)
+    over_nats = None if read_only else await serve_intents(nc, api)
     server = uvicorn.Server(
         server_config(app, host=host, port=port, log_level="warning", lifespan="on")
     )
     try:
         await server.serve()  # uvicorn handles SIGINT/SIGTERM
     finally:
+        if over_nats is not None:
+            await over_nats.stop()
         await runner.stop()
         await nc.drain()
 

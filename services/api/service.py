@@ -173,9 +173,22 @@ class ApiService:
         correlation_id: str,
         idem: Idempotency | None = None,
     ) -> Outcome:
-        """Decide and append. On a conflict: wait for the projection to fold the winner,
-        decide again once (the preconditions may now answer with a better message), and
-        answer 409 if the second append conflicts too. With an idempotency key, a request
+        """`appended` without the stream sequence."""
+        outcome, _ = await self.appended(decide, correlation_id, idem)
+        return outcome
+
+    async def appended(
+        self,
+        decide: Callable[[Cluster, RequestContext], Outcome],
+        correlation_id: str,
+        idem: Idempotency | None = None,
+    ) -> tuple[Outcome, int]:
+        """Decide and append; the outcome and the stream sequence of its last event (0 when
+        nothing was appended), so a caller can follow what happens from there.
+
+        On a conflict: wait for the projection to fold the winner, decide again once (the
+        preconditions may now answer with a better message), and answer 409 if the second
+        append conflicts too. With an idempotency key, a request
         already answered (or whose append outcome was unknown) is answered from its first
         decision, whose events are appended again: the stream keeps one copy."""
         assert self.store is not None
@@ -187,7 +200,7 @@ class ApiService:
             else:
                 earlier.done = True
                 await self._folded(last)
-                return earlier.outcome
+                return earlier.outcome, last
         history = 0  # the last sequence of a name whose object is gone (see below)
         for attempt in range(2):
             outcome = decide(self.cluster, self._context(correlation_id, idem))
@@ -214,7 +227,7 @@ class ApiService:
             if idem is not None:
                 self._keyed[idem.key].done = True
             await self._folded(last)
-            return outcome
+            return outcome, last
         raise internal("unreachable")
 
     async def _folded(self, last: int) -> None:
