@@ -1,4 +1,4 @@
-"""Execution benchmark (issue 4 item 6): create→Running and deletion→Succeeded through the
+"""Execution benchmark: create→Running and deletion→Succeeded through the
 whole stack, control-plane memory per VMI, launcher USS, beside the physical floor.
 
   python -m bench.bench_exec [--vms 500] [--rate 50] [--nodes 10] [--node-memory 64Gi]

@@ -1,4 +1,4 @@
-"""Migration benchmark (issue 5 item 7): request → Succeeded through the whole control plane
+"""Migration benchmark: request → Succeeded through the whole control plane
 in test mode, with the per-hop latency of the choreography, beside the simulated transfer.
 
   python -m bench.bench_migration [--vms 10] [--rounds 3] [--nodes 3]

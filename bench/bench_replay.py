@@ -10,7 +10,7 @@ same run on the same nats-server.
 - why: the causal chain of one VM (direct gets per hop) and a full scan of the stream
   (the fallback when an id holds no sequence);
 - memory per VMI of the folded views, traced in a separate pass (tracemalloc is slow).
-Target (issue 7): rebuild ≥ 50% of the raw rate.
+Target: rebuild ≥ 50% of the raw rate.
 
 The workload is a VM lifecycle mix (create, start, the VMI's scheduling and launch, pause,
 unpause, a live migration for one VM in ten, stop for one in five), 100 VMs interleaved at
