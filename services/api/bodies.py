@@ -64,6 +64,18 @@ def check_shape(body: Any) -> None:
             stack.extend((v, depth + 1) for v in value)
 
 
+def decode_json(raw: bytes, what: str = "the body of the request") -> Any:
+    """JSON of any shape, within the depth and size limits (a 400 otherwise)."""
+    try:
+        value = msgspec.json.decode(raw)
+    except RecursionError:
+        raise _unknown(f"nested deeper than {MAX_DEPTH} levels") from None
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"error decoding {what}: {exc}") from None
+    check_shape(value)
+    return value
+
+
 def parse(raw: bytes, content_type: str) -> JSON:
     """The body as one JSON object. A declared media type must be JSON or YAML (415
     otherwise); without one the body is sniffed, as before: JSON if it starts like JSON."""

@@ -12,7 +12,6 @@ import copy
 from typing import Any
 
 import jsonpatch
-import msgspec
 
 from events.objects import Status
 from services.api import bodies
@@ -61,11 +60,7 @@ def check_type(content_type: str) -> str:
 def apply(current: JSON, raw: bytes, content_type: str) -> JSON:
     """The object `raw` (a patch of `content_type`) makes of `current`."""
     mtype = check_type(content_type)
-    try:
-        doc = msgspec.json.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise bad_request(f"error decoding patch: {exc}") from None
-    bodies.check_shape(doc)
+    doc = bodies.decode_json(raw, "patch")
     if mtype == JSON_PATCH:
         if not isinstance(doc, list):
             raise bad_request("the JSON patch must be an array of operations")

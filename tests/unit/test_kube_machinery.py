@@ -30,6 +30,13 @@ def test_json_patch_and_its_errors() -> None:
     assert unsupported.value.code == 415
 
 
+def test_a_patch_nested_too_deep_is_a_bad_request_not_a_crash() -> None:
+    deep = b'{"a":' * 200_000 + b"1" + b"}" * 200_000
+    with pytest.raises(ApiError) as err:
+        patch.apply({}, deep, patch.MERGE)
+    assert err.value.status.code == 400 and "nested deeper" in err.value.status.message
+
+
 def test_table_cells_follow_kubevirts_printer_columns() -> None:
     obj = {
         "metadata": {"name": "v", "creationTimestamp": "2026-01-01T00:00:00Z"},
