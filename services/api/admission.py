@@ -36,6 +36,7 @@ from events.objects import (
     VirtualMachineInstanceSpec,
 )
 from events.quantity import QUANTITY_MAX, in_range, parse_cpu_millis, parse_quantity
+from services.api import names
 
 INVALID = "FieldValueInvalid"
 REQUIRED = "FieldValueRequired"
@@ -73,21 +74,7 @@ WEBHOOKS = {
     "MigrationPolicy": "migration-policy-validator.kubevirt.io",
 }
 
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(
-    r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
-)
 _MAC = re.compile(r"^[0-9A-Fa-f]{2}([:-])[0-9A-Fa-f]{2}(\1[0-9A-Fa-f]{2}){4}$")
-_LABEL_FMT = (
-    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
-    "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "
-    "regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
-)
-_SUBDOMAIN_FMT = (
-    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' "
-    "or '.', and must start and end with an alphanumeric character (e.g. 'example.com', regex "
-    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
-)
 
 
 def _cause(type_: str, message: str, field: str = "") -> StatusCause:
@@ -224,24 +211,6 @@ def default_vm(vm: VirtualMachine, firmware_uuid: str) -> VirtualMachine:
 # ====================================================================== names
 
 
-def _dns1123_label_errors(value: str) -> list[str]:
-    errors = []
-    if len(value) > 63:
-        errors.append("must be no more than 63 characters")
-    if not _DNS1123_LABEL.match(value):
-        errors.append(_LABEL_FMT)
-    return errors
-
-
-def _dns1123_subdomain_errors(value: str) -> list[str]:
-    errors = []
-    if len(value) > 253:
-        errors.append("must be no more than 253 characters")
-    if not _DNS1123_SUBDOMAIN.match(value):
-        errors.append(_SUBDOMAIN_FMT)
-    return errors
-
-
 def validate_name(name: str | None, generate_name: str | None = None) -> list[StatusCause]:
     """metadata.name as the Kubernetes API server checks it (a DNS-1123 subdomain)."""
     if not name:
@@ -250,14 +219,14 @@ def validate_name(name: str | None, generate_name: str | None = None) -> list[St
         return [_cause(REQUIRED, "name or generateName is required", "metadata.name")]
     return [
         _cause(INVALID, f'Invalid value: "{name}": {err}', "metadata.name")
-        for err in _dns1123_subdomain_errors(name)
+        for err in names.subdomain_errors(name)
     ]
 
 
 def validate_hostname(hostname: str | None, field: str = "spec") -> list[StatusCause]:
     if not hostname:
         return []
-    errors = _dns1123_label_errors(hostname)
+    errors = names.label_errors(hostname)
     if not errors:
         return []
     path = f"{field}.hostname"
@@ -266,7 +235,7 @@ def validate_hostname(hostname: str | None, field: str = "spec") -> list[StatusC
 
 
 def _validate_subdomain(subdomain: str | None, field: str) -> list[StatusCause]:
-    if not subdomain or not (errors := _dns1123_subdomain_errors(subdomain)):
+    if not subdomain or not (errors := names.subdomain_errors(subdomain)):
         return []
     path = f"{field}.subdomain"
     msg = f"{path} does not conform to the kubernetes DNS_SUBDOMAIN rules : {', '.join(errors)}"

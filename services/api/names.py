@@ -26,8 +26,10 @@ SUBDOMAIN_MAX = 253
 # (`/root/.virtstream/run` + `node-12` fits).
 SOCKET_NAME_MAX = 56
 
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+LABEL_PATTERN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+SUBDOMAIN_PATTERN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+_LABEL = re.compile(LABEL_PATTERN)
+_SUBDOMAIN = re.compile(SUBDOMAIN_PATTERN)
 LABEL_FMT = (
     "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', "
     "and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', "

@@ -14,14 +14,10 @@ import msgspec
 
 from kinds.registry import Registry
 from services.api.bodies import YAML_TYPES
-from services.api.names import LABEL_MAX, SUBDOMAIN_MAX
+from services.api.names import LABEL_MAX, LABEL_PATTERN, SUBDOMAIN_MAX, SUBDOMAIN_PATTERN
 
-LABEL = {"type": "string", "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": LABEL_MAX}
-SUBDOMAIN = {
-    "type": "string",
-    "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$",
-    "maxLength": SUBDOMAIN_MAX,
-}
+LABEL = {"type": "string", "pattern": f"^{LABEL_PATTERN}$", "maxLength": LABEL_MAX}
+SUBDOMAIN = {"type": "string", "pattern": f"^{SUBDOMAIN_PATTERN}$", "maxLength": SUBDOMAIN_MAX}
 # A minimal valid object per kind, for readers and for fuzzers' explicit examples.
 EXAMPLES: dict[str, JSON] = {
     "VirtualMachine": {
