@@ -25,14 +25,21 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from events.meta import Kind
-from events.unknown_fields import unknown_fields
 from kinds.registry import Registry
 from kinds.spec import Answer, CallArgs, KindSpec
 from projections import replay
 from projections.cluster import Cluster
 from readside import timetravel
 from readside.watch import Selector, SelectorError, TooOldResourceVersion, Watcher
-from services.api import bodies, discovery, intents, openapi_k8s, patch, table
+from services.api import (
+    bodies,
+    discovery,
+    field_validation,
+    intents,
+    openapi_k8s,
+    patch,
+    table,
+)
 from services.api import openapi as openapi_doc
 from services.api.errors import (
     ApiError,
@@ -41,7 +48,10 @@ from services.api.errors import (
     gone,
     method_not_allowed,
     not_found,
+    read_replica,
     request_timeout,
+    too_large,
+    unknown_resource,
 )
 from services.api.ids import new_id
 from services.api.metrics import REQUEST_SECONDS, REQUESTS
@@ -79,12 +89,11 @@ def _api_error_handler(_: Request[Any, Any, Any], exc: ApiError) -> Response[byt
 def _http_error_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
     code = exc.status_code
     if code == 404:
-        err = _unknown()
+        err = unknown_resource()
     elif code == 405:
         err = method_not_allowed()
     elif code == 413:
-        err = bad_request(f"Request entity too large: limit is {bodies.MAX_BODY_BYTES}")
-        err.status.code, err.status.reason = 413, "RequestEntityTooLarge"
+        err = too_large(bodies.MAX_BODY_BYTES)
     else:
         err = bad_request(str(exc.detail))
         err.status.code = code
@@ -116,14 +125,7 @@ def _idempotency(request: Request[Any, Any, Any], body: JSON) -> Idempotency | N
 
 def _writable(api: ApiService) -> None:
     if api.store is None:
-        raise method_not_allowed("this is a read replica: send writes to the api")
-
-
-def _unknown() -> ApiError:
-    err = not_found(Resource("", "", ""), "")
-    err.status.message = "the server could not find the requested resource"
-    err.status.details = None
-    return err
+        raise read_replica()
 
 
 def _object_response(api: ApiService, outcome: intents.Outcome) -> Response[bytes]:
@@ -305,44 +307,14 @@ async def _at(
 
 # -------------------------------------------------------- field validation
 def _field_warnings(request: Request[Any, Any, Any], spec: KindSpec, body: JSON) -> list[str]:
-    """`?fieldValidation=` as the API server reads it: fields outside the schema are kept
-    (the manifest keeps every field) and reported as `Warning` headers (Warn, the default),
-    refused with 400 (Strict) or not mentioned (Ignore)."""
     mode = request.query_params.get("fieldValidation") or "Warn"
-    if mode not in ("Ignore", "Warn", "Strict"):
-        raise bad_request(f'fieldValidation must be Ignore, Warn or Strict, not "{mode}"')
-    if mode == "Ignore" or body.get("kind") not in (None, spec.kind):
-        return []  # another kind's body is refused by the intent, with its own message
-    unknown = [f'unknown field "{path}"' for path in unknown_fields(body, spec.object_type)]
-    if unknown and mode == "Strict":
-        kind = str(body.get("kind") or spec.kind)
-        version = str(body.get("apiVersion") or spec.api_version).rpartition("/")[2]
-        raise bad_request(
-            f'{kind} in version "{version}" cannot be handled as a {spec.kind}: '
-            f"strict decoding error: {', '.join(unknown)}"
-        )
-    return unknown
+    return field_validation.field_warnings(spec, body, mode)
 
 
-MAX_WARNINGS = 20  # a body with thousands of unknown fields must not make a huge header
-
-
-def _with_warnings(response: Response[bytes], warnings: list[str]) -> Response[bytes]:
-    """RFC 7234 warnings as the API server sends them: `299 - "text"`, comma-separated."""
-    if warnings:
-        # a header carries visible ASCII only: any other character of a field name (control
-        # characters, non-ASCII) is escaped as \\uXXXX, so no body can break the response
-        shown = warnings[:MAX_WARNINGS]
-        if len(warnings) > MAX_WARNINGS:
-            shown.append(f"and {len(warnings) - MAX_WARNINGS} more unknown fields")
-        quoted = (_header_text(w.replace("\\", "\\\\").replace('"', '\\"')) for w in shown)
-        response.headers["Warning"] = ", ".join(f'299 - "{w}"' for w in quoted)
+def _with_warnings(response: Response[bytes], found: list[str]) -> Response[bytes]:
+    if found:
+        response.headers["Warning"] = field_validation.warning_header(found)
     return response
-
-
-def _header_text(text: str, limit: int = 512) -> str:
-    out = "".join(c if " " <= c <= "~" else f"\\u{ord(c):04x}" for c in text)
-    return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
 # ------------------------------------------------------------- kind routes
@@ -443,7 +415,7 @@ def _subresource(spec: KindSpec) -> Any:
         api = _api(request)
         _writable(api)
         if sub is None or sub.method != request.method:
-            raise _unknown()
+            raise unknown_resource()
         args = _args(request, await _body(request) if sub.reads_body else {})
         outcome = await api.execute(
             lambda c, ctx: sub.act(c, ns, name, args, ctx),

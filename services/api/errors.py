@@ -104,3 +104,21 @@ def unavailable(message: str) -> ApiError:
 
 def request_timeout(message: str) -> ApiError:
     return _status(408, "Timeout", message)
+
+
+def unknown_resource() -> ApiError:
+    """404 for a path (or subject) the api does not serve, as the API server words it."""
+    err = not_found(Resource("", "", ""), "")
+    err.status.message = "the server could not find the requested resource"
+    err.status.details = None
+    return err
+
+
+def read_replica() -> ApiError:
+    return method_not_allowed("this is a read replica: send writes to the api")
+
+
+def too_large(limit: int) -> ApiError:
+    err = bad_request(f"Request entity too large: limit is {limit}")
+    err.status.code, err.status.reason = 413, "RequestEntityTooLarge"
+    return err

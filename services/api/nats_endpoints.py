@@ -31,18 +31,19 @@ from nats.micro.request import Request
 from nats.micro.service import Service
 
 from events.subjects import token, untoken
-from events.unknown_fields import unknown_fields
 from kinds.registry import Registry
 from kinds.spec import Answer, CallArgs, KindSpec
 from projections import replay
-from services.api import bodies, intents, names
+from services.api import bodies, field_validation, intents, names
 from services.api.errors import (
     ApiError,
-    Resource,
     bad_request,
     internal,
     method_not_allowed,
     not_found,
+    read_replica,
+    too_large,
+    unknown_resource,
 )
 from services.api.ids import new_id
 from services.api.service import ApiService, Idempotency
@@ -91,7 +92,7 @@ class Reply:
             SEQ_HEADER: str(self.seq),
         }
         if self.warnings:
-            h[WARNING_HEADER] = ", ".join(f'299 - "{w}"' for w in self.warnings)
+            h[WARNING_HEADER] = field_validation.warning_header(self.warnings)
         if self.error:
             h[ERROR_HEADER] = self.error
             h[ERROR_CODE_HEADER] = str(self.code)
@@ -100,17 +101,6 @@ class Reply:
 
 def subject(namespace: str, plural: str, name: str, verb: str) -> str:
     return f"{PREFIX}.{VERSION}.{token(namespace)}.{plural}.{token(name)}.{verb}"
-
-
-def unknown() -> ApiError:
-    err = not_found(Resource("", "", ""), "")
-    err.status.message = "the server could not find the requested resource"
-    err.status.details = None
-    return err
-
-
-def verbs(spec: KindSpec) -> tuple[str, ...]:
-    return (*(v for v in CRUD if v in spec.verbs), *(s.name for s in spec.subresources))
 
 
 def all_verbs(kinds: Registry) -> tuple[str, ...]:
@@ -126,17 +116,17 @@ def parse_subject(text: str, kinds: Registry) -> Target:
     a namespace or name the API server would not store (422). Pure."""
     parts = text.split(".")
     if len(parts) != 6 or parts[0] != PREFIX or parts[1] != VERSION:
-        raise unknown()
+        raise unknown_resource()
     _, _, ns_token, plural, name_token, verb = parts
     spec = kinds.get(plural)
     if spec is None or (verb not in CRUD and spec.subresource(verb) is None):
-        raise unknown()
+        raise unknown_resource()
     if verb in CRUD and verb not in spec.verbs:
         raise method_not_allowed()
     namespace = untoken(ns_token) if spec.namespaced else ""
     name = untoken(name_token)
     if not spec.namespaced and ns_token != "_":
-        raise unknown()  # a cluster-scoped kind has no namespace: `_` stands in its place
+        raise unknown_resource()  # a cluster-scoped kind has no namespace: `_` stands in its place
     if not (verb == "create" and not name):  # create without a name: generateName
         causes = names.validate_identity(
             namespace, name, namespaced=spec.namespaced, rule=spec.name_rule
@@ -178,13 +168,6 @@ def _with_name(body: JSON, name: str) -> JSON:
             f"the name of the object ({given}) does not match the name on the subject ({name})"
         )
     return {**body, "metadata": {**meta, "name": name}}
-
-
-def _warnings(spec: KindSpec, body: JSON) -> tuple[str, ...]:
-    """Fields outside the schema, as the HTTP api warns by default (`fieldValidation=Warn`)."""
-    if body.get("kind") not in (None, spec.kind):
-        return ()
-    return tuple(f'unknown field "{p}"' for p in unknown_fields(body, spec.object_type))
 
 
 def _object(api: ApiService, outcome: intents.Outcome) -> bytes:
@@ -232,9 +215,9 @@ async def answer(
         if t.verb == "get":
             return Reply(200, _get(api, t))
         if api.store is None:
-            raise method_not_allowed("this is a read replica: send writes to the api")
+            raise read_replica()
         if len(data) > bodies.MAX_BODY_BYTES:
-            raise bad_request(f"Request entity too large: limit is {bodies.MAX_BODY_BYTES}")
+            raise too_large(bodies.MAX_BODY_BYTES)
         body = bodies.parse(data, headers.get(CONTENT_TYPE_HEADER, ""))
         spec, ns, name = t.spec, t.namespace, t.name
         if t.verb == "create":
@@ -244,7 +227,12 @@ async def answer(
                 correlation_id,
                 idempotency(headers, text, body),
             )
-            return Reply(outcome.code, _object(api, outcome), seq, _warnings(spec, body))
+            return Reply(
+                outcome.code,
+                _object(api, outcome),
+                seq,
+                tuple(field_validation.field_warnings(spec, body)),
+            )
         if t.verb == "update":
             updatable = api.kinds.updatable
             outcome, seq = await api.appended(
@@ -252,7 +240,12 @@ async def answer(
                 correlation_id,
                 idempotency(headers, text, body),
             )
-            return Reply(outcome.code, _object(api, outcome), seq, _warnings(spec, body))
+            return Reply(
+                outcome.code,
+                _object(api, outcome),
+                seq,
+                tuple(field_validation.field_warnings(spec, body)),
+            )
         args = CallArgs(body=body, query={})
         if t.verb == "delete":
             delete = spec.delete
