@@ -7,7 +7,6 @@ store: writes answer 405."""
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import time
 from collections.abc import AsyncIterator
@@ -55,11 +54,10 @@ from services.api.errors import (
 )
 from services.api.ids import new_id
 from services.api.metrics import REQUEST_SECONDS, REQUESTS
-from services.api.service import ApiService, Idempotency
+from services.api.service import IDEMPOTENCY_HEADER, ApiService, Idempotency
 
 JSON = dict[str, Any]
 CORRELATION_HEADER = "x-correlation-id"
-IDEMPOTENCY_HEADER = "idempotency-key"
 BODY_SECONDS = 10.0
 WATCH_MAX_SECONDS = 3600.0  # the API server's longest default watch (2 x minRequestTimeout)
 _json = msgspec.json.Encoder()
@@ -111,16 +109,11 @@ async def _body(request: Request[Any, Any, Any]) -> JSON:
 
 
 def _idempotency(request: Request[Any, Any, Any], body: JSON) -> Idempotency | None:
-    """`Idempotency-Key`: a retry of the same request (method, path, body) with the same
-    key is answered with the first one's result instead of being applied twice."""
-    key = request.headers.get(IDEMPOTENCY_HEADER, "").strip()
-    if not key:
-        return None
-    if len(key) > 256:
-        raise bad_request(f"{IDEMPOTENCY_HEADER} must be at most 256 characters")
-    digest = hashlib.sha256(f"{request.method} {request.url.path}\n".encode())
-    digest.update(_json.encode(body))
-    return Idempotency(key, digest.hexdigest())
+    """`Idempotency-Key`: a retry of the same request with the same key is answered with
+    the first one's result instead of being applied twice."""
+    query = "&".join(f"{k}={v}" for k, v in sorted(request.query_params.items()))
+    identity = f"{request.method} {request.url.path}?{query}"
+    return Idempotency.of(request.headers.get(IDEMPOTENCY_HEADER, ""), identity, body)
 
 
 def _writable(api: ApiService) -> None:

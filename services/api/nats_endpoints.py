@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, assert_never
@@ -46,7 +45,7 @@ from services.api.errors import (
     unknown_resource,
 )
 from services.api.ids import new_id
-from services.api.service import ApiService, Idempotency
+from services.api.service import IDEMPOTENCY_HEADER, ApiService, Idempotency
 
 JSON = dict[str, Any]
 PREFIX = "virt-api"
@@ -57,7 +56,6 @@ CRUD = ("create", "get", "update", "delete")
 
 # request headers (the HTTP api's names)
 CORRELATION_HEADER = "X-Correlation-Id"
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 CONTENT_TYPE_HEADER = "Content-Type"
 # reply headers
 CODE_HEADER = "Virt-Status-Code"  # the HTTP status the same request would get
@@ -136,21 +134,8 @@ def parse_subject(text: str, kinds: Registry) -> Target:
     return Target(spec, namespace, name, verb)
 
 
-def fingerprint(text: str, body: JSON) -> str:
-    """What identifies a keyed request: the subject and the body (as the HTTP api's
-    method, path and body)."""
-    digest = hashlib.sha256(f"NATS {text}\n".encode())
-    digest.update(_json.encode(body))
-    return digest.hexdigest()
-
-
 def idempotency(headers: Mapping[str, str], text: str, body: JSON) -> Idempotency | None:
-    key = headers.get(IDEMPOTENCY_HEADER, "").strip()
-    if not key:
-        return None
-    if len(key) > 256:
-        raise bad_request(f"{IDEMPOTENCY_HEADER} must be at most 256 characters")
-    return Idempotency(key, fingerprint(text, body))
+    return Idempotency.of(headers.get(IDEMPOTENCY_HEADER, ""), f"NATS {text}", body)
 
 
 def _with_name(body: JSON, name: str) -> JSON:

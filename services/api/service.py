@@ -23,12 +23,20 @@ from eventstore.port import EventLog
 from kinds.registry import REGISTRY, Registry
 from projections.cluster import Cluster
 from readside.runner import ProjectionRunner
-from services.api.errors import internal, invalid_request, stale, timeout, unavailable
+from services.api.errors import (
+    bad_request,
+    internal,
+    invalid_request,
+    stale,
+    timeout,
+    unavailable,
+)
 from services.api.ids import new_id
 from services.api.intents import Append, Outcome, RequestContext
 from services.api.metrics import APPENDS, CONFLICTS
 from services.api.names import SOCKET_NAME_MAX
 
+IDEMPOTENCY_HEADER = "Idempotency-Key"
 ALNUM = string.ascii_lowercase + string.digits
 WAIT_SECONDS = 10.0
 APPEND_SECONDS = 10.0  # how long a write keeps retrying an append whose outcome is unknown
@@ -54,11 +62,24 @@ AMBIGUOUS: tuple[type[BaseException], ...] = (
 
 @dataclass(frozen=True)
 class Idempotency:
-    """A client's `Idempotency-Key` and what identifies its request (method, path, body):
-    the same key with another request is refused, not answered with the first's result."""
+    """A client's `Idempotency-Key` and what identifies its request (for HTTP: method, path
+    and query; for NATS: the subject; and the body): the same key with another request is
+    refused, not answered with the first's result."""
 
     key: str
     fingerprint: str
+
+    @classmethod
+    def of(cls, key: str, identity: str, body: object) -> Idempotency | None:
+        """From the header's value (None without one)."""
+        key = key.strip()
+        if not key:
+            return None
+        if len(key) > 256:
+            raise bad_request(f"{IDEMPOTENCY_HEADER} must be at most 256 characters")
+        digest = hashlib.sha256(f"{identity}\n".encode())
+        digest.update(msgspec.json.encode(body))
+        return cls(key, digest.hexdigest())
 
 
 @dataclass
