@@ -4,11 +4,13 @@ applied once, several api processes in one queue group."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
+import nats.errors
 import pytest
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
@@ -178,5 +180,15 @@ async def test_two_processes_share_the_queue_group(
         stats = [s.stats() for s in (intents.service, second.service)]
         per = [sum(e.num_requests for e in s.endpoints) for s in stats]
         assert sum(per) == 6
+        # both answer discovery: two members of the one service
+        inbox = nc.new_inbox()
+        sub = await nc.subscribe(inbox)
+        await nc.publish("$SRV.PING.virt-api", b"", reply=inbox)
+        ids: set[str] = set()
+        with contextlib.suppress(TimeoutError, nats.errors.TimeoutError):
+            while len(ids) < 3:
+                ids.add(json.loads((await sub.next_msg(timeout=1.0)).data)["id"])
+        await sub.unsubscribe()
+        assert len(ids) == 2
     finally:
         await second.stop()

@@ -115,6 +115,7 @@ async def test_apply_get_patch_label_delete(kubectl: Kubectl) -> None:
         check=False,
     )
     assert bad.code != 0
+    assert "can't remove a non-existent object 'nothing'" in bad.err, bad.err
 
     await kubectl("label", "vm", "vm-cirros", "tier=web")
     labels = await kubectl("get", "vm", "vm-cirros", "-o", "jsonpath={.metadata.labels.tier}")
@@ -135,8 +136,15 @@ async def test_apply_get_patch_label_delete(kubectl: Kubectl) -> None:
 async def test_explain_and_get_vmis_wide(kubectl: Kubectl) -> None:
     explained = await kubectl("explain", "vm.spec.runStrategy")
     assert "Running state indicates the requested running state" in explained.out
-    wide = _rows((await kubectl("get", "vmis", "-o", "wide")).out or "x")
-    assert wide in ([["x"]], [])  # nothing yet: kubectl says so on stderr
+    applied = await kubectl("apply", "-f", str(CIRROS.parent / "vmi-ephemeral.yaml"))
+    assert applied.code == 0, applied.err
+    out = (await kubectl("get", "vmis", "-o", "wide")).out
+    header = out.splitlines()[0].split()
+    # KubeVirt's printer columns, the priority-1 ones included with -o wide
+    assert header == [
+        "NAME", "AGE", "PHASE", "IP", "NODENAME", "READY", "LIVE-MIGRATABLE", "PAUSED"
+    ], out  # fmt: skip
+    assert _rows(out)[1][0] == "vmi-ephemeral"
 
 
 async def test_python_client_lists_and_gets_a_vm(api: RunningApi, kubectl: Kubectl) -> None:

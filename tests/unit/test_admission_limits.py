@@ -60,7 +60,10 @@ def test_several_errors_print_as_an_aggregate() -> None:
 @pytest.mark.parametrize("bad", [".", "*", ">", "~", " ", "\t"])
 def test_no_bus_metacharacter_passes_a_namespace(bad: str) -> None:
     assert validate_namespace(f"a{bad}b")
-    assert validate_object_name(f"a{bad}b") or bad == "."  # a dot is a valid subdomain
+    if bad == ".":
+        assert validate_object_name("a.b") == []  # a dot is a valid subdomain
+    else:
+        assert validate_object_name(f"a{bad}b")
 
 
 def test_go_quote_escapes_as_go_does() -> None:
