@@ -223,9 +223,6 @@ class JetStreamStore:
                 only_poison = False
         return None, only_poison
 
-    async def _find_event_id(self, scope: str, after: int, event_id: str) -> int | None:
-        return (await self._after(scope, after, event_id))[0]
-
     # ------------------------------------------------------------------- reads
     async def last_seq(self, agg: Aggregate) -> int:
         """The aggregate's last sequence, 0 when it has no events."""

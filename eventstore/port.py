@@ -1,6 +1,7 @@
 """The event log as the services see it: a port, with the JetStream adapter behind it
-(`eventstore/jetstream.py`) and an in-memory one for unit tests (`eventstore/memory.py`).
-Both pass the same contract suite (`tests/integration/test_store_contract.py`)."""
+(`eventstore/jetstream.py`), which passes the port's contract suite
+(`tests/integration/test_store_contract.py`) on a real nats-server. Unit tests use the pure
+cores directly, with no store."""
 
 from __future__ import annotations
 

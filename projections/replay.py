@@ -194,15 +194,6 @@ def render_object(cluster: Cluster, kind: Kind, k: str, now: float) -> JSON | No
     return render_view(cluster, kind, view, now)
 
 
-def render_all(cluster: Cluster, kind: Kind, now: float) -> dict[str, JSON]:
-    out: dict[str, JSON] = {}
-    for k in sorted(cluster.table(kind)):
-        obj = render_object(cluster, kind, k, now)
-        if obj is not None:
-            out[k] = obj
-    return out
-
-
 # ------------------------------------------------------------------- diffs
 class FieldChange(msgspec.Struct, frozen=True):
     path: str

@@ -6,7 +6,7 @@ From there causation ids lead back to the user's request. Finding a cause:
 
 1. the events already read for the object (its aggregate and the related ones);
 2. the cause's stream sequence is written in the effect's own event id
-   (`<service>/<cause seq>/<n>`, services/runtime/context.py): one direct message get,
+   (`<service>/<cause seq>/<n>`, events/envelope.py: Context): one direct message get,
    checked against the causation id;
 3. otherwise a scan of the stream backwards in widening time windows before the effect
    (a minute, an hour, everything), indexing every event id it passes.
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import msgspec
 
+from events import subjects
 from events.catalog import NodeUnresponsive, VMIFailed
 from events.envelope import Stored
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
@@ -208,7 +209,7 @@ async def why(store: EventLog, agg: Aggregate, *, anchor_seq: int | None = None)
     filters = (
         related_filters(agg)
         if agg.kind is not Kind.NODE
-        else [f"virt.node.{CLUSTER_SCOPE}.{agg.name.replace('.', '~')}.>"]
+        else [subjects.aggregate_filter(Kind.NODE, CLUSTER_SCOPE, agg.name)]
     )
     events = await read(store, filters)
     target = agg.key

@@ -68,7 +68,6 @@ class ProjectionRunner:
         self.caught_up_to = 0  # the stream's last seq when the runner started
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
-        self._error: BaseException | None = None
         # Snapshots (readside/snapshots.py) bound the restart cost to the events since
         # the last one: start from the snapshot, fold the tail, save every N events.
         self.snapshot_name = snapshot_name
@@ -111,7 +110,7 @@ class ProjectionRunner:
         if self._saving is not None:
             with contextlib.suppress(Exception):
                 await self._saving
-        if self.snapshot_name and self.last_seq > self.snapshot_seq and self._error is None:
+        if self.snapshot_name and self.last_seq > self.snapshot_seq:
             with contextlib.suppress(Exception):
                 await self.save_snapshot()
         for w in list(self.watchers):
@@ -225,8 +224,6 @@ class ProjectionRunner:
         """True once the projection has folded `seq` (read-your-writes); False on timeout."""
         if self.cluster.last_seq >= seq:
             return True
-        if self._error is not None:
-            raise self._error
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((seq, fut))
         try:

@@ -90,10 +90,6 @@ def labels(cfg: NodeConfig) -> dict[str, str]:
     }
 
 
-def node_joined(cfg: NodeConfig, now: float) -> NodeJoined:
-    return joined_event(cfg, capacity(cfg), labels(cfg), now)
-
-
 def joined_event(
     cfg: NodeConfig, cap: Resources, node_labels: dict[str, str], now: float
 ) -> NodeJoined:

@@ -197,8 +197,7 @@ class Handler:
         )
         self.shell = shell
         heartbeats: asyncio.Task[None] | None = None
-        try:
-            await store.ensure()
+        try:  # the streams: ensured by the shell's run
             fleet.start()
             kv = await heartbeat.ensure_bucket(store.js)
             self.last_heartbeat = time.time()

@@ -123,14 +123,22 @@ class ServiceShell(Generic[S, A, Ob]):
     async def catch_up(self, filters: Sequence[str] | None = None, start_seq: int = 1) -> int:
         """Fold everything matching our filters (or a narrower set) from `start_seq`."""
         n = 0
-        # raw: poison is skipped here; the durable consumer delivers it too and
-        # dead-letters it once
+        # poison is skipped here (the durable consumer delivers it too and dead-letters
+        # it once), moving its aggregate's version past it
         async for stored in self.store.replay(
-            filters or self.filters, start_seq=start_seq, raw=True
+            filters or self.filters, start_seq=start_seq, raw=True, on_skip=self.skip
         ):
             if self.fold(stored):
                 n += 1
         return n
+
+    def skip(self, seq: int, subject: str) -> None:
+        """An event no fold can read: every fold skips it the same way, moving its
+        aggregate's version past it, so OCC appends expect the aggregate's real last
+        sequence and the aggregate stays operable."""
+        key = subjects.aggregate_key(subject)
+        self.versions[key] = max(self.versions.get(key, 0), seq)
+        self.last_folded = max(self.last_folded, seq)
 
     def _fold_observations(self) -> None:
         """Fold what the executor observed since the last decision (in order); each is
@@ -162,7 +170,8 @@ class ServiceShell(Generic[S, A, Ob]):
                     if not acted:
                         break
                     self._fold_observations()
-                self._rearm.set()
+                if self.observer is not None:
+                    self._rearm.set()  # the decision may have moved the next wakeup
                 return
             except ConcurrencyConflict as c:
                 m.CONFLICTS.labels(self.name).inc()
@@ -223,6 +232,8 @@ class ServiceShell(Generic[S, A, Ob]):
         try:
             stored = msg.decode()
         except Undecodable as e:
+            if msg.seq and msg.subject.startswith(f"{subjects.PREFIX}."):
+                self.skip(msg.seq, msg.subject)
             await self._dead_letter(msg, f"undecodable event: {e}")
             return
         etype = event_type(stored.event)
