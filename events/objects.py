@@ -140,6 +140,11 @@ class CPU(KubeObject):
     threads: int | None = None
     model: str | None = None
     dedicated_cpu_placement: bool | None = None
+    max_sockets: int | None = None
+    features: list[JSONDict] | None = None
+    numa: JSONDict | None = None
+    isolate_emulator_thread: bool | None = None
+    realtime: JSONDict | None = None
 
 
 class Hugepages(KubeObject):
@@ -149,6 +154,8 @@ class Hugepages(KubeObject):
 class Memory(KubeObject):
     guest: Quantity | None = None
     hugepages: Hugepages | None = None
+    max_guest: Quantity | None = None
+    reserved_overhead: JSONDict | None = None
 
 
 class Machine(KubeObject):
@@ -165,6 +172,7 @@ class Firmware(KubeObject):
     serial: str | None = None
     bootloader: Bootloader | None = None
     kernel_boot: JSONDict | None = None
+    acpi: JSONDict | None = None
 
 
 class DiskTarget(KubeObject):
@@ -182,7 +190,12 @@ class Disk(KubeObject):
     serial: str | None = None
     cache: str | None = None
     io: str | None = None
-    dedicated_io_thread: bool | None = None
+    dedicated_io_thread: bool | None = msgspec.field(default=None, name="dedicatedIOThread")
+    tag: str | None = None
+    block_size: JSONDict | None = None
+    shareable: bool | None = None
+    error_policy: str | None = None
+    changed_block_tracking: bool | None = None
 
 
 class Port(KubeObject):
@@ -204,6 +217,40 @@ class Interface(KubeObject):
     ports: list[Port] | None = None
     boot_order: int | None = None
     pci_address: str | None = None
+    macvtap: JSONDict | None = None
+    passt_binding: JSONDict | None = None
+    port_ranges: list[JSONDict] | None = None
+    dhcp_options: JSONDict | None = None
+    tag: str | None = None
+    acpi_index: int | None = None
+    state: str | None = None
+
+
+class Input(KubeObject):
+    # KubeVirt's scheme defaults an empty bus to usb and an empty type to tablet.
+    name: str | None = None
+    type: str | None = None
+    bus: str | None = None
+
+
+class SoundDevice(KubeObject):
+    name: str | None = None
+    model: str | None = None
+
+
+class DiskIOThreads(KubeObject):
+    supplemental_pool_thread_count: int | None = None
+
+
+class PodDNSConfigOption(KubeObject):
+    name: str | None = None
+    value: str | None = None
+
+
+class PodDNSConfig(KubeObject):
+    nameservers: list[str] | None = None
+    searches: list[str] | None = None
+    options: list[PodDNSConfigOption] | None = None
 
 
 class Devices(KubeObject):
@@ -215,6 +262,23 @@ class Devices(KubeObject):
     autoattach_serial_console: bool | None = None
     autoattach_mem_balloon: bool | None = None
     network_interface_multiqueue: bool | None = None
+    inputs: list[Input] | None = None
+    sound: SoundDevice | None = None
+    use_virtio_transitional: bool | None = None
+    disable_hotplug: bool | None = None
+    watchdog: JSONDict | None = None
+    log_serial_console: bool | None = None
+    autoattach_input_device: bool | None = None
+    autoattach_vsock: bool | None = msgspec.field(default=None, name="autoattachVSOCK")
+    block_multi_queue: bool | None = None
+    gpus: list[JSONDict] | None = None
+    downward_metrics: JSONDict | None = None
+    panic_devices: list[JSONDict] | None = None
+    filesystems: list[JSONDict] | None = None
+    host_devices: list[JSONDict] | None = None
+    client_passthrough: JSONDict | None = None
+    tpm: JSONDict | None = None
+    video: JSONDict | None = None
 
 
 class DomainSpec(KubeObject):
@@ -226,6 +290,11 @@ class DomainSpec(KubeObject):
     devices: Devices | None = None
     features: JSONDict | None = None
     clock: JSONDict | None = None
+    io_threads_policy: str | None = None
+    io_threads: DiskIOThreads | None = None
+    chassis: JSONDict | None = None
+    launch_security: JSONDict | None = None
+    reboot_policy: str | None = None
 
 
 # ---------------------------------------------------------------- volumes / networks
@@ -243,7 +312,7 @@ class CloudInitSource(KubeObject):
 
     user_data: str | None = None
     user_data_base64: str | None = None
-    user_data_secret_ref: JSONDict | None = None
+    user_data_secret_ref: JSONDict | None = msgspec.field(default=None, name="secretRef")
     network_data: str | None = None
     network_data_base64: str | None = None
     network_data_secret_ref: JSONDict | None = None
@@ -285,6 +354,7 @@ class Volume(KubeObject):
     downward_metrics: JSONDict | None = None
     sysprep: JSONDict | None = None
     memory_dump: JSONDict | None = None
+    container_path: JSONDict | None = None
 
     # One name per source so that admission can count them ("exactly one source").
     SOURCES = (
@@ -309,6 +379,7 @@ class Network(KubeObject):
     name: str
     pod: PodNetwork | None = None
     multus: MultusNetwork | None = None
+    resource_claim: JSONDict | None = None
 
 
 # ---------------------------------------------------------------- VMI
@@ -329,6 +400,15 @@ class VirtualMachineInstanceSpec(KubeObject):
     scheduler_name: str | None = None
     start_strategy: str | None = None
     architecture: str | None = None
+    service_account_name: str | None = None
+    topology_spread_constraints: list[JSONDict] | None = None
+    liveness_probe: JSONDict | None = None
+    readiness_probe: JSONDict | None = None
+    dns_policy: str | None = None
+    dns_config: PodDNSConfig | None = None
+    access_credentials: list[JSONDict] | None = None
+    resource_claims: list[JSONDict] | None = None
+    utility_volumes: list[JSONDict] | None = None
 
 
 class PhaseTransitionTimestamp(KubeObject):
@@ -405,6 +485,7 @@ class VirtualMachineSpec(KubeObject):
     data_volume_templates: list[JSONDict] | None = None
     instancetype: JSONDict | None = None
     preference: JSONDict | None = None
+    update_volumes_strategy: str | None = None
 
 
 class StateChangeRequest(KubeObject):
@@ -445,6 +526,9 @@ class VirtualMachine(KubeObject):
 class VirtualMachineInstanceMigrationSpec(KubeObject):
     vmi_name: str | None = msgspec.field(default=None, name="vmiName")
     added_node_selector: dict[str, str] | None = None
+    send_to: JSONDict | None = None
+    receive: JSONDict | None = None
+    priority: str | None = None
 
 
 class VirtualMachineInstanceMigrationStatus(KubeObject):

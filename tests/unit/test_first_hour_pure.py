@@ -41,6 +41,106 @@ def test_unknown_fields_are_paths_in_document_order() -> None:
     assert unknown_fields({"spec": {"runStrategy": "Always"}}, VirtualMachine) == []
 
 
+# Every field of KubeVirt's VMI spec, domain and devices (kubevirt.io/v1): a manifest that
+# uses any of them is not warned about, and kubectl's strict validation (fed by the same
+# schema through /openapi) does not refuse it.
+KUBEVIRT_SPEC_FIELDS = [
+    "priorityClassName",
+    "domain",
+    "nodeSelector",
+    "affinity",
+    "schedulerName",
+    "serviceAccountName",
+    "tolerations",
+    "topologySpreadConstraints",
+    "evictionStrategy",
+    "startStrategy",
+    "terminationGracePeriodSeconds",
+    "volumes",
+    "livenessProbe",
+    "readinessProbe",
+    "hostname",
+    "subdomain",
+    "networks",
+    "dnsPolicy",
+    "dnsConfig",
+    "accessCredentials",
+    "architecture",
+    "resourceClaims",
+    "utilityVolumes",
+]
+KUBEVIRT_DOMAIN_FIELDS = [
+    "resources",
+    "cpu",
+    "memory",
+    "machine",
+    "firmware",
+    "clock",
+    "features",
+    "devices",
+    "ioThreadsPolicy",
+    "ioThreads",
+    "chassis",
+    "launchSecurity",
+    "rebootPolicy",
+]
+KUBEVIRT_DEVICES_FIELDS = [
+    "useVirtioTransitional",
+    "disableHotplug",
+    "disks",
+    "watchdog",
+    "interfaces",
+    "inputs",
+    "autoattachPodInterface",
+    "autoattachGraphicsDevice",
+    "autoattachSerialConsole",
+    "logSerialConsole",
+    "autoattachMemBalloon",
+    "autoattachInputDevice",
+    "autoattachVSOCK",
+    "rng",
+    "blockMultiQueue",
+    "networkInterfaceMultiqueue",
+    "gpus",
+    "downwardMetrics",
+    "panicDevices",
+    "filesystems",
+    "hostDevices",
+    "clientPassthrough",
+    "sound",
+    "tpm",
+    "video",
+]
+KUBEVIRT_DISK_FIELDS = [
+    "name",
+    "disk",
+    "lun",
+    "cdrom",
+    "bootOrder",
+    "serial",
+    "dedicatedIOThread",
+    "cache",
+    "io",
+    "tag",
+    "blockSize",
+    "shareable",
+    "errorPolicy",
+    "changedBlockTracking",
+]
+
+
+def test_every_kubevirt_spec_field_is_known() -> None:
+    def spec_with(names: list[str]) -> dict[str, object]:
+        return {name: None for name in names}
+
+    devices = spec_with(KUBEVIRT_DEVICES_FIELDS)
+    devices["disks"] = [spec_with(KUBEVIRT_DISK_FIELDS)]
+    domain = {**spec_with(KUBEVIRT_DOMAIN_FIELDS), "devices": devices}
+    spec = {**spec_with(KUBEVIRT_SPEC_FIELDS), "domain": domain}
+    doc = {"spec": {"instancetype": {}, "preference": {}, "template": {"spec": spec}}}
+    assert unknown_fields(doc, VirtualMachine) == []
+
+
 def test_an_update_that_changes_nothing_appends_nothing() -> None:
     c = Cluster()
     raw = vm_manifest("vm1", "Halted", memory="64Mi")
