@@ -384,8 +384,18 @@ def test_readme_commands_run_as_written(cluster: Cluster) -> None:
     c.http.post(VMS, json=yaml.safe_load((REPO / "examples/kubevirt/vm-cirros.yaml").read_text()))
     lines = _readme_block("## Using it") + _readme_block("Debugging from the event log")
     ran = 0
+    # an optional flag in brackets runs both ways: `dead-letters [--retry]`
+    commands = []
     for raw in lines:
         line = raw.split("  #")[0].strip()
+        if optional := re.search(r" \[(--[a-z-]+)\]", line):
+            commands += [
+                line.replace(optional[0], ""),
+                line.replace(optional[0], f" {optional[1]}"),
+            ]
+        else:
+            commands.append(line)
+    for line in commands:
         if not line.startswith("virtstream ") or "[" in line:
             continue
         watch = " -w" in line
@@ -403,7 +413,7 @@ def test_readme_commands_run_as_written(cluster: Cluster) -> None:
             running(c, "vm-cirros")
         if line.startswith("virtstream stop"):
             until(lambda: c.http.get(f"{VMIS}/vm-cirros").status_code == 404, 60)
-    assert ran >= 14
+    assert ran >= 16
     snippet = "\n".join(_readme_block("From Python:", "python")).replace(
         "http://127.0.0.1:8080", c.url
     )
