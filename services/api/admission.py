@@ -37,7 +37,7 @@ from events.objects import (
 )
 from events.quantity import QUANTITY_MAX, in_range, parse_cpu_millis, parse_quantity
 from services.api import names
-from services.api.admission_devices import validate_devices
+from services.api.admission_spec import validate_spec_extras
 
 INVALID = "FieldValueInvalid"
 REQUIRED = "FieldValueRequired"
@@ -262,7 +262,7 @@ def validate_vmi_spec(
     causes += _validate_networks(spec, field)
     causes += _validate_firmware(spec, field)
     causes += _validate_eviction(spec, field)
-    causes += validate_devices(spec, field)
+    causes += validate_spec_extras(spec, field)
     return causes
 
 

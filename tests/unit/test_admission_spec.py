@@ -153,3 +153,91 @@ def test_dns_policy_none_needs_a_config_with_a_nameserver() -> None:
 )
 def test_dns_config_rules(config: dict[str, Any], cause: tuple[str, str, str]) -> None:
     both(_spec(dnsConfig=config), cause)
+
+
+def test_cpu_feature_policies_isolation_and_hotplug() -> None:
+    features = [{"name": "pcid", "policy": "require"}, {"name": "vmx"}]
+    assert vmi_causes(_spec(_domain(cpu={"features": features}))) == []
+    both(
+        _spec(_domain(cpu={"features": [{"name": "pcid", "policy": "always"}]})),
+        (
+            "FieldValueNotSupported",
+            "CPU feature pcid uses policy always that is not supported.",
+            "spec.domain.cpu.features[0].policy",
+        ),
+    )
+    both(
+        _spec(_domain(cpu={"isolateEmulatorThread": True})),
+        (
+            INVALID,
+            "IsolateEmulatorThread should be only set in combination with DedicatedCPUPlacement",
+            "spec.domain.cpu.isolateEmulatorThread",
+        ),
+    )
+    assert vmi_causes(_spec(_domain(cpu={"sockets": 2, "maxSockets": 4}))) == []
+    both(
+        _spec(_domain(cpu={"sockets": 4, "maxSockets": 2})),
+        (
+            INVALID,
+            "Number of sockets in CPU topology is greater than the maximum sockets allowed",
+            "spec.domain.cpu.sockets",
+        ),
+    )
+
+
+def test_a_probe_has_exactly_one_handler() -> None:
+    assert vmi_causes(_spec(readinessProbe={"guestAgentPing": {}})) == []
+    both(
+        _spec(readinessProbe={"exec": {"command": ["true"]}, "guestAgentPing": {}}),
+        (
+            INVALID,
+            "spec.readinessProbe must have exactly one probe type set",
+            "spec.readinessProbe",
+        ),
+    )
+    for causes, path in (
+        (vmi_causes, "spec.livenessProbe"),
+        (vm_causes, "spec.template.spec.livenessProbe"),
+    ):
+        assert causes(_spec(livenessProbe={"initialDelaySeconds": 5})) == [
+            (
+                REQUIRED,
+                f"either {path}.tcpSocket, {path}.exec or {path}.httpGet must be set if a {path} is specified",
+                path,
+            )
+        ]
+
+
+def test_network_probes_need_the_pod_network() -> None:
+    probe = {"tcpSocket": {"port": 22}}
+    assert vmi_causes(_spec(readinessProbe=probe)) == []  # the default pod network
+    no_pod = _spec(_devices(autoattachPodInterface=False), readinessProbe=probe)
+    both(
+        no_pod,
+        (
+            INVALID,
+            "spec.readinessProbe.tcpSocket is only allowed if the Pod Network is attached",
+            "spec.readinessProbe.tcpSocket",
+        ),
+    )
+
+
+def test_video_and_panic_devices() -> None:
+    assert vmi_causes(_spec(_devices(video={"type": "virtio"}))) == []
+    both(
+        _spec(_devices(video={"type": "virtio"}, autoattachGraphicsDevice=False)),
+        (
+            INVALID,
+            "Video configuration is not allowed when autoattachGraphicsDevice is set to false",
+            "spec.video",
+        ),
+    )
+    assert vmi_causes(_spec(_devices(panicDevices=[{"model": "isa"}]))) == []
+    both(
+        _spec(_devices(panicDevices=[{"model": "pcspk"}])),
+        (
+            INVALID,
+            "invalid PanicDeviceModel(pcspk)",
+            "spec.domain.devices.panicDevices[0].model",
+        ),
+    )

@@ -1,6 +1,7 @@
-"""KubeVirt's VMI spec rules for input devices, sound, I/O threads and DNS.
+"""KubeVirt's VMI spec rules beyond resources, storage and network: CPU features and
+hotplug, input, sound, video and panic devices, I/O threads, probes and DNS.
 
-Pure, like services.api.admission (which calls `validate_devices` for VMIs and VM
+Pure, like services.api.admission (which calls `validate_spec_extras` for VMIs and VM
 templates). Messages and cause fields are KubeVirt's word for word, including its odd ones:
 the sound rules name the field `spec.Sound`, and the DNS rules, copied by KubeVirt from
 Kubernetes' pod validation, name `nameservers`, `searchDomains` and `options` without a path.
@@ -18,6 +19,9 @@ INVALID = "FieldValueInvalid"
 REQUIRED = "FieldValueRequired"
 NOT_SUPPORTED = "FieldValueNotSupported"
 
+CPU_FEATURE_POLICIES = ("", "force", "require", "optional", "disable", "forbid")
+PANIC_DEVICE_MODELS = ("hyperv", "isa", "pvpanic")
+PROBE_HANDLERS = ("httpGet", "tcpSocket", "exec", "guestAgentPing")
 INPUT_BUSES = ("usb", "virtio")
 INPUT_TYPES = ("tablet",)
 SOUND_MODELS = ("ich9", "ac97")
@@ -29,14 +33,88 @@ MAX_SEARCH_PATHS = 6
 MAX_SEARCH_CHARS = 256
 
 
-def validate_devices(spec: VirtualMachineInstanceSpec, field: str) -> list[Cause]:
+def validate_spec_extras(spec: VirtualMachineInstanceSpec, field: str) -> list[Cause]:
+    # in KubeVirt's order, so that several causes come back as it lists them
     return (
-        _inputs(spec, field)
+        _cpu(spec, field)
+        + _inputs(spec, field)
         + _io_threads(spec, field)
+        + _probes(spec, field)
         + _dns_policy(spec, field)
         + _dns_config(spec.dns_config, spec.dns_policy, f"{field}.dnsConfig")
         + _sound(spec, field)
+        + _video(spec, field)
+        + _panic_devices(spec, field)
     )
+
+
+def _cpu(spec: VirtualMachineInstanceSpec, field: str) -> list[Cause]:
+    cpu = spec.domain.cpu
+    if cpu is None:
+        return []
+    causes: list[Cause] = []
+    here = f"{field}.domain.cpu"
+    if cpu.isolate_emulator_thread and not cpu.dedicated_cpu_placement:
+        msg = "IsolateEmulatorThread should be only set in combination with DedicatedCPUPlacement"
+        causes.append(Cause(type=INVALID, message=msg, field=f"{here}.isolateEmulatorThread"))
+    for i, feature in enumerate(cpu.features or []):
+        name, policy = feature.get("name") or "", feature.get("policy") or ""
+        if policy not in CPU_FEATURE_POLICIES:
+            msg = f"CPU feature {name} uses policy {policy} that is not supported."
+            path = f"{here}.features[{i}].policy"
+            causes.append(Cause(type=NOT_SUPPORTED, message=msg, field=path))
+    if cpu.max_sockets and (cpu.sockets or 0) > cpu.max_sockets:
+        msg = "Number of sockets in CPU topology is greater than the maximum sockets allowed"
+        causes.append(Cause(type=INVALID, message=msg, field=f"{here}.sockets"))
+    return causes
+
+
+def _probes(spec: VirtualMachineInstanceSpec, field: str) -> list[Cause]:
+    causes: list[Cause] = []
+    probes = {"readinessProbe": spec.readiness_probe, "livenessProbe": spec.liveness_probe}
+    for name, probe in probes.items():
+        if probe is None:
+            continue
+        here = f"{field}.{name}"
+        handlers = sum(probe.get(handler) is not None for handler in PROBE_HANDLERS)
+        if handlers > 1:
+            msg = f"{here} must have exactly one probe type set"
+            causes.append(Cause(type=INVALID, message=msg, field=here))
+        if handlers < 1:
+            msg = (
+                f"either {here}.tcpSocket, {here}.exec or {here}.httpGet "
+                f"must be set if a {here} is specified"
+            )
+            causes.append(Cause(type=REQUIRED, message=msg, field=here))
+    if not any(network.pod is not None for network in spec.networks or []):
+        for name, probe in probes.items():
+            for handler in ("httpGet", "tcpSocket"):
+                if probe is not None and probe.get(handler) is not None:
+                    path = f"{field}.{name}.{handler}"
+                    msg = f"{path} is only allowed if the Pod Network is attached"
+                    causes.append(Cause(type=INVALID, message=msg, field=path))
+    return causes
+
+
+def _video(spec: VirtualMachineInstanceSpec, field: str) -> list[Cause]:
+    devices = spec.domain.devices
+    if devices is None or devices.video is None or devices.autoattach_graphics_device is not False:
+        return []
+    msg = "Video configuration is not allowed when autoattachGraphicsDevice is set to false"
+    return [Cause(type=INVALID, message=msg, field=f"{field}.video")]
+
+
+def _panic_devices(spec: VirtualMachineInstanceSpec, field: str) -> list[Cause]:
+    devices = spec.domain.devices
+    causes: list[Cause] = []
+    for i, device in enumerate((devices.panic_devices if devices else None) or []):
+        model = device.get("model")
+        if model is not None and model not in PANIC_DEVICE_MODELS:
+            path = f"{field}.domain.devices.panicDevices[{i}].model"
+            causes.append(
+                Cause(type=INVALID, message=f"invalid PanicDeviceModel({model})", field=path)
+            )
+    return causes
 
 
 def _inputs(spec: VirtualMachineInstanceSpec, field: str) -> list[Cause]:
