@@ -93,7 +93,12 @@ def console(
 ) -> None:
     """Connect to a VMI's serial console (Ctrl+] to leave)."""
     ns = namespace or settings.namespace
-    ws = open_stream(ns, name, "console", timeout * 60.0)
+    with open_stream(ns, name, "console", timeout * 60.0) as ws:
+        _attach(ws, name)
+
+
+def _attach(ws: ClientConnection, name: str) -> None:
+    """The terminal to the open console `ws`, raw, until Ctrl+] or the stream's end."""
     err.print(f"Successfully connected to {name} console. The escape sequence is ^]", markup=False)
     closed = threading.Event()
     why: list[str] = []
@@ -183,7 +188,8 @@ def vnc(
         raise _fail("no VNC viewer is started here: use --proxy-only and point one at the port")
     ns = namespace or settings.namespace
     # one check up front, so a VMI that is not running fails now, in one line
-    open_stream(ns, name, "vnc", 0).close()
+    with open_stream(ns, name, "vnc", 0):
+        pass
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_vnc_proxy(ns, name, port))
 
