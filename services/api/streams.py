@@ -104,9 +104,7 @@ def _subprotocol(scope: Scope) -> str | None:
     return SUBPROTOCOL if SUBPROTOCOL in offered else (offered[0] if offered else None)
 
 
-async def relay(
-    scope: Scope, receive: Receive, send: Send, resolve: Callable[[], Target]
-) -> None:
+async def relay(scope: Scope, receive: Receive, send: Send, resolve: Callable[[], Target]) -> None:
     """Serve one WebSocket: `resolve()` gives the Target or raises ApiError."""
     if (await receive())["type"] != "websocket.connect":
         return
