@@ -316,6 +316,7 @@ def using_it(api_url: str, nats_url: str, say: Say) -> None:
         "virtstream get vms",
         "virtstream start vm-cirros && virtstream get vmis -w",
         "virtstream why vmi/default/vm-cirros",
+        "virtstream console vm-cirros   # qemu mode: the guest's shell (Ctrl+] leaves)",
         "virtstream get vms vm-cirros --at 1m",
     ]:
         say(f"  {line}")

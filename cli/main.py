@@ -23,6 +23,7 @@ from rich.console import Console
 
 from cli import verbs
 from cli.debug import register as register_debug
+from cli.guest_io import register as register_guest_io
 from cli.help import use_plain_help
 from cli.images import app as images_app
 from cli.settings import DEFAULT_SERVER, settings
@@ -607,6 +608,7 @@ def projections(
 
 
 register_debug(app)
+register_guest_io(app)
 app.add_typer(images_app, name="images")
 
 

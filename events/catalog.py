@@ -317,6 +317,8 @@ class NodeJoined(Event, tag="NodeJoined/v2", frozen=True):
     taints: tuple[Taint, ...] = ()
     address: str = ""
     hypervisor: str = "test"
+    #: the handler's console server (serial console, VNC, screenshots) at `address`; 0: none
+    console_port: int = 0
 
 
 class NodeCordoned(Event, tag="NodeCordoned", frozen=True):

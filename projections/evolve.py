@@ -361,6 +361,7 @@ def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
             taints=ev.taints,
             address=ev.address,
             hypervisor=ev.hypervisor,
+            console_port=ev.console_port,
             cordoned=view.cordoned if view else False,
             last_heartbeat=at,
         )

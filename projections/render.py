@@ -295,6 +295,12 @@ def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
                 )
             ],
             "addresses": [{"type": "InternalIP", "address": node.address}] if node.address else [],
+            # as a Node's kubelet endpoint: where the api reaches the node's handler
+            **(
+                {"daemonEndpoints": {"consoleEndpoint": {"Port": node.console_port}}}
+                if node.console_port
+                else {}
+            ),
             "schedulable": node.schedulable,
             "draining": node.draining,
             "heartbeatAgeSeconds": max(0.0, round(now - node.last_heartbeat, 3)),

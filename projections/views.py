@@ -148,6 +148,7 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     taints: tuple[Taint, ...] = ()
     address: str = ""
     hypervisor: str = "test"
+    console_port: int = 0
     cordoned: bool = False
     unresponsive: bool = False
     last_heartbeat: float = 0.0

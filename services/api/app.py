@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any, assert_never
 
 import msgspec
-from litestar import Litestar, Request, Response, get, route
+from litestar import Litestar, Request, Response, asgi, get, route
 from litestar.datastructures import State
 from litestar.enums import HttpMethod
 from litestar.exceptions import HTTPException
@@ -37,6 +37,7 @@ from services.api import (
     intents,
     openapi_k8s,
     patch,
+    streams,
     table,
 )
 from services.api import openapi as openapi_doc
@@ -428,6 +429,52 @@ def _subresource(spec: KindSpec) -> Any:
     return subresource
 
 
+# The VMI's stream subresources (KubeVirt's console, vnc and vnc/screenshot): relayed to
+# the node's console server (`services/api/streams.py`), never appended to the log.
+VMI_SUBRESOURCES = "/apis/subresources.kubevirt.io/v1/namespaces/{ns:str}/virtualmachineinstances"
+
+
+def _stream(channel: streams.Channel) -> Any:
+    async def stream(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":  # KubeVirt's answer to a request without an upgrade
+            body = _json.encode(msgspec.to_builtins(bad_request("websocket expected").status))
+            await send({"type": "http.response.start", "status": 400,
+                        "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+            await send({"type": "http.response.body", "body": body})
+            return
+        params = scope["path_params"]
+        api: ApiService = scope["app"].state["api"]
+        await streams.relay(
+            scope,
+            receive,
+            send,
+            lambda: streams.target(api.cluster, params["ns"], params["name"], channel),
+        )
+
+    return stream
+
+
+@get(f"{VMI_SUBRESOURCES}/{{name:str}}/vnc/screenshot", include_in_schema=False)
+async def vnc_screenshot(request: Request[Any, Any, Any]) -> Response[bytes]:
+    ns, name = request.path_params["ns"], request.path_params["name"]
+    png = await streams.screenshot(streams.target(_api(request).cluster, ns, name, "screenshot"))
+    return Response(png, media_type="image/png")
+
+
+STREAM_ROUTES = [
+    asgi(
+        f"{VMI_SUBRESOURCES}/{{name:str}}/console",
+        is_mount=False,
+        copy_scope=False,
+        name="vmi-console",
+    )(_stream("console")),
+    asgi(f"{VMI_SUBRESOURCES}/{{name:str}}/vnc", is_mount=False, copy_scope=False, name="vmi-vnc")(
+        _stream("vnc")
+    ),
+    vnc_screenshot,
+]
+
+
 GET, POST, PUT, DELETE = HttpMethod.GET, HttpMethod.POST, HttpMethod.PUT, HttpMethod.DELETE
 PATCH = HttpMethod.PATCH
 
@@ -632,6 +679,7 @@ def create_app(api: ApiService) -> Litestar:
     return Litestar(
         route_handlers=[
             *(handler for spec in kinds for handler in kind_routes(spec)),
+            *STREAM_ROUTES,
             healthz,
             readyz,
             metrics,

@@ -49,6 +49,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--image-dir", default=None, help="containerDisk images by name")
     p.add_argument("--qemu-pid-dir", default=None, help="default: from a NodeRuntime's URI")
     p.add_argument("--address", default="127.0.0.1")
+    p.add_argument(
+        "--console-port", type=int, default=0, help="qemu: console/VNC server (0: any free)"
+    )
     p.add_argument("--metrics-port", type=int, default=None)
     p.add_argument("--heartbeat-interval", type=float, default=5.0)
     p.add_argument("--stream", default="", help="event stream name (tests use others)")
@@ -62,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
             memory=a.memory,
             hypervisor=a.hypervisor,
             address=a.address,
+            console_port=a.console_port,
             libvirt_uri=a.libvirt_uri,
         ),
         nats_url=a.nats_url,

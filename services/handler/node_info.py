@@ -23,6 +23,8 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
     memory: str | None = None  # a Kubernetes quantity, e.g. "16Gi"
     hypervisor: str = "test"
     address: str = "127.0.0.1"
+    #: the console server's port (bound by the handler before it joins; 0: none)
+    console_port: int = 0
     #: where capacity comes from (the node's libvirtd in qemu mode)
     libvirt_uri: str = TEST_URI
 
@@ -97,6 +99,8 @@ def joined_event(
     same, so a restart within the duplicate window registers nothing new."""
     service = f"virt-handler-{cfg.name}"
     basis = f"{cap.cpu_millis}/{cap.memory_bytes}/{cfg.address}/{cfg.hypervisor}"
+    if cfg.console_port:
+        basis += f"/{cfg.console_port}"
     event_id = f"{service}/NodeJoined/{basis}"
     return NodeJoined(
         meta=Meta(
@@ -112,6 +116,7 @@ def joined_event(
         labels=node_labels,
         address=cfg.address,
         hypervisor=cfg.hypervisor,
+        console_port=cfg.console_port,
     )
 
 

@@ -31,6 +31,7 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from projections.evolve import evolve_migration
 from projections.views import MigrationView
+from services.handler.console_server import ConsoleServer
 from services.handler.decider import HandlerState, Input, NodeDecider
 from services.handler.effects import Action, MigrationRead, ReadMigration
 from services.handler.fleet import LauncherFleet
@@ -177,10 +178,15 @@ class Handler:
             reattach_interval=cfg.tick_interval,
         )
         self.fleet = fleet
+        node = cfg.node
+        consoles: ConsoleServer | None = None
+        if cfg.node.hypervisor == "qemu":  # bound before NodeJoined, which carries its port
+            consoles = ConsoleServer(cfg.launch.hypervisor_uri, "127.0.0.1", node.console_port)
+            node = msgspec.structs.replace(node, console_port=await consoles.start())
         decider = NodeDecider(
-            cfg.node,
-            capacity=capacity(cfg.node),
-            labels=labels(cfg.node),
+            node,
+            capacity=capacity(node),
+            labels=labels(node),
             qemu=cfg.launch.domain_type is not DomainType.TEST,
             hypervisor_uri=cfg.launch.hypervisor_uri,
         )
@@ -218,6 +224,8 @@ class Handler:
                 with contextlib.suppress(asyncio.CancelledError):
                     await heartbeats
             effects.close()
+            if consoles is not None:
+                await consoles.close()
             await fleet.close()
             if own_nc and self.nc is not None:
                 with contextlib.suppress(Exception):

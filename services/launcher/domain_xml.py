@@ -155,9 +155,21 @@ def build_domain_xml(
     ET.SubElement(serial, "target", port="0")
     console = ET.SubElement(devices, "console", type="pty")
     ET.SubElement(console, "target", type="serial", port="0")
+    if domain_type is not DomainType.TEST and devices_spec.get("autoattachGraphicsDevice", True):
+        _add_graphics(devices)
 
     ET.indent(root)
     return ET.tostring(root, encoding="unicode")
+
+
+def _add_graphics(devices: ET.Element) -> None:
+    """KubeVirt's default graphics device: a VGA card and a VNC server. The port is
+    libvirt's pick on loopback (each node's libvirtd picks a free one, so a migrated guest
+    gets a port of its own on the target); the handler reads it from the live XML."""
+    vnc = ET.SubElement(devices, "graphics", type="vnc", autoport="yes", listen="127.0.0.1")
+    ET.SubElement(vnc, "listen", type="address", address="127.0.0.1")
+    video = ET.SubElement(devices, "video")
+    ET.SubElement(video, "model", type="vga", vram="16384", heads="1")
 
 
 def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:

@@ -1,0 +1,270 @@
+"""The node's console server (qemu mode): what virt-handler's console server is to
+virt-api. The api reaches it at the node's address and `console_port` (NodeJoined) and
+relays its client's WebSocket to it.
+
+- `GET /v1/namespaces/{ns}/virtualmachineinstances/{name}/console`: WebSocket, binary
+  frames, the guest's serial console. The domain's serial port is a pty (libvirt's
+  `<console type="pty" tty=...>` in the live XML); the server opens that pty and relays
+  bytes both ways. QEMU keeps writing the console log file meanwhile.
+- `.../vnc`: WebSocket, binary frames, the bytes of a TCP connection to the domain's VNC
+  server (libvirt's autoport on loopback, read from the live XML): RFB as is.
+- `.../screenshot`: plain GET, `virDomainScreenshot` (PPM from QEMU) converted to PNG.
+
+One client per guest and channel: a new connection closes the previous one with 1001
+"close by another connection", as virt-handler does. The domain is looked up by name on
+each request, so after a live migration the target node's server finds the guest there
+and the source's answers 404."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import re
+import termios
+import tty
+import xml.etree.ElementTree as ET
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from http import HTTPStatus
+
+import libvirt
+import structlog
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.datastructures import Headers
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Request, Response
+
+log = structlog.get_logger()
+
+PATH = re.compile(
+    r"^/v1/namespaces/(?P<ns>[^/]+)/virtualmachineinstances/(?P<name>[^/]+)/"
+    r"(?P<channel>console|vnc|screenshot)$"
+)
+CHUNK = 64 * 1024
+
+
+class NoDomain(Exception):
+    """The guest is not on this node (not yet started, gone, or migrated away)."""
+
+
+@dataclass(frozen=True)
+class Endpoints:
+    """Where a running domain's console and VNC server are, from its live XML."""
+
+    pty: str | None
+    vnc_port: int | None
+
+
+def endpoints_of(xml: str) -> Endpoints:
+    """The serial console's pty and the VNC port of a live domain XML (pure)."""
+    root = ET.fromstring(xml)
+    pty = None
+    for el in root.iterfind("./devices/console"):
+        if el.get("type") == "pty" and el.get("tty"):
+            pty = el.get("tty")
+            break
+    port = None
+    for el in root.iterfind("./devices/graphics"):
+        if el.get("type") == "vnc" and (el.get("port") or "-1") != "-1":
+            port = int(el.get("port") or 0)
+            break
+    return Endpoints(pty=pty, vnc_port=port)
+
+
+def _domain_xml(uri: str, domain: str) -> str:
+    conn = libvirt.open(uri)
+    try:
+        dom = conn.lookupByName(domain)
+        if not dom.isActive():
+            raise NoDomain(domain)
+        return str(dom.XMLDesc(0))
+    except libvirt.libvirtError as e:
+        if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            raise NoDomain(domain) from None
+        raise
+    finally:
+        conn.close()
+
+
+def screenshot_png(uri: str, domain: str) -> bytes:
+    """The domain's first screen as PNG (virDomainScreenshot gives QEMU's PPM)."""
+    from PIL import Image  # imported here: only screenshots need it
+
+    conn = libvirt.open(uri)
+    try:
+        try:
+            dom = conn.lookupByName(domain)
+        except libvirt.libvirtError as e:
+            if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                raise NoDomain(domain) from None
+            raise
+        if not dom.isActive():
+            raise NoDomain(domain)
+        stream = conn.newStream(0)
+        data = bytearray()
+        try:
+            dom.screenshot(stream, 0, 0)
+            stream.recvAll(lambda _s, buf, _o: data.extend(buf), None)
+            stream.finish()
+        except BaseException:
+            with contextlib.suppress(libvirt.libvirtError):
+                stream.abort()
+            raise
+        out = io.BytesIO()
+        Image.open(io.BytesIO(bytes(data))).save(out, format="PNG")
+        return out.getvalue()
+    finally:
+        conn.close()
+
+
+def _text(status: HTTPStatus, message: str) -> Response:
+    body = message.encode()
+    headers = Headers([("Content-Type", "text/plain; charset=utf-8"),
+                       ("Content-Length", str(len(body)))])  # fmt: skip
+    return Response(status.value, status.phrase, headers, body)
+
+
+class ConsoleServer:
+    """The server on `host:port` (0: any free port) for the domains of libvirt `uri`."""
+
+    def __init__(self, uri: str, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.uri = uri
+        self.host = host
+        self.port = port
+        self._server: Server | None = None
+        self._active: dict[tuple[str, str, str], ServerConnection] = {}
+        self._endpoints: dict[ServerConnection, Endpoints] = {}  # handshake → session
+
+    async def start(self) -> int:
+        self._server = await serve(
+            self._session, self.host, self.port,
+            process_request=self._process_request, max_size=CHUNK * 4, compression=None,
+        )  # fmt: skip
+        self.port = next(iter(self._server.sockets)).getsockname()[1]
+        return self.port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._server.wait_closed(), 5)
+
+    async def _process_request(self, conn: ServerConnection, request: Request) -> Response | None:
+        m = PATH.match(request.path.split("?", 1)[0])
+        if m is None:
+            return _text(HTTPStatus.NOT_FOUND, "not found")
+        domain = f"{m['ns']}_{m['name']}"
+        try:
+            if m["channel"] == "screenshot":
+                png = await asyncio.to_thread(screenshot_png, self.uri, domain)
+                headers = Headers([("Content-Type", "image/png"),
+                                   ("Content-Length", str(len(png)))])  # fmt: skip
+                return Response(200, "OK", headers, png)
+            ends = endpoints_of(await asyncio.to_thread(_domain_xml, self.uri, domain))
+        except NoDomain:
+            return _text(HTTPStatus.NOT_FOUND, f"the domain {domain} is not running on this node")
+        except Exception as e:  # libvirtd away, an image it cannot read: one line
+            log.warning("console request failed", domain=domain, error=repr(e))
+            return _text(HTTPStatus.INTERNAL_SERVER_ERROR, str(e))
+        if m["channel"] == "console" and ends.pty is None:
+            return _text(HTTPStatus.BAD_REQUEST, "No serial consoles are present.")
+        if m["channel"] == "vnc" and ends.vnc_port is None:
+            return _text(HTTPStatus.BAD_REQUEST, "No graphics devices are present.")
+        self._endpoints[conn] = ends
+        return None
+
+    async def _session(self, ws: ServerConnection) -> None:
+        m = PATH.match(ws.request.path.split("?", 1)[0] if ws.request else "")
+        ends = self._endpoints.pop(ws, None)
+        if m is None or ends is None:
+            return
+        key = (m["ns"], m["name"], m["channel"])
+        previous = self._active.get(key)
+        self._active[key] = ws
+        if previous is not None:
+            await previous.close(1001, "close by another connection")
+        try:
+            if m["channel"] == "console":
+                assert ends.pty is not None
+                await _relay_pty(ws, ends.pty)
+            else:
+                assert ends.vnc_port is not None
+                await _relay_tcp(ws, "127.0.0.1", ends.vnc_port)
+        except (ConnectionClosed, OSError) as e:
+            log.info("console session ended", channel=m["channel"], vmi=m["name"], reason=repr(e))
+        finally:
+            if self._active.get(key) is ws:
+                del self._active[key]
+            await ws.close()
+
+
+async def _pump(
+    read: Callable[[], Awaitable[bytes]], ws: ServerConnection, write: Callable[[bytes], None]
+) -> None:
+    """Relay until either side ends: reads to the WebSocket, messages to `write`."""
+
+    async def outbound() -> None:
+        while data := await read():
+            await ws.send(data)
+
+    async def inbound() -> None:
+        async for message in ws:
+            write(message.encode() if isinstance(message, str) else message)
+
+    tasks = [asyncio.create_task(outbound()), asyncio.create_task(inbound())]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            if (exc := t.exception()) is not None:
+                raise exc
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _relay_pty(ws: ServerConnection, path: str) -> None:
+    fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+    try:
+        # raw, no echo: the guest's own tty does the line editing and echoing
+        with contextlib.suppress(termios.error):
+            tty.setraw(fd)
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[bytes] = asyncio.Queue()
+
+        def readable() -> None:
+            try:
+                queue.put_nowait(os.read(fd, CHUNK))
+            except BlockingIOError:
+                return
+            except OSError:  # QEMU closed its side: the guest is gone
+                loop.remove_reader(fd)
+                queue.put_nowait(b"")
+
+        def write(data: bytes) -> None:
+            view = memoryview(data)
+            while view:
+                try:
+                    view = view[os.write(fd, view) :]
+                except BlockingIOError:  # a full pty buffer: console input is tiny
+                    continue
+
+        loop.add_reader(fd, readable)
+        try:
+            await _pump(queue.get, ws, write)
+        finally:
+            loop.remove_reader(fd)
+    finally:
+        os.close(fd)
+
+
+async def _relay_tcp(ws: ServerConnection, host: str, port: int) -> None:
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        await _pump(lambda: reader.read(CHUNK), ws, writer.write)
+    finally:
+        writer.close()
+        with contextlib.suppress(Exception):
+            await writer.wait_closed()

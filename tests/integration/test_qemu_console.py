@@ -1,0 +1,234 @@
+"""A booted guest's console, VNC and screen through the real api and CLI, and its live
+migration (qemu mode, TCG). One `virtstream up --hypervisor qemu --nodes 2` and one guest
+(vm-cirros.yaml unchanged) for the module; the tests run in file order on that guest:
+console, VNC, screenshot, then the migration (which moves it to the other node).
+
+Skipped without the qemu packages or root."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pexpect
+import pytest
+import yaml
+from PIL import Image
+from websockets.sync.client import ClientConnection, connect
+
+from cli.up import live_launchers
+from ops import guest_images
+from ops.nats_server import free_port
+from ops.node_libvirtd import processes_in_namespace, read_state
+from services.launcher.rundir import guest_console_log
+from tests.integration.polling import until
+from tests.integration.qemu_support import CIRROS, qemu_marks
+
+pytestmark = qemu_marks
+
+REPO = Path(__file__).resolve().parents[2]
+VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
+VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
+SUB_VM = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines"
+SUB_VMI = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances"
+BOOT_TIMEOUT = 90.0  # a TCG boot takes ~3-5 s alone; the machine is shared
+COUNT = re.compile(r"count (\d+) up (\d+\.\d+)")
+
+
+class Cluster:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.server = f"http://127.0.0.1:{self.port}"
+        self.http = httpx.Client(base_url=self.server, timeout=10)
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "up", "--data-dir", str(self.data_dir),
+             "--port", str(self.port), "--nats-port", str(free_port()),
+             "--hypervisor", "qemu", "--nodes", "2"],
+            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        until(lambda: self.http.get(VMS).is_success, what="the API")
+        until(lambda: len(self.http.get("/api/v1/nodes").json()["items"]) == 2,
+              what="both nodes")  # fmt: skip
+
+    def stop(self) -> None:
+        self.http.close()
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            self.proc.communicate(timeout=90)
+        for pid in live_launchers(self.data_dir / "run"):
+            os.kill(pid, signal.SIGKILL)
+
+    def vmi(self, name: str) -> dict[str, Any]:
+        r = self.http.get(f"{VMIS}/{name}")
+        r.raise_for_status()
+        return dict(r.json())
+
+    def qemus(self, node: str) -> list[int]:
+        state = read_state(self.data_dir / "nodes" / node)
+        assert state is not None
+        return [
+            pid
+            for pid in processes_in_namespace(state.mount_namespace)
+            if Path(f"/proc/{pid}/comm").read_text().startswith("qemu")
+        ]
+
+    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "VIRTSTREAM_SERVER": self.server}
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", *args],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
+        )  # fmt: skip
+
+    def console(self, name: str) -> ClientConnection:
+        url = self.server.replace("http", "ws", 1) + f"{SUB_VMI}/{name}/console"
+        return connect(url, subprotocols=["plain.kubevirt.io"], max_size=None)  # type: ignore[list-item]
+
+
+def read_for(ws: ClientConnection, seconds: float) -> str:
+    out, end = b"", time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        try:
+            data = ws.recv(timeout=left)
+        except TimeoutError:
+            break
+        out += data if isinstance(data, bytes) else data.encode()
+    return out.decode(errors="replace")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    guest_images.ensure_images()
+    with tempfile.TemporaryDirectory(prefix="vs-qc-") as d:  # short: socket paths
+        c = Cluster(Path(d))
+        c.start()
+        try:
+            assert c.http.post(VMS, json=yaml.safe_load(CIRROS.read_text())).is_success
+            assert c.http.put(f"{SUB_VM}/vm-cirros/start", json={}).is_success
+            until(lambda: c.vmi("vm-cirros")["status"].get("phase") == "Running",
+                  timeout=BOOT_TIMEOUT, what="vm-cirros Running")  # fmt: skip
+            node = c.vmi("vm-cirros")["status"]["nodeName"]
+            log = guest_console_log(c.data_dir / "run", node, "default", "vm-cirros")
+            until(lambda: log.exists() and "vm-cirros:~# " in log.read_text(errors="replace"),
+                  timeout=BOOT_TIMEOUT, what="the guest's prompt")  # fmt: skip
+            yield c
+        finally:
+            c.stop()
+
+
+def test_console_answers_a_command_typed_through_the_cli(cluster: Cluster) -> None:
+    token = f"{random.randrange(16**6):06x}"
+    child = pexpect.spawn(
+        sys.executable, ["-m", "cli.main", "console", "vm-cirros", "--timeout", "1"],
+        cwd=str(REPO), env={**os.environ, "VIRTSTREAM_SERVER": cluster.server}, timeout=60,
+    )  # fmt: skip
+    try:
+        child.expect("The escape sequence is")
+        child.send("\r")
+        child.expect("vm-cirros:~# ")
+        # the shell's answer, not the typed line's echo: only the answer has 42 in it
+        child.send(f"echo hello-$((6*7))-{token}\r")
+        child.expect(f"hello-42-{token}")
+        child.sendcontrol("]")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+
+
+def test_console_of_a_missing_vmi_is_one_line_and_a_404(cluster: Cluster) -> None:
+    r = cluster.cli("console", "no-such-vmi", "--timeout", "0")
+    assert r.returncode == 1
+    assert r.stderr.strip().splitlines() == [
+        "error: Can't connect to websocket (404): virtualmachineinstances.kubevirt.io "
+        '"no-such-vmi" not found'
+    ]
+
+
+def test_vnc_proxy_only_gives_a_port_that_speaks_rfb(cluster: Cluster) -> None:
+    env = {**os.environ, "VIRTSTREAM_SERVER": cluster.server}
+    proxy = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "vnc", "vm-cirros", "--proxy-only"],
+        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proxy.stdout is not None
+        port = json.loads(proxy.stdout.readline())["port"]
+        import socket
+
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+            assert s.recv(12) == b"RFB 003.008\n"  # QEMU's ProtocolVersion
+            s.sendall(b"RFB 003.008\n")
+            count = s.recv(1)[0]  # the security types QEMU offers
+            assert count >= 1 and 1 in s.recv(count)  # 1: None (no password on loopback)
+    finally:
+        proxy.send_signal(signal.SIGINT)
+        proxy.wait(timeout=10)
+
+
+def test_a_screenshot_of_the_booted_guest_is_a_non_blank_png(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    out = tmp_path / "screen.png"
+    r = cluster.cli("screenshot", "vm-cirros", str(out))
+    assert r.returncode == 0, r.stderr
+    image = Image.open(out)
+    assert image.format == "PNG" and image.width >= 640
+    # text on the VGA console (console=tty0), not one flat colour
+    low, high = image.convert("L").getextrema()
+    assert isinstance(low, int) and isinstance(high, int) and high > low
+
+
+def test_live_migration_keeps_the_guest_running_and_the_console_follows(
+    cluster: Cluster,
+) -> None:
+    source = cluster.vmi("vm-cirros")["status"]["nodeName"]
+    source_qemus = cluster.qemus(source)
+    assert len(source_qemus) == 1
+    with cluster.console("vm-cirros") as ws:
+        ws.send(
+            b"\r(i=0; while true; do i=$((i+1)); "
+            b"echo \"count $i up $(cut -d' ' -f1 /proc/uptime)\"; sleep 1; done) &\r"
+        )
+        before = [(int(n), float(u)) for n, u in COUNT.findall(read_for(ws, 4))]
+    assert before, "the counter runs"
+    assert cluster.http.put(f"{SUB_VM}/vm-cirros/migrate", json={}).is_success
+
+    def migrated() -> str | None:
+        status = cluster.vmi("vm-cirros")["status"]
+        state = status.get("migrationState") or {}
+        done = state.get("completed") and status.get("nodeName") != source
+        return str(status["nodeName"]) if done else None
+
+    target = until(migrated, timeout=BOOT_TIMEOUT, what="the migration completed")
+    until(lambda: not cluster.qemus(source), timeout=30, what="the source's QEMU gone")
+    assert len(cluster.qemus(target)) == 1
+
+    def after_migration() -> list[tuple[int, float]] | None:
+        try:
+            with cluster.console("vm-cirros") as ws:
+                found = [(int(n), float(u)) for n, u in COUNT.findall(read_for(ws, 4))]
+        except Exception:  # the api may still route to the source for a moment
+            return None
+        return found or None
+
+    after = until(after_migration, timeout=60, what="the counter on the target's console")
+    last_n, last_up = before[-1]
+    first_n, first_up = after[0]
+    assert first_n > last_n, "the counter continued: no restart"
+    assert first_up > last_up, "uptime went on"
+    assert [n for n, _ in after] == sorted(n for n, _ in after)
