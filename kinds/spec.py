@@ -112,6 +112,9 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     name_rule: NameRule = NameRule.SUBDOMAIN  # what the API server checks its names against
     runs_launcher: bool = False  # `<ns>_<name>` names a launcher socket: a length limit
     subresources: tuple[Subresource, ...] = ()
+    # GET subresources the api relays from the node (console and vnc are WebSockets);
+    # listed in discovery and authorized like the others, served by services/api/streams.py
+    streams: tuple[str, ...] = ()
     printer_columns: tuple[PrinterColumn, ...] = ()
     columns: tuple[Column, ...] = ()
     admit: Admit | None = None

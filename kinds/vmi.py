@@ -143,6 +143,7 @@ SPEC = KindSpec(
         Subresource("unpause", _unpause, code=200, reads_body=False),
         Subresource("softreboot", _softreboot, code=200, reads_body=False),
     ),
+    streams=("console", "vnc", "vnc/screenshot"),
     printer_columns=(
         PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
         PrinterColumn("Phase", "string", ".status.phase"),

@@ -90,20 +90,26 @@ def group_versions(kinds: Registry) -> dict[str, dict[str, list[JSON]]]:
     for spec in kinds:
         out.setdefault(spec.group, {}).setdefault(spec.version, []).append(_resource(spec))
     for spec in kinds:
-        if not spec.subresources:
+        if not spec.subresources and not spec.streams:
             continue
         subs = out.setdefault(spec.subresource_group, {}).setdefault(spec.version, [])
-        for sub in spec.subresources:
+        for name, verbs in _sub_names(spec):
             subs.append(
                 {
-                    "name": f"{spec.plural}/{sub.name}",
+                    "name": f"{spec.plural}/{name}",
                     "singularName": "",
                     "namespaced": spec.namespaced,
                     "kind": "",
-                    "verbs": _sub_verbs(sub.method),
+                    "verbs": verbs,
                 }
             )
     return out
+
+
+def _sub_names(spec: KindSpec) -> list[tuple[str, list[str]]]:
+    """The kind's subresources with their verbs: actions, then the streams (GET only)."""
+    actions = [(s.name, _sub_verbs(s.method)) for s in spec.subresources]
+    return actions + [(name, ["get"]) for name in spec.streams]
 
 
 def _gv(group: str, version: str) -> JSON:
@@ -207,11 +213,11 @@ def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
         groups.setdefault(spec.group, {}).setdefault(spec.version, []).append(_discovery(spec, []))
     if not core:  # each subresource group lists its parents, verbs only on the subresources
         for spec in kinds:
-            if not spec.subresources:
+            if not spec.subresources and not spec.streams:
                 continue
             subs = [
-                {"subresource": s.name, "responseKind": _gvk(spec), "verbs": _sub_verbs(s.method)}
-                for s in spec.subresources
+                {"subresource": name, "responseKind": _gvk(spec), "verbs": verbs}
+                for name, verbs in _sub_names(spec)
             ]
             parent = _discovery(spec, subs)
             parent["verbs"] = []

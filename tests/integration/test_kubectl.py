@@ -72,6 +72,7 @@ async def test_version_and_api_resources(kubectl: Kubectl) -> None:
     raw = json.loads((await kubectl("get", "--raw", "/apis/subresources.kubevirt.io/v1")).out)
     names = {r["name"] for r in raw["resources"]}
     assert {"virtualmachines/start", "virtualmachineinstances/pause"} <= names
+    assert {"virtualmachineinstances/console", "virtualmachineinstances/vnc"} <= names
 
 
 async def test_apply_get_patch_label_delete(kubectl: Kubectl) -> None:
