@@ -7,9 +7,7 @@ store: writes answer 405."""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
-from collections.abc import AsyncIterator
 from typing import Any, assert_never
 
 import msgspec
@@ -29,22 +27,24 @@ from kinds.spec import Answer, CallArgs, KindSpec
 from projections import replay
 from projections.cluster import Cluster
 from readside import timetravel
-from readside.watch import Selector, SelectorError, TooOldResourceVersion, Watcher
+from readside.watch import Selector, SelectorError, TooOldResourceVersion
 from services.api import (
     bodies,
     discovery,
+    dryrun,
     field_validation,
     intents,
     openapi_k8s,
+    pagination,
     patch,
     table,
+    watch_stream,
 )
 from services.api import openapi as openapi_doc
 from services.api.errors import (
     ApiError,
     Resource,
     bad_request,
-    gone,
     method_not_allowed,
     not_found,
     read_replica,
@@ -59,7 +59,6 @@ from services.api.service import IDEMPOTENCY_HEADER, ApiService, Idempotency
 JSON = dict[str, Any]
 CORRELATION_HEADER = "x-correlation-id"
 BODY_SECONDS = 10.0
-WATCH_MAX_SECONDS = 3600.0  # the API server's longest default watch (2 x minRequestTimeout)
 _json = msgspec.json.Encoder()
 
 
@@ -121,8 +120,17 @@ def _writable(api: ApiService) -> None:
         raise read_replica()
 
 
-def _object_response(api: ApiService, outcome: intents.Outcome) -> Response[bytes]:
-    obj = api.runner.get(outcome.kind, outcome.key)
+def _dry_run(request: Request[Any, Any, Any]) -> bool:
+    return dryrun.requested(request.query_params)
+
+
+def _object_response(
+    api: ApiService, outcome: intents.Outcome, dry_run: bool = False
+) -> Response[bytes]:
+    if dry_run:
+        obj = dryrun.preview(api.cluster, api.kinds, outcome, api.runner.clock())
+    else:
+        obj = api.runner.get(outcome.kind, outcome.key)
     if obj is None:  # deleted at once (nothing left to tear down)
         res = api.kinds.of(outcome.kind).resource
         name = outcome.key.rsplit("/", 1)[-1]
@@ -176,7 +184,7 @@ async def _list_or_watch(
     if _is_watch(request):
         if "watch" not in spec.verbs or not _renders_own(api, spec):
             raise method_not_allowed()
-        return _watch(request, api, selector)
+        return _watch(request, api, spec, selector)
     if _renders_own(api, spec):
         items = api.runner.list(selector)
     else:
@@ -187,64 +195,44 @@ async def _list_or_watch(
             if (obj := _render_at(spec, api.cluster, k, now)) is not None
             and selector.matches(kind, obj)
         ]
-    rv = str(api.runner.last_seq)
+    q = request.query_params
+    current = api.runner.last_seq
+    token = pagination.start(q, current, api.runner.history_floor)
+    keyed = [(_key_of(spec, obj), obj) for obj in items]
+    page = pagination.page(keyed, pagination.limit_of(q), token, current)
+    meta = pagination.list_metadata(page)
     if table.wants_table(request.headers.get("accept", "")):
-        return _respond(table.table(table.columns(spec), items, rv))
+        doc = table.table(table.columns(spec), page.items, meta["resourceVersion"])
+        doc["metadata"] = meta
+        return _respond(doc)
     body = {
         "apiVersion": spec.api_version,
         "kind": spec.list_kind,
-        "metadata": {"resourceVersion": rv},
-        "items": items,
+        "metadata": meta,
+        "items": page.items,
     }
     return _respond(body)
 
 
-def _watch(request: Request[Any, Any, Any], api: ApiService, selector: Selector) -> Response[Any]:
-    q = request.query_params
-    rv_text = q.get("resourceVersion") or ""
+def _key_of(spec: KindSpec, obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return spec.key(meta.get("namespace", ""), meta.get("name", ""))
+
+
+def _watch(
+    request: Request[Any, Any, Any], api: ApiService, spec: KindSpec, selector: Selector
+) -> Response[Any]:
+    opts = watch_stream.WatchOptions.parse(
+        request.query_params, request.headers.get("accept", "")
+    )
     try:
-        rv = int(rv_text) if rv_text else None
-        timeout_seconds = float(q.get("timeoutSeconds") or 0) or None
-    except ValueError:
-        raise bad_request(f"invalid resourceVersion or timeoutSeconds: {rv_text!r}") from None
-    if timeout_seconds is not None:
-        if not math.isfinite(timeout_seconds) or timeout_seconds < 0:
-            raise bad_request(f"invalid timeoutSeconds: {q.get('timeoutSeconds')!r}")
-        timeout_seconds = min(timeout_seconds, WATCH_MAX_SECONDS)
-    try:
-        watcher = api.runner.watch(selector, rv)
+        watcher = api.runner.watch(selector, opts.resource_version)
     except TooOldResourceVersion as exc:
-        # Kubernetes answers an expired watch with 200 and an ERROR event holding a 410.
-        status = msgspec.to_builtins(gone(str(exc)).status)
-
-        async def expired() -> AsyncIterator[bytes]:
-            yield _json.encode({"type": "ERROR", "object": status}) + b"\n"
-
-        return Stream(expired(), media_type="application/json")
-
-    async def events() -> AsyncIterator[bytes]:
-        deadline = time.monotonic() + timeout_seconds if timeout_seconds else None
-        try:
-            while True:
-                wait = None if deadline is None else deadline - time.monotonic()
-                if wait is not None and wait <= 0:
-                    return
-                try:
-                    item = await _next(watcher, wait)
-                except TimeoutError:
-                    return
-                if item is None:
-                    return
-                yield _json.encode(item) + b"\n"
-        finally:
-            api.runner.unwatch(watcher)
-
-    return Stream(events(), media_type="application/json")
-
-
-async def _next(watcher: Watcher, wait: float | None) -> JSON | None:
-    item = await asyncio.wait_for(watcher.queue.get(), wait)
-    return item
+        return Stream(watch_stream.expired(str(exc)), media_type="application/json")
+    lines = watch_stream.stream(
+        spec, watcher, opts, lambda: api.runner.last_seq, api.runner.unwatch
+    )
+    return Stream(lines, media_type="application/json")
 
 
 def _renders_own(api: ApiService, spec: KindSpec) -> bool:
@@ -324,12 +312,14 @@ def _collection(spec: KindSpec) -> Any:
         _writable(api)
         body = await _body(request)
         warnings = _field_warnings(request, spec, body)
+        dry = _dry_run(request)
         outcome = await api.execute(
             lambda c, ctx: intents.create(c, spec, ns, body, ctx),
             _correlation_id(request),
             _idempotency(request, body),
+            dry_run=dry,
         )
-        return _with_warnings(_object_response(api, outcome), warnings)
+        return _with_warnings(_object_response(api, outcome, dry), warnings)
 
     return collection
 
@@ -354,21 +344,25 @@ def _item(spec: KindSpec) -> Any:
         if request.method == "PUT":
             warnings = _field_warnings(request, spec, body)
             updatable = api.kinds.updatable
+            dry = _dry_run(request)
             outcome = await api.execute(
                 lambda c, ctx: intents.update(c, spec, ns, name, body, ctx, updatable=updatable),
                 _correlation_id(request),
                 _idempotency(request, body),
+                dry_run=dry,
             )
-            return _with_warnings(_object_response(api, outcome), warnings)
+            return _with_warnings(_object_response(api, outcome, dry), warnings)
         delete = spec.delete
         assert delete is not None  # the route serves DELETE only for kinds that have it
         args = _args(request, body)
+        dry = _dry_run(request)
         outcome = await api.execute(
             lambda c, ctx: delete(c, ns, name, args, ctx),
             _correlation_id(request),
             _idempotency(request, body),
+            dry_run=dry,
         )
-        return _object_response(api, outcome)
+        return _object_response(api, outcome, dry)
 
     return item
 
@@ -393,12 +387,14 @@ async def _patch(
         return patched
 
     updatable = api.kinds.updatable
+    dry = _dry_run(request)
     outcome = await api.execute(
         lambda c, ctx: intents.patch(c, spec, ns, name, change, ctx, updatable=updatable),
         _correlation_id(request),
         None,
+        dry_run=dry,
     )
-    return _with_warnings(_object_response(api, outcome), warnings)
+    return _with_warnings(_object_response(api, outcome, dry), warnings)
 
 
 def _subresource(spec: KindSpec) -> Any:
@@ -410,18 +406,24 @@ def _subresource(spec: KindSpec) -> Any:
         if sub is None or sub.method != request.method:
             raise unknown_resource()
         args = _args(request, await _body(request) if sub.reads_body else {})
+        dry = _dry_run(request)
         outcome = await api.execute(
             lambda c, ctx: sub.act(c, ns, name, args, ctx),
             _correlation_id(request),
             _idempotency(request, args.body),
+            dry_run=dry,
         )
         match sub.answer:
             case Answer.EMPTY:
                 return Response(b"", status_code=sub.code)
             case Answer.OBJECT:
-                return _object_response(api, outcome)
+                return _object_response(api, outcome, dry)
             case Answer.CREATED:
-                return _respond(api.runner.get(outcome.kind, outcome.key) or {}, sub.code)
+                if dry:
+                    created = dryrun.preview(api.cluster, api.kinds, outcome, api.runner.clock())
+                else:
+                    created = api.runner.get(outcome.kind, outcome.key)
+                return _respond(created or {}, sub.code)
             case _:
                 assert_never(sub.answer)
 
