@@ -30,8 +30,10 @@ from readside import timetravel
 from readside.watch import Selector, SelectorError, TooOldResourceVersion
 from services.api import (
     bodies,
+    delete_options,
     discovery,
     dryrun,
+    field_manager,
     field_validation,
     intents,
     openapi_k8s,
@@ -45,6 +47,7 @@ from services.api.errors import (
     ApiError,
     Resource,
     bad_request,
+    invalid_request,
     method_not_allowed,
     not_found,
     read_replica,
@@ -222,9 +225,7 @@ def _key_of(spec: KindSpec, obj: JSON) -> str:
 def _watch(
     request: Request[Any, Any, Any], api: ApiService, spec: KindSpec, selector: Selector
 ) -> Response[Any]:
-    opts = watch_stream.WatchOptions.parse(
-        request.query_params, request.headers.get("accept", "")
-    )
+    opts = watch_stream.WatchOptions.parse(request.query_params, request.headers.get("accept", ""))
     try:
         watcher = api.runner.watch(selector, opts.resource_version)
     except TooOldResourceVersion as exc:
@@ -311,10 +312,13 @@ def _collection(spec: KindSpec) -> Any:
         api = _api(request)
         _writable(api)
         body = await _body(request)
+        if request.method == "DELETE":
+            return await _delete_collection(request, api, spec, ns, body)
         warnings = _field_warnings(request, spec, body)
         dry = _dry_run(request)
+        fields = _ownership(request)
         outcome = await api.execute(
-            lambda c, ctx: intents.create(c, spec, ns, body, ctx),
+            lambda c, ctx: intents.create(c, spec, ns, body, ctx, fields=fields),
             _correlation_id(request),
             _idempotency(request, body),
             dry_run=dry,
@@ -322,6 +326,44 @@ def _collection(spec: KindSpec) -> Any:
         return _with_warnings(_object_response(api, outcome, dry), warnings)
 
     return collection
+
+
+async def _delete_collection(
+    request: Request[Any, Any, Any], api: ApiService, spec: KindSpec, ns: str, body: JSON
+) -> Response[bytes]:
+    """deletecollection: every object the selectors match, each deleted as its own
+    write (its own event, on its own aggregate's version); answered with the list of
+    what was deleted, as each delete answered."""
+    delete = spec.delete
+    assert delete is not None
+    selector = _selector(request, spec.event_kind, ns)
+    args = _args(request, body)
+    opts = delete_options.DeleteOptions.parse(args.query, body)
+    dry = _dry_run(request)
+    cid = _correlation_id(request)
+    items: list[JSON] = []
+    for obj in api.runner.list(selector):
+        meta = obj.get("metadata") or {}
+        name, obj_ns = meta.get("name", ""), meta.get("namespace", "")
+
+        def decide(c: Cluster, ctx: intents.RequestContext, n: str = name, o: str = obj_ns) -> Any:
+            return delete_options.delete_one(c, spec, delete, o, n, args, opts, ctx)
+
+        try:
+            outcome = await api.execute(decide, cid, None, dry_run=dry)
+        except ApiError as err:
+            if err.code == 404:  # gone meanwhile: nothing left to delete
+                continue
+            raise
+        if dry:
+            shown = dryrun.preview(api.cluster, api.kinds, outcome, api.runner.clock())
+        else:
+            shown = api.runner.get(outcome.kind, outcome.key)
+        items.append(shown if shown is not None else obj)
+    meta = {"resourceVersion": str(api.runner.last_seq)}
+    return _respond(
+        {"apiVersion": spec.api_version, "kind": spec.list_kind, "metadata": meta, "items": items}
+    )
 
 
 def _all_namespaces(spec: KindSpec) -> Any:
@@ -345,8 +387,11 @@ def _item(spec: KindSpec) -> Any:
             warnings = _field_warnings(request, spec, body)
             updatable = api.kinds.updatable
             dry = _dry_run(request)
+            fields = _ownership(request)
             outcome = await api.execute(
-                lambda c, ctx: intents.update(c, spec, ns, name, body, ctx, updatable=updatable),
+                lambda c, ctx: intents.update(
+                    c, spec, ns, name, body, ctx, updatable=updatable, fields=fields
+                ),
                 _correlation_id(request),
                 _idempotency(request, body),
                 dry_run=dry,
@@ -355,9 +400,10 @@ def _item(spec: KindSpec) -> Any:
         delete = spec.delete
         assert delete is not None  # the route serves DELETE only for kinds that have it
         args = _args(request, body)
+        opts = delete_options.DeleteOptions.parse(args.query, body)
         dry = _dry_run(request)
         outcome = await api.execute(
-            lambda c, ctx: delete(c, ns, name, args, ctx),
+            lambda c, ctx: delete_options.delete_one(c, spec, delete, ns, name, args, opts, ctx),
             _correlation_id(request),
             _idempotency(request, body),
             dry_run=dry,
@@ -378,7 +424,9 @@ async def _patch(
             f"the request body was not received within {BODY_SECONDS:g}s"
         ) from None
     content_type = request.headers.get("content-type", "")
-    patch.check_type(content_type)  # an unsupported patch type is a 415 before anything
+    mtype = patch.check_type(content_type)  # an unsupported type is a 415 before anything
+    if mtype == patch.APPLY:
+        return await _apply(request, api, spec, ns, name, raw)
     warnings: list[str] = []
 
     def change(current: JSON) -> JSON:
@@ -388,13 +436,59 @@ async def _patch(
 
     updatable = api.kinds.updatable
     dry = _dry_run(request)
+    fields = _ownership(request)
     outcome = await api.execute(
-        lambda c, ctx: intents.patch(c, spec, ns, name, change, ctx, updatable=updatable),
+        lambda c, ctx: intents.patch(
+            c, spec, ns, name, change, ctx, updatable=updatable, fields=fields
+        ),
         _correlation_id(request),
         None,
         dry_run=dry,
     )
     return _with_warnings(_object_response(api, outcome, dry), warnings)
+
+
+async def _apply(
+    request: Request[Any, Any, Any],
+    api: ApiService,
+    spec: KindSpec,
+    ns: str,
+    name: str,
+    raw: bytes,
+) -> Response[bytes]:
+    """Server-side apply (`application/apply-patch+yaml`): `fieldManager` is required,
+    `force=true` takes conflicting fields."""
+    q = request.query_params
+    manager = field_manager.check_manager(q.get("fieldManager") or "")
+    if not manager:
+        raise invalid_request(
+            'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+            "is required for apply patch"
+        )
+    force = (q.get("force") or "").lower() in ("true", "1")
+    config = bodies.parse(raw, "application/yaml")
+    warnings = _field_warnings(request, spec, config)
+    updatable = api.kinds.updatable
+    dry = _dry_run(request)
+    outcome = await api.execute(
+        lambda c, ctx: intents.server_side_apply(
+            c, spec, ns, name, config, ctx, manager=manager, force=force, updatable=updatable
+        ),
+        _correlation_id(request),
+        None,
+        dry_run=dry,
+    )
+    return _with_warnings(_object_response(api, outcome, dry), warnings)
+
+
+def _ownership(request: Request[Any, Any, Any]) -> field_manager.Ownership:
+    """The request's field manager takes what it changes: `?fieldManager=`, else the
+    client's User-Agent up to its first `/`, as the API server names it."""
+    manager = request.query_params.get("fieldManager") or ""
+    if not manager:
+        agent = request.headers.get("user-agent", "")
+        manager = agent.split("/", 1)[0] or "unknown"
+    return field_manager.tracked_update(field_manager.check_manager(manager))
 
 
 def _subresource(spec: KindSpec) -> Any:
@@ -443,7 +537,7 @@ def kind_routes(spec: KindSpec) -> list[HTTPRouteHandler]:
     create), across namespaces when namespaced, the item (get, update, delete) and one
     route for its subresources."""
     coll = spec.collection_path("{ns:str}") if spec.namespaced else spec.collection_path()
-    coll_methods = _methods(spec, {GET: "list", POST: "create"})
+    coll_methods = _methods(spec, {GET: "list", POST: "create", DELETE: "delete"})
     item_methods = _methods(spec, {GET: "get", PUT: "update", PATCH: "update", DELETE: "delete"})
     routes = [
         route(coll, http_method=coll_methods, status_code=200)(_collection(spec)),
