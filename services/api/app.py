@@ -205,7 +205,9 @@ async def _list_or_watch(
     page = pagination.page(keyed, pagination.limit_of(q), token, current)
     meta = pagination.list_metadata(page)
     if table.wants_table(request.headers.get("accept", "")):
-        doc = table.table(table.columns(spec), page.items, meta["resourceVersion"])
+        doc = table.table(
+            table.columns(spec), page.items, meta["resourceVersion"], api.runner.clock()
+        )
         doc["metadata"] = meta
         return _respond(doc)
     body = {
@@ -230,6 +232,9 @@ def _watch(
         watcher = api.runner.watch(selector, opts.resource_version)
     except TooOldResourceVersion as exc:
         return Stream(watch_stream.expired(str(exc)), media_type="application/json")
+    if opts.send_initial_events:  # queued before any later change: nothing is folded between
+        end = watch_stream.bookmark(spec, api.runner.last_seq, initial_end=True)
+        watcher.queue.put_nowait(end)
     lines = watch_stream.stream(
         spec, watcher, opts, lambda: api.runner.last_seq, api.runner.unwatch
     )
@@ -262,7 +267,7 @@ async def _get_one(request: Request[Any, Any, Any], spec: KindSpec, k: str) -> R
     if obj is None:
         raise not_found(spec.resource, k.rsplit("/", 1)[-1])
     if table.wants_table(request.headers.get("accept", "")):
-        return _respond(table.table(table.columns(spec), [obj]))
+        return _respond(table.table(table.columns(spec), [obj], now=api.runner.clock()))
     return _respond(obj)
 
 
@@ -431,7 +436,10 @@ async def _patch(
 
     def change(current: JSON) -> JSON:
         patched = patch.apply(current, raw, content_type)
-        warnings[:] = _field_warnings(request, spec, patched)
+        # the status is the server's (it may carry virtstream's own fields): only what
+        # the client can write is validated
+        written = {k: v for k, v in patched.items() if k != "status"}
+        warnings[:] = _field_warnings(request, spec, written)
         return patched
 
     updatable = api.kinds.updatable
@@ -668,7 +676,7 @@ async def namespaces(request: Request[Any, Any, Any]) -> Response[bytes]:
     items = _namespaces(request)
     rv = str(_api(request).runner.last_seq)
     if table.wants_table(request.headers.get("accept", "")):
-        return _respond(table.table(table.NAMESPACE_COLUMNS, items, rv))
+        return _respond(table.table(table.NAMESPACE_COLUMNS, items, rv, time.time()))
     meta = {"resourceVersion": rv}
     return _respond({"apiVersion": "v1", "kind": "NamespaceList", "metadata": meta, "items": items})
 
@@ -680,7 +688,7 @@ async def namespace(request: Request[Any, Any, Any]) -> Response[bytes]:
     if not found:
         raise not_found(Resource("namespaces", "", "Namespace"), name)
     if table.wants_table(request.headers.get("accept", "")):
-        return _respond(table.table(table.NAMESPACE_COLUMNS, found))
+        return _respond(table.table(table.NAMESPACE_COLUMNS, found, now=time.time()))
     return _respond(found[0])
 
 

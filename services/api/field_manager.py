@@ -75,7 +75,16 @@ def _set(obj: JSON, path: Path, value: Any) -> None:
         if not isinstance(nxt, dict):
             nxt = obj[part] = {}
         obj = nxt
+    if value == {} and isinstance(obj.get(path[-1]), dict):
+        return  # an empty map applies its presence, not the removal of what is in it
     obj[path[-1]] = copy.deepcopy(value)
+
+
+def _differs(current: JSON | None, config: JSON, path: Path) -> bool:
+    wanted, have = value_at(config, path), value_at(current, path)
+    if wanted == {}:
+        return not isinstance(have, dict)
+    return bool(wanted != have)
 
 
 def _remove(obj: JSON, path: Path) -> None:
@@ -269,7 +278,7 @@ def apply(
         if m == manager:
             continue
         for p in sorted(wanted):
-            if any(_overlaps(p, q) for q in paths) and value_at(current, p) != value_at(config, p):
+            if any(_overlaps(p, q) for q in paths) and _differs(current, config, p):
                 taken.add(p)
                 if (m, p) not in conflicts:
                     conflicts.append((m, p))

@@ -252,8 +252,6 @@ def update(
     """Replace the object (on its resourceVersion and uid, when the body gives them).
     `updatable`: the plurals that accept updates, for the refusal's message."""
     res = spec.resource
-    if spec.updated is None:
-        raise bad_request(f"{res} cannot be updated: only {' and '.join(updatable)} can")
     namespace = namespace if spec.namespaced else ""
     meta = _metadata(raw)
     body_name = meta.get("name")
@@ -294,6 +292,8 @@ def update(
         # as the API server: a no-op update appends nothing (resourceVersion and
         # generation stay), and kubectl reports the object unchanged
         return Outcome((), spec.event_kind, k, 200)
+    if spec.updated is None:  # an immutable kind accepts only an update that changes nothing
+        raise bad_request(f"{res} cannot be updated: only {' and '.join(updatable)} can")
     event = spec.updated(ctx.meta(spec.event_kind, namespace, name, current.uid), manifest)
     return Outcome((Append(event, current.version),), spec.event_kind, k, 200)
 
@@ -313,8 +313,6 @@ def patch(
     """A PATCH: `change` (the patch, pure) is applied to the object as it is served now
     and the result goes through `update`, so it is admitted and appended on the version
     it was decided against; a `metadata.resourceVersion` the patch sets is a precondition."""
-    if spec.updated is None:
-        raise bad_request(f"{spec.resource} cannot be updated: only {' and '.join(updatable)} can")
     namespace = namespace if spec.namespaced else ""
     current = view(cluster, spec, namespace, name)
     patched = change(spec.render(cluster, current, ctx.now))

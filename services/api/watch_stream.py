@@ -19,7 +19,7 @@ import msgspec
 from kinds.spec import KindSpec
 from readside.watch import Watcher
 from services.api import table
-from services.api.errors import bad_request, gone
+from services.api.errors import bad_request, gone, invalid_request
 
 JSON = dict[str, Any]
 WATCH_MAX_SECONDS = 3600.0  # the API server's longest default watch (2 x minRequestTimeout)
@@ -34,6 +34,7 @@ class WatchOptions:
     timeout_seconds: float | None
     bookmarks: bool
     as_table: bool
+    send_initial_events: bool = False
 
     @classmethod
     def parse(cls, query: Mapping[str, str], accept: str) -> WatchOptions:
@@ -47,8 +48,20 @@ class WatchOptions:
             if not math.isfinite(timeout_seconds) or timeout_seconds < 0:
                 raise bad_request(f"invalid timeoutSeconds: {query.get('timeoutSeconds')!r}")
             timeout_seconds = min(timeout_seconds, WATCH_MAX_SECONDS)
-        bookmarks = (query.get("allowWatchBookmarks") or "").lower() in ("true", "1")
-        return cls(rv, timeout_seconds, bookmarks, table.wants_table(accept))
+        bookmarks = _flag(query, "allowWatchBookmarks")
+        initial = _flag(query, "sendInitialEvents")
+        if initial and not bookmarks:
+            raise invalid_request(
+                "allowWatchBookmarks: Required value: sendInitialEvents requires "
+                "setting allowWatchBookmarks to true"
+            )
+        if initial:  # a watch-list: the current objects, then the end-of-initial bookmark
+            rv = None
+        return cls(rv, timeout_seconds, bookmarks, table.wants_table(accept), initial)
+
+
+def _flag(query: Mapping[str, str], name: str) -> bool:
+    return (query.get(name) or "").lower() in ("true", "1")
 
 
 def expired(message: str) -> AsyncIterator[bytes]:
@@ -64,11 +77,21 @@ def expired(message: str) -> AsyncIterator[bytes]:
 def _as_table(spec: KindSpec, event: JSON) -> JSON:
     obj = event["object"]
     rv = str((obj.get("metadata") or {}).get("resourceVersion", ""))
-    return {"type": event["type"], "object": table.table(table.columns(spec), [obj], rv)}
+    return {
+        "type": event["type"],
+        "object": table.table(table.columns(spec), [obj], rv, time.time()),
+    }
 
 
-def bookmark(spec: KindSpec, rv: int) -> JSON:
-    meta = {"resourceVersion": str(rv)}
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
+def bookmark(spec: KindSpec, rv: int, *, initial_end: bool = False) -> JSON:
+    """A BOOKMARK; the one that ends a watch-list's initial events is annotated so
+    (client-go's reflector waits for it before it reports the list synced)."""
+    meta: JSON = {"resourceVersion": str(rv)}
+    if initial_end:
+        meta["annotations"] = {INITIAL_EVENTS_END: "true"}
     return {
         "type": "BOOKMARK",
         "object": {"kind": spec.kind, "apiVersion": spec.api_version, "metadata": meta},
