@@ -210,7 +210,9 @@ def test_patch_label_annotate_edit_and_refusals(cluster: Cluster, tmp_path: Path
 
     k("label", "vm", "vm-cirros", "tier=web")
     k("annotate", "vm", "vm-cirros", "owner=ops")
-    meta = json.loads(k("get", "vm", "vm-cirros", "-o", "json").out)["metadata"]
+    meta = json.loads(k("get", "vm", "vm-cirros", "-o", "json", "--show-managed-fields").out)[
+        "metadata"
+    ]
     assert meta["labels"]["tier"] == "web" and meta["annotations"]["owner"] == "ops"
     managers = {(m["manager"], m["operation"]) for m in meta["managedFields"]}
     assert {("kubectl-label", "Update"), ("kubectl-annotate", "Update")} <= managers
@@ -250,7 +252,7 @@ def test_server_side_apply_conflict_and_diff(cluster: Cluster, tmp_path: Path) -
     assert "-  runStrategy: Halted" in diff.out and "+  runStrategy: Manual" in diff.out
 
     k("apply", "--server-side", "--field-manager=other", "--force-conflicts", "-f", str(other))
-    obj = json.loads(k("get", "vm", "vm-ssa", "-o", "json").out)
+    obj = json.loads(k("get", "vm", "vm-ssa", "-o", "json", "--show-managed-fields").out)
     assert obj["spec"]["runStrategy"] == "Manual"
     owners = {m["manager"]: m for m in obj["metadata"]["managedFields"]}
     assert "f:runStrategy" in owners["other"]["fieldsV1"]["f:spec"]
