@@ -21,12 +21,17 @@ class Connection:
         return cls(reader, writer, f"{host}:{port}")
 
     async def request(
-        self, method: str, path: str, body: object | None = None
+        self,
+        method: str,
+        path: str,
+        body: object | None = None,
+        content_type: str = "application/json",
+        accept: str = "application/json",
     ) -> tuple[int, bytes]:
         payload = json.dumps(body).encode() if body is not None else b""
         head = (
-            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\n"
-            f"Content-Type: application/json\r\nContent-Length: {len(payload)}\r\n\r\n"
+            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nAccept: {accept}\r\n"
+            f"Content-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n\r\n"
         )
         self.writer.write(head.encode() + payload)
         status_line = await self.reader.readline()

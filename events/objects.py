@@ -51,6 +51,7 @@ class ObjectMeta(KubeObject):
     deletion_timestamp: str | None = None
     deletion_grace_period_seconds: int | None = None
     owner_references: list[OwnerReference] | None = None
+    managed_fields: list[dict[str, Any]] | None = None  # server-set (field ownership)
     finalizers: list[str] | None = None
 
 

@@ -7,9 +7,7 @@ store: writes answer 405."""
 from __future__ import annotations
 
 import asyncio
-import math
 import time
-from collections.abc import AsyncIterator
 from typing import Any, assert_never
 
 import msgspec
@@ -29,23 +27,28 @@ from kinds.spec import Answer, CallArgs, KindSpec
 from projections import replay
 from projections.cluster import Cluster
 from readside import timetravel
-from readside.watch import Selector, SelectorError, TooOldResourceVersion, Watcher
+from readside.watch import Selector, SelectorError, TooOldResourceVersion
 from services.api import (
     bodies,
+    delete_options,
     discovery,
+    dryrun,
+    field_manager,
     field_validation,
     intents,
     openapi_k8s,
+    pagination,
     patch,
     streams,
     table,
+    watch_stream,
 )
 from services.api import openapi as openapi_doc
 from services.api.errors import (
     ApiError,
     Resource,
     bad_request,
-    gone,
+    invalid_request,
     method_not_allowed,
     not_found,
     read_replica,
@@ -60,7 +63,6 @@ from services.api.service import IDEMPOTENCY_HEADER, ApiService, Idempotency
 JSON = dict[str, Any]
 CORRELATION_HEADER = "x-correlation-id"
 BODY_SECONDS = 10.0
-WATCH_MAX_SECONDS = 3600.0  # the API server's longest default watch (2 x minRequestTimeout)
 _json = msgspec.json.Encoder()
 
 
@@ -122,8 +124,17 @@ def _writable(api: ApiService) -> None:
         raise read_replica()
 
 
-def _object_response(api: ApiService, outcome: intents.Outcome) -> Response[bytes]:
-    obj = api.runner.get(outcome.kind, outcome.key)
+def _dry_run(request: Request[Any, Any, Any]) -> bool:
+    return dryrun.requested(request.query_params)
+
+
+def _object_response(
+    api: ApiService, outcome: intents.Outcome, dry_run: bool = False
+) -> Response[bytes]:
+    if dry_run:
+        obj = dryrun.preview(api.cluster, api.kinds, outcome, api.runner.clock())
+    else:
+        obj = api.runner.get(outcome.kind, outcome.key)
     if obj is None:  # deleted at once (nothing left to tear down)
         res = api.kinds.of(outcome.kind).resource
         name = outcome.key.rsplit("/", 1)[-1]
@@ -177,7 +188,7 @@ async def _list_or_watch(
     if _is_watch(request):
         if "watch" not in spec.verbs or not _renders_own(api, spec):
             raise method_not_allowed()
-        return _watch(request, api, selector)
+        return _watch(request, api, spec, selector)
     if _renders_own(api, spec):
         items = api.runner.list(selector)
     else:
@@ -188,64 +199,47 @@ async def _list_or_watch(
             if (obj := _render_at(spec, api.cluster, k, now)) is not None
             and selector.matches(kind, obj)
         ]
-    rv = str(api.runner.last_seq)
+    q = request.query_params
+    current = api.runner.last_seq
+    token = pagination.start(q, current, api.runner.history_floor)
+    keyed = [(_key_of(spec, obj), obj) for obj in items]
+    page = pagination.page(keyed, pagination.limit_of(q), token, current)
+    meta = pagination.list_metadata(page)
     if table.wants_table(request.headers.get("accept", "")):
-        return _respond(table.table(table.columns(spec), items, rv))
+        doc = table.table(
+            table.columns(spec), page.items, meta["resourceVersion"], api.runner.clock()
+        )
+        doc["metadata"] = meta
+        return _respond(doc)
     body = {
         "apiVersion": spec.api_version,
         "kind": spec.list_kind,
-        "metadata": {"resourceVersion": rv},
-        "items": items,
+        "metadata": meta,
+        "items": page.items,
     }
     return _respond(body)
 
 
-def _watch(request: Request[Any, Any, Any], api: ApiService, selector: Selector) -> Response[Any]:
-    q = request.query_params
-    rv_text = q.get("resourceVersion") or ""
+def _key_of(spec: KindSpec, obj: JSON) -> str:
+    meta = obj.get("metadata") or {}
+    return spec.key(meta.get("namespace", ""), meta.get("name", ""))
+
+
+def _watch(
+    request: Request[Any, Any, Any], api: ApiService, spec: KindSpec, selector: Selector
+) -> Response[Any]:
+    opts = watch_stream.WatchOptions.parse(request.query_params, request.headers.get("accept", ""))
     try:
-        rv = int(rv_text) if rv_text else None
-        timeout_seconds = float(q.get("timeoutSeconds") or 0) or None
-    except ValueError:
-        raise bad_request(f"invalid resourceVersion or timeoutSeconds: {rv_text!r}") from None
-    if timeout_seconds is not None:
-        if not math.isfinite(timeout_seconds) or timeout_seconds < 0:
-            raise bad_request(f"invalid timeoutSeconds: {q.get('timeoutSeconds')!r}")
-        timeout_seconds = min(timeout_seconds, WATCH_MAX_SECONDS)
-    try:
-        watcher = api.runner.watch(selector, rv)
+        watcher = api.runner.watch(selector, opts.resource_version)
     except TooOldResourceVersion as exc:
-        # Kubernetes answers an expired watch with 200 and an ERROR event holding a 410.
-        status = msgspec.to_builtins(gone(str(exc)).status)
-
-        async def expired() -> AsyncIterator[bytes]:
-            yield _json.encode({"type": "ERROR", "object": status}) + b"\n"
-
-        return Stream(expired(), media_type="application/json")
-
-    async def events() -> AsyncIterator[bytes]:
-        deadline = time.monotonic() + timeout_seconds if timeout_seconds else None
-        try:
-            while True:
-                wait = None if deadline is None else deadline - time.monotonic()
-                if wait is not None and wait <= 0:
-                    return
-                try:
-                    item = await _next(watcher, wait)
-                except TimeoutError:
-                    return
-                if item is None:
-                    return
-                yield _json.encode(item) + b"\n"
-        finally:
-            api.runner.unwatch(watcher)
-
-    return Stream(events(), media_type="application/json")
-
-
-async def _next(watcher: Watcher, wait: float | None) -> JSON | None:
-    item = await asyncio.wait_for(watcher.queue.get(), wait)
-    return item
+        return Stream(watch_stream.expired(str(exc)), media_type="application/json")
+    if opts.send_initial_events:  # queued before any later change: nothing is folded between
+        end = watch_stream.bookmark(spec, api.runner.last_seq, initial_end=True)
+        watcher.queue.put_nowait(end)
+    lines = watch_stream.stream(
+        spec, watcher, opts, lambda: api.runner.last_seq, api.runner.unwatch
+    )
+    return Stream(lines, media_type="application/json")
 
 
 def _renders_own(api: ApiService, spec: KindSpec) -> bool:
@@ -274,7 +268,7 @@ async def _get_one(request: Request[Any, Any, Any], spec: KindSpec, k: str) -> R
     if obj is None:
         raise not_found(spec.resource, k.rsplit("/", 1)[-1])
     if table.wants_table(request.headers.get("accept", "")):
-        return _respond(table.table(table.columns(spec), [obj]))
+        return _respond(table.table(table.columns(spec), [obj], now=api.runner.clock()))
     return _respond(obj)
 
 
@@ -324,15 +318,58 @@ def _collection(spec: KindSpec) -> Any:
         api = _api(request)
         _writable(api)
         body = await _body(request)
+        if request.method == "DELETE":
+            return await _delete_collection(request, api, spec, ns, body)
         warnings = _field_warnings(request, spec, body)
+        dry = _dry_run(request)
+        fields = _ownership(request)
         outcome = await api.execute(
-            lambda c, ctx: intents.create(c, spec, ns, body, ctx),
+            lambda c, ctx: intents.create(c, spec, ns, body, ctx, fields=fields),
             _correlation_id(request),
             _idempotency(request, body),
+            dry_run=dry,
         )
-        return _with_warnings(_object_response(api, outcome), warnings)
+        return _with_warnings(_object_response(api, outcome, dry), warnings)
 
     return collection
+
+
+async def _delete_collection(
+    request: Request[Any, Any, Any], api: ApiService, spec: KindSpec, ns: str, body: JSON
+) -> Response[bytes]:
+    """deletecollection: every object the selectors match, each deleted as its own
+    write (its own event, on its own aggregate's version); answered with the list of
+    what was deleted, as each delete answered."""
+    delete = spec.delete
+    assert delete is not None
+    selector = _selector(request, spec.event_kind, ns)
+    args = _args(request, body)
+    opts = delete_options.DeleteOptions.parse(args.query, body)
+    dry = _dry_run(request)
+    cid = _correlation_id(request)
+    items: list[JSON] = []
+    for obj in api.runner.list(selector):
+        meta = obj.get("metadata") or {}
+        name, obj_ns = meta.get("name", ""), meta.get("namespace", "")
+
+        def decide(c: Cluster, ctx: intents.RequestContext, n: str = name, o: str = obj_ns) -> Any:
+            return delete_options.delete_one(c, spec, delete, o, n, args, opts, ctx)
+
+        try:
+            outcome = await api.execute(decide, cid, None, dry_run=dry)
+        except ApiError as err:
+            if err.code == 404:  # gone meanwhile: nothing left to delete
+                continue
+            raise
+        if dry:
+            shown = dryrun.preview(api.cluster, api.kinds, outcome, api.runner.clock())
+        else:
+            shown = api.runner.get(outcome.kind, outcome.key)
+        items.append(shown if shown is not None else obj)
+    meta = {"resourceVersion": str(api.runner.last_seq)}
+    return _respond(
+        {"apiVersion": spec.api_version, "kind": spec.list_kind, "metadata": meta, "items": items}
+    )
 
 
 def _all_namespaces(spec: KindSpec) -> Any:
@@ -355,21 +392,29 @@ def _item(spec: KindSpec) -> Any:
         if request.method == "PUT":
             warnings = _field_warnings(request, spec, body)
             updatable = api.kinds.updatable
+            dry = _dry_run(request)
+            fields = _ownership(request)
             outcome = await api.execute(
-                lambda c, ctx: intents.update(c, spec, ns, name, body, ctx, updatable=updatable),
+                lambda c, ctx: intents.update(
+                    c, spec, ns, name, body, ctx, updatable=updatable, fields=fields
+                ),
                 _correlation_id(request),
                 _idempotency(request, body),
+                dry_run=dry,
             )
-            return _with_warnings(_object_response(api, outcome), warnings)
+            return _with_warnings(_object_response(api, outcome, dry), warnings)
         delete = spec.delete
         assert delete is not None  # the route serves DELETE only for kinds that have it
         args = _args(request, body)
+        opts = delete_options.DeleteOptions.parse(args.query, body)
+        dry = _dry_run(request)
         outcome = await api.execute(
-            lambda c, ctx: delete(c, ns, name, args, ctx),
+            lambda c, ctx: delete_options.delete_one(c, spec, delete, ns, name, args, opts, ctx),
             _correlation_id(request),
             _idempotency(request, body),
+            dry_run=dry,
         )
-        return _object_response(api, outcome)
+        return _object_response(api, outcome, dry)
 
     return item
 
@@ -385,21 +430,74 @@ async def _patch(
             f"the request body was not received within {BODY_SECONDS:g}s"
         ) from None
     content_type = request.headers.get("content-type", "")
-    patch.check_type(content_type)  # an unsupported patch type is a 415 before anything
+    mtype = patch.check_type(content_type)  # an unsupported type is a 415 before anything
+    if mtype == patch.APPLY:
+        return await _apply(request, api, spec, ns, name, raw)
     warnings: list[str] = []
 
     def change(current: JSON) -> JSON:
         patched = patch.apply(current, raw, content_type)
-        warnings[:] = _field_warnings(request, spec, patched)
+        # the status is the server's (it may carry virtstream's own fields): only what
+        # the client can write is validated
+        written = {k: v for k, v in patched.items() if k != "status"}
+        warnings[:] = _field_warnings(request, spec, written)
         return patched
 
     updatable = api.kinds.updatable
+    dry = _dry_run(request)
+    fields = _ownership(request)
     outcome = await api.execute(
-        lambda c, ctx: intents.patch(c, spec, ns, name, change, ctx, updatable=updatable),
+        lambda c, ctx: intents.patch(
+            c, spec, ns, name, change, ctx, updatable=updatable, fields=fields
+        ),
         _correlation_id(request),
         None,
+        dry_run=dry,
     )
-    return _with_warnings(_object_response(api, outcome), warnings)
+    return _with_warnings(_object_response(api, outcome, dry), warnings)
+
+
+async def _apply(
+    request: Request[Any, Any, Any],
+    api: ApiService,
+    spec: KindSpec,
+    ns: str,
+    name: str,
+    raw: bytes,
+) -> Response[bytes]:
+    """Server-side apply (`application/apply-patch+yaml`): `fieldManager` is required,
+    `force=true` takes conflicting fields."""
+    q = request.query_params
+    manager = field_manager.check_manager(q.get("fieldManager") or "")
+    if not manager:
+        raise invalid_request(
+            'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
+            "is required for apply patch"
+        )
+    force = (q.get("force") or "").lower() in ("true", "1")
+    config = bodies.parse(raw, "application/yaml")
+    warnings = _field_warnings(request, spec, config)
+    updatable = api.kinds.updatable
+    dry = _dry_run(request)
+    outcome = await api.execute(
+        lambda c, ctx: intents.server_side_apply(
+            c, spec, ns, name, config, ctx, manager=manager, force=force, updatable=updatable
+        ),
+        _correlation_id(request),
+        None,
+        dry_run=dry,
+    )
+    return _with_warnings(_object_response(api, outcome, dry), warnings)
+
+
+def _ownership(request: Request[Any, Any, Any]) -> field_manager.Ownership:
+    """The request's field manager takes what it changes: `?fieldManager=`, else the
+    client's User-Agent up to its first `/`, as the API server names it."""
+    manager = request.query_params.get("fieldManager") or ""
+    if not manager:
+        agent = request.headers.get("user-agent", "")
+        manager = agent.split("/", 1)[0] or "unknown"
+    return field_manager.tracked_update(field_manager.check_manager(manager))
 
 
 def _subresource(spec: KindSpec) -> Any:
@@ -411,18 +509,24 @@ def _subresource(spec: KindSpec) -> Any:
         if sub is None or sub.method != request.method:
             raise unknown_resource()
         args = _args(request, await _body(request) if sub.reads_body else {})
+        dry = _dry_run(request)
         outcome = await api.execute(
             lambda c, ctx: sub.act(c, ns, name, args, ctx),
             _correlation_id(request),
             _idempotency(request, args.body),
+            dry_run=dry,
         )
         match sub.answer:
             case Answer.EMPTY:
                 return Response(b"", status_code=sub.code)
             case Answer.OBJECT:
-                return _object_response(api, outcome)
+                return _object_response(api, outcome, dry)
             case Answer.CREATED:
-                return _respond(api.runner.get(outcome.kind, outcome.key) or {}, sub.code)
+                if dry:
+                    created = dryrun.preview(api.cluster, api.kinds, outcome, api.runner.clock())
+                else:
+                    created = api.runner.get(outcome.kind, outcome.key)
+                return _respond(created or {}, sub.code)
             case _:
                 assert_never(sub.answer)
 
@@ -488,7 +592,7 @@ def kind_routes(spec: KindSpec) -> list[HTTPRouteHandler]:
     create), across namespaces when namespaced, the item (get, update, delete) and one
     route for its subresources."""
     coll = spec.collection_path("{ns:str}") if spec.namespaced else spec.collection_path()
-    coll_methods = _methods(spec, {GET: "list", POST: "create"})
+    coll_methods = _methods(spec, {GET: "list", POST: "create", DELETE: "delete"})
     item_methods = _methods(spec, {GET: "get", PUT: "update", PATCH: "update", DELETE: "delete"})
     routes = [
         route(coll, http_method=coll_methods, status_code=200)(_collection(spec)),
@@ -619,7 +723,7 @@ async def namespaces(request: Request[Any, Any, Any]) -> Response[bytes]:
     items = _namespaces(request)
     rv = str(_api(request).runner.last_seq)
     if table.wants_table(request.headers.get("accept", "")):
-        return _respond(table.table(table.NAMESPACE_COLUMNS, items, rv))
+        return _respond(table.table(table.NAMESPACE_COLUMNS, items, rv, time.time()))
     meta = {"resourceVersion": rv}
     return _respond({"apiVersion": "v1", "kind": "NamespaceList", "metadata": meta, "items": items})
 
@@ -631,7 +735,7 @@ async def namespace(request: Request[Any, Any, Any]) -> Response[bytes]:
     if not found:
         raise not_found(Resource("namespaces", "", "Namespace"), name)
     if table.wants_table(request.headers.get("accept", "")):
-        return _respond(table.table(table.NAMESPACE_COLUMNS, found))
+        return _respond(table.table(table.NAMESPACE_COLUMNS, found, now=time.time()))
     return _respond(found[0])
 
 

@@ -62,6 +62,8 @@ def verbs(spec: KindSpec) -> list[str]:
     out = list(spec.verbs)
     if "update" in out:
         out.insert(out.index("update") + 1, "patch")
+    if "delete" in out and "list" in out:  # DELETE on the collection, with selectors
+        out.insert(out.index("delete") + 1, "deletecollection")
     return out
 
 

@@ -17,7 +17,7 @@ from events.catalog import Event
 from events.manifest import ManifestError, dump, load
 from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
 from projections.cluster import Cluster
-from services.api import admission, names
+from services.api import admission, field_manager, names
 from services.api.errors import (
     ApiError,
     Resource,
@@ -202,8 +202,15 @@ def view(cluster: Cluster, spec: KindSpec, namespace: str, name: str) -> Any:
 
 # ------------------------------------------------------------------- create
 def create(
-    cluster: Cluster, spec: KindSpec, namespace: str, raw: JSON, ctx: RequestContext
+    cluster: Cluster,
+    spec: KindSpec,
+    namespace: str,
+    raw: JSON,
+    ctx: RequestContext,
+    *,
+    fields: field_manager.Ownership | None = None,
 ) -> Outcome:
+    """`fields`: how the request's manager takes ownership (`metadata.managedFields`)."""
     if spec.created is None:
         raise bad_request(f"{spec.resource} cannot be created")
     res = spec.resource
@@ -223,7 +230,9 @@ def create(
     k = spec.key(namespace, name)
     if k in spec.table(cluster):
         raise already_exists(res, name)
-    manifest = _finish(raw, typed, name, namespace, uid)
+    manifest = (fields or field_manager.kept)(
+        None, _finish(raw, typed, name, namespace, uid), ctx.now
+    )
     event = spec.created(ctx.meta(spec.event_kind, namespace, name, uid), manifest)
     return Outcome((Append(event, 0),), spec.event_kind, k, 201)
 
@@ -238,12 +247,11 @@ def update(
     ctx: RequestContext,
     *,
     updatable: tuple[str, ...],
+    fields: field_manager.Ownership | None = None,
 ) -> Outcome:
     """Replace the object (on its resourceVersion and uid, when the body gives them).
     `updatable`: the plurals that accept updates, for the refusal's message."""
     res = spec.resource
-    if spec.updated is None:
-        raise bad_request(f"{res} cannot be updated: only {' and '.join(updatable)} can")
     namespace = namespace if spec.namespaced else ""
     meta = _metadata(raw)
     body_name = meta.get("name")
@@ -279,10 +287,13 @@ def update(
         if causes:
             raise _denied(res, name, causes)
     manifest = _finish(raw, typed, name, namespace, current.uid)
+    manifest = (fields or field_manager.kept)(current.manifest, manifest, ctx.now)
     if manifest == current.manifest:
         # as the API server: a no-op update appends nothing (resourceVersion and
         # generation stay), and kubectl reports the object unchanged
         return Outcome((), spec.event_kind, k, 200)
+    if spec.updated is None:  # an immutable kind accepts only an update that changes nothing
+        raise bad_request(f"{res} cannot be updated: only {' and '.join(updatable)} can")
     event = spec.updated(ctx.meta(spec.event_kind, namespace, name, current.uid), manifest)
     return Outcome((Append(event, current.version),), spec.event_kind, k, 200)
 
@@ -297,16 +308,49 @@ def patch(
     ctx: RequestContext,
     *,
     updatable: tuple[str, ...],
+    fields: field_manager.Ownership | None = None,
 ) -> Outcome:
     """A PATCH: `change` (the patch, pure) is applied to the object as it is served now
     and the result goes through `update`, so it is admitted and appended on the version
     it was decided against; a `metadata.resourceVersion` the patch sets is a precondition."""
-    if spec.updated is None:
-        raise bad_request(f"{spec.resource} cannot be updated: only {' and '.join(updatable)} can")
     namespace = namespace if spec.namespaced else ""
     current = view(cluster, spec, namespace, name)
     patched = change(spec.render(cluster, current, ctx.now))
-    return update(cluster, spec, namespace, name, patched, ctx, updatable=updatable)
+    return update(cluster, spec, namespace, name, patched, ctx, updatable=updatable, fields=fields)
+
+
+def server_side_apply(
+    cluster: Cluster,
+    spec: KindSpec,
+    namespace: str,
+    name: str,
+    config: JSON,
+    ctx: RequestContext,
+    *,
+    manager: str,
+    force: bool,
+    updatable: tuple[str, ...],
+) -> Outcome:
+    """An Apply: the configuration merged into the object as served (or a new object) by
+    the field manager's rules (`field_manager.apply`), then created or updated as any
+    write is: admitted, and appended on the version it was decided against."""
+    if not isinstance(config, dict):
+        raise bad_request("the body of the request must be an object")
+    namespace = namespace if spec.namespaced else ""
+    _metadata(config)
+    current_view = spec.table(cluster).get(spec.key(namespace, name))
+    current = None if current_view is None else spec.render(cluster, current_view, ctx.now)
+    result = field_manager.apply(current, config, manager, force, ctx.now, spec.resource, name)
+    meta = result.setdefault("metadata", {})
+    meta["name"] = name
+    ownership = field_manager.from_apply(result)
+    if current is None:
+        if namespace:
+            meta["namespace"] = namespace
+        return create(cluster, spec, namespace, result, ctx, fields=ownership)
+    return update(
+        cluster, spec, namespace, name, result, ctx, updatable=updatable, fields=ownership
+    )
 
 
 __all__ = [
@@ -317,6 +361,7 @@ __all__ = [
     "defaulted",
     "grace_period",
     "patch",
+    "server_side_apply",
     "update",
     "view",
 ]

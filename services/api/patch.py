@@ -21,7 +21,8 @@ JSON = dict[str, Any]
 MERGE = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 STRATEGIC = "application/strategic-merge-patch+json"
-PATCH_TYPES = (JSON_PATCH, MERGE, STRATEGIC)
+APPLY = "application/apply-patch+yaml"  # server-side apply: `field_manager.apply`
+PATCH_TYPES = (JSON_PATCH, MERGE, APPLY, STRATEGIC)
 
 
 def unsupported_patch_type(mtype: str) -> ApiError:
@@ -61,6 +62,8 @@ def apply(current: JSON, raw: bytes, content_type: str) -> JSON:
     """The object `raw` (a patch of `content_type`) makes of `current`."""
     mtype = check_type(content_type)
     doc = bodies.decode_json(raw, "patch")
+    if mtype == APPLY:
+        raise unsupported_patch_type(mtype)  # an apply is not a patch of the object
     if mtype == JSON_PATCH:
         if not isinstance(doc, list):
             raise bad_request("the JSON patch must be an array of operations")

@@ -193,8 +193,13 @@ class ApiService:
         decide: Callable[[Cluster, RequestContext], Outcome],
         correlation_id: str,
         idem: Idempotency | None = None,
+        *,
+        dry_run: bool = False,
     ) -> Outcome:
-        """`appended` without the stream sequence."""
+        """`appended` without the stream sequence. A dry run decides (admission and
+        preconditions included) against the projection and appends nothing."""
+        if dry_run:
+            return decide(self.cluster, self._context(correlation_id, None))
         outcome, _ = await self.appended(decide, correlation_id, idem)
         return outcome
 

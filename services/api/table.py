@@ -5,6 +5,7 @@ none), so `kubectl get` prints KubeVirt's columns. Pure."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from typing import Any
 
@@ -57,10 +58,51 @@ def lookup(obj: Any, path: str) -> Any:
     return values[0] if values else None
 
 
-def _cell(column: PrinterColumn, obj: JSON) -> Any:
+def human_duration(seconds: float) -> str:
+    """apimachinery's `duration.HumanDuration`, which the API server's table convertor
+    prints a date column with (`12s`, `5m3s`, `3h`, `2d4h`)."""
+    s = int(seconds)
+    if seconds < -1:
+        return "<invalid>"
+    if s < 0:
+        return "0s"
+    if s < 120:
+        return f"{s}s"
+    m = s // 60
+    if m < 10:
+        return f"{m}m{s % 60}s" if s % 60 else f"{m}m"
+    if m < 180:
+        return f"{m}m"
+    h = s // 3600
+    if h < 8:
+        return f"{h}h{m % 60}m" if m % 60 else f"{h}h"
+    if h < 48:
+        return f"{h}h"
+    d = h // 24
+    if h < 24 * 8:
+        return f"{d}d{h % 24}h" if h % 24 else f"{d}d"
+    if d < 365 * 2:
+        return f"{d}d"
+    y = d // 365
+    if d < 365 * 8:
+        return f"{y}y{d % 365}d" if d % 365 else f"{y}y"
+    return f"{y}y"
+
+
+def _age(value: Any, now: float | None) -> Any:
+    if now is None or not isinstance(value, str):
+        return value
+    try:
+        then = dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return value
+    return human_duration(now - then)
+
+
+def _cell(column: PrinterColumn, obj: JSON, now: float | None = None) -> Any:
     value = lookup(obj, column.json_path)
     if value is None or column.type == "date":
-        return value  # a timestamp: kubectl prints its age
+        return _age(value, now)  # without a clock: the timestamp itself
     if column.type == "string":
         return value if isinstance(value, str) else str(value).lower()
     return value
@@ -76,7 +118,13 @@ def columns(spec: KindSpec) -> tuple[PrinterColumn, ...]:
     return spec.printer_columns or _DEFAULT
 
 
-def table(cols: tuple[PrinterColumn, ...], items: list[JSON], resource_version: str = "") -> JSON:
+def table(
+    cols: tuple[PrinterColumn, ...],
+    items: list[JSON],
+    resource_version: str = "",
+    now: float | None = None,
+) -> JSON:
+    """`now`: the clock date columns are aged against."""
     definitions = [
         {
             "name": "Name",
@@ -98,7 +146,7 @@ def table(cols: tuple[PrinterColumn, ...], items: list[JSON], resource_version: 
     ]
     rows = [
         {
-            "cells": [obj.get("metadata", {}).get("name"), *(_cell(c, obj) for c in cols)],
+            "cells": [obj.get("metadata", {}).get("name"), *(_cell(c, obj, now) for c in cols)],
             "object": {
                 "kind": "PartialObjectMetadata",
                 "apiVersion": "meta.k8s.io/v1",
