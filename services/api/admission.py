@@ -97,7 +97,7 @@ def default_vmi_spec(
     spec: VirtualMachineInstanceSpec, firmware_uuid: str
 ) -> VirtualMachineInstanceSpec:
     """KubeVirt's VMI defaults (amd64): machine q35, CPU topology and model, guest memory,
-    a disk per volume, disk/cdrom buses, the pod network, interface model, firmware uuid,
+    a disk per volume, disk/cdrom buses, the pod network, firmware uuid,
     grace period. Returns a new spec."""
     spec = _copy(spec)
     domain = spec.domain
@@ -191,9 +191,8 @@ def _default_network(spec: VirtualMachineInstanceSpec, devices: Devices) -> None
         # that a plain VM can migrate and be evacuated.
         devices.interfaces = [Interface(name="default", masquerade={})]
         spec.networks = [Network(name="default", pod=PodNetwork())]
-    for iface in devices.interfaces or []:
-        if not iface.model:
-            iface.model = "virtio"
+    # As in KubeVirt, an interface's model stays unset in the spec (the domain gets virtio):
+    # a re-applied manifest then matches what is stored.
 
 
 def default_vmi(vmi: VirtualMachineInstance, firmware_uuid: str) -> VirtualMachineInstance:

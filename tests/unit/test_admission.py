@@ -86,7 +86,7 @@ def test_defaults_applied() -> None:
     assert d.devices and d.devices.disks and d.devices.disks[0].name == "cd"
     assert d.devices.disks[0].disk and d.devices.disks[0].disk.bus == "sata"
     assert d.devices.interfaces and d.devices.interfaces[0].name == "default"
-    assert d.devices.interfaces[0].masquerade == {} and d.devices.interfaces[0].model == "virtio"
+    assert d.devices.interfaces[0].masquerade == {} and d.devices.interfaces[0].model is None
     assert out.networks and out.networks[0].name == "default" and out.networks[0].pod is not None
     assert d.firmware and d.firmware.uuid == "fw-uuid"
     assert out.termination_grace_period_seconds == 30
