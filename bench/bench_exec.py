@@ -615,7 +615,19 @@ def main() -> None:
     p.add_argument("--floor-launchers", type=int, default=30)
     p.add_argument("--keep", action="store_true", help="keep the data dir (logs)")
     p.add_argument("--profile", type=Path, default=None, help="py-spy flame graphs go here")
+    ramp = p.add_argument_group("the ceiling (bench/exec_ramp.py)")
+    ramp.add_argument("--ramp", default="", help="rates to step through, e.g. 25,50,100,150,200")
+    ramp.add_argument(
+        "--step-seconds", type=float, default=4.0, help="creates per step: rate x this"
+    )
+    ramp.add_argument("--step-min", type=int, default=100, help="at least this many VMs per step")
+    ramp.add_argument("--step-pause", type=float, default=2.0, help="idle seconds between steps")
+    ramp.add_argument("--p99-target", type=float, default=250.0, help="ms, for the ceiling")
     a = p.parse_args()
+    if a.ramp:
+        from bench.exec_ramp import run_ramp
+
+        raise SystemExit(asyncio.run(run_ramp(a)))
     raise SystemExit(asyncio.run(run(a)))
 
 
