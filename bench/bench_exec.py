@@ -623,7 +623,16 @@ def main() -> None:
     ramp.add_argument("--step-min", type=int, default=100, help="at least this many VMs per step")
     ramp.add_argument("--step-pause", type=float, default=2.0, help="idle seconds between steps")
     ramp.add_argument("--p99-target", type=float, default=250.0, help="ms, for the ceiling")
+    scale = p.add_argument_group("many VMIs (bench/exec_scale.py)")
+    scale.add_argument("--scale", default="", help="VMI counts to grow through, e.g. 500,2000")
+    scale.add_argument("--scale-nodes", type=int, default=20)
+    scale.add_argument("--watchers", type=int, default=10, help="watch fan-out")
+    scale.add_argument("--list-rounds", type=int, default=20)
     a = p.parse_args()
+    if a.scale:
+        from bench.exec_scale import run_scale
+
+        raise SystemExit(asyncio.run(run_scale(a)))
     if a.ramp:
         from bench.exec_ramp import run_ramp
 
