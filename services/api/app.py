@@ -177,6 +177,19 @@ async def _list_or_watch(
         if "watch" not in spec.verbs or not _renders_own(api, spec):
             raise method_not_allowed()
         return _watch(request, api, selector)
+    wants_table = table.wants_table(request.headers.get("accept", ""))
+    if _renders_own(api, spec) and not wants_table:
+        rv = str(api.runner.last_seq)
+
+        def encode(items: list[JSON]) -> bytes:
+            meta = {"resourceVersion": rv}
+            return _json.encode(
+                {"apiVersion": spec.api_version, "kind": spec.list_kind, "metadata": meta}
+                | {"items": items}
+            )
+
+        encoded = api.runner.list_body(selector, encode)
+        return Response(encoded, status_code=200, media_type="application/json")
     if _renders_own(api, spec):
         items = api.runner.list(selector)
     else:
@@ -188,7 +201,7 @@ async def _list_or_watch(
             and selector.matches(kind, obj)
         ]
     rv = str(api.runner.last_seq)
-    if table.wants_table(request.headers.get("accept", "")):
+    if wants_table:
         return _respond(table.table(table.columns(spec), items, rv))
     body = {
         "apiVersion": spec.api_version,
