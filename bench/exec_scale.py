@@ -54,6 +54,7 @@ from bench.bench_exec import (
     wait_ready,
     zygote_floor,
 )
+from bench.exec_ramp import cpu_delta, cpu_snapshot
 
 
 # ------------------------------------------------------------------ a light watch
@@ -159,6 +160,8 @@ class Point:
     rebuild_events: int
     raw_read_s: float
     launcher_uss: list[int]
+    cpu: dict[str, float]  # CPU seconds per process group while the batch was created
+    span: float
 
 
 def control_plane(up: Up) -> dict[str, int]:
@@ -271,10 +274,13 @@ async def run_scale(a: argparse.Namespace) -> int:
         for count in counts:
             names = [f"s-{i}" for i in range(prev, count)]
             prev = count
+            cpu0, t0 = cpu_snapshot(up), time.perf_counter()
             await paced("127.0.0.1", up.port, names, a.rate, "POST", a.conns, track)
             last_post = max(track.created[n] for n in names)
             await main.until(names, a.timeout)
             create = [main.running[n] - track.created[n] for n in names if n in main.running]
+            span = time.perf_counter() - t0
+            cpu = cpu_delta(cpu0, cpu_snapshot(up))
             seen = [await w.until(names, 30.0) for w in watches[1:]]
             fanout = spread = None
             if seen and all(s is not None for s in seen):
@@ -310,6 +316,8 @@ async def run_scale(a: argparse.Namespace) -> int:
                     events,
                     raw_s,
                     launcher_uss,
+                    cpu,
+                    span,
                 )
             )
             if len(create) < len(names) or track.http_errors or not verify_ok:
@@ -401,6 +409,10 @@ async def run_scale(a: argparse.Namespace) -> int:
             for p in points
         ],
     )
+    print("CPU seconds while each batch was created (until all Running):")
+    for p in points:
+        cells = [f"{n} {c:.1f}" for n, c in sorted(p.cpu.items(), key=lambda x: -x[1]) if c >= 0.05]
+        print(f"  to {p.count} over {p.span:.1f} s: " + ", ".join(cells))
     for p in points:
         if not p.verify_ok:
             print(f"!! verify at {p.count}: {p.verify_line}")
