@@ -331,6 +331,9 @@ async def run_scale(a: argparse.Namespace) -> int:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
         up.stop()
+        for pid in up.launcher_pids():  # spawned while the first pass ran
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
     print(f"\n== {nodes} nodes, creates at {a.rate:g}/s ({os.cpu_count()} CPUs) ==")
     print(f"floor: raw zygote fork→Running {ms(fork)}")
