@@ -615,7 +615,28 @@ def main() -> None:
     p.add_argument("--floor-launchers", type=int, default=30)
     p.add_argument("--keep", action="store_true", help="keep the data dir (logs)")
     p.add_argument("--profile", type=Path, default=None, help="py-spy flame graphs go here")
+    ramp = p.add_argument_group("the ceiling (bench/exec_ramp.py)")
+    ramp.add_argument("--ramp", default="", help="rates to step through, e.g. 25,50,100,150,200")
+    ramp.add_argument(
+        "--step-seconds", type=float, default=4.0, help="creates per step: rate x this"
+    )
+    ramp.add_argument("--step-min", type=int, default=100, help="at least this many VMs per step")
+    ramp.add_argument("--step-pause", type=float, default=2.0, help="idle seconds between steps")
+    ramp.add_argument("--p99-target", type=float, default=250.0, help="ms, for the ceiling")
+    scale = p.add_argument_group("many VMIs (bench/exec_scale.py)")
+    scale.add_argument("--scale", default="", help="VMI counts to grow through, e.g. 500,2000")
+    scale.add_argument("--scale-nodes", type=int, default=20)
+    scale.add_argument("--watchers", type=int, default=10, help="watch fan-out")
+    scale.add_argument("--list-rounds", type=int, default=20)
     a = p.parse_args()
+    if a.scale:
+        from bench.exec_scale import run_scale
+
+        raise SystemExit(asyncio.run(run_scale(a)))
+    if a.ramp:
+        from bench.exec_ramp import run_ramp
+
+        raise SystemExit(asyncio.run(run_ramp(a)))
     raise SystemExit(asyncio.run(run(a)))
 
 

@@ -37,6 +37,7 @@ from services.handler.effects import (
 )
 from services.handler.node_info import LaunchSettings, destroy_unowned_domains
 from services.handler.planner import Cleanup, Observed, Send, service_name
+from services.handler.spawn_queue import SpawnQueue
 from services.launcher import rundir
 from services.launcher.client import LauncherClient, LauncherGone
 from services.launcher.domain_xml import DomainType
@@ -54,6 +55,8 @@ from services.launcher.zygote import spawn_launcher, start_zygote
 log = structlog.get_logger()
 
 COMMAND_TIMEOUT = 10.0
+#: Spawns in flight per node (fork → Hello); more wait in a queue, in order.
+MAX_CONCURRENT_SPAWNS = 2
 
 
 class LauncherFleet:
@@ -65,6 +68,7 @@ class LauncherFleet:
         report: Callable[[Observation], None],
         *,
         reattach_interval: float = 1.0,
+        max_spawns: int = MAX_CONCURRENT_SPAWNS,
     ) -> None:
         base = run_dir / node
         self.launchers_dir = base / "launchers"
@@ -76,6 +80,7 @@ class LauncherFleet:
         self.clients: dict[str, LauncherClient] = {}
         self.zygote: subprocess.Popen[bytes] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._spawns: SpawnQueue[Launch] = SpawnQueue(max_spawns)
         self._closing = False  # close() has begun: connections ending now need no follow-up
         self.log = log.bind(service=service_name(node), node=node)
 
@@ -145,8 +150,23 @@ class LauncherFleet:
         return str(rundir.launcher_socket_path(self.launchers_dir, f"{ns}_{name}"))
 
     async def _launch(self, a: Launch) -> None:
+        """Reported as spawning at once (so no decision launches it twice), admitted to the
+        spawn queue; the handler decides on other VMIs while it waits and spawns."""
+        self._set(a.key, Observed(uid=a.uid, spawning=True))
+        if (admitted := self._spawns.offer(a)) is not None:
+            self._spawn_task(self._spawning(admitted))
+
+    async def _spawning(self, a: Launch) -> None:
+        try:
+            o = self.observed.get(a.key)
+            if o is not None and o.spawning and o.uid == a.uid:  # not released meanwhile
+                await self._spawn(a)
+        finally:
+            if not self._closing and (after := self._spawns.done()) is not None:
+                self._spawn_task(self._spawning(after))
+
+    async def _spawn(self, a: Launch) -> None:
         key = a.key
-        self._set(key, Observed(uid=a.uid, spawning=True))
         sock = self._socket_path(key)
         try:
             pid = await asyncio.to_thread(

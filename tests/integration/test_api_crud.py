@@ -220,3 +220,31 @@ async def test_read_replica_refuses_writes(store: JetStreamStore) -> None:
         r = await client.post(VMS, json=vm())
         assert r.status_code == 405 and r.json()["reason"] == "MethodNotAllowed"
         assert (await client.get(VMS)).status_code == 200
+
+
+async def test_a_vmi_list_follows_every_event(http: httpx.AsyncClient) -> None:
+    """The encoded list is kept per projection version: the next event shows in it."""
+    vmis = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
+
+    def vmi(name: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachineInstance",
+            "metadata": {"name": name},
+            "spec": {"domain": {"memory": {"guest": "64Mi"}}},
+        }
+
+    assert (await http.post(vmis, json=vmi("first"))).status_code == 201
+    once, again = (await http.get(vmis)), (await http.get(vmis))
+    assert once.content == again.content
+    assert [i["metadata"]["name"] for i in once.json()["items"]] == ["first"]
+    assert (await http.post(vmis, json=vmi("second"))).status_code == 201
+    listing = (await http.get(vmis)).json()
+    assert [i["metadata"]["name"] for i in listing["items"]] == ["first", "second"]
+    assert int(listing["metadata"]["resourceVersion"]) > int(
+        once.json()["metadata"]["resourceVersion"]
+    )
+    assert (await http.delete(f"{vmis}/first")).status_code in (200, 202)
+    after = (await http.get(vmis)).json()
+    names = [i["metadata"]["name"] for i in after["items"]]
+    assert names == ["second"] or after["items"][0]["metadata"].get("deletionTimestamp")

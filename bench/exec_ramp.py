@@ -1,0 +1,196 @@
+"""The ceiling: `python -m bench.bench_exec --ramp 25,50,100,150,200 [--step-seconds 4]`.
+
+One `virtstream up` cluster; for each rate in turn: POST `max(--step-min, rate x
+--step-seconds)` VMs open-loop at that rate, wait until the watch shows them all Running,
+then DELETE them (at `--rate`) and wait until all are gone, so every step starts from an
+empty cluster. Per step: create→Running p50/p99, each hop's p99 (JetStream timestamps of
+the create chain's events, as in the default mode), and CPU seconds per process from /proc
+(api, controller, each handler, nats-server, the zygotes, the launchers, this client)
+during the create phase. The ceiling is the highest rate whose p99 stays ≤ `--p99-target`.
+
+Floors, measured in the same run before the first step: a raw JetStream chain of as many
+hops as the create chain (POST → 5 events → watch: 6) and a raw zygote fork → launcher
+Running. Every figure is printed beside its ratio to the floor: create→Running against
+fork→Running + chain (the work no choreography can skip), a hop's p99 against the chain's
+p99 per hop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.bench_exec import (
+    CREATE_CHAIN,
+    Track,
+    Up,
+    breakdown,
+    children,
+    cpu_seconds,
+    hop_chain,
+    ms,
+    paced,
+    pct,
+    start_up,
+    stream_times,
+    wait_ready,
+    watch_vmis,
+    zygote_floor,
+)
+
+HOPS = len(CREATE_CHAIN) + 1  # POST → each event → the watch
+
+
+def cpu_snapshot(up: Up) -> dict[str, float]:
+    """CPU seconds so far of every process of the cluster, grouped: each service, the
+    zygotes, the launchers alive now (a launcher born later counts from 0), this client."""
+    svcs = up.services()
+    out = {name: cpu_seconds(pid) for name, pid in svcs.items()}
+    out["zygotes"] = sum(
+        cpu_seconds(c) for n, pid in svcs.items() if n.startswith("handler") for c in children(pid)
+    )
+    out["launchers"] = sum(cpu_seconds(p) for p in up.launcher_pids())
+    t = os.times()
+    out["bench client"] = t.user + t.system
+    return out
+
+
+def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    delta = {n: after[n] - before.get(n, 0.0) for n in after}
+    handlers = sum(v for n, v in delta.items() if n.startswith("handler"))
+    grouped = {n: v for n, v in delta.items() if not n.startswith("handler")}
+    grouped["handlers (all)"] = handlers
+    return grouped
+
+
+@dataclass
+class Step:
+    rate: float
+    n: int
+    create: list[float]
+    track: Track
+    span: float
+    cpu: dict[str, float]
+    send_lag_p99: float
+    errors: int
+
+
+async def create_step(
+    up: Up, prefix: str, rate: float, n: int, a: argparse.Namespace
+) -> tuple[Step, list[str]]:
+    track = Track(n=n)
+    opened = asyncio.Event()
+    watcher = asyncio.create_task(watch_vmis(up.api, track, opened))
+    await asyncio.wait_for(opened.wait(), 10)
+    names = [f"{prefix}-{i}" for i in range(n)]
+    cpu0 = cpu_snapshot(up)
+    t0 = time.perf_counter()
+    await paced("127.0.0.1", up.port, names, rate, "POST", a.conns, track)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(track.all_running.wait(), a.timeout)
+    span = time.perf_counter() - t0
+    cpu = cpu_delta(cpu0, cpu_snapshot(up))
+    # the same watch sees the deletions through to DELETED
+    await paced("127.0.0.1", up.port, names, a.rate, "DELETE", a.conns, track)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(track.all_removed.wait(), a.timeout)
+    watcher.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await watcher
+    create = [track.running[k] - track.created[k] for k in track.running]
+    lag = pct(track.send_lag, 99) if track.send_lag else 0.0
+    return Step(rate, n, create, track, span, cpu, lag, len(track.http_errors)), names
+
+
+async def run_ramp(a: argparse.Namespace) -> int:
+    rates = [float(r) for r in a.ramp.split(",") if r.strip()]
+    data_dir = Path(tempfile.mkdtemp(prefix="vsr", dir="/tmp"))
+    up = start_up(data_dir, a.nodes, a.node_memory, a.node_cpus, a.sync_interval)
+    steps: list[Step] = []
+    rc = 0
+    try:
+        await wait_ready(up, a.nodes)
+        await asyncio.sleep(a.settle)
+        chain = await hop_chain(up.nats_url, a.hop_rounds, hops=HOPS)
+        fork, _ = await zygote_floor(data_dir / "floor", a.floor_launchers)
+        for i, rate in enumerate(rates):
+            n = max(a.step_min, round(rate * a.step_seconds))
+            step, _ = await create_step(up, f"r{i}", rate, n, a)
+            steps.append(step)
+            print(
+                f"step {rate:g}/s: {len(step.create)}/{n} Running, {ms(step.create)}",
+                flush=True,
+            )
+            await asyncio.sleep(a.step_pause)
+        first = await stream_times(up)
+    finally:
+        up.stop()
+
+    floor50 = pct(fork, 50) + pct(chain, 50)
+    floor99 = pct(fork, 99) + pct(chain, 99)
+    hop99 = pct(chain, 99) / HOPS
+    print(
+        f"\n== ramp over {a.nodes} nodes ({os.cpu_count()} CPUs), p99 target {a.p99_target:g} ms =="
+    )
+    print(f"floor: raw zygote fork→Running {ms(fork)}")
+    print(f"       raw JetStream {HOPS}-hop chain {ms(chain)}")
+    print(
+        f"       create→Running floor (fork + chain): p50 {floor50 * 1e3:.1f} ms, "
+        f"p99 {floor99 * 1e3:.1f} ms; per hop p99 {hop99 * 1e3:.2f} ms"
+    )
+    print(
+        f"\n{'rate/s':>7} {'VMs':>5} {'p50 ms':>8} {'xfloor':>7} {'p99 ms':>8} {'xfloor':>7} "
+        f"{'max ms':>8} {'achieved/s':>10} {'lag p99':>8}"
+    )
+    ceiling = 0.0
+    for s in steps:
+        if not s.create:
+            print(f"{s.rate:>7g} {s.n:>5}   no VMI Running")
+            rc = 1
+            continue
+        p50, p99 = pct(s.create, 50), pct(s.create, 99)
+        ok = len(s.create) == s.n and s.errors == 0
+        if ok and p99 * 1e3 <= a.p99_target and s.rate > ceiling:
+            ceiling = s.rate
+        if not ok:
+            rc = 1
+        print(
+            f"{s.rate:>7g} {s.n:>5} {p50 * 1e3:>8.1f} {p50 / floor50:>7.1f} {p99 * 1e3:>8.1f} "
+            f"{p99 / floor99:>7.1f} {max(s.create) * 1e3:>8.1f} {s.n / s.span:>10.1f} "
+            f"{s.send_lag_p99 * 1e3:>7.1f}ms" + ("" if ok else f"  !! {s.errors} errors")
+        )
+    print("\nper-hop p99 ms (x the raw chain's p99 per hop):")
+    for s in steps:
+        segs = breakdown(first, s.track, "POST", CREATE_CHAIN, s.track.running, "watch")
+        cells = [
+            f"{seg.split('→')[1]} {pct(v, 99) * 1e3:.1f} (x{pct(v, 99) / hop99:.0f})"
+            for seg, v in segs
+        ]
+        print(f"  {s.rate:>5g}/s: " + ", ".join(cells))
+    print("\nCPU seconds during each create phase (per VMI in ms):")
+    for s in steps:
+        total = sum(s.cpu.values())
+        cells = [f"{n} {c:.2f}" for n, c in sorted(s.cpu.items(), key=lambda x: -x[1]) if c >= 0.05]
+        print(
+            f"  {s.rate:>5g}/s over {s.span:.1f} s: total {total:.1f} "
+            f"({total / s.span / (os.cpu_count() or 1):.0%} of the machine, "
+            f"{total / s.n * 1e3:.1f} ms/VMI): " + ", ".join(cells)
+        )
+    print(
+        f"\nceiling: {ceiling:g} VMs/s with p99 ≤ {a.p99_target:g} ms"
+        if ceiling
+        else f"\nceiling: no step kept p99 ≤ {a.p99_target:g} ms"
+    )
+    print(f"(logs: {data_dir}; removed unless --keep)")
+    if not a.keep:
+        shutil.rmtree(data_dir, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (data_dir.parent / f"{data_dir.name}-up.log").unlink()
+    return rc
