@@ -24,7 +24,14 @@ from eventstore.jetstream import JetStreamStore
 from kinds.registry import REGISTRY, Registry
 from projections.cluster import Cluster, view_key
 from projections.replay import gone
-from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
+from projections.views import (
+    MigrationView,
+    NodeView,
+    PolicyView,
+    ResourceView,
+    VMIView,
+    VMView,
+)
 from readside import snapshots
 from readside.metrics import ProjectionMetrics
 from readside.watch import Change, EventType, Selector, TooOldResourceVersion, Watcher
@@ -33,7 +40,7 @@ from readside.watch_history import WatchHistory
 log = structlog.get_logger()
 FRESH_RENDERS = 256  # objects kept rendered for the responses that follow their events
 JSON = dict[str, Any]
-View = VMView | VMIView | MigrationView | NodeView | PolicyView
+View = VMView | VMIView | MigrationView | NodeView | PolicyView | ResourceView
 
 
 # Changes kept for resuming watches: ~45 s of the bench's create phase, ~1-2 MiB compressed

@@ -25,7 +25,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from events.meta import Kind
 from kinds.registry import Registry
-from kinds.spec import Answer, CallArgs, KindSpec
+from kinds.spec import Answer, CallArgs, KindSpec, Subresource
 from projections import replay
 from projections.cluster import Cluster
 from readside import timetravel
@@ -404,12 +404,15 @@ async def _patch(
 def _subresource(spec: KindSpec) -> Any:
     async def subresource(request: Request[Any, Any, Any]) -> Response[Any]:
         ns, name = request.path_params.get("ns", ""), request.path_params["name"]
-        sub = spec.subresource(request.path_params["action"])
+        sub = spec.subresource(request.path_params["action"], request.method)
         api = _api(request)
         _writable(api)
-        if sub is None or sub.method != request.method:
+        if sub is None:
             raise unknown_resource()
-        args = _args(request, await _body(request) if sub.reads_body else {})
+        if request.method == "PATCH" and sub.shape is not None:
+            args = _args(request, await _shaped_patch(request, api, spec, sub, ns, name))
+        else:
+            args = _args(request, await _body(request) if sub.reads_body else {})
         outcome = await api.execute(
             lambda c, ctx: sub.act(c, ns, name, args, ctx),
             _correlation_id(request),
@@ -418,6 +421,11 @@ def _subresource(spec: KindSpec) -> Any:
         match sub.answer:
             case Answer.EMPTY:
                 return Response(b"", status_code=sub.code)
+            case Answer.OBJECT if sub.shape is not None:
+                obj = api.runner.get(outcome.kind, outcome.key)
+                if obj is None:
+                    raise not_found(spec.resource, name)
+                return _respond(sub.shape(obj), outcome.code)
             case Answer.OBJECT:
                 return _object_response(api, outcome)
             case Answer.CREATED:
@@ -426,6 +434,31 @@ def _subresource(spec: KindSpec) -> Any:
                 assert_never(sub.answer)
 
     return subresource
+
+
+async def _shaped_patch(
+    request: Request[Any, Any, Any],
+    api: ApiService,
+    spec: KindSpec,
+    sub: Subresource,
+    ns: str,
+    name: str,
+) -> JSON:
+    """A PATCH of a shaped subresource (`/scale`): the patch applied to the shape as it is
+    served now; the subresource's act then decides on the result like a PUT's body."""
+    assert sub.shape is not None
+    try:
+        raw = await asyncio.wait_for(request.body(), BODY_SECONDS)
+    except TimeoutError:
+        raise request_timeout(
+            f"the request body was not received within {BODY_SECONDS:g}s"
+        ) from None
+    content_type = request.headers.get("content-type", "")
+    patch.check_type(content_type)
+    current = api.runner.get(spec.event_kind, spec.key(ns, name))
+    if current is None:
+        raise not_found(spec.resource, name)
+    return patch.apply(sub.shape(current), raw, content_type)
 
 
 GET, POST, PUT, DELETE = HttpMethod.GET, HttpMethod.POST, HttpMethod.PUT, HttpMethod.DELETE

@@ -90,19 +90,30 @@ def group_versions(kinds: Registry) -> dict[str, dict[str, list[JSON]]]:
     for spec in kinds:
         out.setdefault(spec.group, {}).setdefault(spec.version, []).append(_resource(spec))
     for spec in kinds:
-        if not spec.subresources:
-            continue
         subs = out.setdefault(spec.subresource_group, {}).setdefault(spec.version, [])
-        for sub in spec.subresources:
-            subs.append(
-                {
-                    "name": f"{spec.plural}/{sub.name}",
-                    "singularName": "",
-                    "namespaced": spec.namespaced,
-                    "kind": "",
-                    "verbs": _sub_verbs(sub.method),
-                }
-            )
+        for name, methods in _by_name(spec).items():
+            entry: JSON = {
+                "name": f"{spec.plural}/{name}",
+                "singularName": "",
+                "namespaced": spec.namespaced,
+                "kind": "",
+                "verbs": [v for m in methods for v in _sub_verbs(m.method)],
+            }
+            if (rk := methods[0].response_kind) is not None:
+                entry.update(group=rk[0], version=rk[1], kind=rk[2])
+            subs.append(entry)
+        if not subs:
+            del out[spec.subresource_group][spec.version]
+            if not out[spec.subresource_group]:
+                del out[spec.subresource_group]
+    return out
+
+
+def _by_name(spec: KindSpec) -> dict[str, list[Any]]:
+    """A kind's subresources by name (`scale` answers GET, PUT and PATCH)."""
+    out: dict[str, list[Any]] = {}
+    for sub in spec.subresources:
+        out.setdefault(sub.name, []).append(sub)
     return out
 
 
@@ -210,15 +221,27 @@ def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
             if not spec.subresources:
                 continue
             subs = [
-                {"subresource": s.name, "responseKind": _gvk(spec), "verbs": _sub_verbs(s.method)}
-                for s in spec.subresources
+                {
+                    "subresource": name,
+                    "responseKind": (
+                        dict(zip(("group", "version", "kind"), rk, strict=True))
+                        if (rk := methods[0].response_kind)
+                        else _gvk(spec)
+                    ),
+                    "verbs": [v for m in methods for v in _sub_verbs(m.method)],
+                }
+                for name, methods in _by_name(spec).items()
             ]
+            listed = groups.setdefault(spec.subresource_group, {}).setdefault(spec.version, [])
+            own = next((r for r in listed if r["resource"] == spec.plural), None)
+            if own is not None:  # served in the kind's own group (`scale`)
+                own["subresources"] = subs
+                continue
             parent = _discovery(spec, subs)
             parent["verbs"] = []
             parent.pop("shortNames", None)
             parent.pop("categories", None)
-            versions = groups.setdefault(spec.subresource_group, {})
-            versions.setdefault(spec.version, []).append(parent)
+            listed.append(parent)
     for group, versions in groups.items():
         yield {
             "metadata": {"name": group} if group else {},
