@@ -3,8 +3,9 @@
 Level-triggered like the rest: each pass compares what a set wants (spec.replicas, unless
 paused) with what it owns and decides the difference. Ids derive from the state decided on:
 a replica set's new VMI from the set and the VMIs it owned when deciding, a pool's VM from
-the pool and the ordinal (`<pool>-<n>`), appended only if that VM does not exist (OCC
-expects 0). So a redelivered event, a tick or a restarted controller decides the same
+the pool and the ordinal (`<pool>-<n>`); each is appended with optimistic concurrency on
+its own aggregate (a name that never existed: 0), which the shell folds at once, so the
+next pass counts it. So a redelivered event, a tick or a restarted controller decides the same
 events again and JetStream drops them: no duplicate VMIs or VMs.
 
 Scale down: a replica set deletes the VMIs that are not running yet first, then by name;
@@ -107,8 +108,9 @@ def reconcile_replicaset(cluster: Cluster, rs: ResourceView, ctx: Context) -> li
         # not yet running first (KubeVirt's intended order), then by name
         order = sorted(active, key=lambda v: (v.phase == "Running", v.name))
         out += [run_strategy.delete_vmi(v, ctx) for v in order[: len(active) - want]]
-    # a new VMI must not exist yet (expected 0): a repeated decision cannot double it
-    decisions = [Decision(ev, expected=0 if isinstance(ev, VMICreated) else None) for ev in out]
+    # OCC on each new VMI's own aggregate (0: never existed): the shell folds it at once,
+    # so the next pass counts it before the consumer delivers it back
+    decisions = [Decision(ev) for ev in out]
     ready = sum(1 for v in active if rp.vmi_ready(v))
     status = rp.status(rs.spec.get("selector") or {}, len(active), ready, paused)
     return decisions + _status_decision(rs, status, ctx)
@@ -158,10 +160,8 @@ def reconcile_pool(cluster: Cluster, pool: ResourceView, ctx: Context) -> list[D
                 "spec": spec,
             }
             agg = Aggregate(kind=Kind.VM, namespace=pool.namespace, name=name, uid=uid)
-            # expected=0: the VM must not exist, so a second controller pass cannot double it
-            out.append(
-                Decision(VMCreated(meta=emit.meta(ctx, agg, key), manifest=manifest), expected=0)
-            )
+            # OCC on the VM's aggregate: it must not exist (or be the deleted one we saw)
+            out.append(Decision(VMCreated(meta=emit.meta(ctx, agg, key), manifest=manifest)))
     elif not paused and len(live) > want:
         for n in _scale_in_order(pool, live)[: len(live) - want]:
             vm = live[n]
