@@ -22,6 +22,8 @@ KINDS = {
     "VirtualMachineInstance",
     "VirtualMachineInstanceMigration",
     "MigrationPolicy",
+    "VirtualMachineInstanceReplicaSet",
+    "VirtualMachinePool",
 }
 
 
