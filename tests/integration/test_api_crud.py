@@ -16,7 +16,6 @@ PLURALS = {
     "VirtualMachine": "virtualmachines",
     "VirtualMachineInstance": "virtualmachineinstances",
     "VirtualMachineInstanceMigration": "virtualmachineinstancemigrations",
-    "VirtualMachineInstanceReplicaSet": "virtualmachineinstancereplicasets",
 }
 
 
@@ -35,8 +34,6 @@ def vm(name: str = "vm1", run_strategy: str = "Manual", **extra: Any) -> dict[st
 def url_for(doc: dict[str, Any], ns: str = "default") -> str:
     if doc["kind"] == "MigrationPolicy":
         return "/apis/migrations.kubevirt.io/v1alpha1/migrationpolicies"
-    if doc["kind"] == "VirtualMachinePool":
-        return f"/apis/pool.kubevirt.io/v1alpha1/namespaces/{ns}/virtualmachinepools"
     return f"/apis/kubevirt.io/v1/namespaces/{ns}/{PLURALS[doc['kind']]}"
 
 

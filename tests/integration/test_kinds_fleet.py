@@ -123,7 +123,7 @@ def _running(up: Up, label: str) -> int:
 
 
 def test_a_replica_set_of_10_reaches_10_running_and_scales_to_3(up: Up) -> None:
-    up.kubectl("apply", "-f", str(REPO / "examples/kubevirt/vmirs-cirros.yaml"))
+    up.kubectl("apply", "-f", str(REPO / "examples/fleet/vmirs-cirros.yaml"))
     until(lambda: _running(up, "myvmi=myvmi") == 10, timeout=120)
     rows = up.kubectl("get", "vmirs").stdout.split("\n")
     assert rows[0].split()[:4] == ["NAME", "DESIRED", "CURRENT", "READY"]
@@ -149,7 +149,7 @@ def _controller_pid(up: Up) -> int | None:
 
 
 def test_a_pool_survives_a_controller_restart_without_duplicate_vms(up: Up) -> None:
-    up.kubectl("apply", "-f", str(REPO / "examples/kubevirt/vmpool-cirros.yaml"))
+    up.kubectl("apply", "-f", str(REPO / "examples/fleet/vmpool-cirros.yaml"))
     label = "kubevirt.io/vmpool=vm-pool-cirros"
     until(lambda: _running(up, label) == 3, timeout=120)
     pid = _controller_pid(up)

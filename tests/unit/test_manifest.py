@@ -22,8 +22,6 @@ KINDS = {
     "VirtualMachineInstance",
     "VirtualMachineInstanceMigration",
     "MigrationPolicy",
-    "VirtualMachineInstanceReplicaSet",
-    "VirtualMachinePool",
 }
 
 
