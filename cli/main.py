@@ -206,8 +206,12 @@ def apply(
 ) -> None:
     """Create or update the objects in the manifests (kubectl: every document is tried,
     errors are printed, the exit code is 1 if any failed)."""
-    mode = _validation(validate)
-    docs = _documents(filename, "apply")
+    _apply_documents(_documents(filename, "apply"), namespace, _validation(validate), timeout)
+
+
+def _apply_documents(
+    docs: list[tuple[str, JSON]], namespace: str | None, mode: str, timeout: float
+) -> None:
     with client() as c:
         failed = False
         for source, doc in docs:
@@ -237,13 +241,34 @@ def apply(
 
 @app.command()
 def create(
+    what: str | None = typer.Argument(
+        None, metavar="[vm]", help="`vm`: write a VirtualMachine manifest from flags"
+    ),
     filename: list[str] = typer.Option(
-        ..., "--filename", "-f", metavar="PATH", help="File, directory or -"
+        [], "--filename", "-f", metavar="PATH", help="File, directory or -"
     ),
     namespace: str | None = typer.Option(None, "--namespace", "-n", metavar="NS", help=NS_HELP),
     validate: str = typer.Option("warn", "--validate", metavar="MODE", help=VALIDATE_HELP),
+    name: str | None = typer.Option(None, "--name", help="vm: the VM's name"),
+    instancetype: str | None = typer.Option(
+        None, "--instancetype", metavar="[KIND/]NAME", help="vm: its instance type"
+    ),
+    preference: str | None = typer.Option(
+        None, "--preference", metavar="[KIND/]NAME", help="vm: its preference"
+    ),
+    containerdisk: list[str] = typer.Option(
+        [], "--volume-containerdisk", metavar="src:IMAGE[,name:N]", help="vm: a containerDisk"
+    ),
+    run_strategy: str = typer.Option("Always", "--run-strategy", help="vm: its runStrategy"),
+    apply_it: bool = typer.Option(False, "--apply", help="vm: create it instead of printing"),
 ) -> None:
-    """Create the objects in the manifests (existing ones are errors)."""
+    """Create the objects in the manifests (existing ones are errors); `create vm` writes a
+    VirtualMachine manifest as `virtctl create vm` does (or creates it with --apply)."""
+    if what is not None:
+        _create_vm(what, name, instancetype, preference, containerdisk, run_strategy, apply_it)
+        return
+    if not filename:
+        raise error("one of -f/--filename or `vm` is required")
     mode = _validation(validate)
     docs = _documents(filename, "create")
     with client() as c:
@@ -607,9 +632,55 @@ def projections(
     asyncio.run(serve(nats_url, host, port, read_only=True))
 
 
+def _create_vm(
+    what: str,
+    name: str | None,
+    instancetype: str | None,
+    preference: str | None,
+    containerdisk: list[str],
+    run_strategy: str,
+    apply_it: bool,
+) -> None:
+    from cli.create_vm import vm_manifest
+
+    if what != "vm":
+        raise error(f"unknown object {what!r}: only `create vm` writes a manifest")
+    if not name:
+        raise error("create vm needs --name")
+    try:
+        doc = vm_manifest(
+            name,
+            instancetype=instancetype,
+            preference=preference,
+            containerdisks=containerdisk,
+            run_strategy=run_strategy,
+        )
+    except ValueError as exc:
+        raise error(str(exc)) from None
+    if apply_it:
+        _apply_documents([("create vm", doc)], None, "Strict", 0.0)
+    else:
+        _out(yaml.safe_dump(doc, sort_keys=False).rstrip())
+
+
+instancetypes_app = typer.Typer(
+    help="KubeVirt's common instance types and preferences", no_args_is_help=True
+)
+
+
+@instancetypes_app.command("install")
+def instancetypes_install() -> None:
+    """Create or update the u1/o1/cx1/m1/n1 instance types and the common OS preferences
+    (cluster-wide), as KubeVirt's common-instancetypes bundle."""
+    bundled = Path(__file__).resolve().parents[1] / "kinds" / "bundled"
+    paths = [str(bundled / "instancetypes.yaml"), str(bundled / "preferences.yaml")]
+    _apply_documents(_documents(paths, "apply"), None, "Strict", 0.0)
+
+
 register_debug(app)
 register_guest_io(app)
 app.add_typer(images_app, name="images")
+app.add_typer(instancetypes_app, name="instancetypes")
 
 
 def _describe(exc: BaseException) -> str:

@@ -114,6 +114,14 @@ class VMStateChangeRequestsCleared(Event, tag="VMStateChangeRequestsCleared", fr
 
 
 # ----------------------------------------------------- VirtualMachineInstance (intent)
+class VMRevisionRecorded(Event, tag="VMRevisionRecorded", frozen=True):
+    """The instance type and preference a VM runs with, resolved once (KubeVirt's
+    ControllerRevision): `{"kind", "name", "revisionName", "spec"}` each, or None."""
+
+    instancetype: dict[str, Any] | None = None
+    preference: dict[str, Any] | None = None
+
+
 class VMICreated(Event, tag="VMICreated", frozen=True):
     manifest: Manifest
     owner_vm_uid: str = ""  # empty for a standalone VMI
@@ -359,6 +367,27 @@ class PolicyDeleted(Event, tag="PolicyDeleted", frozen=True):
     pass
 
 
+# --------------------------------------------- generic resources (events.meta.RESOURCE_KINDS)
+class ResourceCreated(Event, tag="ResourceCreated", frozen=True):
+    manifest: Manifest
+
+
+class ResourceUpdated(Event, tag="ResourceUpdated", frozen=True):
+    """The user's spec changed (an update, a patch, the scale subresource)."""
+
+    manifest: Manifest
+
+
+class ResourceStatusChanged(Event, tag="ResourceStatusChanged", frozen=True):
+    """A controller's observation of the object: its whole `status`."""
+
+    status: dict[str, Any]
+
+
+class ResourceDeleted(Event, tag="ResourceDeleted", frozen=True):
+    pass
+
+
 # One union per aggregate kind: a fold matches over its kind's union and ends in
 # `assert_never`, so mypy reports an event type it does not handle.
 VMEvent = (
@@ -372,6 +401,7 @@ VMEvent = (
     | VMStartFailed
     | VMStartFailureCleared
     | VMStateChangeRequestsCleared
+    | VMRevisionRecorded
 )
 VMIEvent = (
     VMICreated
@@ -417,5 +447,6 @@ NodeEvent = (
     | NodeResponsive
 )
 PolicyEvent = PolicyCreated | PolicyUpdated | PolicyDeleted
+ResourceEvent = ResourceCreated | ResourceUpdated | ResourceStatusChanged | ResourceDeleted
 
-AnyEvent = VMEvent | VMIEvent | MigrationEvent | NodeEvent | PolicyEvent
+AnyEvent = VMEvent | VMIEvent | MigrationEvent | NodeEvent | PolicyEvent | ResourceEvent

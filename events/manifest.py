@@ -18,8 +18,17 @@ from events.objects import (
     Node,
     Status,
     VirtualMachine,
+    VirtualMachineClusterInstancetype,
+    VirtualMachineClusterPreference,
     VirtualMachineInstance,
     VirtualMachineInstanceMigration,
+    VirtualMachineInstanceReplicaSet,
+    VirtualMachineInstancetype,
+    VirtualMachinePool,
+    VirtualMachinePreference,
+    VirtualMachineRestore,
+    VirtualMachineSnapshot,
+    VirtualMachineSnapshotContent,
 )
 
 T = TypeVar("T")
@@ -31,6 +40,19 @@ OBJECT_TYPES: dict[tuple[str, str], type[Any]] = {
     ("kubevirt.io", "VirtualMachineInstanceMigration"): VirtualMachineInstanceMigration,
     ("migrations.kubevirt.io", "MigrationPolicy"): MigrationPolicy,
     ("", "Node"): Node,
+    ("instancetype.kubevirt.io", "VirtualMachineInstancetype"): VirtualMachineInstancetype,
+    ("instancetype.kubevirt.io", "VirtualMachineClusterInstancetype"): (
+        VirtualMachineClusterInstancetype
+    ),
+    ("instancetype.kubevirt.io", "VirtualMachinePreference"): VirtualMachinePreference,
+    ("instancetype.kubevirt.io", "VirtualMachineClusterPreference"): (
+        VirtualMachineClusterPreference
+    ),
+    ("kubevirt.io", "VirtualMachineInstanceReplicaSet"): VirtualMachineInstanceReplicaSet,
+    ("pool.kubevirt.io", "VirtualMachinePool"): VirtualMachinePool,
+    ("snapshot.kubevirt.io", "VirtualMachineSnapshot"): VirtualMachineSnapshot,
+    ("snapshot.kubevirt.io", "VirtualMachineSnapshotContent"): VirtualMachineSnapshotContent,
+    ("snapshot.kubevirt.io", "VirtualMachineRestore"): VirtualMachineRestore,
     ("", "Status"): Status,
 }
 

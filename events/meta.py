@@ -15,11 +15,36 @@ class Kind(StrEnum):
     MIGRATION = "migration"
     NODE = "node"
     POLICY = "policy"
+    # objects whose events are the generic Resource* ones (one view shape, kinds/ tells
+    # them apart): instance types, preferences, replica sets, pools, snapshots, restores
+    INSTANCETYPE = "instancetype"
+    CLUSTER_INSTANCETYPE = "clusterinstancetype"
+    PREFERENCE = "preference"
+    CLUSTER_PREFERENCE = "clusterpreference"
+    VMIRS = "vmirs"
+    VMPOOL = "vmpool"
+    SNAPSHOT = "vmsnapshot"
+    SNAPSHOT_CONTENT = "vmsnapshotcontent"
+    RESTORE = "vmrestore"
 
 
 CLUSTER_SCOPE = "_"  # namespace token for cluster-scoped aggregates (nodes, policies)
 # Aggregates without a namespace: their subject carries CLUSTER_SCOPE, their key is the name.
-CLUSTER_SCOPED = frozenset({Kind.NODE, Kind.POLICY})
+CLUSTER_SCOPED = frozenset(
+    {Kind.NODE, Kind.POLICY, Kind.CLUSTER_INSTANCETYPE, Kind.CLUSTER_PREFERENCE}
+)
+# Aggregates folded by the generic resource fold (`evolve_resource`).
+RESOURCE_KINDS = (
+    Kind.INSTANCETYPE,
+    Kind.CLUSTER_INSTANCETYPE,
+    Kind.PREFERENCE,
+    Kind.CLUSTER_PREFERENCE,
+    Kind.VMIRS,
+    Kind.VMPOOL,
+    Kind.SNAPSHOT,
+    Kind.SNAPSHOT_CONTENT,
+    Kind.RESTORE,
+)
 
 
 class Aggregate(msgspec.Struct, frozen=True, rename="camel"):

@@ -574,6 +574,64 @@ class MigrationPolicy(KubeObject):
     status: JSONDict | None = None
 
 
+# ------------------------------------------- instance types, sets, pools, snapshots
+# Typed only as far as the api needs (metadata for names, labels and owners); their specs
+# are read as plain JSON by the modules that own them (kinds/*.py, the controller).
+
+
+class SpecObject(KubeObject):
+    api_version: str | None = None
+    kind: str | None = None
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: JSONDict = msgspec.field(default_factory=dict)
+    status: JSONDict | None = None
+
+
+class VirtualMachineInstancetype(SpecObject):
+    api_version: str = _always("instancetype.kubevirt.io/v1beta1")
+    kind: str = _always("VirtualMachineInstancetype")
+
+
+class VirtualMachineClusterInstancetype(SpecObject):
+    api_version: str = _always("instancetype.kubevirt.io/v1beta1")
+    kind: str = _always("VirtualMachineClusterInstancetype")
+
+
+class VirtualMachinePreference(SpecObject):
+    api_version: str = _always("instancetype.kubevirt.io/v1beta1")
+    kind: str = _always("VirtualMachinePreference")
+
+
+class VirtualMachineClusterPreference(SpecObject):
+    api_version: str = _always("instancetype.kubevirt.io/v1beta1")
+    kind: str = _always("VirtualMachineClusterPreference")
+
+
+class VirtualMachineInstanceReplicaSet(SpecObject):
+    api_version: str = _always("kubevirt.io/v1")
+    kind: str = _always("VirtualMachineInstanceReplicaSet")
+
+
+class VirtualMachinePool(SpecObject):
+    api_version: str = _always("pool.kubevirt.io/v1alpha1")
+    kind: str = _always("VirtualMachinePool")
+
+
+class VirtualMachineSnapshot(SpecObject):
+    api_version: str = _always("snapshot.kubevirt.io/v1beta1")
+    kind: str = _always("VirtualMachineSnapshot")
+
+
+class VirtualMachineSnapshotContent(SpecObject):
+    api_version: str = _always("snapshot.kubevirt.io/v1beta1")
+    kind: str = _always("VirtualMachineSnapshotContent")
+
+
+class VirtualMachineRestore(SpecObject):
+    api_version: str = _always("snapshot.kubevirt.io/v1beta1")
+    kind: str = _always("VirtualMachineRestore")
+
+
 # ---------------------------------------------------------------- Node
 
 

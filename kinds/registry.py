@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from events.meta import CLUSTER_SCOPE, CLUSTER_SCOPED, Aggregate, Kind
-from kinds import migration, node, policy, vm, vmi
+from kinds import instancetype, migration, node, policy, replicas, snapshot, vm, vmi
 from kinds.spec import KindSpec, Scope
 from projections.cluster import Cluster
 from projections.replay import RefError, gone
@@ -124,4 +124,15 @@ class Registry:
         return f"{agg.kind}/{agg.namespace}/{agg.name}"
 
 
-REGISTRY = Registry((vm.SPEC, vmi.SPEC, migration.SPEC, node.SPEC, policy.SPEC))
+REGISTRY = Registry(
+    (
+        vm.SPEC,
+        vmi.SPEC,
+        migration.SPEC,
+        node.SPEC,
+        policy.SPEC,
+        *instancetype.SPECS,
+        *replicas.SPECS,
+        *snapshot.SPECS,
+    )
+)

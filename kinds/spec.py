@@ -77,6 +77,10 @@ class Subresource(msgspec.Struct, frozen=True):
     answer: Answer = Answer.EMPTY
     reads_body: bool = True  # a body that does not parse is a 400 only when it is read
     method: str = "PUT"
+    # the answer made of the rendered object (e.g. an autoscaling/v1 Scale), and its
+    # (group, version, kind) for discovery; a PATCH is applied to that shape first
+    shape: Callable[[JSON], JSON] | None = None
+    response_kind: tuple[str, str, str] | None = None
 
 
 Admit = Callable[[Cluster, Any, str], tuple[Any, list[Any]]]
@@ -171,8 +175,15 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
             base = f"{base}/namespaces/{namespace}"
         return f"{base}/{self.plural}/{name}/{action}"
 
-    def subresource(self, name: str) -> Subresource | None:
-        return next((s for s in self.subresources if s.name == name), None)
+    def subresource(self, name: str, method: str | None = None) -> Subresource | None:
+        return next(
+            (
+                s
+                for s in self.subresources
+                if s.name == name and (method is None or s.method == method)
+            ),
+            None,
+        )
 
     def key(self, namespace: str, name: str) -> str:
         """The Cluster table key: "ns/name", or the name when cluster-scoped."""

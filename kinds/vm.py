@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from events.catalog import (
     VMCreated,
     VMDeleted,
@@ -15,9 +17,9 @@ from events.catalog import (
     VMUpdated,
 )
 from events.meta import Kind
-from events.objects import VirtualMachine
+from events.objects import VirtualMachine, VirtualMachineInstanceSpec
 from kinds import columns as col
-from kinds import migration
+from kinds import instancetype, migration
 from kinds.spec import Answer, CallArgs, Column, KindSpec, PrinterColumn, Subresource
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_vm
@@ -38,9 +40,25 @@ def _vm(cluster: Cluster, namespace: str, name: str) -> VMView:
     return found
 
 
-def admit(_: Cluster, typed: Any, uid: str) -> tuple[Any, list[Any]]:
+def admit(cluster: Cluster, typed: Any, uid: str) -> tuple[Any, list[Any]]:
+    if typed.spec.instancetype or typed.spec.preference:
+        return _admit_with_instancetype(cluster, typed, uid)
     typed = defaulted(admission.default_vm, typed, uid)
     return typed, admission.validate_vm(typed)
+
+
+def _admit_with_instancetype(cluster: Cluster, typed: Any, uid: str) -> tuple[Any, list[Any]]:
+    """KubeVirt's VM admitter: resolve the instance type and preference, refuse conflicts,
+    then validate the template as its VMI will run (with both applied)."""
+    typed, applied, causes = instancetype.admit_vm(cluster, typed)
+    if causes or applied is None:
+        return typed, causes
+    typed = defaulted(admission.default_vm, typed, uid)
+    check = msgspec.convert(msgspec.to_builtins(typed), VirtualMachine)
+    check.spec.template.spec = msgspec.convert(applied, VirtualMachineInstanceSpec)
+    check.spec.instancetype = None
+    check = defaulted(admission.default_vm, check, uid)
+    return typed, admission.validate_vm(check)
 
 
 def delete(

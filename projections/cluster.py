@@ -24,15 +24,23 @@ from events.catalog import (
     VMIRemoved,
 )
 from events.envelope import Stored
-from events.meta import CLUSTER_SCOPED, Aggregate, Kind
+from events.meta import CLUSTER_SCOPED, RESOURCE_KINDS, Aggregate, Kind
 from projections.evolve import (
     evolve_migration,
     evolve_node,
     evolve_policy,
+    evolve_resource,
     evolve_vm,
     evolve_vmi,
 )
-from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
+from projections.views import (
+    MigrationView,
+    NodeView,
+    PolicyView,
+    ResourceView,
+    VMIView,
+    VMView,
+)
 
 Touched = tuple[Kind, str]  # (kind, "namespace/name" or node/policy name)
 
@@ -53,6 +61,8 @@ class Cluster:
         self.migrations: dict[str, MigrationView] = {}
         self.nodes: dict[str, NodeView] = {}
         self.policies: dict[str, PolicyView] = {}
+        # the generic resources' views, per kind (instance types, replica sets, ...)
+        self.resources: dict[Kind, dict[str, ResourceView]] = {k: {} for k in RESOURCE_KINDS}
         self.vmis_by_node: dict[str, set[str]] = {}
         self.last_seq = 0
 
@@ -70,6 +80,18 @@ class Cluster:
                 return self.nodes
             case Kind.POLICY:
                 return self.policies
+            case (
+                Kind.INSTANCETYPE
+                | Kind.CLUSTER_INSTANCETYPE
+                | Kind.PREFERENCE
+                | Kind.CLUSTER_PREFERENCE
+                | Kind.VMIRS
+                | Kind.VMPOOL
+                | Kind.SNAPSHOT
+                | Kind.SNAPSHOT_CONTENT
+                | Kind.RESTORE
+            ):
+                return self.resources[kind]
             case _:
                 assert_never(kind)
 
@@ -110,6 +132,20 @@ class Cluster:
             case Kind.POLICY:
                 new = evolve_policy(self.policies.get(agg.name), s)
                 return self._swap(self.policies, agg.name, new, Kind.POLICY)
+            case (
+                Kind.INSTANCETYPE
+                | Kind.CLUSTER_INSTANCETYPE
+                | Kind.PREFERENCE
+                | Kind.CLUSTER_PREFERENCE
+                | Kind.VMIRS
+                | Kind.VMPOOL
+                | Kind.SNAPSHOT
+                | Kind.SNAPSHOT_CONTENT
+                | Kind.RESTORE
+            ):
+                table = self.resources[agg.kind]
+                k = view_key(agg)
+                return self._swap(table, k, evolve_resource(table.get(k), s), agg.kind)
             case _:
                 assert_never(agg.kind)
 

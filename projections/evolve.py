@@ -45,6 +45,11 @@ from events.catalog import (
     PolicyDeleted,
     PolicyEvent,
     PolicyUpdated,
+    ResourceCreated,
+    ResourceDeleted,
+    ResourceEvent,
+    ResourceStatusChanged,
+    ResourceUpdated,
     StopReason,
     TargetPrepared,
     TargetPreparing,
@@ -62,6 +67,7 @@ from events.catalog import (
     VMISoftRebootRequested,
     VMIUnpauseRequested,
     VMRestartRequested,
+    VMRevisionRecorded,
     VMRunStrategyChanged,
     VMStartFailed,
     VMStartFailureCleared,
@@ -75,6 +81,7 @@ from projections.views import (
     MigrationView,
     NodeView,
     PolicyView,
+    ResourceView,
     StartFailure,
     StateChangeRequest,
     VMIView,
@@ -131,7 +138,11 @@ def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
                 manifest_json=pack_manifest(manifest),
                 run_strategy=run_strategy_of(manifest),
                 generation=v.generation + 1,
+                revision_json=_kept_revision(v, manifest),
             )
+        case VMRevisionRecorded(instancetype=it, preference=pref):
+            recorded = {k: r for k, r in (("instancetype", it), ("preference", pref)) if r}
+            return replace(v, revision_json=pack_manifest(recorded) if recorded else b"")
         case VMDeleted(grace_period_seconds=grace):
             return replace(v, deleted_at=at, deletion_grace_period_seconds=grace)
         case VMStartRequested(paused=paused):
@@ -390,6 +401,21 @@ def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
     return v
 
 
+def _kept_revision(v: VMView, manifest: dict[str, Any]) -> bytes:
+    """An update keeps the recorded revisions only while the VM still names them (same
+    kind, name and revisionName): clearing `revisionName` or choosing another instance type
+    or preference takes the current one at the next start, as KubeVirt's."""
+    spec = manifest.get("spec") or {}
+    for field, rev in v.revision.items():
+        matcher = spec.get(field) or {}
+        if (matcher.get("name"), matcher.get("revisionName")) != (
+            rev.get("name"),
+            rev.get("revisionName"),
+        ):
+            return b""
+    return v.revision_json
+
+
 # ----------------------------------------------------------------------- Policy
 def evolve_policy(view: PolicyView | None, s: Stored) -> PolicyView | None:
     ev = s.event
@@ -406,6 +432,41 @@ def evolve_policy(view: PolicyView | None, s: Stored) -> PolicyView | None:
                 resource_version=s.seq,
             )
         case PolicyDeleted():
+            return None
+        case _:
+            assert_never(ev)
+
+
+# --------------------------------------------------------------------- Resources
+def evolve_resource(view: ResourceView | None, s: Stored) -> ResourceView | None:
+    """Instance types, preferences, replica sets, pools, snapshots, restores: the spec from
+    the user, the status from its controller."""
+    ev = s.event
+    if not isinstance(ev, ResourceEvent):
+        return view
+    match ev:
+        case ResourceCreated(manifest=manifest):
+            if view is not None:
+                return view
+            return ResourceView(**_born(manifest, s))
+        case ResourceUpdated(manifest=manifest):
+            if view is None:
+                return None
+            changed = (manifest.get("spec") or {}) != view.spec
+            return replace(
+                view,
+                manifest_json=pack_manifest(manifest),
+                generation=view.generation + (1 if changed else 0),
+                version=s.seq,
+                resource_version=s.seq,
+            )
+        case ResourceStatusChanged(status=status):
+            if view is None:
+                return None
+            return replace(
+                view, status_json=pack_manifest(status), version=s.seq, resource_version=s.seq
+            )
+        case ResourceDeleted():
             return None
         case _:
             assert_never(ev)

@@ -13,7 +13,14 @@ from events.meta import Kind
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
 from projections.migratability import live_migratable
-from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
+from projections.views import (
+    MigrationView,
+    NodeView,
+    PolicyView,
+    ResourceView,
+    VMIView,
+    VMView,
+)
 
 JSON = dict[str, Any]
 
@@ -111,8 +118,24 @@ def render_vm(cluster: Cluster, vm: VMView, now: float) -> JSON:
             "lastFailedVMIUID": f.last_failed_vmi_uid,
             "retryAfterTimestamp": rfc3339(f.retry_after),
         }
+    _revision_refs(obj, vm, status)
     obj["status"] = status
     return obj
+
+
+def _revision_refs(obj: JSON, vm: VMView, status: JSON) -> None:
+    """The recorded instance type and preference: `spec.<field>.revisionName` and
+    `status.<field>Ref` (KubeVirt's ControllerRevision reference)."""
+    spec = obj.setdefault("spec", {})
+    for field, rev in vm.revision.items():
+        matcher = spec.get(field)
+        if isinstance(matcher, dict):
+            matcher["revisionName"] = rev["revisionName"]
+        status[f"{field}Ref"] = {
+            "kind": rev["kind"],
+            "name": rev["name"],
+            "controllerRevisionRef": {"name": rev["revisionName"]},
+        }
 
 
 # ------------------------------------------------------------------------ VMI
@@ -314,6 +337,17 @@ def render_policy(policy: PolicyView) -> JSON:
     return obj
 
 
+def render_resource(res: ResourceView) -> JSON:
+    """A generic resource: the user's manifest, its metadata, its controller's status."""
+    obj = res.manifest  # a fresh decode: ours to change
+    obj["metadata"] = _metadata(
+        obj, res.resource_version, res.created_at, uid=res.uid, generation=res.generation
+    )
+    if res.status_json:
+        obj["status"] = res.status
+    return obj
+
+
 def render_view(cluster: Cluster, kind: Kind, view: Any, now: float) -> JSON:
     """Any view as the api serves it; `now` for the clock-dependent fields."""
     match kind:
@@ -327,5 +361,17 @@ def render_view(cluster: Cluster, kind: Kind, view: Any, now: float) -> JSON:
             return render_node(cluster, view, now)
         case Kind.POLICY:
             return render_policy(view)
+        case (
+            Kind.INSTANCETYPE
+            | Kind.CLUSTER_INSTANCETYPE
+            | Kind.PREFERENCE
+            | Kind.CLUSTER_PREFERENCE
+            | Kind.VMIRS
+            | Kind.VMPOOL
+            | Kind.SNAPSHOT
+            | Kind.SNAPSHOT_CONTENT
+            | Kind.RESTORE
+        ):
+            return render_resource(view)
         case _:
             assert_never(kind)

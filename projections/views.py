@@ -78,6 +78,13 @@ class VMView(ManifestView, frozen=True, kw_only=True):
     start_paused: bool = False
     start_failure: StartFailure | None = None
     vmi_uid: str = ""  # the current VMI's uid, "" when none
+    # VMRevisionRecorded's instance type and preference (compact JSON, b"" when none)
+    revision_json: bytes = b""
+
+    @property
+    def revision(self) -> dict[str, Any]:
+        """{"instancetype": {...}, "preference": {...}} as recorded (each may be absent)."""
+        return unpack_manifest(self.revision_json) if self.revision_json else {}
 
 
 class VMIView(PhasedView, frozen=True, kw_only=True):
@@ -169,3 +176,25 @@ class PolicyView(ManifestView, frozen=True, kw_only=True):
     @property
     def manifest(self) -> Manifest:
         return unpack_manifest(self.manifest_json)
+
+
+class ResourceView(ManifestView, frozen=True, kw_only=True):
+    """A generic resource (events.meta.RESOURCE_KINDS): the user's manifest (spec) and the
+    status its controller last recorded, both compact JSON."""
+
+    namespace: str
+    name: str
+    uid: str
+    created_at: float
+    version: int
+    resource_version: int
+    generation: int = 1
+    status_json: bytes = b""
+
+    @property
+    def status(self) -> Manifest:
+        return unpack_manifest(self.status_json) if self.status_json else {}
+
+    @property
+    def spec(self) -> Manifest:
+        return dict(self.manifest.get("spec") or {})

@@ -25,7 +25,14 @@ from eventstore.jetstream import JetStreamStore
 from kinds.registry import REGISTRY, Registry
 from projections.cluster import Cluster, view_key
 from projections.replay import gone
-from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
+from projections.views import (
+    MigrationView,
+    NodeView,
+    PolicyView,
+    ResourceView,
+    VMIView,
+    VMView,
+)
 from readside import snapshots
 from readside.metrics import ProjectionMetrics
 from readside.watch import Change, EventType, Selector, TooOldResourceVersion, Watcher
@@ -35,7 +42,7 @@ log = structlog.get_logger()
 LIST_BODIES = 16  # encoded list responses kept, one per selector, for the current version
 FRESH_RENDERS = 256  # objects kept rendered for the responses that follow their events
 JSON = dict[str, Any]
-View = VMView | VMIView | MigrationView | NodeView | PolicyView
+View = VMView | VMIView | MigrationView | NodeView | PolicyView | ResourceView
 
 
 # Changes kept for resuming watches: ~45 s of the bench's create phase, ~1-2 MiB compressed

@@ -19,9 +19,17 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
+from events.meta import Kind
 from eventstore.jetstream import JetStreamStore
 from projections.cluster import Cluster
-from projections.views import MigrationView, NodeView, PolicyView, VMIView, VMView
+from projections.views import (
+    MigrationView,
+    NodeView,
+    PolicyView,
+    ResourceView,
+    VMIView,
+    VMView,
+)
 
 BUCKET = "virt-snapshots"
 CHUNK = 512 * 1024  # well under the 1 MiB default max payload, headers included
@@ -34,6 +42,7 @@ class Views(msgspec.Struct, frozen=True):
     migrations: dict[str, MigrationView]
     nodes: dict[str, NodeView]
     policies: dict[str, PolicyView]
+    resources: dict[Kind, dict[str, ResourceView]] = {}
 
 
 class Head(msgspec.Struct, frozen=True):
@@ -61,6 +70,7 @@ def encode_views(cluster: Cluster) -> bytes:
             migrations=dict(sorted(cluster.migrations.items())),
             nodes=dict(sorted(cluster.nodes.items())),
             policies=dict(sorted(cluster.policies.items())),
+            resources={k: dict(sorted(t.items())) for k, t in cluster.resources.items()},
         )
     )
 
@@ -71,6 +81,7 @@ def decode_views(data: bytes) -> Cluster:
     c.last_seq = v.last_seq
     c.vms, c.vmis, c.migrations = v.vms, v.vmis, v.migrations
     c.nodes, c.policies = v.nodes, v.policies
+    c.resources.update(v.resources)
     for k, vmi in c.vmis.items():  # the index is derived, not stored
         if vmi.node:
             c.vmis_by_node.setdefault(vmi.node, set()).add(k)

@@ -94,17 +94,19 @@ def _copy(obj: S) -> S:
 
 
 def default_vmi_spec(
-    spec: VirtualMachineInstanceSpec, firmware_uuid: str
+    spec: VirtualMachineInstanceSpec, firmware_uuid: str, *, sized: bool = True
 ) -> VirtualMachineInstanceSpec:
     """KubeVirt's VMI defaults (amd64): machine q35, CPU topology and model, guest memory,
-    a disk per volume, disk/cdrom buses, the pod network, firmware uuid,
-    grace period. Returns a new spec."""
+    a disk per volume, disk/cdrom buses, the pod network, firmware uuid, grace period.
+    Returns a new spec. `sized=False` (a VM with an instance type) leaves CPU and memory
+    to the instance type."""
     spec = _copy(spec)
     domain = spec.domain
     if domain.machine is None or not domain.machine.type:
         domain.machine = Machine(type="q35")
-    _default_cpu(spec)
-    _default_memory(spec)
+    if sized:
+        _default_cpu(spec)
+        _default_memory(spec)
     devices = domain.devices = domain.devices or Devices()
     _default_disks(spec, devices)
     _default_network(spec, devices)
@@ -202,9 +204,11 @@ def default_vmi(vmi: VirtualMachineInstance, firmware_uuid: str) -> VirtualMachi
 
 
 def default_vm(vm: VirtualMachine, firmware_uuid: str) -> VirtualMachine:
-    """Applies the VMI defaults to the VM's template; runStrategy has no default."""
+    """Applies the VMI defaults to the VM's template; runStrategy has no default. A VM
+    with an instance type gets its CPU and memory from it when its VMI is created."""
     out = _copy(vm)
-    out.spec.template.spec = default_vmi_spec(out.spec.template.spec, firmware_uuid)
+    sized = not out.spec.instancetype
+    out.spec.template.spec = default_vmi_spec(out.spec.template.spec, firmware_uuid, sized=sized)
     return out
 
 

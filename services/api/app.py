@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from events.meta import Kind
 from kinds.registry import Registry
-from kinds.spec import Answer, CallArgs, KindSpec
+from kinds.spec import Answer, CallArgs, KindSpec, Subresource
 from projections import replay
 from projections.cluster import Cluster
 from readside import timetravel
@@ -518,12 +518,15 @@ def _ownership(request: Request[Any, Any, Any]) -> field_manager.Ownership:
 def _subresource(spec: KindSpec) -> Any:
     async def subresource(request: Request[Any, Any, Any]) -> Response[Any]:
         ns, name = request.path_params.get("ns", ""), request.path_params["name"]
-        sub = spec.subresource(request.path_params["action"])
+        sub = spec.subresource(request.path_params["action"], request.method)
         api = _api(request)
         _writable(api)
-        if sub is None or sub.method != request.method:
+        if sub is None:
             raise unknown_resource()
-        args = _args(request, await _body(request) if sub.reads_body else {})
+        if request.method == "PATCH" and sub.shape is not None:
+            args = _args(request, await _shaped_patch(request, api, spec, sub, ns, name))
+        else:
+            args = _args(request, await _body(request) if sub.reads_body else {})
         dry = _dry_run(request)
         outcome = await api.execute(
             lambda c, ctx: sub.act(c, ns, name, args, ctx),
@@ -534,6 +537,11 @@ def _subresource(spec: KindSpec) -> Any:
         match sub.answer:
             case Answer.EMPTY:
                 return Response(b"", status_code=sub.code)
+            case Answer.OBJECT if sub.shape is not None:
+                obj = api.runner.get(outcome.kind, outcome.key)
+                if obj is None:
+                    raise not_found(spec.resource, name)
+                return _respond(sub.shape(obj), outcome.code)
             case Answer.OBJECT:
                 return _object_response(api, outcome, dry)
             case Answer.CREATED:
@@ -546,6 +554,31 @@ def _subresource(spec: KindSpec) -> Any:
                 assert_never(sub.answer)
 
     return subresource
+
+
+async def _shaped_patch(
+    request: Request[Any, Any, Any],
+    api: ApiService,
+    spec: KindSpec,
+    sub: Subresource,
+    ns: str,
+    name: str,
+) -> JSON:
+    """A PATCH of a shaped subresource (`/scale`): the patch applied to the shape as it is
+    served now; the subresource's act then decides on the result like a PUT's body."""
+    assert sub.shape is not None
+    try:
+        raw = await asyncio.wait_for(request.body(), BODY_SECONDS)
+    except TimeoutError:
+        raise request_timeout(
+            f"the request body was not received within {BODY_SECONDS:g}s"
+        ) from None
+    content_type = request.headers.get("content-type", "")
+    patch.check_type(content_type)
+    current = api.runner.get(spec.event_kind, spec.key(ns, name))
+    if current is None:
+        raise not_found(spec.resource, name)
+    return patch.apply(sub.shape(current), raw, content_type)
 
 
 # The VMI's stream subresources (KubeVirt's console, vnc and vnc/screenshot): relayed to

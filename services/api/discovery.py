@@ -95,23 +95,31 @@ def group_versions(kinds: Registry) -> dict[str, dict[str, list[JSON]]]:
         if not spec.subresources and not spec.streams:
             continue
         subs = out.setdefault(spec.subresource_group, {}).setdefault(spec.version, [])
-        for name, verbs in _sub_names(spec):
-            subs.append(
-                {
-                    "name": f"{spec.plural}/{name}",
-                    "singularName": "",
-                    "namespaced": spec.namespaced,
-                    "kind": "",
-                    "verbs": verbs,
-                }
-            )
+        for name, verbs, rk in _sub_names(spec):
+            entry: JSON = {
+                "name": f"{spec.plural}/{name}",
+                "singularName": "",
+                "namespaced": spec.namespaced,
+                "kind": "",
+                "verbs": verbs,
+            }
+            if rk is not None:
+                entry.update(group=rk[0], version=rk[1], kind=rk[2])
+            subs.append(entry)
     return out
 
 
-def _sub_names(spec: KindSpec) -> list[tuple[str, list[str]]]:
-    """The kind's subresources with their verbs: actions, then the streams (GET only)."""
-    actions = [(s.name, _sub_verbs(s.method)) for s in spec.subresources]
-    return actions + [(name, ["get"]) for name in spec.streams]
+def _sub_names(spec: KindSpec) -> list[tuple[str, list[str], tuple[str, str, str] | None]]:
+    """The kind's subresources by name with their verbs and response kind (`scale` answers
+    GET, PUT and PATCH), then its streams (GET only)."""
+    by_name: dict[str, list[Any]] = {}
+    for sub in spec.subresources:
+        by_name.setdefault(sub.name, []).append(sub)
+    actions = [
+        (name, [v for m in subs for v in _sub_verbs(m.method)], subs[0].response_kind)
+        for name, subs in by_name.items()
+    ]
+    return actions + [(name, ["get"], None) for name in spec.streams]
 
 
 def _gv(group: str, version: str) -> JSON:
@@ -218,15 +226,27 @@ def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
             if not spec.subresources and not spec.streams:
                 continue
             subs = [
-                {"subresource": name, "responseKind": _gvk(spec), "verbs": verbs}
-                for name, verbs in _sub_names(spec)
+                {
+                    "subresource": name,
+                    "responseKind": (
+                        dict(zip(("group", "version", "kind"), rk, strict=True))
+                        if rk
+                        else _gvk(spec)
+                    ),
+                    "verbs": verbs,
+                }
+                for name, verbs, rk in _sub_names(spec)
             ]
+            listed = groups.setdefault(spec.subresource_group, {}).setdefault(spec.version, [])
+            own = next((r for r in listed if r["resource"] == spec.plural), None)
+            if own is not None:  # served in the kind's own group (`scale`)
+                own["subresources"] = subs
+                continue
             parent = _discovery(spec, subs)
             parent["verbs"] = []
             parent.pop("shortNames", None)
             parent.pop("categories", None)
-            versions = groups.setdefault(spec.subresource_group, {})
-            versions.setdefault(spec.version, []).append(parent)
+            listed.append(parent)
     for group, versions in groups.items():
         yield {
             "metadata": {"name": group} if group else {},

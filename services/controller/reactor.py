@@ -24,6 +24,7 @@ from services.controller import (
     lifecycle,
     migration,
     node_health,
+    replicas,
     run_strategy,
     scheduler,
 )
@@ -117,11 +118,17 @@ class Controller:
             # backoff first: a failed start must be on record before the VMI is replaced
             out += backoff.reconcile(vm, c.vmi_of_vm(vm), ctx, self.backoff)
             out += run_strategy.reconcile(state, vm, ctx)
+        # replica sets and pools are few: every pass looks at all of them
+        sets: list[Decision] = []
+        for rs in c.resources[Kind.VMIRS].values():
+            sets += replicas.reconcile_replicaset(c, rs, ctx)
+        for pool in c.resources[Kind.VMPOOL].values():
+            sets += replicas.reconcile_pool(c, pool, ctx)
         reserved = scheduler.Reserved()
         out += migration.reconcile(state, ctx, self.migrations, reserved)
         out += evacuation.reconcile(state, ctx, self.migrations)
         out += scheduler.schedule_pending(c, ctx, reserved, state.index)
-        return [Decision(ev) for ev in _unique(out)]
+        return [Decision(ev) for ev in _unique(out)] + sets
 
 
 def _unique(events: Iterable[Event]) -> list[Event]:

@@ -11,10 +11,17 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from events.catalog import Event, VMICreated, VMIDeleteRequested, VMStateChangeRequestsCleared
+from events.catalog import (
+    Event,
+    VMICreated,
+    VMIDeleteRequested,
+    VMRevisionRecorded,
+    VMStateChangeRequestsCleared,
+)
 from events.envelope import Context
 from events.meta import Aggregate, Kind
-from projections.cluster import key
+from projections import instancetype
+from projections.cluster import Cluster, key
 from projections.views import VMIView, VMView
 from services.controller import backoff, emit
 from services.controller.state import ControllerState
@@ -165,16 +172,32 @@ def reconcile(state: ControllerState, vm: VMView, ctx: Context) -> list[Event]:
     if p.delete is not None:
         out.append(delete_vmi(p.delete, ctx, p.grace_period_seconds))
     if p.create:
-        create_key = f"create-vmi/{vm.uid}/{vm.resource_version}"
-        uid = emit.new_uid(ctx, create_key)
-        agg = Aggregate(kind=Kind.VMI, namespace=vm.namespace, name=vm.name, uid=uid)
-        out.append(
-            VMICreated(
-                meta=emit.meta(ctx, agg, create_key),
-                manifest=vmi_manifest(vm, uid),
-                owner_vm_uid=vm.uid,
+        revision = _revision(cluster, vm)
+        if revision is not None:
+            create_key = f"create-vmi/{vm.uid}/{vm.resource_version}"
+            uid = emit.new_uid(ctx, create_key)
+            agg = Aggregate(kind=Kind.VMI, namespace=vm.namespace, name=vm.name, uid=uid)
+            manifest = vmi_manifest(vm, uid)
+            if revision:
+                it, pref = revision.get("instancetype"), revision.get("preference")
+                manifest["spec"] = instancetype.apply(
+                    it["spec"] if it else None, pref["spec"] if pref else None, manifest["spec"]
+                )
+                if revision != vm.revision:
+                    out.append(
+                        VMRevisionRecorded(
+                            meta=emit.meta(
+                                ctx, emit.vm_aggregate(vm), f"revision/{vm.uid}/{vm.generation}"
+                            ),
+                            instancetype=it,
+                            preference=pref,
+                        )
+                    )
+            out.append(
+                VMICreated(
+                    meta=emit.meta(ctx, agg, create_key), manifest=manifest, owner_vm_uid=vm.uid
+                )
             )
-        )
     if p.clear_requests:
         out.append(
             VMStateChangeRequestsCleared(
@@ -183,4 +206,25 @@ def reconcile(state: ControllerState, vm: VMView, ctx: Context) -> list[Event]:
                 )
             )
         )
+    return out
+
+
+def _revision(cluster: Cluster, vm: VMView) -> dict[str, Any] | None:
+    """The instance type and preference the new VMI runs with: the recorded revision, else
+    the current objects (recorded with the VMI's creation, so a later change to them does
+    not change this VM). {} for a VM without them; None when one is gone (no VMI)."""
+    spec = vm.manifest.get("spec") or {}
+    recorded = vm.revision
+    out: dict[str, Any] = {}
+    for field in ("instancetype", "preference"):
+        matcher = spec.get(field)
+        if not matcher:
+            continue
+        if field in recorded:
+            out[field] = recorded[field]
+            continue
+        found = instancetype.find(cluster, vm.namespace, vm.name, field, matcher)
+        if isinstance(found, str):
+            return None
+        out[field] = instancetype.revision(found)
     return out

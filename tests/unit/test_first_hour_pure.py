@@ -189,4 +189,19 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
     assert REGISTRY.ref_text(REGISTRY.parse_ref("vmis/ns/x")) == "vmi/ns/x"
     with pytest.raises(RefError, match="names no kind"):
         REGISTRY.parse_ref("vm-cirros", namespace="default")
-    assert REGISTRY.cli_names == ("vms", "vmis", "vmims", "nodes", "migrationpolicies")
+    assert REGISTRY.cli_names == (
+        "vms",
+        "vmis",
+        "vmims",
+        "nodes",
+        "migrationpolicies",
+        "vminstancetypes",
+        "vmclusterinstancetypes",
+        "vmprefs",
+        "vmcps",
+        "vmirs",
+        "vmpools",
+        "vmsnapshots",
+        "vmsnapshotcontents",
+        "vmrestores",
+    )

@@ -116,7 +116,16 @@ def test_registry_names_are_the_ones_users_type() -> None:
         REGISTRY.resource("pods")
     assert str(REGISTRY.resource("vmi").resource) == "virtualmachineinstances.kubevirt.io"
     assert str(REGISTRY.resource("nodes").resource) == "nodes"
-    assert REGISTRY.updatable == ("virtualmachines", "migrationpolicies")
+    assert REGISTRY.updatable == (
+        "virtualmachines",
+        "migrationpolicies",
+        "virtualmachineinstancetypes",
+        "virtualmachineclusterinstancetypes",
+        "virtualmachinepreferences",
+        "virtualmachineclusterpreferences",
+        "virtualmachineinstancereplicasets",
+        "virtualmachinepools",
+    )
 
 
 def test_kubevirt_printer_columns() -> None:

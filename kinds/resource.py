@@ -1,0 +1,102 @@
+"""What the generic resources (events.meta.RESOURCE_KINDS) share: their create, update and
+delete events, table, fold and render, so each kind's module holds only what is its own
+(names, printer columns, admission, subresources)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from events.catalog import Event, ResourceCreated, ResourceDeleted, ResourceUpdated
+from events.meta import Kind, Meta
+from kinds import columns as col
+from kinds.spec import Admit, CallArgs, Column, KindSpec, PrinterColumn, Scope, Subresource
+from projections.cluster import Cluster
+from projections.evolve import evolve_resource
+from projections.render import render_resource
+from projections.views import ResourceView
+from services.api import admission
+from services.api.intents import Append, Outcome, RequestContext, view
+
+JSON = dict[str, Any]
+
+
+def _created(meta: Meta, manifest: JSON) -> Event:
+    return ResourceCreated(meta=meta, manifest=manifest)
+
+
+def _updated(meta: Meta, manifest: JSON) -> Event:
+    return ResourceUpdated(meta=meta, manifest=manifest)
+
+
+def admit_name(_: Cluster, typed: Any, __: str) -> tuple[Any, list[Any]]:
+    return typed, admission.validate_name(typed.metadata.name, typed.metadata.generate_name)
+
+
+def delete_act(spec_of: Callable[[], KindSpec]) -> Callable[..., Outcome]:
+    def delete(c: Cluster, ns: str, name: str, _: CallArgs, ctx: RequestContext) -> Outcome:
+        spec = spec_of()
+        found: ResourceView = view(c, spec, ns, name)
+        event = ResourceDeleted(meta=ctx.meta(spec.event_kind, ns, name, found.uid))
+        return Outcome((Append(event, found.version),), spec.event_kind, spec.key(ns, name), 200)
+
+    return delete
+
+
+def spec_path(obj: JSON, *path: str) -> str:
+    """A printer cell: the value at a JSON path, "" (or `<none>`) when absent."""
+    cur: Any = obj
+    for p in path:
+        cur = cur.get(p) if isinstance(cur, dict) else None
+    return "<none>" if cur is None else str(cur).lower() if isinstance(cur, bool) else str(cur)
+
+
+def resource_spec(
+    *,
+    group: str,
+    version: str,
+    kind: str,
+    plural: str,
+    singular: str,
+    event_kind: Kind,
+    object_type: type[Any],
+    short_names: tuple[str, ...] = (),
+    categories: tuple[str, ...] = ("all",),
+    scope: Scope = Scope.NAMESPACED,
+    printer_columns: tuple[PrinterColumn, ...] = (),
+    columns: tuple[Column, ...] = (),
+    admit: Admit | None = admit_name,
+    subresources: tuple[Subresource, ...] = (),
+    subresource_group: str = "subresources.kubevirt.io",
+    updatable: bool = True,
+) -> KindSpec:
+    spec: KindSpec | None = None
+
+    def me() -> KindSpec:
+        assert spec is not None
+        return spec
+
+    spec = KindSpec(
+        group=group,
+        version=version,
+        kind=kind,
+        plural=plural,
+        singular=singular,
+        short_names=short_names,
+        categories=categories,
+        scope=scope,
+        event_kind=event_kind,
+        object_type=object_type,
+        subresources=subresources,
+        subresource_group=subresource_group,
+        printer_columns=printer_columns,
+        columns=columns or (Column("NAME", col.name), Column("AGE", col.age)),
+        admit=admit,
+        created=_created,
+        updated=_updated if updatable else None,
+        delete=delete_act(me),
+        table=lambda c: c.resources[event_kind],
+        render=lambda _c, v, _now: render_resource(v),
+        evolve=evolve_resource,
+    )
+    return spec

@@ -1,0 +1,136 @@
+"""VirtualMachineSnapshot, VirtualMachineSnapshotContent and VirtualMachineRestore
+(snapshot.kubevirt.io/v1beta1). Their controller is services/controller/snapshot.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from events.meta import Kind
+from events.objects import (
+    VirtualMachineRestore,
+    VirtualMachineSnapshot,
+    VirtualMachineSnapshotContent,
+)
+from kinds import columns as col
+from kinds.resource import resource_spec, spec_path
+from kinds.spec import Column, PrinterColumn
+from projections.cluster import Cluster
+from services.api import admission
+
+JSON = dict[str, Any]
+GROUP, VERSION = "snapshot.kubevirt.io", "v1beta1"
+
+
+def _admit_source(field: str) -> Any:
+    """KubeVirt's snapshot and restore admitters: the source (target) must be a
+    VirtualMachine of the core API group, named."""
+
+    def admit(_: Cluster, typed: Any, __: str) -> tuple[Any, list[Any]]:
+        causes = admission.validate_name(typed.metadata.name, typed.metadata.generate_name)
+        ref = typed.spec.get(field) or {}
+        path = f"spec.{field}"
+        if not ref:
+            causes.append(admission._cause("FieldValueRequired", f"missing {field}", path))
+        elif ref.get("apiGroup") not in (None, "", "kubevirt.io"):
+            causes.append(
+                admission._cause(
+                    "FieldValueInvalid",
+                    "missing apiGroup"
+                    if not ref.get("apiGroup")
+                    else f"invalid apiGroup {ref.get('apiGroup')!r}",
+                    f"{path}.apiGroup",
+                )
+            )
+        elif ref.get("kind") != "VirtualMachine":
+            causes.append(
+                admission._cause(
+                    "FieldValueInvalid", f"invalid kind {ref.get('kind')!r}", f"{path}.kind"
+                )
+            )
+        elif not ref.get("name"):
+            causes.append(admission._cause("FieldValueRequired", "missing name", f"{path}.name"))
+        return typed, causes
+
+    return admit
+
+
+def _cells(*path: str) -> Any:
+    return lambda o: spec_path(o, *path)
+
+
+SNAPSHOT = resource_spec(
+    group=GROUP,
+    version=VERSION,
+    kind="VirtualMachineSnapshot",
+    plural="virtualmachinesnapshots",
+    singular="virtualmachinesnapshot",
+    short_names=("vmsnapshot", "vmsnapshots"),
+    event_kind=Kind.SNAPSHOT,
+    object_type=VirtualMachineSnapshot,
+    admit=_admit_source("source"),
+    updatable=False,
+    printer_columns=(
+        PrinterColumn("SourceKind", "string", ".spec.source.kind"),
+        PrinterColumn("SourceName", "string", ".spec.source.name"),
+        PrinterColumn("Phase", "string", ".status.phase"),
+        PrinterColumn("ReadyToUse", "boolean", ".status.readyToUse"),
+        PrinterColumn("CreationTime", "date", ".status.creationTime"),
+        PrinterColumn("Error", "string", ".status.error.message"),
+    ),
+    columns=(
+        Column("NAME", col.name),
+        Column("SOURCEKIND", _cells("spec", "source", "kind")),
+        Column("SOURCENAME", _cells("spec", "source", "name")),
+        Column("PHASE", _cells("status", "phase")),
+        Column("READYTOUSE", _cells("status", "readyToUse")),
+        Column("AGE", col.age),
+    ),
+)
+CONTENT = resource_spec(
+    group=GROUP,
+    version=VERSION,
+    kind="VirtualMachineSnapshotContent",
+    plural="virtualmachinesnapshotcontents",
+    singular="virtualmachinesnapshotcontent",
+    short_names=("vmsnapshotcontent", "vmsnapshotcontents"),
+    event_kind=Kind.SNAPSHOT_CONTENT,
+    object_type=VirtualMachineSnapshotContent,
+    updatable=False,
+    printer_columns=(
+        PrinterColumn("ReadyToUse", "boolean", ".status.readyToUse"),
+        PrinterColumn("CreationTime", "date", ".status.creationTime"),
+        PrinterColumn("Error", "string", ".status.error.message"),
+    ),
+    columns=(
+        Column("NAME", col.name),
+        Column("READYTOUSE", _cells("status", "readyToUse")),
+        Column("AGE", col.age),
+    ),
+)
+RESTORE = resource_spec(
+    group=GROUP,
+    version=VERSION,
+    kind="VirtualMachineRestore",
+    plural="virtualmachinerestores",
+    singular="virtualmachinerestore",
+    short_names=("vmrestore", "vmrestores"),
+    event_kind=Kind.RESTORE,
+    object_type=VirtualMachineRestore,
+    admit=_admit_source("target"),
+    updatable=False,
+    printer_columns=(
+        PrinterColumn("TargetKind", "string", ".spec.target.kind"),
+        PrinterColumn("TargetName", "string", ".spec.target.name"),
+        PrinterColumn("Complete", "boolean", ".status.complete"),
+        PrinterColumn("RestoreTime", "date", ".status.restoreTime"),
+        PrinterColumn("Error", "string", ".status.error.message"),
+    ),
+    columns=(
+        Column("NAME", col.name),
+        Column("TARGETKIND", _cells("spec", "target", "kind")),
+        Column("TARGETNAME", _cells("spec", "target", "name")),
+        Column("COMPLETE", _cells("status", "complete")),
+        Column("AGE", col.age),
+    ),
+)
+SPECS = (SNAPSHOT, CONTENT, RESTORE)
