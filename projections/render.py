@@ -13,6 +13,7 @@ from events.meta import Kind
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
 from projections.migratability import live_migratable
+from projections.snapshots import in_progress
 from projections.views import (
     MigrationView,
     NodeView,
@@ -119,6 +120,7 @@ def render_vm(cluster: Cluster, vm: VMView, now: float) -> JSON:
             "retryAfterTimestamp": rfc3339(f.retry_after),
         }
     _revision_refs(obj, vm, status)
+    status.update(in_progress(cluster, vm))
     obj["status"] = status
     return obj
 

@@ -27,6 +27,7 @@ from services.controller import (
     replicas,
     run_strategy,
     scheduler,
+    snapshot,
 )
 from services.controller.backoff import BackoffConfig
 from services.controller.policy import MigrationConfig
@@ -124,6 +125,11 @@ class Controller:
             sets += replicas.reconcile_replicaset(c, rs, ctx)
         for pool in c.resources[Kind.VMPOOL].values():
             sets += replicas.reconcile_pool(c, pool, ctx)
+        # snapshots and restores too (the finished ones decide nothing)
+        for snap in c.resources[Kind.SNAPSHOT].values():
+            sets += snapshot.reconcile_snapshot(c, snap, ctx)
+        for restore in c.resources[Kind.RESTORE].values():
+            sets += snapshot.reconcile_restore(c, restore, ctx)
         reserved = scheduler.Reserved()
         out += migration.reconcile(state, ctx, self.migrations, reserved)
         out += evacuation.reconcile(state, ctx, self.migrations)

@@ -1,0 +1,416 @@
+"""VirtualMachineSnapshot and VirtualMachineRestore controllers, pure (KubeVirt's
+pkg/storage/snapshot: snapshot.go, restore.go).
+
+Snapshot, one step per pass, each step a status or object event keyed by the state it
+answers (so a redelivered event or a restarted controller decides a duplicate):
+1. source VM found → status InProgress, "Source locked and operation in progress" (the VM
+   then shows `status.snapshotInProgress`), and the VirtualMachineSnapshotContent
+   `vmsnapshot-content-<snapshot uid>` holding the VM's metadata and spec;
+2. the content is marked ready (`creationTime`, `readyToUse`);
+3. the snapshot copies them: Succeeded, "Operation complete", Ready.
+No source VM: InProgress with "Source does not exist" until `spec.failureDeadline`
+(default 5m, "0s" = none) passes, then Failed, "snapshot deadline exceeded".
+
+What a snapshot holds here is the VM's spec: no volume is copied, so every volume is
+listed in `status.snapshotVolumes.excludedVolumes` and the content has no `volumeBackups`.
+
+Restore: the target VM must have no running VMI ("Waiting for target to be ready";
+`targetReadinessPolicy` FailImmediate, StopTarget, WaitEventually, or the default
+WaitGracePeriodAndFail: failed 5 minutes after creation). Then the target's spec is set
+from the content (an existing VM keeps its run strategy; a new VM name is created Halted),
+annotated `restore.kubevirt.io/lastRestoreUID: <restore>-<uid>`, and once that is folded
+the restore is complete."""
+
+from __future__ import annotations
+
+import copy
+import re
+from typing import Any
+
+from events.catalog import (
+    Event,
+    ResourceCreated,
+    ResourceStatusChanged,
+    VMCreated,
+    VMRunStrategyChanged,
+    VMStopRequested,
+    VMUpdated,
+)
+from events.envelope import Context, Decision
+from events.meta import Aggregate, Kind
+from projections.cluster import Cluster, key
+from projections.render import rfc3339
+from projections.snapshots import failed as _failed
+from projections.views import ResourceView, VMView
+from services.controller import emit
+
+JSON = dict[str, Any]
+GROUP_VERSION = "snapshot.kubevirt.io/v1beta1"
+LAST_RESTORE = "restore.kubevirt.io/lastRestoreUID"
+DEFAULT_FAILURE_DEADLINE = 300.0  # KubeVirt's 5m
+RESTORE_GRACE = 300.0  # snapshotv1.DefaultGracePeriod
+
+# KubeVirt's texts (snapshot.go, source.go, restore.go)
+LOCKED = "Source locked and operation in progress"
+NO_SOURCE = "Source does not exist"
+COMPLETE = "Operation complete"
+FAILED = "Operation failed"
+DEADLINE = "snapshot deadline exceeded"
+INITIALIZING = "Initializing VirtualMachineRestore"
+WAITING_TARGET = "Waiting for target to be ready"
+TARGET_NOT_READY = "Restore target not ready"
+GRACE_EXCEEDED = "Restore target failed to be ready within 5m0s"
+UPDATING = "Updating target spec"
+WAITING_UPDATE = "Waiting for target update"
+EXISTING_TARGET = (
+    "restore source and restore target are different but restore target already exists"
+)
+INDICATIONS = {
+    "Online": "Snapshot taken while the VM was running. Consistency depends on guest-agent "
+    "quiescing.",
+    "NoGuestAgent": "Guest agent was not available. Snapshot is crash-consistent and may not "
+    "be application-consistent.",
+}
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
+_UNIT = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+
+
+def parse_duration(text: Any, default: float) -> float:
+    """A metav1.Duration ("5m", "1h30m", "90s"); the default when absent or unreadable."""
+    if not isinstance(text, str) or not text:
+        return default
+    parts = _DURATION.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        return default
+    return sum(float(n) * _UNIT[u] for n, u in parts)
+
+
+def content_name(snapshot: ResourceView) -> str:
+    return f"vmsnapshot-content-{snapshot.uid}"
+
+
+def _agg(kind: Kind, res: ResourceView) -> Aggregate:
+    return Aggregate(kind=kind, namespace=res.namespace, name=res.name, uid=res.uid)
+
+
+def _conditions(old: JSON, new: list[tuple[str, str, str]], now: float) -> list[JSON]:
+    """KubeVirt's updateCondition: a condition keeps its lastTransitionTime while its status
+    is unchanged, so a pass that changes nothing decides nothing."""
+    before = {c.get("type"): c for c in old.get("conditions") or []}
+    out = []
+    for ctype, status, reason in new:
+        prev = before.get(ctype)
+        at = prev.get("lastTransitionTime") if prev and prev.get("status") == status else None
+        out.append(
+            {
+                "type": ctype,
+                "status": status,
+                "reason": reason,
+                "lastProbeTime": None,
+                "lastTransitionTime": at or rfc3339(now),
+            }
+        )
+    return out
+
+
+def _status(kind: Kind, res: ResourceView, status: JSON, ctx: Context) -> list[Decision]:
+    if status == res.status:
+        return []
+    key_ = f"{kind.value}-status/{res.uid}/{res.version}"
+    ev = ResourceStatusChanged(meta=emit.meta(ctx, _agg(kind, res), key_), status=status)
+    return [Decision(ev)]
+
+
+def _volume_names(spec: JSON) -> list[str]:
+    volumes = ((spec.get("template") or {}).get("spec") or {}).get("volumes") or []
+    return [str(v.get("name")) for v in volumes if isinstance(v, dict) and v.get("name")]
+
+
+def source_vm(cluster: Cluster, snapshot: ResourceView) -> VMView | None:
+    name = (snapshot.spec.get("source") or {}).get("name") or ""
+    vm = cluster.vms.get(key(snapshot.namespace, name))
+    return vm if vm is not None and vm.deleted_at is None else None
+
+
+# -------------------------------------------------------------------- snapshot
+def reconcile_snapshot(cluster: Cluster, snap: ResourceView, ctx: Context) -> list[Decision]:
+    old = snap.status
+    if old.get("phase") in ("Succeeded", "Failed"):
+        return []
+    vm = source_vm(cluster, snap)
+    contents = cluster.resources[Kind.SNAPSHOT_CONTENT]
+    content = contents.get(key(snap.namespace, content_name(snap)))
+    out: list[Decision] = []
+    status: JSON = {"readyToUse": False}
+    deadline = parse_duration(snap.spec.get("failureDeadline"), DEFAULT_FAILURE_DEADLINE)
+    if vm is not None:
+        status["sourceUID"] = vm.uid
+    elif old.get("sourceUID"):
+        status["sourceUID"] = old["sourceUID"]
+    if content is not None:
+        status["virtualMachineSnapshotContentName"] = content.name
+        cstatus = content.status
+        if cstatus.get("creationTime"):
+            status["creationTime"] = cstatus["creationTime"]
+            status["readyToUse"] = bool(cstatus.get("readyToUse"))
+    if deadline > 0 and ctx.now > snap.created_at + deadline and "creationTime" not in status:
+        status["phase"] = "Failed"
+        conds = [("Failure", "True", DEADLINE), ("Progressing", "False", FAILED)]
+    elif "creationTime" in status:
+        status["phase"] = "Succeeded"
+        conds = [("Progressing", "False", COMPLETE)]
+        if old.get("indications"):
+            status["indications"] = old["indications"]
+            status["sourceIndications"] = old.get("sourceIndications")
+        content_vm = ((content.spec.get("source") if content else None) or {}).get(
+            "virtualMachine"
+        ) or {}
+        excluded = _volume_names(content_vm.get("spec") or {})
+        status["snapshotVolumes"] = {"excludedVolumes": excluded} if excluded else {}
+    elif vm is None:
+        status["phase"] = "InProgress"
+        conds = [("Progressing", "False", NO_SOURCE)]
+    else:
+        status["phase"] = "InProgress"
+        conds = [("Progressing", "True", LOCKED)]
+        vmi = cluster.vmi_of_vm(vm)
+        if vmi is not None and not vmi.final:  # online: no guest agent here
+            names = sorted(INDICATIONS)
+            status["indications"] = names
+            status["sourceIndications"] = [
+                {"indication": n, "message": INDICATIONS[n]} for n in names
+            ]
+        if content is None:
+            out.append(_create_content(snap, vm, ctx))
+        elif not content.status:
+            cstatus = {"creationTime": rfc3339(ctx.now), "readyToUse": True}
+            out += _status(Kind.SNAPSHOT_CONTENT, content, cstatus, ctx)
+    ready = status["readyToUse"]
+    conds.append(("Ready", "True", "Ready") if ready else ("Ready", "False", "Not ready"))
+    status["conditions"] = _conditions(old, conds, ctx.now)
+    return _status(Kind.SNAPSHOT, snap, status, ctx) + out
+
+
+def _create_content(snap: ResourceView, vm: VMView, ctx: Context) -> Decision:
+    name = content_name(snap)
+    decision_key = f"vmsnapshot-content/{snap.uid}"
+    uid = emit.new_uid(ctx, decision_key)
+    manifest = vm.manifest
+    meta = manifest.get("metadata") or {}
+    source_meta = {
+        k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k)
+    }
+    source_meta["uid"] = vm.uid
+    content = {
+        "apiVersion": GROUP_VERSION,
+        "kind": "VirtualMachineSnapshotContent",
+        "metadata": {
+            "name": name,
+            "namespace": snap.namespace,
+            "uid": uid,
+            "ownerReferences": [
+                {
+                    "apiVersion": GROUP_VERSION,
+                    "kind": "VirtualMachineSnapshot",
+                    "name": snap.name,
+                    "uid": snap.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "source": {
+                "virtualMachine": {
+                    "apiVersion": "kubevirt.io/v1",
+                    "kind": "VirtualMachine",
+                    "metadata": source_meta,
+                    "spec": copy.deepcopy(manifest.get("spec") or {}),
+                }
+            },
+            "virtualMachineSnapshotName": snap.name,
+            "volumeBackups": [],
+        },
+    }
+    agg = Aggregate(kind=Kind.SNAPSHOT_CONTENT, namespace=snap.namespace, name=name, uid=uid)
+    ev = ResourceCreated(meta=emit.meta(ctx, agg, decision_key), manifest=content)
+    return Decision(ev)  # OCC: the content does not exist yet
+
+
+# --------------------------------------------------------------------- restore
+def _restore_key(restore: ResourceView) -> str:
+    return f"{restore.name}-{restore.uid}"
+
+
+def _snapshot_content(
+    cluster: Cluster, restore: ResourceView
+) -> tuple[ResourceView | None, JSON | None, str]:
+    """The snapshot and its content's VM, or KubeVirt's error text."""
+    name = str(restore.spec.get("virtualMachineSnapshotName") or "")
+    ref = key(restore.namespace, name)
+    snap = cluster.resources[Kind.SNAPSHOT].get(ref)
+    if snap is None:
+        return None, None, f"VMSnapshot {ref} does not exist"
+    st = snap.status
+    if st.get("phase") == "Failed":
+        return None, None, f"VMSnapshot {ref} failed and is invalid to use"
+    if not st.get("readyToUse"):
+        return None, None, f"VMSnapshot {ref} not ready"
+    cref = key(restore.namespace, str(st.get("virtualMachineSnapshotContentName") or ""))
+    content = cluster.resources[Kind.SNAPSHOT_CONTENT].get(cref)
+    if content is None:
+        return None, None, f"VMSnapshotContent {cref} does not exist"
+    if not content.status.get("readyToUse"):
+        return None, None, f"VMSnapshotContent {cref} not ready"
+    vm = (content.spec.get("source") or {}).get("virtualMachine")
+    if not isinstance(vm, dict):
+        return None, None, "unexpected snapshot source"
+    return snap, vm, ""
+
+
+def restored(vm: VMView | None, restore: ResourceView) -> bool:
+    annotations = ((vm.manifest.get("metadata") or {}).get("annotations") or {}) if vm else {}
+    return annotations.get(LAST_RESTORE) == _restore_key(restore)
+
+
+def reconcile_restore(cluster: Cluster, restore: ResourceView, ctx: Context) -> list[Decision]:
+    old = restore.status
+    if old.get("complete") or _failed(old):
+        return []
+    if not old:
+        status = {
+            "complete": False,
+            "conditions": _conditions(
+                {},
+                [("Progressing", "True", INITIALIZING), ("Ready", "False", INITIALIZING)],
+                ctx.now,
+            ),
+        }
+        return _status(Kind.RESTORE, restore, status, ctx)
+    status = {k: v for k, v in old.items() if k != "conditions"}
+
+    def conditions(*conds: tuple[str, str, str]) -> list[Decision]:
+        status["conditions"] = _conditions(old, list(conds), ctx.now)
+        return _status(Kind.RESTORE, restore, status, ctx)
+
+    def error(text: str) -> list[Decision]:
+        return conditions(("Progressing", "False", text), ("Ready", "False", text))
+
+    target_name = str((restore.spec.get("target") or {}).get("name") or "")
+    target = cluster.vms.get(key(restore.namespace, target_name))
+    if target is not None and target.deleted_at is not None:
+        target = None
+    vmi = cluster.vmi_of_vm(target) if target is not None else None
+    if target is not None and vmi is not None and not vmi.final:
+        return _target_not_ready(restore, target, vmi.uid, ctx, conditions)
+    snap, snap_vm, err = _snapshot_content(cluster, restore)
+    if snap is None or snap_vm is None:
+        return error(err)
+    done = restored(target, restore)
+    if target is not None and not done and snap.status.get("sourceUID") != target.uid:
+        return error(EXISTING_TARGET)
+    if done:
+        status["complete"] = True
+        status["restoreTime"] = old.get("restoreTime") or rfc3339(ctx.now)
+        return conditions(("Progressing", "False", COMPLETE), ("Ready", "True", COMPLETE))
+    out = [_restore_target(restore, target, snap_vm, ctx)]
+    if target is not None:
+        dropped = _dropped_templates(target.manifest.get("spec") or {}, snap_vm.get("spec") or {})
+        if dropped:
+            status["deletedDataVolumes"] = dropped
+    return conditions(("Progressing", "True", UPDATING), ("Ready", "False", WAITING_UPDATE)) + out
+
+
+def _target_not_ready(
+    restore: ResourceView, target: VMView, vmi_uid: str, ctx: Context, conditions: Any
+) -> list[Decision]:
+    policy = restore.spec.get("targetReadinessPolicy") or "WaitGracePeriodAndFail"
+    waiting = (("Progressing", "False", WAITING_TARGET), ("Ready", "False", WAITING_TARGET))
+    match policy:
+        case "FailImmediate":
+            return conditions(
+                ("Progressing", "False", FAILED),
+                ("Ready", "False", FAILED),
+                ("Failure", "True", TARGET_NOT_READY),
+            )
+        case "StopTarget":
+            agg = emit.vm_aggregate(target)
+            stop_key = f"restore-stop/{restore.uid}/{vmi_uid}"
+            out: list[Decision] = conditions(*waiting)
+            if target.run_strategy != "Halted":
+                halted = VMRunStrategyChanged(
+                    meta=emit.meta(ctx, agg, f"{stop_key}/halted"), run_strategy="Halted"
+                )
+                out.append(Decision(halted, occ=False))
+            if not target.requests:
+                request = VMStopRequested(meta=emit.meta(ctx, agg, stop_key), vmi_uid=vmi_uid)
+                out.append(Decision(request, occ=False))
+            return out
+        case "WaitEventually":
+            return conditions(*waiting)
+        case _:
+            if ctx.now > restore.created_at + RESTORE_GRACE:
+                return conditions(
+                    ("Progressing", "False", FAILED),
+                    ("Ready", "False", FAILED),
+                    ("Failure", "True", GRACE_EXCEEDED),
+                )
+            return conditions(*waiting)
+
+
+def _dropped_templates(old_spec: JSON, new_spec: JSON) -> list[str]:
+    """KubeVirt's deletedDataVolumes: the target's dataVolumeTemplates the restored spec
+    no longer has."""
+    new = {t.get("metadata", {}).get("name") for t in new_spec.get("dataVolumeTemplates") or []}
+    return [
+        name
+        for t in old_spec.get("dataVolumeTemplates") or []
+        if (name := (t.get("metadata") or {}).get("name")) and name not in new
+    ]
+
+
+def _restore_target(
+    restore: ResourceView, target: VMView | None, snap_vm: JSON, ctx: Context
+) -> Decision:
+    spec = copy.deepcopy(snap_vm.get("spec") or {})
+    decision_key = f"vmrestore/{restore.uid}"
+    ev: Event
+    if target is None:  # a new VM, Halted (KubeVirt creates it stopped)
+        if "running" in spec:
+            spec["running"] = False
+        else:
+            spec["runStrategy"] = "Halted"
+        src_meta = snap_vm.get("metadata") or {}
+        uid = emit.new_uid(ctx, decision_key)
+        metadata: JSON = {"name": restore.spec["target"]["name"], "namespace": restore.namespace}
+        metadata["uid"] = uid
+        if src_meta.get("labels"):
+            metadata["labels"] = dict(src_meta["labels"])
+        metadata["annotations"] = {
+            **(src_meta.get("annotations") or {}),
+            LAST_RESTORE: _restore_key(restore),
+        }
+        manifest = {
+            "apiVersion": "kubevirt.io/v1",
+            "kind": "VirtualMachine",
+            "metadata": metadata,
+            "spec": spec,
+        }
+        agg = Aggregate(kind=Kind.VM, namespace=restore.namespace, name=metadata["name"], uid=uid)
+        ev = VMCreated(meta=emit.meta(ctx, agg, decision_key), manifest=manifest)
+        return Decision(ev)  # OCC: no such VM yet
+    manifest = target.manifest
+    old_spec = manifest.get("spec") or {}
+    # an existing VM keeps its run strategy (KubeVirt's generateRestoredVMSpec)
+    spec.pop("running", None)
+    spec.pop("runStrategy", None)
+    if "running" in old_spec:
+        spec["running"] = False
+    else:
+        spec["runStrategy"] = target.run_strategy
+    meta = dict(manifest.get("metadata") or {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), LAST_RESTORE: _restore_key(restore)}
+    manifest = {**manifest, "metadata": meta, "spec": spec}
+    ev = VMUpdated(meta=emit.meta(ctx, emit.vm_aggregate(target), decision_key), manifest=manifest)
+    return Decision(ev)
