@@ -145,7 +145,11 @@ class Cluster:
             ):
                 table = self.resources[agg.kind]
                 k = view_key(agg)
-                return self._swap(table, k, evolve_resource(table.get(k), s), agg.kind)
+                old = table.get(k)
+                touched = self._swap(table, k, evolve_resource(old, s), agg.kind)
+                if agg.kind in (Kind.SNAPSHOT, Kind.RESTORE):
+                    touched += self._touch_vm_of(old or table.get(k), s.seq)
+                return touched
             case _:
                 assert_never(agg.kind)
 
@@ -178,6 +182,19 @@ class Cluster:
         else:
             table[k] = new
         return [(kind, k)]
+
+    def _touch_vm_of(self, res: ResourceView | None, seq: int) -> list[Touched]:
+        """A snapshot's source or a restore's target VM: its status shows the snapshot or
+        restore in progress (`status.snapshotInProgress`, `restoreInProgress`)."""
+        if res is None:
+            return []
+        ref = res.spec.get("source") or res.spec.get("target") or {}
+        k = key(res.namespace, str(ref.get("name") or ""))
+        vm = self.vms.get(k)
+        if vm is None:
+            return []
+        self.vms[k] = replace(vm, resource_version=seq)
+        return [(Kind.VM, k)]
 
     def _apply_vm(self, s: Stored, k: str) -> list[Touched]:
         old = self.vms.get(k)
