@@ -128,6 +128,8 @@ class Controller:
         # snapshots and restores too (the finished ones decide nothing)
         for snap in c.resources[Kind.SNAPSHOT].values():
             sets += snapshot.reconcile_snapshot(c, snap, ctx)
+        for content in c.resources[Kind.SNAPSHOT_CONTENT].values():
+            sets += snapshot.reconcile_content(c, content, ctx)
         for restore in c.resources[Kind.RESTORE].values():
             sets += snapshot.reconcile_restore(c, restore, ctx)
         reserved = scheduler.Reserved()

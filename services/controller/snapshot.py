@@ -30,6 +30,7 @@ from typing import Any
 from events.catalog import (
     Event,
     ResourceCreated,
+    ResourceDeleted,
     ResourceStatusChanged,
     VMCreated,
     VMRunStrategyChanged,
@@ -202,24 +203,21 @@ def _create_content(snap: ResourceView, vm: VMView, ctx: Context) -> Decision:
         k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k)
     }
     source_meta["uid"] = vm.uid
+    owner = {
+        "apiVersion": GROUP_VERSION,
+        "kind": "VirtualMachineSnapshot",
+        "name": snap.name,
+        "uid": snap.uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+    metadata: JSON = {"name": name, "namespace": snap.namespace, "uid": uid}
+    if snap.spec.get("deletionPolicy") != "Retain":  # Delete, the default: owned
+        metadata["ownerReferences"] = [owner]
     content = {
         "apiVersion": GROUP_VERSION,
         "kind": "VirtualMachineSnapshotContent",
-        "metadata": {
-            "name": name,
-            "namespace": snap.namespace,
-            "uid": uid,
-            "ownerReferences": [
-                {
-                    "apiVersion": GROUP_VERSION,
-                    "kind": "VirtualMachineSnapshot",
-                    "name": snap.name,
-                    "uid": snap.uid,
-                    "controller": True,
-                    "blockOwnerDeletion": True,
-                }
-            ],
-        },
+        "metadata": metadata,
         "spec": {
             "source": {
                 "virtualMachine": {
@@ -236,6 +234,22 @@ def _create_content(snap: ResourceView, vm: VMView, ctx: Context) -> Decision:
     agg = Aggregate(kind=Kind.SNAPSHOT_CONTENT, namespace=snap.namespace, name=name, uid=uid)
     ev = ResourceCreated(meta=emit.meta(ctx, agg, decision_key), manifest=content)
     return Decision(ev)  # OCC: the content does not exist yet
+
+
+def reconcile_content(cluster: Cluster, content: ResourceView, ctx: Context) -> list[Decision]:
+    """A content owned by a snapshot that is gone is deleted (`deletionPolicy: Delete`, the
+    default; a Retain snapshot's content has no owner and stays)."""
+    owners = (content.manifest.get("metadata") or {}).get("ownerReferences") or []
+    snaps = cluster.resources[Kind.SNAPSHOT]
+    for ref in owners:
+        if ref.get("kind") != "VirtualMachineSnapshot":
+            continue
+        snap = snaps.get(key(content.namespace, str(ref.get("name") or "")))
+        if snap is None or snap.uid != ref.get("uid"):
+            agg = _agg(Kind.SNAPSHOT_CONTENT, content)
+            ev = ResourceDeleted(meta=emit.meta(ctx, agg, f"vmsnapshot-content-gc/{content.uid}"))
+            return [Decision(ev)]
+    return []
 
 
 # --------------------------------------------------------------------- restore

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from events.catalog import ResourceCreated, VMStopRequested, VMUpdated
+from events.catalog import ResourceCreated, ResourceDeleted, VMStopRequested, VMUpdated
 from events.meta import Kind
 from projections.render import render_vm
 from projections.views import ResourceView
@@ -245,3 +245,14 @@ def test_durations() -> None:
     assert sn.parse_duration("90s", 0) == 90
     assert sn.parse_duration("nonsense", 7) == 7
     assert sn.parse_duration(None, 300) == 300
+
+
+def test_deleting_a_snapshot_deletes_its_content_unless_retained() -> None:
+    w = world()
+    take(w)
+    take(w, "kept", deletionPolicy="Retain")
+    contents = w.state.cluster.resources[Kind.SNAPSHOT_CONTENT]
+    assert len(contents) == 2
+    w.run(ResourceDeleted(meta=w.m(Kind.SNAPSHOT, "snap1")))
+    w.run(ResourceDeleted(meta=w.m(Kind.SNAPSHOT, "kept")))
+    assert list(contents) == ["default/vmsnapshot-content-uid-kept"]
