@@ -6,6 +6,10 @@ aggregate, by stream sequence) but is still decided on: deciders are level-trigg
 against state, so deciding again is harmless, and the deterministic event ids make a
 repeated append a duplicate. The ack comes only after the decision's events are appended.
 
+With a `window` > 1 (the controller) the appends are pipelined: the next delivery is
+decided while earlier ones' appends are in flight (`append_window.py` bounds them and keeps
+one chain per aggregate); each delivery is acked once its own appends have landed.
+
 A reactor with an `Observer` (the handler) has a second input: observations its executor
 puts into the `Inbox`. Bus messages, observations and ticks are decided one at a time
 (a lock: they interleave only at awaits); each decision first folds the observations made
