@@ -311,7 +311,11 @@ class ServiceShell(Generic[S, A, Ob]):
             self.pipe.release()
             await self._refused(msg, stored, e)
             return
-        self.pipe.track(asyncio.create_task(self._settle(msg, stored, chains, started)))
+        if chains:
+            self.pipe.track(asyncio.create_task(self._settle(msg, stored, chains, started)))
+            return
+        self.pipe.release()  # nothing to store: most deliveries
+        await self._acked(msg, stored, started)
 
     async def _settle(
         self, msg: Delivery, stored: Stored, chains: list[asyncio.Task[None]], started: float
@@ -323,12 +327,7 @@ class ServiceShell(Generic[S, A, Ob]):
                 outcomes = await asyncio.gather(*chains, return_exceptions=True)
                 failures = [o for o in outcomes if isinstance(o, BaseException)]
                 if not failures:
-                    await msg.ack()
-                    etype = event_type(stored.event)
-                    m.EVENTS_HANDLED.labels(self.name, etype).inc()
-                    m.HANDLING_SECONDS.labels(self.name, etype).observe(
-                        time.perf_counter() - started
-                    )
+                    await self._acked(msg, stored, started)
                     return
                 for f in failures:
                     if not isinstance(f, ConcurrencyConflict):
@@ -351,6 +350,12 @@ class ServiceShell(Generic[S, A, Ob]):
             raise
         except Exception as e:
             await self._refused(msg, stored, e)
+
+    async def _acked(self, msg: Delivery, stored: Stored, started: float) -> None:
+        await msg.ack()
+        etype = event_type(stored.event)
+        m.EVENTS_HANDLED.labels(self.name, etype).inc()
+        m.HANDLING_SECONDS.labels(self.name, etype).observe(time.perf_counter() - started)
 
     async def _refused(self, msg: Delivery, stored: Stored, e: Exception) -> None:
         self.log.error("reaction failed", type=event_type(stored.event), error=repr(e))
