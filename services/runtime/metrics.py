@@ -42,6 +42,11 @@ DEAD_LETTERS = Counter(
 DUPLICATES = Counter(
     "virtstream_duplicate_appends_total", "Appends JetStream dropped as duplicates", ["service"]
 )
+PIPELINE_WAITS = Counter(
+    "virtstream_pipeline_waits_total",
+    "Decisions made again after waiting for appends in flight to the same aggregate",
+    ["service"],
+)
 
 
 class HeartbeatAges:

@@ -6,6 +6,10 @@ aggregate, by stream sequence) but is still decided on: deciders are level-trigg
 against state, so deciding again is harmless, and the deterministic event ids make a
 repeated append a duplicate. The ack comes only after the decision's events are appended.
 
+With a `window` > 1 (the controller) the appends are pipelined: the next delivery is
+decided while earlier ones' appends are in flight (`append_window.py` bounds them and keeps
+one chain per aggregate); each delivery is acked once its own appends have landed.
+
 A reactor with an `Observer` (the handler) has a second input: observations its executor
 puts into the `Inbox`. Bus messages, observations and ticks are decided one at a time
 (a lock: they interleave only at awaits); each decision first folds the observations made
@@ -37,6 +41,7 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.port import Delivery, EventLog
 from eventstore.settings import StreamSettings
 from services.runtime import metrics as m
+from services.runtime.append_window import AppendWindow
 from services.runtime.reactor import Executor, Inbox, Note, Observer, Reactor
 
 S = TypeVar("S")
@@ -68,7 +73,11 @@ class ServiceShell(Generic[S, A, Ob]):
         observer: Observer[S, A, Ob] | None = None,
         executor: Executor[A] | None = None,
         inbox: Inbox[Ob] | None = None,
+        window: int = 1,
     ) -> None:
+        assert window == 1 or (observer is None and executor is None), (
+            "a pipelined shell decides without effects"
+        )
         self.reactor = reactor
         self.store = store
         self.node = node
@@ -94,6 +103,9 @@ class ServiceShell(Generic[S, A, Ob]):
         self._undecided: deque[Ob] = deque()  # folded observations not yet decided on
         self._rearm = asyncio.Event()  # a decision may have moved the next wakeup
         self.log = log.bind(service=reactor.name, node=node or None)
+        # window > 1: decide the next delivery while earlier ones' appends are in flight
+        self.pipe = AppendWindow(window) if window > 1 else None
+        self.fatal: BaseException | None = None  # an infrastructure error in the window
 
     @property
     def name(self) -> str:
@@ -195,16 +207,28 @@ class ServiceShell(Generic[S, A, Ob]):
         return True
 
     async def _append(self, d: Decision, cause: Stored | None) -> None:
-        ev = d.event
-        if ev.meta.event_id in self.unconfirmed:
+        if d.event.meta.event_id in self.unconfirmed:
             return  # appended already, on its way back to us
-        agg = ev.meta.aggregate
-        etype = event_type(ev)
-        subject = subjects.event_subject(agg, etype, ev.meta.node)
+        subject = self._subject(d)
+        await self._store(d, subject, self._expected(d, subject), cause)
+
+    @staticmethod
+    def _subject(d: Decision) -> str:
+        ev = d.event
+        return subjects.event_subject(ev.meta.aggregate, event_type(ev), ev.meta.node)
+
+    def _expected(self, d: Decision, subject: str) -> int | None:
         if d.expected is not None:
-            expected: int | None = d.expected
-        else:
-            expected = self.version_of(subject) if d.occ else None
+            return d.expected
+        return self.version_of(subject) if d.occ else None
+
+    async def _store(
+        self, d: Decision, subject: str, expected: int | None, cause: Stored | None
+    ) -> int | None:
+        """Append one decision; its sequence when it was folded at once (our own OCC
+        append), else None."""
+        ev = d.event
+        etype = event_type(ev)
         ack = await self.store.append(ev, expected=expected)
         if ack.duplicate:
             m.DUPLICATES.labels(self.name).inc()
@@ -216,15 +240,126 @@ class ServiceShell(Generic[S, A, Ob]):
                     max(0.0, ev.meta.occurred_at - cause.event.meta.occurred_at)
                 )
         if not any(subjects.matches(f, subject) for f in self.filters):
-            return
+            return None
         # Our own OCC append is folded now, so the next decision sees it even before the
         # consumer delivers it back; any other append waits for the consumer, since events
         # of that aggregate we have not seen yet may lie before it (an explicit `expected`
         # came from outside our filters: it says nothing about what we have seen).
         if d.occ and d.expected is None:
             self.fold(Stored(seq=ack.seq, subject=subject, time=ev.meta.occurred_at, event=ev))
-        elif ack.seq > self.version_of(subject):
+            return ack.seq
+        if ack.seq > self.version_of(subject):
             self.unconfirmed.add(ev.meta.event_id)
+        return None
+
+    # --------------------------------------------------------------- pipelined
+    async def _issue(self, cause: Stored) -> list[asyncio.Task[None]]:
+        """Decide on `cause` and start its appends, one chain per aggregate, without
+        waiting for them. A decision naming an aggregate whose appends are still in flight
+        was made without them: wait for them (they fold as they land) and decide again."""
+        assert self.pipe is not None
+        for _ in range(self.pipe.size + 2):
+            ctx = self.context(cause)
+            chains: dict[str, list[Decision]] = {}
+            for out in self.reactor.react(self.state, cause, ctx):
+                assert isinstance(out, Decision), f"{self.name}: a pipelined shell only appends"
+                if out.event.meta.event_id in self.unconfirmed:
+                    continue  # appended already, on its way back to us
+                chains.setdefault(subjects.aggregate_key(self._subject(out)), []).append(out)
+            busy = self.pipe.busy(chains)
+            if not busy:
+                # no await from the decision to here: the first append of each chain
+                # expects the version the decision saw
+                return [
+                    self.pipe.start(key, self._chain(ds, self._first_expected(ds), cause))
+                    for key, ds in chains.items()
+                ]
+            m.PIPELINE_WAITS.labels(self.name).inc()
+            await asyncio.wait(busy)
+        raise RuntimeError(f"{self.name}: decisions kept naming aggregates in flight")
+
+    def _first_expected(self, ds: list[Decision]) -> int | None:
+        return self._expected(ds[0], self._subject(ds[0]))
+
+    async def _chain(self, ds: list[Decision], first: int | None, cause: Stored) -> None:
+        """One aggregate's appends of one decision, in order; an OCC append after one of
+        ours expects that one's sequence."""
+        previous: int | None = None  # our last append's sequence, when it was folded
+        for i, d in enumerate(ds):
+            subject = self._subject(d)
+            if i == 0:
+                expected = first
+            elif previous is not None and d.occ and d.expected is None:
+                expected = previous
+            else:
+                expected = self._expected(d, subject)
+            previous = await self._store(d, subject, expected, cause)
+
+    async def _handle_pipelined(self, msg: Delivery, stored: Stored, started: float) -> None:
+        """Fold and decide now; the appends land, the delivery is acked and (on a conflict)
+        decided again in the background, at most `window` deliveries at once."""
+        assert self.pipe is not None
+        await self.pipe.admit()
+        try:
+            async with self._lock:
+                self.fold(stored)
+                chains = await self._issue(stored)
+        except INFRASTRUCTURE:
+            self.pipe.release()
+            raise
+        except Exception as e:
+            self.pipe.release()
+            await self._refused(msg, stored, e)
+            return
+        if chains:
+            self.pipe.track(asyncio.create_task(self._settle(msg, stored, chains, started)))
+            return
+        self.pipe.release()  # nothing to store: most deliveries
+        await self._acked(msg, stored, started)
+
+    async def _settle(
+        self, msg: Delivery, stored: Stored, chains: list[asyncio.Task[None]], started: float
+    ) -> None:
+        """Ack once every append of the decision landed; on a conflict fold the aggregate's
+        news and decide again."""
+        try:
+            for _attempt in range(MAX_CONFLICT_RETRIES):
+                outcomes = await asyncio.gather(*chains, return_exceptions=True)
+                failures = [o for o in outcomes if isinstance(o, BaseException)]
+                if not failures:
+                    await self._acked(msg, stored, started)
+                    return
+                for f in failures:
+                    if not isinstance(f, ConcurrencyConflict):
+                        raise f
+                async with self._lock:
+                    for c in failures:
+                        assert isinstance(c, ConcurrencyConflict)
+                        m.CONFLICTS.labels(self.name).inc()
+                        self.log.info("conflict", aggregate=c.aggregate, expected=c.expected)
+                        kind, ns, name = c.aggregate.split("/")
+                        scope = subjects.aggregate_filter(kind, ns, name)
+                        await self.catch_up([scope], start_seq=c.expected + 1)
+                    chains = await self._issue(stored)
+            raise RuntimeError(f"{self.name}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
+        except INFRASTRUCTURE as e:
+            # not the message's fault: the process stops, the delivery comes again
+            self.fatal = self.fatal or e
+            self._stop.set()
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            await self._refused(msg, stored, e)
+
+    async def _acked(self, msg: Delivery, stored: Stored, started: float) -> None:
+        await msg.ack()
+        etype = event_type(stored.event)
+        m.EVENTS_HANDLED.labels(self.name, etype).inc()
+        m.HANDLING_SECONDS.labels(self.name, etype).observe(time.perf_counter() - started)
+
+    async def _refused(self, msg: Delivery, stored: Stored, e: Exception) -> None:
+        self.log.error("reaction failed", type=event_type(stored.event), error=repr(e))
+        await self._dead_letter(msg, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
 
     # ------------------------------------------------------------------ running
     async def handle(self, msg: Delivery) -> None:
@@ -241,6 +376,12 @@ class ServiceShell(Generic[S, A, Ob]):
         structlog.contextvars.bind_contextvars(
             correlation_id=meta.correlation_id, causation_id=meta.event_id, seq=stored.seq
         )
+        if self.pipe is not None:
+            try:
+                await self._handle_pipelined(msg, stored, started)
+            finally:
+                structlog.contextvars.unbind_contextvars("correlation_id", "causation_id", "seq")
+            return
         try:
             async with self._lock:
                 self._fold_observations()
@@ -266,6 +407,10 @@ class ServiceShell(Generic[S, A, Ob]):
 
     async def tick(self) -> None:
         async with self._lock:
+            if self.pipe is not None:
+                # decide on everything in flight having landed (folded): a tick looks at
+                # every object, not only at the ones a delivery named
+                await self.pipe.settle_appends()
             self._fold_observations()
             await self.apply(lambda ctx: self.reactor.tick(self.state, ctx), None)
 
@@ -352,8 +497,14 @@ class ServiceShell(Generic[S, A, Ob]):
                     if self._stop.is_set():
                         break  # the rest are redelivered to the next incarnation
                 m.CONSUMER_PENDING.labels(self.name).set(consumer.pending)
+            if self.pipe is not None:
+                await self.pipe.drain(self.ack_wait)
+            if self.fatal is not None:
+                raise self.fatal
         finally:
             self.ready = False
+            if self.pipe is not None:
+                await self.pipe.drain(0)
             for task in companions:
                 task.cancel()
             for task in companions:
