@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from eventstore import connection
 from services.controller.backoff import BackoffConfig
 from services.controller.node_health import DEFAULT_NODE_TIMEOUT
 from services.controller.policy import MigrationConfig
@@ -15,9 +16,12 @@ from services.controller.service import serve
 from services.runtime import logs
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="virt-controller")
-    p.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    p.add_argument(
+        "--nats-url", default="nats://127.0.0.1:4222", help="one URL or a comma-separated list"
+    )
+    connection.add_arguments(p)
     p.add_argument("--metrics-port", type=int, default=None)
     p.add_argument(
         "--node-timeout",
@@ -33,7 +37,8 @@ def main() -> None:
     p.add_argument(
         "--migration-bandwidth", type=int, default=0, help="bytes/s per migration, 0: unlimited"
     )
-    args = p.parse_args()
+    args = p.parse_args(argv)
+    connection.from_arguments(args)
     logs.configure()
     controller = Controller(
         node_timeout=args.node_timeout,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 
+from eventstore import connection
 from eventstore.settings import StreamSettings
 from services.handler.node_info import LaunchSettings, NodeConfig, qemu_pid_dir_of
 from services.handler.service import HandlerConfig, serve
@@ -36,7 +37,10 @@ def launch_settings(a: argparse.Namespace) -> LaunchSettings:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m services.handler", description=__doc__)
     p.add_argument("--node", required=True)
-    p.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    p.add_argument(
+        "--nats-url", default="nats://127.0.0.1:4222", help="one URL or a comma-separated list"
+    )
+    connection.add_arguments(p)
     p.add_argument("--run-dir", required=True, help="launcher sockets go in <dir>/<node>/")
     p.add_argument("--cpus", type=int, default=None, help="default: libvirt getInfo()")
     p.add_argument("--memory", default=None, help="e.g. 16Gi; default: libvirt getInfo()")
@@ -54,6 +58,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--stream", default="", help="event stream name (tests use others)")
     p.add_argument("--storage", default="", choices=["", "file", "memory"])
     a = p.parse_args(argv)
+    connection.from_arguments(a)
     logs.configure()
     cfg = HandlerConfig(
         node=NodeConfig(
