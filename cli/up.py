@@ -440,7 +440,7 @@ def start_nats(
             )
         ]
     else:
-        ports = [port, *(free_port() for _ in range(size - 1))]
+        ports = [port or free_port(), *(free_port() for _ in range(size - 1))]
         servers = [
             NatsServer.from_settings(s, logs / f"{s.name}.log")
             for s in local_cluster(size, data_dir, sync_interval=sync_interval, client_ports=ports)

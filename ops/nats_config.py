@@ -94,3 +94,40 @@ def local_cluster(
         )
         for i in range(size)
     ]
+
+
+#: the three-host install of docs/OPERATIONS.md (ops/nats/nats-<n>.conf are rendered from it)
+EXAMPLE_HOSTS = ("10.0.0.11", "10.0.0.12", "10.0.0.13")
+
+
+def example_install() -> list[ServerSettings]:
+    routes = tuple(f"nats-route://{h}:6222" for h in EXAMPLE_HOSTS)
+    return [
+        ServerSettings(
+            name=f"nats-{i + 1}",
+            host="0.0.0.0",
+            port=4222,
+            http_port=8222,
+            store_dir="/var/lib/nats",
+            cluster=ClusterSettings(host="0.0.0.0", port=6222, routes=routes),
+        )
+        for i in range(len(EXAMPLE_HOSTS))
+    ]
+
+
+def write_examples(out_dir: Path) -> list[Path]:
+    """`python -m ops.nats_config DIR`: the example configs, one per host."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for settings in example_install():
+        path = out_dir / f"{settings.name}.conf"
+        path.write_text(render(settings))
+        written.append(path)
+    return written
+
+
+if __name__ == "__main__":
+    import sys
+
+    for path in write_examples(Path(sys.argv[1] if len(sys.argv) > 1 else "ops/nats")):
+        print(path)

@@ -42,7 +42,9 @@ class ControllerService:
     async def run(self) -> None:
         m.HEARTBEATS.timeout = self.controller.node_timeout
         ttl = max(heartbeats.DEFAULT_TTL, 5 * self.controller.node_timeout)
-        kv = await heartbeats.ensure_bucket(self.store.js, self.bucket, ttl=ttl)
+        kv = await heartbeats.ensure_bucket(
+            self.store.js, self.bucket, ttl=ttl, replicas=self.store.settings.replicas
+        )
         # until the watch has delivered the latest heartbeats, nobody may time out
         self.shell.state.heartbeats_since = self.shell.clock()
         watching = asyncio.create_task(self._watch(kv))

@@ -199,7 +199,7 @@ class Handler:
         heartbeats: asyncio.Task[None] | None = None
         try:  # the streams: ensured by the shell's run
             fleet.start()
-            kv = await heartbeat.ensure_bucket(store.js)
+            kv = await heartbeat.ensure_bucket(store.js, replicas=store.settings.replicas)
             self.last_heartbeat = time.time()
             await heartbeat.put(kv, self.node, self.last_heartbeat)
             LAUNCHERS.labels(self.node).set_function(lambda: fleet.connected)

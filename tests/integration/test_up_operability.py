@@ -5,6 +5,7 @@ their VMI; and an `up` killed with SIGKILL leaves no process behind, launchers i
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import nats
 import pytest
 
 from cli.up import live_launchers
@@ -122,6 +124,50 @@ def test_nats_restarted_launchers_named_and_kill_9_of_up_leaves_nothing(data_dir
         up.kill()  # SIGKILL: no `finally` of up's own runs
         up.wait()
         until(lambda: not processes_of(data_dir), timeout=30, what="every process gone")
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+
+
+async def stream_replicas_and_leader(url: str) -> tuple[int, str]:
+    nc = await nats.connect(url)
+    try:
+        info = await nc.jetstream().stream_info("VIRT")
+        assert info.cluster is not None
+        return int(info.config.num_replicas or 1), str(info.cluster.leader)
+    finally:
+        await nc.close()
+
+
+def test_nats_cluster_of_3_loses_a_server_invisibly(data_dir: Path) -> None:
+    port, nats_port = free_port(), free_port()
+    up = subprocess.Popen(
+        up_argv(data_dir, port, nats_port, "--nats-cluster", "3"), cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+            until(lambda: http.get("/readyz").is_success, timeout=60, what="the api ready")
+            assert http.post(VMS, json=vm("before")).status_code == 201
+            url = f"nats://127.0.0.1:{nats_port}"
+            replicas, leader = asyncio.run(stream_replicas_and_leader(url))
+            assert replicas == 3
+            # the stream's leader killed: the others elect one, the api retries meanwhile
+            store = f"{data_dir}/nats-{leader.rsplit('-', 1)[1]}/"
+            (victim,) = [p for p in processes_of(data_dir) if "nats-server -c " + store in p]
+            os.kill(int(victim.split(":")[0]), signal.SIGKILL)
+            assert http.post(VMS, json=vm("after")).status_code == 201  # no retry by us
+            until(lambda: phase(http, "after") == "Running", what="the new VM running")
+            assert phase(http, "before") == "Running"
+            # and the supervisor brought the server back on its store
+            until(
+                lambda: [p for p in processes_of(data_dir) if "nats-server -c " + store in p],
+                what="the killed server restarted",
+            )
+        up.send_signal(signal.SIGINT)
+        out, _ = up.communicate(timeout=90)
+        assert up.returncode == 0, out.decode()
     finally:
         if up.poll() is None:
             up.kill()
