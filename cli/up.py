@@ -67,6 +67,9 @@ def up(
         "(3: streams get 3 replicas and losing one server is invisible)",
     ),
     nodes: int = typer.Option(1, min=1, help="How many nodes (one virt-handler each)"),
+    controllers: int = typer.Option(
+        1, min=1, help="Controllers: one active, the others standing by to take over"
+    ),
     hypervisor: str = typer.Option(
         "test", help="test (libvirt's test driver) or qemu (a libvirtd per node, real QEMU)"
     ),
@@ -105,7 +108,8 @@ def up(
         0.0,
         min=0.0,
         help="Seconds without a heartbeat before the controller declares a node "
-        "unresponsive (default: the controller's, 60); handlers beat 4 times per timeout",
+        "unresponsive and restarts its VMs elsewhere (default 60); a handler off the bus "
+        "for half of it stops its node's VMs first; handlers beat 4 times per timeout",
     ),
     node_memory: str = typer.Option(
         "", help="Each node's memory capacity, e.g. 64Gi (default: the hypervisor's)"
@@ -193,21 +197,25 @@ def up(
             metrics_url=f"{api_url}/metrics",
         )
     ]
-    cport = free_port()
-    specs.append(
-        ServiceSpec(
-            name="controller",
-            module="services.controller",
-            args=(
-                "--nats-url",
-                nats_url,
-                "--metrics-port",
-                str(cport),
-                *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
-            ),
-            metrics_url=f"http://127.0.0.1:{cport}/metrics",
+    for i in range(1, controllers + 1):
+        cport = free_port()
+        specs.append(
+            ServiceSpec(
+                name="controller" if i == 1 else f"controller-{i}",
+                module="services.controller",
+                args=(
+                    "--nats-url",
+                    nats_url,
+                    "--metrics-port",
+                    str(cport),
+                    # one lease: the first to take it is active, the others stand by
+                    "--identity",
+                    f"controller-{i}",
+                    *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
+                ),
+                metrics_url=f"http://127.0.0.1:{cport}/metrics",
+            )
         )
-    )
     for node in node_names:
         hport = free_port()
         specs.append(
@@ -227,12 +235,9 @@ def up(
                     str(hport),
                     *(("--memory", node_memory) if node_memory else ()),
                     *(("--cpus", str(node_cpus)) if node_cpus else ()),
-                    # a short node timeout needs heartbeats well within it (default 5 s)
-                    *(
-                        ("--heartbeat-interval", str(min(5.0, node_timeout / 4)))
-                        if node_timeout
-                        else ()
-                    ),
+                    # the same node timeout as the controller's: the handler's fence
+                    # (half of it) and heartbeat interval follow from it
+                    *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
                     *handler_extra[node],
                 ),
                 metrics_url=f"http://127.0.0.1:{hport}/metrics",
