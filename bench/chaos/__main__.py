@@ -145,6 +145,16 @@ class Run:
         )  # fmt: skip
         return done.returncode == 0
 
+    def unsettled(self) -> str:
+        """What keeps the cluster from settling, in a few words (for the table)."""
+        st = self.state()
+        if st is None:
+            return "api not answering"
+        not_running = sorted(n for n, s in st.items() if s != "Running")
+        launchers = launcher_titles()
+        not_once = sorted(n for n in st if launchers.get(n) != 1)
+        return f"not Running: {not_running[:5]}; not exactly one launcher: {not_once[:5]}"
+
     def wait_settled(self, timeout: float) -> float | None:
         started = time.monotonic()
         while time.monotonic() - started < timeout:
@@ -169,7 +179,7 @@ def faults(c: ChaosCluster, run: Run) -> list[tuple[str, Callable[[], None]]]:
         c.hosts.restore(host)
 
     def a_launcher() -> None:
-        pids = live_launchers(c.work / "run")
+        pids = [p for host in NODES.values() for p in live_launchers(c.work / "run" / host)]
         kill(pids[0])
 
     return [
@@ -247,6 +257,7 @@ def chaos(vms: int, per_fault: int, node_timeout: float, settle: float) -> dict[
                     if settled is None
                     else round(time.monotonic() - started, 1),
                     "verify": run.verify(),
+                    **({} if settled is not None else {"unsettled": run.unsettled()}),
                 }
             )
         final = run.state() or {}
@@ -289,7 +300,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__)
     p.add_argument("--vms", type=int, default=6)
     p.add_argument("--per-fault", type=int, default=2)
-    p.add_argument("--node-timeout", type=float, default=8.0)
+    # a NATS leader election takes seconds: the fence (half of this) must outlast it
+    p.add_argument("--node-timeout", type=float, default=16.0)
     p.add_argument("--settle", type=float, default=60.0, help="seconds a fault may take")
     p.add_argument("--json", action="store_true")
     a = p.parse_args(argv)
