@@ -230,10 +230,7 @@ def chaos(vms: int, per_fault: int, node_timeout: float, settle: float) -> dict[
         for name, inject in faults(c, run):
             before = set(run.acked)
             creating = run.create_many(
-                [
-                    f"{name.split()[-1]}-{i}".replace(".", "") + f"-{len(rows)}"
-                    for i in range(per_fault)
-                ],
+                [f"fault{len(rows)}-{i}" for i in range(per_fault)],
                 spread=0.2,
             )
             started = time.monotonic()

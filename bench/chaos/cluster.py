@@ -100,7 +100,8 @@ class ChaosCluster:
         self.sup.stop(timeout=15)
         from ops.up_reaper import terminate_launchers
 
-        terminate_launchers(self.work / "run", grace=5)
+        for host in NODES.values():  # <run-dir>/<node>/launchers/ per host
+            terminate_launchers(self.work / "run" / host, grace=5)
         self.hosts.destroy()
 
     # ------------------------------------------------------------------ processes
