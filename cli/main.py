@@ -26,6 +26,8 @@ from cli.debug import register as register_debug
 from cli.guest_io import register as register_guest_io
 from cli.help import use_plain_help
 from cli.images import app as images_app
+from cli.serve import SETTINGS as SERVE_SETTINGS
+from cli.serve import serve
 from cli.settings import DEFAULT_SERVER, settings
 from cli.tables import WatchPrinter, has_table, header_and_rows, render
 from cli.up import up
@@ -73,6 +75,7 @@ def main(
 
 
 app.command(context_settings=CONTEXT)(up)
+app.command(context_settings={**CONTEXT, **SERVE_SETTINGS})(serve)
 
 
 def error(message: str) -> typer.Exit:

@@ -31,13 +31,15 @@ from rich.table import Table
 
 from cli import kubeconfig
 from kinds.registry import REGISTRY
-from ops import guest_images, node_libvirtd
-from ops.nats_server import NatsServer, free_port
+from ops import guest_images, node_libvirtd, up_reaper
+from ops.nats_config import local_cluster
+from ops.nats_server import NatsServer
 from ops.node_libvirtd import NodeRuntime
+from ops.ports import free_port, taken
 from ops.prometheus_server import PrometheusServer, start_for_cluster, target_for
 from ops.prometheus_server import find_binary as find_prometheus
 from ops.supervisor import ServiceSpec, Supervisor, stop_recorded
-from services.launcher import rundir
+from ops.up_reaper import live_launchers, terminate_launchers, wait_launchers
 from services.launcher.images import default_image_dir
 
 console = Console(soft_wrap=True)
@@ -54,9 +56,20 @@ def up(
         help=f"Where the event store and logs live (default {DATA_DIR}; {DEMO_DATA_DIR} "
         "with --demo); an existing one is resumed",
     ),
-    nats_url: str = typer.Option("", help="Use this NATS server instead of the embedded one"),
-    nats_port: int = typer.Option(4222, help="Embedded nats-server client port"),
+    nats_url: str = typer.Option(
+        "", help="Use these NATS servers (comma-separated URLs) instead of embedded ones"
+    ),
+    nats_port: int = typer.Option(4222, help="Embedded nats-server client port (the first's)"),
+    nats_cluster: int = typer.Option(
+        1,
+        min=1,
+        help="Embedded nats-servers, clustered on this machine when more than one "
+        "(3: streams get 3 replicas and losing one server is invisible)",
+    ),
     nodes: int = typer.Option(1, min=1, help="How many nodes (one virt-handler each)"),
+    controllers: int = typer.Option(
+        1, min=1, help="Controllers: one active, the others standing by to take over"
+    ),
     hypervisor: str = typer.Option(
         "test", help="test (libvirt's test driver) or qemu (a libvirtd per node, real QEMU)"
     ),
@@ -80,7 +93,10 @@ def up(
         "or a duration such as 2m (faster, loses up to that much on power loss)",
     ),
     replicas: int = typer.Option(
-        1, help="Stream replicas (3 or 5 on a NATS cluster given with --nats-url)"
+        0,
+        min=0,
+        help="Stream replicas (default: 3 with --nats-cluster 3 or more, else 1; "
+        "3 or 5 on a NATS cluster given with --nats-url)",
     ),
     duplicate_window: float = typer.Option(
         120.0, help="Seconds JetStream remembers event ids to drop duplicate appends"
@@ -92,7 +108,8 @@ def up(
         0.0,
         min=0.0,
         help="Seconds without a heartbeat before the controller declares a node "
-        "unresponsive (default: the controller's, 60); handlers beat 4 times per timeout",
+        "unresponsive and restarts its VMs elsewhere (default 60); a handler off the bus "
+        "for half of it stops its node's VMs first; handlers beat 4 times per timeout",
     ),
     node_memory: str = typer.Option(
         "", help="Each node's memory capacity, e.g. 64Gi (default: the hypervisor's)"
@@ -104,13 +121,25 @@ def up(
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    if not nats_url and nats_cluster == 2:
+        console.print("[red]error[/]: --nats-cluster 2 cannot keep a quorum: use 1, 3 or 5")
+        raise typer.Exit(2)
+    ports = {"NATS (--nats-port)": 0 if nats_url else nats_port, "API (--port)": port}
+    if metrics:
+        ports["Prometheus (--prometheus-port)"] = prometheus_port
+    if busy := taken(ports):
+        console.print(
+            f"[red]error[/]: {', '.join(busy)} already in use on 127.0.0.1 (another "
+            "`virtstream up`? pick free ones with the options named)"
+        )
+        raise typer.Exit(1)
     if hypervisor not in ("test", "qemu"):
         console.print(f"[red]error[/]: --hypervisor must be test or qemu, not {hypervisor!r}")
         raise typer.Exit(2)
     if hypervisor == "qemu":
         qemu_preflight()
     data_dir = (data_dir or (DEMO_DATA_DIR if demo else DATA_DIR)).resolve()
-    resumed = (data_dir / "nats").is_dir() and any((data_dir / "nats").iterdir())
+    resumed = any(d.is_dir() and any(d.iterdir()) for d in data_dir.glob("nats*"))
     data_dir.mkdir(parents=True, exist_ok=True)
     data_dir.chmod(0o700)  # the event log, logs and sockets are the owner's alone
     run_dir = data_dir / "run"
@@ -122,30 +151,30 @@ def up(
             f"[yellow]warning[/]: {run_dir} is long; launcher socket paths may exceed the "
             "107-byte unix socket limit (use a shorter --data-dir)"
         )
-    server = None
+    sup = Supervisor(data_dir / "logs", console.print, state_file=state_file)
+    # stops the launchers should this process die without its `finally` (SIGKILL)
+    reaper = up_reaper.start(data_dir, keep_vms)
+    servers: list[NatsServer] = []
     if not nats_url:
-        server = NatsServer(
-            data_dir / "nats",
-            port=nats_port,
-            log_file=data_dir / "logs" / "nats-server.log",
-            sync_interval=sync_interval,
-        )
-        (data_dir / "logs").mkdir(parents=True, exist_ok=True)
-        with console.status("starting nats-server"):
-            server.start_sync()
-        nats_url = server.url
+        try:
+            servers = start_nats(sup, data_dir, nats_port, nats_cluster, sync_interval)
+        except NatsStartError as e:
+            sup.stop()
+            sup.forget()
+            up_reaper.finish(reaper)
+            console.print(f"[red]error[/]: {e}")
+            raise typer.Exit(1) from None
+        nats_url = ",".join(s.url for s in servers)
         if resumed:
             console.print(
                 f"resuming the cluster stored in {data_dir} "
                 "(a fresh one: another --data-dir, or remove that one)"
             )
     # the services read the stream settings from the environment (StreamSettings.from_env)
+    replicas = replicas or (3 if len(servers) >= 3 else 1)
     os.environ["VIRTSTREAM_STREAM_REPLICAS"] = str(replicas)
     os.environ["VIRTSTREAM_STREAM_DUPLICATE_WINDOW"] = str(duplicate_window)
     os.environ["VIRTSTREAM_SYNC_INTERVAL"] = sync_interval
-    sup = Supervisor(data_dir / "logs", console.print, state_file=state_file)
-    if server is not None and server.proc is not None:
-        sup.record("nats-server", server.proc.pid, list(server.proc.args))  # type: ignore[arg-type]
     node_names = [f"node-{i}" for i in range(1, nodes + 1)]
     runtimes: dict[str, NodeRuntime] = {}
     handler_extra: dict[str, tuple[str, ...]] = {n: () for n in node_names}
@@ -155,9 +184,9 @@ def up(
             handler_extra = qemu_handler_args(runtimes, data_dir / "disks", image_dir)
         except Exception:
             stop_node_runtimes(runtimes)
-            if server:
-                server.stop_sync()
+            sup.stop()
             sup.forget()
+            up_reaper.finish(reaper)
             raise
     api_url = f"http://127.0.0.1:{port}"
     specs = [
@@ -168,21 +197,25 @@ def up(
             metrics_url=f"{api_url}/metrics",
         )
     ]
-    cport = free_port()
-    specs.append(
-        ServiceSpec(
-            name="controller",
-            module="services.controller",
-            args=(
-                "--nats-url",
-                nats_url,
-                "--metrics-port",
-                str(cport),
-                *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
-            ),
-            metrics_url=f"http://127.0.0.1:{cport}/metrics",
+    for i in range(1, controllers + 1):
+        cport = free_port()
+        specs.append(
+            ServiceSpec(
+                name="controller" if i == 1 else f"controller-{i}",
+                module="services.controller",
+                args=(
+                    "--nats-url",
+                    nats_url,
+                    "--metrics-port",
+                    str(cport),
+                    # one lease: the first to take it is active, the others stand by
+                    "--identity",
+                    f"controller-{i}",
+                    *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
+                ),
+                metrics_url=f"http://127.0.0.1:{cport}/metrics",
+            )
         )
-    )
     for node in node_names:
         hport = free_port()
         specs.append(
@@ -202,19 +235,17 @@ def up(
                     str(hport),
                     *(("--memory", node_memory) if node_memory else ()),
                     *(("--cpus", str(node_cpus)) if node_cpus else ()),
-                    # a short node timeout needs heartbeats well within it (default 5 s)
-                    *(
-                        ("--heartbeat-interval", str(min(5.0, node_timeout / 4)))
-                        if node_timeout
-                        else ()
-                    ),
+                    # the same node timeout as the controller's: the handler's fence
+                    # (half of it) and heartbeat interval follow from it
+                    *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
                     *handler_extra[node],
                 ),
                 metrics_url=f"http://127.0.0.1:{hport}/metrics",
             )
         )
     started = [s for s in (sup.add(spec) for spec in specs) if s is not None]
-    _print_urls(server, nats_url, api_url, [s.spec for s in started], sup.log_dir)
+    started = [s for s in started if s.spec.module]  # the services (nats-server is not one)
+    _print_urls(servers, nats_url, api_url, [s.spec for s in started], sup.log_dir)
     kube = kubeconfig.write(data_dir / "kubeconfig", api_url)
     console.print(f"kubectl: KUBECONFIG={kube} kubectl get vms")
     for node, runtime in runtimes.items():
@@ -257,9 +288,8 @@ def up(
             stop_node_runtimes(runtimes)
         if prom is not None:
             prom.stop_sync()
-        if server:
-            server.stop_sync()
         sup.forget()
+        up_reaper.finish(reaper)
         console.print("stopped")
     if demo and not (result and result[0]):
         raise typer.Exit(1)
@@ -367,7 +397,7 @@ def _start_prometheus(
 
 
 def _print_urls(
-    server: NatsServer | None,
+    servers: list[NatsServer],
     nats_url: str,
     api_url: str,
     specs: list[ServiceSpec],
@@ -377,8 +407,9 @@ def _print_urls(
     table.add_column("service")
     table.add_column("url")
     table.add_row("NATS", nats_url)
-    if server:
-        table.add_row("NATS monitoring", server.monitoring_url)
+    for server in servers:
+        label = f"NATS {server.name}" if len(servers) > 1 else "NATS"
+        table.add_row(f"{label} monitoring", server.monitoring_url)
     for spec in specs:
         if spec.name == "api":
             table.add_row("API", api_url)
@@ -388,20 +419,55 @@ def _print_urls(
     console.print("Ctrl-C stops the cluster")
 
 
-def live_launchers(run_dir: Path) -> list[int]:
-    pids = []
-    for pidfile in run_dir.glob("*/launchers/*.pid"):
-        pid = rundir.read_pid(pidfile)
-        if pid and rundir.pid_alive(pid):
-            pids.append(pid)
-    return pids
+class NatsStartError(RuntimeError):
+    """An embedded nats-server did not come up; the message says where to look."""
 
 
-def _wait_launchers(run_dir: Path, timeout: float) -> list[int]:
+def start_nats(
+    sup: Supervisor,
+    data_dir: Path,
+    port: int,
+    size: int,
+    sync_interval: str,
+    timeout: float = 30.0,
+) -> list[NatsServer]:
+    """The embedded nats-server(s) as supervised services (restarted on the same store dir
+    and ports when they exit); returns once JetStream answers on all of them."""
+    logs = data_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    if size == 1:
+        servers = [
+            NatsServer(
+                data_dir / "nats",
+                port=port,
+                log_file=logs / "nats-server.log",
+                sync_interval=sync_interval,
+            )
+        ]
+    else:
+        ports = [port or free_port(), *(free_port() for _ in range(size - 1))]
+        servers = [
+            NatsServer.from_settings(s, logs / f"{s.name}.log")
+            for s in local_cluster(size, data_dir, sync_interval=sync_interval, client_ports=ports)
+        ]
+    names = ["nats-server"] if size == 1 else [s.name for s in servers]
+    supervised = []
+    for name, server in zip(names, servers, strict=True):
+        server.prepare()
+        # umask 077: the server's data and log files are the owner's alone
+        added = sup.add(ServiceSpec(name=name, command=tuple(server.command()), umask=0o077))
+        assert added is not None
+        supervised.append(added)
     deadline = time.monotonic() + timeout
-    while (pids := live_launchers(run_dir)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return pids
+    with console.status(f"starting {len(servers)} nats-server(s)"):
+        while not all(s.ready(clustered=size > 1) for s in servers):
+            for name, server, proc in zip(names, servers, supervised, strict=True):
+                if not proc.running:
+                    raise NatsStartError(f"{name} exited at start; see {server.log_file}")
+            if time.monotonic() > deadline:
+                raise NatsStartError(f"nats-server not ready after {timeout:.0f}s; see {logs}")
+            time.sleep(0.05)
+    return servers  # fmt: skip
 
 
 def shutdown_vms(api_url: str, run_dir: Path, api_running: bool) -> None:
@@ -412,16 +478,10 @@ def shutdown_vms(api_url: str, run_dir: Path, api_running: bool) -> None:
     if api_running:
         with contextlib.suppress(httpx.HTTPError, ValueError):
             stop_all_through_api(api_url)
-        _wait_launchers(run_dir, 15.0)
-    pids = live_launchers(run_dir)
-    if pids:
+        wait_launchers(run_dir, 15.0)
+    if pids := live_launchers(run_dir):
         console.print(f"terminating {len(pids)} launcher(s)")
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        for pid in _wait_launchers(run_dir, 10.0):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        terminate_launchers(run_dir)
 
 
 def stop_all_through_api(api_url: str) -> None:

@@ -140,6 +140,30 @@ def _async_warning_hook(on_warning: Callable[[str], None]) -> Any:
     return hook
 
 
+class Seen:
+    """Read-your-writes across api replicas: the highest `Virtstream-Sequence` any answer
+    carried, sent back as `Virtstream-Min-Sequence` so that no replica answers from an
+    older view than one this client has seen."""
+
+    def __init__(self) -> None:
+        self.sequence = 0
+
+    def ask(self, request: httpx.Request) -> None:
+        if self.sequence:
+            request.headers["Virtstream-Min-Sequence"] = str(self.sequence)
+
+    def record(self, response: httpx.Response) -> None:
+        text = response.headers.get("virtstream-sequence", "")
+        if text.isdigit():
+            self.sequence = max(self.sequence, int(text))
+
+    async def ask_async(self, request: httpx.Request) -> None:
+        self.ask(request)
+
+    async def record_async(self, response: httpx.Response) -> None:
+        self.record(response)
+
+
 class _Requests:
     """Builds (method, path, params, body) for every call; the clients only send them."""
 
@@ -265,7 +289,11 @@ class Client:
         kinds: Registry = REGISTRY,
         on_warning: Callable[[str], None] | None = None,
     ) -> None:
-        hooks = {"response": [_warning_hook(on_warning)]} if on_warning else {}
+        self.seen = Seen()
+        hooks: dict[str, list[Callable[..., Any]]] = {
+            "request": [self.seen.ask],
+            "response": [self.seen.record, *([_warning_hook(on_warning)] if on_warning else [])],
+        }
         self.http = httpx.Client(base_url=server, timeout=timeout, event_hooks=hooks)
         self.r = _Requests(namespace, kinds)
 
@@ -402,7 +430,14 @@ class AsyncClient:
         kinds: Registry = REGISTRY,
         on_warning: Callable[[str], None] | None = None,
     ) -> None:
-        hooks = {"response": [_async_warning_hook(on_warning)]} if on_warning else {}
+        self.seen = Seen()
+        hooks: dict[str, list[Callable[..., Any]]] = {
+            "request": [self.seen.ask_async],
+            "response": [
+                self.seen.record_async,
+                *([_async_warning_hook(on_warning)] if on_warning else []),
+            ],
+        }
         self.http = httpx.AsyncClient(base_url=server, timeout=timeout, event_hooks=hooks)
         self.r = _Requests(namespace, kinds)
 

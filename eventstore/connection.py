@@ -1,15 +1,91 @@
 """Connecting to NATS: one server or a cluster, given as one URL or a comma-separated list.
 
 Services reconnect forever (a restarted server or a cluster failover must never end a
-service); one-shot commands give up at once so a user hears about it within seconds."""
+service); one-shot commands give up at once so a user hears about it within seconds.
+
+What a real install adds to a connection (a credentials file, TLS) is `ConnectOptions`,
+the one place every service and command takes its connection settings from: flags
+(`add_arguments`) or the environment (`VIRTSTREAM_NATS_CREDS`, `VIRTSTREAM_NATS_TLS_CA`,
+`VIRTSTREAM_NATS_TLS_CERT`, `VIRTSTREAM_NATS_TLS_KEY`).
+"""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
+import os
+import ssl
+from collections.abc import Awaitable, Callable
+from typing import Any
 
+import msgspec
 import nats
+import structlog
 from nats.aio.client import Client as NATS
+
+log = structlog.get_logger()
+
+ENV = {
+    "creds": "VIRTSTREAM_NATS_CREDS",
+    "tls_ca": "VIRTSTREAM_NATS_TLS_CA",
+    "tls_cert": "VIRTSTREAM_NATS_TLS_CERT",
+    "tls_key": "VIRTSTREAM_NATS_TLS_KEY",
+}
+
+
+class ConnectOptions(msgspec.Struct, frozen=True, kw_only=True):
+    """Passed through to nats-py: a `.creds` file (user JWT and NKey seed), and TLS with
+    a CA to verify the servers and a client certificate and key for mutual TLS."""
+
+    creds: str = ""
+    tls_ca: str = ""
+    tls_cert: str = ""
+    tls_key: str = ""
+
+    @classmethod
+    def from_env(cls) -> ConnectOptions:
+        return cls(**{field: os.environ.get(var, "") for field, var in ENV.items()})
+
+    def export(self) -> None:
+        """Into the environment: the processes this one starts connect the same way."""
+        for field, var in ENV.items():
+            if value := getattr(self, field):
+                os.environ[var] = value
+
+    def nats_kwargs(self) -> dict[str, Any]:
+        """nats-py's keyword arguments; a file named here that is not there raises
+        FileNotFoundError naming the option (not a connection error much later)."""
+        for field in ENV:
+            path = getattr(self, field)
+            if path and not os.path.isfile(path):
+                flag = "--nats-" + field.replace("_", "-")
+                raise FileNotFoundError(f"{flag} {path}: no such file")
+        kwargs: dict[str, Any] = {}
+        if self.creds:
+            kwargs["user_credentials"] = self.creds
+        if self.tls_ca or self.tls_cert:
+            ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.tls_ca or None)
+            if self.tls_cert:
+                ctx.load_cert_chain(self.tls_cert, self.tls_key or None)
+            kwargs["tls"] = ctx
+        return kwargs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--nats-creds`, `--nats-tls-ca`, `--nats-tls-cert`, `--nats-tls-key` (defaults from
+    the environment); `from_arguments` reads them back."""
+    for field, var in ENV.items():
+        flag = "--nats-" + field.replace("_", "-")
+        parser.add_argument(flag, default=os.environ.get(var, ""), help=f"(env {var})")
+
+
+def from_arguments(args: argparse.Namespace) -> ConnectOptions:
+    """The options given as flags, exported so that `connect_service` (which reads the
+    environment) and the processes started from here use them."""
+    options = ConnectOptions(**{f: getattr(args, "nats_" + f) for f in ENV})
+    options.export()
+    return options
 
 
 def servers(urls: str) -> list[str]:
@@ -20,15 +96,47 @@ def servers(urls: str) -> list[str]:
     return found
 
 
-async def connect_service(urls: str, name: str) -> NATS:
-    """A long-running service's connection: every server of the list, reconnecting forever."""
-    return await nats.connect(
-        servers=servers(urls),
-        name=name,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.25,
-        connect_timeout=5,
-    )
+async def connect_service(
+    urls: str, name: str, options: ConnectOptions | None = None, timeout: float = 5.0
+) -> NATS:
+    """A long-running service's connection: every server of the list, reconnecting forever
+    (to whichever server of the list answers: a cluster's failover) once connected. The
+    first connection has a deadline: a service pointed at no server says so and exits
+    (`Unreachable`), for its supervisor (up, systemd) to restart it."""
+    kwargs = (options or ConnectOptions.from_env()).nats_kwargs()
+    nc = NATS()
+    try:
+        await asyncio.wait_for(
+            nc.connect(
+                servers=servers(urls),
+                name=name,
+                max_reconnect_attempts=-1,
+                reconnect_time_wait=0.25,  # type: ignore[arg-type]  # typed int, takes seconds
+                connect_timeout=5,
+                error_cb=_one_line(name),
+                **kwargs,
+            ),
+            timeout,
+        )
+    except (TimeoutError, OSError, nats.errors.Error) as e:
+        with contextlib.suppress(Exception):
+            await nc.close()
+        raise Unreachable(f"no NATS server answered at {urls} within {timeout:.0f}s") from e
+    return nc
+
+
+def _one_line(name: str) -> Callable[[Exception], Awaitable[None]]:
+    """nats-py's default error callback prints a traceback per failed reconnect attempt;
+    this logs one line per change of error instead."""
+    last = [""]
+
+    async def on_error(e: Exception) -> None:
+        said = f"{type(e).__name__}: {e}"
+        if said != last[0]:
+            last[0] = said
+            log.warning("nats connection error", service=name, error=said)
+
+    return on_error
 
 
 class Unreachable(ConnectionError):
@@ -39,10 +147,16 @@ async def _quiet(_: Exception) -> None:
     """nats-py's default error callback prints a traceback per failed attempt."""
 
 
-async def connect_once(urls: str, name: str = "virtstream-cli", timeout: float = 3.0) -> NATS:
+async def connect_once(
+    urls: str,
+    name: str = "virtstream-cli",
+    timeout: float = 3.0,
+    options: ConnectOptions | None = None,
+) -> NATS:
     """A command's connection: one clear failure within `timeout` instead of retrying.
     (nats-py keeps retrying the initial connection even with reconnects off, so the
     deadline is ours.)"""
+    kwargs = (options or ConnectOptions.from_env()).nats_kwargs()
     nc = NATS()
     try:
         await asyncio.wait_for(
@@ -53,6 +167,7 @@ async def connect_once(urls: str, name: str = "virtstream-cli", timeout: float =
                 max_reconnect_attempts=0,
                 allow_reconnect=False,
                 error_cb=_quiet,
+                **kwargs,
             ),
             timeout,
         )

@@ -29,6 +29,7 @@ async def ensure_bucket(
     *,
     ttl: float = DEFAULT_TTL,
     storage: StorageType = StorageType.FILE,
+    replicas: int = 1,
 ) -> KeyValue:
     """Bind to the heartbeat bucket, creating it if missing (idempotent; a concurrent
     creator with the same config is fine)."""
@@ -36,7 +37,8 @@ async def ensure_bucket(
         return await js.key_value(bucket)
     except (BucketNotFoundError, NotFoundError):
         pass
-    cfg = KeyValueConfig(bucket=bucket, history=1, ttl=ttl, storage=storage)
+    # as many replicas as the event stream: on a cluster, heartbeats survive a lost server
+    cfg = KeyValueConfig(bucket=bucket, history=1, ttl=ttl, storage=storage, replicas=replicas)
     try:
         return await js.create_key_value(cfg)
     except Exception:

@@ -8,11 +8,15 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from ops.nats_config import ServerSettings, render
+from ops.ports import free_port
+
+__all__ = ["NatsServer", "find_binary", "free_port"]
 
 
 def find_binary() -> str:
@@ -27,12 +31,6 @@ def find_binary() -> str:
     return found
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 class NatsServer:
     """One nats-server process. `start()` returns once it accepts JetStream clients."""
 
@@ -45,14 +43,39 @@ class NatsServer:
         http_port: int = 0,
         log_file: Path | str | None = None,
         sync_interval: str = "always",
+        settings: ServerSettings | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
-        self.host = host
-        self.port = port or free_port(host)
-        self.http_port = http_port or free_port(host)
+        self.settings = settings or ServerSettings(
+            name=f"virtstream-{port}" if port else "virtstream",
+            host=host,
+            port=port or free_port(host),
+            http_port=http_port or free_port(host),
+            store_dir=str(self.store_dir),
+            sync_interval=sync_interval,  # "always" fsyncs every write (power-loss safe)
+        )
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
-        self.sync_interval = sync_interval  # "always" fsyncs every write (power-loss safe)
         self.proc: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: ServerSettings, log_file: Path | str) -> NatsServer:
+        return cls(settings.store_dir, log_file=log_file, settings=settings)
+
+    @property
+    def name(self) -> str:
+        return self.settings.name
+
+    @property
+    def host(self) -> str:
+        return self.settings.host
+
+    @property
+    def port(self) -> int:
+        return self.settings.port
+
+    @property
+    def http_port(self) -> int:
+        return self.settings.http_port
 
     @property
     def url(self) -> str:
@@ -63,12 +86,12 @@ class NatsServer:
         return f"http://{self.host}:{self.http_port}"
 
     def config(self) -> str:
-        return (
-            f'server_name: "virtstream-{self.port}"\n'
-            f'host: "{self.host}"\nport: {self.port}\nhttp: "{self.host}:{self.http_port}"\n'
-            f'jetstream {{\n  store_dir: "{self.store_dir}"\n'
-            f'  sync_interval: "{self.sync_interval}"\n}}\n'
-        )
+        return render(self.settings)
+
+    def prepare(self) -> None:
+        """The store dir (the log is the cluster's history: its owner's alone)."""
+        self.store_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.store_dir.chmod(0o700)
 
     def command(self) -> list[str]:
         conf = self.store_dir / "nats-server.conf"
@@ -77,9 +100,7 @@ class NatsServer:
         return [find_binary(), "-c", str(conf), "-l", str(self.log_file)]
 
     def start_sync(self, timeout: float = 10.0) -> None:
-        # the log is the cluster's history: readable by its owner only
-        self.store_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self.store_dir.chmod(0o700)
+        self.prepare()
         # own process group: Ctrl-C in a terminal reaches us first and we stop it in order;
         # umask 077: the server's data and log files are the owner's alone
         self.proc = subprocess.Popen(
@@ -97,13 +118,16 @@ class NatsServer:
         self.stop_sync()
         raise TimeoutError(f"nats-server not ready after {timeout}s; see {self.log_file}")
 
-    def _ready(self) -> bool:
+    def ready(self, *, clustered: bool = False) -> bool:
+        """Serving JetStream; `clustered`: also current with a meta leader (a cluster's
+        servers answer stream requests only then)."""
+        return self._ready("" if clustered else "?js-enabled-only=true")
+
+    def _ready(self, query: str = "?js-enabled-only=true") -> bool:
         import urllib.request
 
         try:
-            with urllib.request.urlopen(
-                f"{self.monitoring_url}/healthz?js-enabled-only=true", timeout=0.5
-            ) as r:
+            with urllib.request.urlopen(f"{self.monitoring_url}/healthz{query}", timeout=0.5) as r:
                 return bool(r.status == 200)
         except OSError:
             return False

@@ -5,9 +5,10 @@ Each service runs in its own session (process group), so a terminal's Ctrl-C rea
 the supervisor, which then stops everything in order. Synchronous on purpose: `up` polls
 a handful of processes a few times a second, no event loop needed.
 
-The pids (with their command lines) are recorded in a state file, so when the supervisor
-itself was killed (its services, in their own sessions, live on) the next start stops
-those leftovers first (`stop_recorded`): they would hold the ports and the consumers.
+Each service also gets SIGTERM when the supervisor dies, however it dies (the parent-death
+signal). The pids (with their command lines) are recorded in a state file as well, so
+whatever still outlives a killed supervisor is stopped by the next start
+(`stop_recorded`): it would hold the ports and the consumers.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -69,13 +71,26 @@ def stop_recorded(state_file: Path, timeout: float = 10.0) -> list[str]:
 
 class ServiceSpec(msgspec.Struct, frozen=True, kw_only=True):
     name: str
-    module: str  # run as `python -m <module>`
+    module: str = ""  # run as `python -m <module>`
     args: tuple[str, ...] = ()
+    #: a program that is not a Python module (nats-server): its whole argv
+    command: tuple[str, ...] = ()
     metrics_url: str = ""  # shown to the user
     env: dict[str, str] = {}
+    umask: int = -1  # -1: the supervisor's
 
     def argv(self) -> list[str]:
+        if self.command:
+            return list(self.command)
         return [sys.executable, "-m", self.module, *self.args]
+
+
+def _dies_with_us(argv: list[str]) -> list[str]:
+    """The argv under `setpriv --pdeathsig TERM` (util-linux): the service gets SIGTERM
+    when the supervisor dies, however it dies (even SIGKILL), so nothing outlives it.
+    setpriv execs the command: its pid and /proc cmdline stay the service's own."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "TERM", "--", *argv] if setpriv else argv
 
 
 def importable(module: str) -> bool:
@@ -105,13 +120,14 @@ class Supervised:
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                self.spec.argv(),
+                _dies_with_us(self.spec.argv()),
                 cwd=REPO,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 env={**os.environ, **self.spec.env},
+                umask=self.spec.umask,
             )
         self.started_at = time.monotonic()
         self.restart_at = None
@@ -177,7 +193,7 @@ class Supervisor:
 
     def add(self, spec: ServiceSpec) -> Supervised | None:
         """Start a service; a module that is not there yet is reported and skipped."""
-        if not importable(spec.module):
+        if spec.module and not importable(spec.module):
             self.say(f"[yellow]skipped[/] {spec.name}: `{spec.module}` is not importable yet")
             return None
         s = Supervised(spec, self.log_dir)

@@ -10,6 +10,7 @@ from typing import Any
 
 import uvicorn
 
+from eventstore import connection
 from eventstore.connection import connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
@@ -60,6 +61,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--nats-url", default="nats://127.0.0.1:4222", help="one URL or a comma-separated list"
     )
+    connection.add_arguments(parser)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8080)
     parser.add_argument("--read-only", action="store_true", help="serve reads only (replica)")
@@ -79,6 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.watch_history < 1:
         parser.error("--watch-history must be at least 1")
+    connection.from_arguments(args)
     run(
         serve(
             args.nats_url,

@@ -53,6 +53,7 @@ from services.api.errors import (
     not_found,
     read_replica,
     request_timeout,
+    timeout,
     too_large,
     unknown_resource,
 )
@@ -189,6 +190,7 @@ async def _list_or_watch(
         if "watch" not in spec.verbs or not _renders_own(api, spec):
             raise method_not_allowed()
         return _watch(request, api, spec, selector)
+    await _not_older_than(request, api)
     q = request.query_params
     wants_table = table.wants_table(request.headers.get("accept", ""))
     whole = not pagination.limit_of(q) and not q.get("continue")
@@ -276,15 +278,46 @@ async def _get_one(request: Request[Any, Any, Any], spec: KindSpec, k: str) -> R
     if (past := await _at(request, api)) is not None:
         cluster, now, _ = past
         obj = _render_at(spec, cluster, k, now)
-    elif _renders_own(api, spec):
-        obj = api.runner.get(spec.event_kind, k)
     else:
-        obj = _render_at(spec, api.cluster, k, api.runner.clock())
+        await _not_older_than(request, api)
+        if _renders_own(api, spec):
+            obj = api.runner.get(spec.event_kind, k)
+        else:
+            obj = _render_at(spec, api.cluster, k, api.runner.clock())
     if obj is None:
         raise not_found(spec.resource, k.rsplit("/", 1)[-1])
     if table.wants_table(request.headers.get("accept", "")):
         return _respond(table.table(table.columns(spec), [obj], now=api.runner.clock()))
     return _respond(obj)
+
+
+SEQUENCE_HEADER = "virtstream-sequence"
+MIN_SEQUENCE_HEADER = "virtstream-min-sequence"
+#: how long a read waits for this api's view to reach the sequence it asks for
+NOT_OLDER_THAN_SECONDS = 5.0
+
+
+async def _not_older_than(request: Request[Any, Any, Any], api: ApiService) -> None:
+    """Read-your-writes across api replicas: a read carrying a sequence is answered from a
+    view that has folded at least that far (waiting for it), never from an older one. The
+    sequence comes as Kubernetes' `resourceVersion` of a get or list ("not older than";
+    0 or none: any) or as the `Virtstream-Min-Sequence` header, which the virtstream client
+    sends with the last sequence its writes returned. Never caught up in time: 504, as
+    Kubernetes answers "Too large resource version"."""
+    wanted = 0
+    for text in (
+        request.query_params.get("resourceVersion") or "",
+        request.headers.get(MIN_SEQUENCE_HEADER) or "",
+    ):
+        if text:
+            try:
+                wanted = max(wanted, int(text))
+            except ValueError:
+                raise bad_request(f"invalid resourceVersion: {text!r}") from None
+    if wanted > api.runner.last_seq and not await api.runner.wait_for(
+        wanted, NOT_OLDER_THAN_SECONDS
+    ):
+        raise timeout(f"Too large resource version: {wanted}, current: {api.runner.last_seq}")
 
 
 async def _at(
@@ -791,8 +824,10 @@ DISCOVERY = [version, core_versions, groups, namespaces, namespace]
 
 
 # ------------------------------------------------------------ middleware
-def observe(app: ASGIApp) -> ASGIApp:
-    """Correlation id (honour X-Correlation-Id, echo it back) and request metrics."""
+def observe(app: ASGIApp, api: ApiService | None = None) -> ASGIApp:
+    """Correlation id (honour X-Correlation-Id, echo it back), request metrics, and the
+    sequence this api's view has folded (`Virtstream-Sequence`: a client that sends the
+    highest it has seen as `Virtstream-Min-Sequence` reads its writes on any replica)."""
 
     async def middleware(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -811,6 +846,11 @@ def observe(app: ASGIApp) -> ASGIApp:
                 message["headers"] = [
                     *message.get("headers", []),
                     (b"x-correlation-id", cid.encode()),
+                    *(
+                        [(SEQUENCE_HEADER.encode(), str(api.runner.last_seq).encode())]
+                        if api is not None
+                        else []
+                    ),
                 ]
             await send(message)
 
@@ -840,7 +880,7 @@ def create_app(api: ApiService) -> Litestar:
             *discovery_routes(kinds),
             *openapi_routes(kinds),
         ],
-        middleware=[observe],
+        middleware=[lambda app: observe(app, api)],
         exception_handlers={ApiError: _api_error_handler, HTTPException: _http_error_handler},
         openapi_config=OpenAPIConfig(title="virtstream", version="0.1.0"),
         request_max_body_size=bodies.MAX_BODY_BYTES,

@@ -6,18 +6,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import socket
+import sys
 
+from eventstore import connection
 from services.controller.backoff import BackoffConfig
 from services.controller.node_health import DEFAULT_NODE_TIMEOUT
 from services.controller.policy import MigrationConfig
 from services.controller.reactor import Controller
-from services.controller.service import serve
+from services.controller.service import LeaseLost, serve
 from services.runtime import logs
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="virt-controller")
-    p.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    p.add_argument(
+        "--nats-url", default="nats://127.0.0.1:4222", help="one URL or a comma-separated list"
+    )
+    connection.add_arguments(p)
     p.add_argument("--metrics-port", type=int, default=None)
     p.add_argument(
         "--node-timeout",
@@ -33,7 +40,20 @@ def main() -> None:
     p.add_argument(
         "--migration-bandwidth", type=int, default=0, help="bytes/s per migration, 0: unlimited"
     )
-    args = p.parse_args()
+    p.add_argument(
+        "--identity",
+        default=f"{socket.gethostname()}-{os.getpid()}",
+        help="who holds the active controller's lease: stable per host (a restart under the "
+        "same identity takes its lease over at once); default hostname-pid",
+    )
+    p.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=5.0,
+        help="seconds after the active controller's last renewal that a standby takes over",
+    )
+    args = p.parse_args(argv)
+    connection.from_arguments(args)
     logs.configure()
     controller = Controller(
         node_timeout=args.node_timeout,
@@ -44,7 +64,19 @@ def main() -> None:
             bandwidth_per_migration=args.migration_bandwidth,
         ),
     )
-    asyncio.run(serve(controller, args.nats_url, metrics_port=args.metrics_port))
+    try:
+        asyncio.run(
+            serve(
+                controller,
+                args.nats_url,
+                metrics_port=args.metrics_port,
+                identity=args.identity,
+                lease_ttl=args.lease_ttl,
+            )
+        )
+    except LeaseLost as e:  # stopped acting; a supervisor starts it again as a standby
+        print(f"virt-controller: {e}", file=sys.stderr)
+        raise SystemExit(3) from None
 
 
 if __name__ == "__main__":

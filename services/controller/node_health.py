@@ -14,8 +14,9 @@ from projections.cluster import Cluster
 from projections.views import NodeView
 from services.controller import emit
 from services.controller.state import ControllerState
+from services.runtime import timeouts
 
-DEFAULT_NODE_TIMEOUT = 60.0
+DEFAULT_NODE_TIMEOUT = timeouts.NODE_TIMEOUT  # the handlers fence at half of it
 
 
 def last_seen(state: ControllerState, node: NodeView) -> float:

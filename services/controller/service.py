@@ -1,8 +1,13 @@
-"""Running virt-controller: the generic service shell plus the heartbeat watch.
+"""Running virt-controller: the generic service shell plus the heartbeat watch, behind a
+lease (active/standby).
 
 Heartbeats are not events, so the shell alone cannot feed them: a task beside it watches
 the KV bucket and records each heartbeat into the reactor's state between reactions (one
-event loop, so no locking)."""
+event loop, so no locking).
+
+Several controllers may run; only the holder of the `virt-controller` lease
+(eventstore/lease.py) consumes and decides. The others wait for it; a holder that loses
+it stops at once and its process exits (`LeaseLost`), to come back as a standby."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import contextlib
 
 from eventstore import heartbeats
 from eventstore.jetstream import JetStreamStore
+from eventstore.lease import Lease
 from eventstore.settings import StreamSettings
 from services.controller.reactor import Controller
 from services.controller.state import ControllerState
@@ -20,6 +26,10 @@ from services.runtime.shell import ServiceShell, run_process
 # deliveries whose appends may be in flight at once: the controller decides on every event
 # of the cluster, and waiting for each fsync'd append in turn capped it near 40 VMs/s
 WINDOW = 64
+
+
+class LeaseLost(RuntimeError):
+    """This controller was active and no longer is: it stopped acting."""
 
 
 class ControllerService:
@@ -32,6 +42,8 @@ class ControllerService:
         tick_interval: float = 1.0,
         ack_wait: float = 10.0,
         window: int = WINDOW,
+        identity: str = "",
+        lease_ttl: float = 0.0,
     ) -> None:
         self.controller = controller
         self.store = store
@@ -39,15 +51,55 @@ class ControllerService:
         self.shell: ServiceShell[ControllerState] = ServiceShell(
             controller, store, tick_interval=tick_interval, ack_wait=ack_wait, window=window
         )
+        # no identity: the only controller, no lease (tests that run one in-process)
+        self.lease = (
+            Lease(
+                store.js,
+                controller.name,
+                identity,
+                ttl=lease_ttl or 5.0,
+                replicas=store.settings.replicas,
+            )
+            if identity
+            else None
+        )
+        self._stopping = asyncio.Event()
 
     @property
     def ready(self) -> bool:
         return self.shell.ready
 
     async def run(self) -> None:
+        if self.lease is None:
+            return await self._run_active()
+        log = self.shell.log.bind(identity=self.lease.identity)
+        log.info("standby: waiting for the lease", holder=await self.lease.holder())
+        if not await self.lease.acquire(self._stopping):
+            return None
+        log.info("active: holding the lease", ttl=self.lease.ttl)
+        keeping = asyncio.create_task(self.lease.keep())
+        keeping.add_done_callback(lambda _: self.shell.stop())
+        try:
+            await self._run_active()
+        finally:
+            lost = keeping.done() and not keeping.cancelled()
+            keeping.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await keeping
+            if not lost:
+                await self.lease.release()
+        if lost:
+            raise LeaseLost(f"{self.lease.identity} lost the lease {self.lease.key}")
+        return None
+
+    async def _run_active(self) -> None:
+        if self._stopping.is_set():
+            return
         m.HEARTBEATS.timeout = self.controller.node_timeout
         ttl = max(heartbeats.DEFAULT_TTL, 5 * self.controller.node_timeout)
-        kv = await heartbeats.ensure_bucket(self.store.js, self.bucket, ttl=ttl)
+        kv = await heartbeats.ensure_bucket(
+            self.store.js, self.bucket, ttl=ttl, replicas=self.store.settings.replicas
+        )
         # until the watch has delivered the latest heartbeats, nobody may time out
         self.shell.state.heartbeats_since = self.shell.clock()
         watching = asyncio.create_task(self._watch(kv))
@@ -71,6 +123,7 @@ class ControllerService:
                 await asyncio.sleep(1.0)
 
     def stop(self) -> None:
+        self._stopping.set()
         self.shell.stop()
 
 
@@ -81,12 +134,17 @@ async def serve(
     metrics_port: int | None = None,
     settings: StreamSettings | None = None,
     bucket: str = heartbeats.BUCKET,
+    identity: str = "",
+    lease_ttl: float = 5.0,
 ) -> None:
-    """The controller's service process: the shell plus the heartbeat watch."""
+    """The controller's service process: the shell plus the heartbeat watch, active only
+    while it holds the lease (with an identity)."""
     await run_process(
         controller.name,
         nats_url,
-        lambda store: ControllerService(controller, store, bucket=bucket),
+        lambda store: ControllerService(
+            controller, store, bucket=bucket, identity=identity, lease_ttl=lease_ttl
+        ),
         metrics_port=metrics_port,
         settings=settings,
     )

@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import sys
 
+from eventstore import connection
 from eventstore.settings import StreamSettings
 from services.handler.node_info import LaunchSettings, NodeConfig, qemu_pid_dir_of
-from services.handler.service import HandlerConfig, serve
+from services.handler.service import Fenced, HandlerConfig, serve
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
 from services.launcher.hypervisor import TEST_URI
 from services.launcher.kvm_probe import domain_type as probe_domain_type
-from services.runtime import logs
+from services.runtime import logs, timeouts
 
 
 def launch_settings(a: argparse.Namespace) -> LaunchSettings:
@@ -36,7 +38,10 @@ def launch_settings(a: argparse.Namespace) -> LaunchSettings:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m services.handler", description=__doc__)
     p.add_argument("--node", required=True)
-    p.add_argument("--nats-url", default="nats://127.0.0.1:4222")
+    p.add_argument(
+        "--nats-url", default="nats://127.0.0.1:4222", help="one URL or a comma-separated list"
+    )
+    connection.add_arguments(p)
     p.add_argument("--run-dir", required=True, help="launcher sockets go in <dir>/<node>/")
     p.add_argument("--cpus", type=int, default=None, help="default: libvirt getInfo()")
     p.add_argument("--memory", default=None, help="e.g. 16Gi; default: libvirt getInfo()")
@@ -53,10 +58,19 @@ def main(argv: list[str] | None = None) -> None:
         "--console-port", type=int, default=0, help="qemu: console/VNC server (0: any free)"
     )
     p.add_argument("--metrics-port", type=int, default=None)
-    p.add_argument("--heartbeat-interval", type=float, default=5.0)
+    p.add_argument(
+        "--node-timeout",
+        type=float,
+        default=timeouts.NODE_TIMEOUT,
+        help="the controller's node timeout (give both the same): without a heartbeat on "
+        "the bus for half of it, this handler stops every VM of its node and exits",
+    )
+    p.add_argument("--no-fence", action="store_true", help="never stop the VMs off the bus")
+    p.add_argument("--heartbeat-interval", type=float, default=0.0, help="default: from it")
     p.add_argument("--stream", default="", help="event stream name (tests use others)")
     p.add_argument("--storage", default="", choices=["", "file", "memory"])
     a = p.parse_args(argv)
+    connection.from_arguments(a)
     logs.configure()
     cfg = HandlerConfig(
         node=NodeConfig(
@@ -71,14 +85,19 @@ def main(argv: list[str] | None = None) -> None:
         nats_url=a.nats_url,
         run_dir=a.run_dir,
         metrics_port=a.metrics_port,
-        heartbeat_interval=a.heartbeat_interval,
+        heartbeat_interval=a.heartbeat_interval or timeouts.heartbeat_interval(a.node_timeout),
+        fence_timeout=0.0 if a.no_fence else timeouts.fence_timeout(a.node_timeout),
         settings=StreamSettings.from_env(
             **({"name": a.stream, "dlq_name": f"{a.stream}_DLQ"} if a.stream else {}),
             **({"storage": a.storage} if a.storage else {}),
         ),
         launch=launch_settings(a),
     )
-    asyncio.run(serve(cfg))
+    try:
+        asyncio.run(serve(cfg))
+    except Fenced as e:  # a supervisor starts it again, on the log's word
+        print(f"virt-handler: {e}", file=sys.stderr)
+        raise SystemExit(4) from None
 
 
 if __name__ == "__main__":

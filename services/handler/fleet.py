@@ -115,6 +115,23 @@ class LauncherFleet:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.zygote.wait(5)
 
+    async def fence(self) -> int:
+        """Stop every VM of this node now, NATS or not: SIGKILL every launcher (a test
+        domain dies with it) and, in qemu mode, destroy every domain of the node's
+        libvirtd. Returns how many launchers there were."""
+        self._closing = True
+        pids = [
+            pid
+            for pidfile in self.launchers_dir.glob("*.pid")
+            if (pid := rundir.read_pid(pidfile)) and rundir.pid_alive(pid)
+        ]
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        if self.launch.domain_type is not DomainType.TEST:
+            await asyncio.to_thread(destroy_unowned_domains, self.launch.hypervisor_uri, set())
+        return len(pids)
+
     def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)

@@ -59,6 +59,9 @@ class HandlerConfig(msgspec.Struct, kw_only=True):
     run_dir: str = "/tmp/virtstream"
     metrics_port: int | None = None
     heartbeat_interval: float = 5.0
+    #: no successful heartbeat for this long: stop every VM here and exit (0: never);
+    #: strictly shorter than the controller's node timeout (services/runtime/timeouts.py)
+    fence_timeout: float = 0.0
     tick_interval: float = 1.0
     settings: StreamSettings = msgspec.field(default_factory=StreamSettings.from_env)
     launch: LaunchSettings = LaunchSettings()
@@ -120,6 +123,10 @@ class HandlerEffects:
             task.cancel()
 
 
+class Fenced(RuntimeError):
+    """The handler lost the bus past its fence timeout and stopped its node's VMs."""
+
+
 class Handler:
     """One node's virt-handler (`store`: run on it; else `nc`, or connect to the config's
     NATS URL)."""
@@ -135,6 +142,7 @@ class Handler:
         self.shell: ServiceShell[HandlerState, Action, Input] | None = None
         self.fleet: LauncherFleet | None = None
         self.last_heartbeat = 0.0
+        self.fenced = False
         self._stopped = False
         self.log = log.bind(service=self.name, node=self.node)
 
@@ -203,14 +211,18 @@ class Handler:
         )
         self.shell = shell
         heartbeats: asyncio.Task[None] | None = None
+        fencing: asyncio.Task[None] | None = None
         try:  # the streams: ensured by the shell's run
             fleet.start()
-            kv = await heartbeat.ensure_bucket(store.js)
+            kv = await heartbeat.ensure_bucket(store.js, replicas=store.settings.replicas)
             self.last_heartbeat = time.time()
             await heartbeat.put(kv, self.node, self.last_heartbeat)
             LAUNCHERS.labels(self.node).set_function(lambda: fleet.connected)
             HEARTBEAT_AGE.labels(self.node).set_function(lambda: time.time() - self.last_heartbeat)
             heartbeats = asyncio.create_task(self._heartbeats(kv))
+            if cfg.fence_timeout:
+                fencing = asyncio.create_task(self._fence_watch(fleet))
+                fencing.add_done_callback(lambda _: shell.stop())
             if self._stopped:
                 return
             await shell.run(
@@ -219,10 +231,11 @@ class Handler:
                 )
             )
         finally:
-            if heartbeats is not None:
-                heartbeats.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await heartbeats
+            for task in (heartbeats, fencing):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
             effects.close()
             if consoles is not None:
                 await consoles.close()
@@ -230,11 +243,33 @@ class Handler:
             if own_nc and self.nc is not None:
                 with contextlib.suppress(Exception):
                     await self.nc.drain()
+        if self.fenced:
+            raise Fenced(f"{self.node}: fenced after {self.cfg.fence_timeout}s off the bus")
+
+    async def _fence_watch(self, fleet: LauncherFleet) -> None:
+        """Self-fencing: once no heartbeat has succeeded for the fence timeout, the
+        controller may soon declare this node unresponsive and start its VMs elsewhere;
+        stop them here first, then end the handler (its next incarnation starts from the
+        log, which by then says what became of them)."""
+        while True:
+            await asyncio.sleep(min(0.5, self.cfg.fence_timeout / 10))
+            lost_for = time.time() - self.last_heartbeat
+            if lost_for > self.cfg.fence_timeout:
+                self.fenced = True
+                n = await fleet.fence()
+                self.log.error(
+                    "fenced: no heartbeat reached the bus, stopped every VM of the node",
+                    seconds=round(lost_for, 1),
+                    launchers=n,
+                )
+                return
 
     async def _heartbeats(self, kv: KeyValue) -> None:
         while True:
             await asyncio.sleep(self.cfg.heartbeat_interval)
             now = time.time()
+            if self.cfg.fence_timeout and now - self.last_heartbeat > self.cfg.fence_timeout:
+                return  # too late (a process paused, a bus away): the fence acts, not a beat
             try:
                 await heartbeat.put(kv, self.node, now)
                 self.last_heartbeat = now

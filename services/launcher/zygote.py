@@ -177,6 +177,7 @@ def _preload() -> None:
 
     import libvirt  # noqa: F401
     import libvirtaio  # noqa: F401
+    import setproctitle  # noqa: F401
 
     from services.launcher import client, process  # noqa: F401
 
@@ -257,6 +258,15 @@ def _set_process_name(name: bytes) -> None:
     _LIBC.prctl(_PR_SET_NAME, ctypes.c_char_p(name[:15]), 0, 0, 0)
 
 
+def _set_title(vmi: dict[str, Any]) -> None:
+    """`virt-launcher <ns>/<name> uid=<uid>` instead of the zygote's command line."""
+    from setproctitle import setproctitle
+
+    md = vmi.get("metadata") or {}
+    ns, name, uid = md.get("namespace", "default"), md.get("name", "?"), md.get("uid", "")
+    setproctitle(f"virt-launcher {ns}/{name}" + (f" uid={uid}" if uid else ""))
+
+
 def _die_with_parent() -> None:
     _LIBC.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
     if os.getppid() == 1:  # the parent died before prctl took effect
@@ -313,6 +323,7 @@ def _run_child(request: SpawnRequest, vmi: dict[str, Any]) -> None:
     try:
         os.setsid()  # own session: no signals from the handler's terminal or process group
         _set_process_name(b"virt-launcher")  # what ps -o comm / top show, not "python"
+        _set_title(vmi)  # what ps -f / pgrep -f show: which VMI this launcher runs
         for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGHUP):
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
