@@ -16,8 +16,10 @@ import pytest
 from kubernetes import config, dynamic
 
 from cli import kubeconfig
+from eventstore.jetstream import JetStreamStore
+from ops.pki import Pki
 from tests.conftest import REPO
-from tests.integration.test_api_support import RunningApi
+from tests.integration.test_api_support import RunningApi, running_api
 
 KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or "kubectl"
 CIRROS = REPO / "examples" / "kubevirt" / "vm-cirros.yaml"
@@ -52,8 +54,19 @@ class Kubectl:
 
 
 @pytest.fixture
+async def api(store: JetStreamStore, pki: Pki) -> AsyncIterator[RunningApi]:
+    """Over TLS: kubectl sends a bearer token only to an https server."""
+    async with running_api(store, pki=pki) as running:
+        yield running
+
+
+@pytest.fixture
 async def kubectl(api: RunningApi, tmp_path: Path) -> AsyncIterator[Kubectl]:
-    yield Kubectl(kubeconfig.write(tmp_path / "kubeconfig", api.url), tmp_path)
+    assert api.pki is not None
+    path = kubeconfig.write(
+        tmp_path / "kubeconfig", api.url, token=api.token, ca_pem=api.pki.ca.read_bytes()
+    )
+    yield Kubectl(path, tmp_path)
 
 
 def _rows(out: str) -> list[list[str]]:
