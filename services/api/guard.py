@@ -23,6 +23,7 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from events.objects import Status, StatusDetails
 from kinds.registry import Registry
+from services.api import protowire
 from services.api.auth import Authenticator
 from services.api.rbac import (
     ANONYMOUS,
@@ -162,9 +163,13 @@ def review(guard: Guard | None, user: User | None, body: Any) -> tuple[int, JSON
 def ssar_route(guard: Guard | None) -> Any:
     @post(SSAR_PATH, include_in_schema=False, status_code=201)
     async def selfsubjectaccessreviews(request: Request[Any, Any, Any]) -> Response[bytes]:
+        raw = await request.body()
         try:
-            body = msgspec.json.decode(await request.body())
-        except msgspec.DecodeError:
+            if "protobuf" in request.headers.get("content-type", ""):
+                body: Any = protowire.access_review(raw)
+            else:
+                body = msgspec.json.decode(raw)
+        except (msgspec.DecodeError, protowire.ProtoError, UnicodeDecodeError):
             body = None
         user = request.scope.get("state", {}).get("user")
         code, doc = review(guard, user, body)
