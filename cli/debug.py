@@ -24,6 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.settings import settings
+from client import credentials
 from events.envelope import Stored
 from events.meta import Aggregate, Kind
 from eventstore import dead_letters
@@ -338,7 +339,7 @@ def verify_cmd(
     server = settings.server
 
     async def body(store: JetStreamStore) -> verify.Report:
-        async with httpx.AsyncClient(base_url=server, timeout=30) as client:
+        async with httpx.AsyncClient(timeout=30, **credentials.httpx_options(server)) as client:
             try:
                 return await verify.verify(store, client)
             except httpx.HTTPError as e:

@@ -110,6 +110,14 @@ def client() -> Iterator[Client]:
 
 
 def _server_error(exc: ApiError) -> None:
+    if exc.code == 401:  # kubectl's words, and where credentials come from
+        err.print(
+            f"error: You must be logged in to the server (Unauthorized): no valid credentials "
+            f"for {settings.server} (found in the data dir of `virtstream up`, "
+            "VIRTSTREAM_KUBECONFIG or VIRTSTREAM_TOKEN)",
+            markup=False,
+        )
+        return
     reason = exc.reason or "Unknown"
     err.print(f"Error from server ({reason}): {exc.status.message}", markup=False)
 

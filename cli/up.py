@@ -29,7 +29,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli import kubeconfig
+from cli import kubeconfig, security
+from client import credentials
 from kinds.registry import REGISTRY
 from ops import guest_images, node_libvirtd
 from ops.nats_server import NatsServer, free_port
@@ -98,6 +99,12 @@ def up(
         "", help="Each node's memory capacity, e.g. 64Gi (default: the hypervisor's)"
     ),
     node_cpus: int = typer.Option(0, min=0, help="Each node's CPUs (default: the hypervisor's)"),
+    insecure: bool = typer.Option(
+        False,
+        "--insecure",
+        help="No TLS and no authentication on the api (anyone on this machine may do "
+        "anything): for experiments only",
+    ),
 ) -> None:
     """Run nats-server, api, controller and N handlers until Ctrl-C."""
     # from the start: a Ctrl-C while starting lets the start finish, then stops in order
@@ -159,12 +166,19 @@ def up(
                 server.stop_sync()
             sup.forget()
             raise
-    api_url = f"http://127.0.0.1:{port}"
+    secured = None if insecure else security.prepare(data_dir)
+    api_url = f"{'http' if secured is None else 'https'}://127.0.0.1:{port}"
     specs = [
         ServiceSpec(
             name="api",
             module="services.api",
-            args=("--nats-url", nats_url, "--port", str(port)),
+            args=(
+                "--nats-url",
+                nats_url,
+                "--port",
+                str(port),
+                *(secured.api_args() if secured else ()),
+            ),
             metrics_url=f"{api_url}/metrics",
         )
     ]
@@ -215,12 +229,28 @@ def up(
         )
     started = [s for s in (sup.add(spec) for spec in specs) if s is not None]
     _print_urls(server, nats_url, api_url, [s.spec for s in started], sup.log_dir)
-    kube = kubeconfig.write(data_dir / "kubeconfig", api_url)
+    kube = kubeconfig.write(
+        data_dir / "kubeconfig",
+        api_url,
+        token=secured.admin_token if secured else "",
+        ca_pem=secured.pki.ca.read_bytes() if secured else b"",
+    )
+    credentials.record("api", port, data_dir)
+    if server is not None:
+        credentials.record("nats", server.port, data_dir)
     console.print(f"kubectl: KUBECONFIG={kube} kubectl get vms")
+    if secured is None:
+        console.print("[yellow]--insecure[/]: the api has no TLS and no authentication")
     for node, runtime in runtimes.items():
         console.print(f"{node} libvirtd: {runtime.uri}")
     prom = (
-        _start_prometheus(data_dir, [s.spec for s in started], prometheus_port, scrape_interval)
+        _start_prometheus(
+            data_dir,
+            [s.spec for s in started],
+            prometheus_port,
+            scrape_interval,
+            ca_file=secured.pki.ca if secured else None,
+        )
         if metrics
         else None
     )
@@ -259,6 +289,8 @@ def up(
             prom.stop_sync()
         if server:
             server.stop_sync()
+            credentials.forget("nats", server.port, data_dir)
+        credentials.forget("api", port, data_dir)
         sup.forget()
         console.print("stopped")
     if demo and not (result and result[0]):
@@ -345,7 +377,11 @@ def qemu_handler_args(
 
 
 def _start_prometheus(
-    data_dir: Path, specs: list[ServiceSpec], port: int, scrape_interval: str = "5s"
+    data_dir: Path,
+    specs: list[ServiceSpec],
+    port: int,
+    scrape_interval: str = "5s",
+    ca_file: Path | None = None,
 ) -> PrometheusServer | None:
     """Prometheus on loopback with a config rendered from what this `up` started
     (ops/prometheus/, dashboards in ops/grafana/). A restarted service keeps its port, so
@@ -359,7 +395,11 @@ def _start_prometheus(
     targets = [target_for(spec.name, spec.metrics_url) for spec in specs]
     with console.status("starting Prometheus"):
         prom = start_for_cluster(
-            targets, data_dir / "prometheus", port=port, scrape_interval=scrape_interval
+            targets,
+            data_dir / "prometheus",
+            port=port,
+            scrape_interval=scrape_interval,
+            ca_file=ca_file,
         )
     console.print(f"[green]Prometheus[/] {prom.url}  (Grafana data source: Prometheus, {prom.url})")
     console.print("  dashboards to import: ops/grafana/dashboards/*.json")
@@ -426,7 +466,7 @@ def shutdown_vms(api_url: str, run_dir: Path, api_running: bool) -> None:
 
 def stop_all_through_api(api_url: str) -> None:
     vm_kind, vmi_kind = REGISTRY.resource("vm"), REGISTRY.resource("vmi")
-    with httpx.Client(base_url=api_url, timeout=5.0) as http:
+    with httpx.Client(timeout=5.0, **credentials.httpx_options(api_url)) as http:
         vms = http.get(vm_kind.collection_path())
         if vms.status_code == 404:
             vms = http.get(vm_kind.collection_path("default"))

@@ -155,6 +155,12 @@ def for_api(server: str) -> ApiCredentials:
     return ApiCredentials(server)
 
 
+def httpx_options(server: str) -> dict[str, Any]:
+    """`base_url`, `headers` and `verify` for an httpx client of the api at `server`."""
+    creds = for_api(server)
+    return {"base_url": creds.server, "headers": creds.headers(), "verify": creds.verify()}
+
+
 # ----------------------------------------------------------------- NATS
 def nats_password(data_dir: Path, user: str) -> str | None:
     try:
