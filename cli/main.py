@@ -588,12 +588,13 @@ def drain(
 
     name = _target("drain", node, None).name
     with client() as c:
+        before = [] if no_wait else c.list("vmi", all_namespaces=True, raw=True)
         c.drain(name)
         if no_wait:
             _out(f"node/{name} drain requested")
             return
         _out(f"node/{name} cordoned, evacuating")
-        code = drain_progress(c, name, timeout=timeout, out=_out)
+        code = drain_progress(c, name, timeout=timeout, out=_out, before=before)
     if code:
         raise typer.Exit(code)
 

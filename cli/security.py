@@ -4,7 +4,9 @@
   (`ops/pki.py`);
 - `auth.yaml`: the api's users and role bindings (`services/api/auth.py`), written once
   with the admin's token; the operator edits it afterwards (the api re-reads it);
-- `credentials/admin-token`: the admin's bearer token, also in `kubeconfig`.
+- `credentials/admin-token`: the admin's bearer token, also in `kubeconfig`;
+- `credentials/nats-<user>`: each NATS user's password (`ops/nats_auth.py`); each service
+  gets only its own, through its environment.
 
 Every file is the owner's alone (0600, the data dir 0700)."""
 
@@ -16,6 +18,8 @@ from pathlib import Path
 
 import yaml
 
+from eventstore.connection import NatsAuth
+from ops import nats_auth
 from ops import pki as pki_
 
 ADMIN = "admin"
@@ -75,3 +79,38 @@ def prepare(data_dir: Path) -> Secured:
     if not auth_file.exists():
         _private(auth_file, auth_document(token))
     return Secured(pki, auth_file, token)
+
+
+@dataclass(frozen=True)
+class Bus:
+    """The embedded nats-server's users and their credentials."""
+
+    users: dict[str, nats_auth.NatsUser]
+    ca: Path | None  # with TLS
+    tls: tuple[Path, Path] | None
+
+    @property
+    def authorization(self) -> str:
+        return nats_auth.authorization_block(self.users.values())
+
+    def auth(self, user: str) -> NatsAuth:
+        u = self.users[user]
+        return NatsAuth(u.name, u.password, str(self.ca or ""), u.inbox_prefix)
+
+    def env(self, user: str) -> dict[str, str]:
+        return self.auth(user).env()
+
+
+def nats_users(data_dir: Path, nodes: list[str], pki: pki_.Pki | None) -> Bus:
+    """The NATS users of a cluster of `nodes`, their passwords kept in
+    `credentials/nats-<user>` (a restart keeps them; a new node gets one)."""
+    creds = data_dir / "credentials"
+    passwords = {}
+    for path in creds.glob("nats-*") if creds.is_dir() else ():
+        passwords[path.name.removeprefix("nats-")] = path.read_text().strip()
+    users = {u.name: u for u in nats_auth.users(nodes, passwords)}
+    for u in users.values():
+        if passwords.get(u.name) != u.password:
+            _private(creds / f"nats-{u.name}", u.password + "\n")
+    tls = (pki.server_cert, pki.server_key) if pki else None
+    return Bus(users, pki.ca if pki else None, tls)

@@ -102,8 +102,11 @@ def up(
     insecure: bool = typer.Option(
         False,
         "--insecure",
-        help="No TLS and no authentication on the api (anyone on this machine may do "
-        "anything): for experiments only",
+        help="No TLS and no authentication on the api, anonymous NATS (anyone on this "
+        "machine may do anything): for experiments only",
+    ),
+    nats_tls: bool = typer.Option(
+        False, "--nats-tls", help="The embedded nats-server requires TLS from its clients"
     ),
 ) -> None:
     """Run nats-server, api, controller and N handlers until Ctrl-C."""
@@ -130,12 +133,22 @@ def up(
             "107-byte unix socket limit (use a shorter --data-dir)"
         )
     server = None
+    node_names = [f"node-{i}" for i in range(1, nodes + 1)]
+    secured = None if insecure else security.prepare(data_dir)
+    # the bus's users: only with the embedded server (another is configured by its owner)
+    bus = (
+        security.nats_users(data_dir, node_names, secured.pki if nats_tls else None)
+        if secured is not None and not nats_url
+        else None
+    )
     if not nats_url:
         server = NatsServer(
             data_dir / "nats",
             port=nats_port,
             log_file=data_dir / "logs" / "nats-server.log",
             sync_interval=sync_interval,
+            authorization=bus.authorization if bus else "",
+            tls=bus.tls if bus else None,
         )
         (data_dir / "logs").mkdir(parents=True, exist_ok=True)
         with console.status("starting nats-server"):
@@ -153,7 +166,6 @@ def up(
     sup = Supervisor(data_dir / "logs", console.print, state_file=state_file)
     if server is not None and server.proc is not None:
         sup.record("nats-server", server.proc.pid, list(server.proc.args))  # type: ignore[arg-type]
-    node_names = [f"node-{i}" for i in range(1, nodes + 1)]
     runtimes: dict[str, NodeRuntime] = {}
     handler_extra: dict[str, tuple[str, ...]] = {n: () for n in node_names}
     if hypervisor == "qemu":
@@ -166,7 +178,6 @@ def up(
                 server.stop_sync()
             sup.forget()
             raise
-    secured = None if insecure else security.prepare(data_dir)
     api_url = f"{'http' if secured is None else 'https'}://127.0.0.1:{port}"
     specs = [
         ServiceSpec(
@@ -180,6 +191,7 @@ def up(
                 *(secured.api_args() if secured else ()),
             ),
             metrics_url=f"{api_url}/metrics",
+            env=bus.env("api") if bus else {},
         )
     ]
     cport = free_port()
@@ -195,6 +207,7 @@ def up(
                 *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
             ),
             metrics_url=f"http://127.0.0.1:{cport}/metrics",
+            env=bus.env("controller") if bus else {},
         )
     )
     for node in node_names:
@@ -225,6 +238,7 @@ def up(
                     *handler_extra[node],
                 ),
                 metrics_url=f"http://127.0.0.1:{hport}/metrics",
+                env=bus.env(f"handler-{node}") if bus else {},
             )
         )
     started = [s for s in (sup.add(spec) for spec in specs) if s is not None]

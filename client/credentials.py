@@ -28,6 +28,8 @@ from urllib.parse import urlsplit
 
 import yaml
 
+from eventstore.connection import NatsAuth
+
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 DEFAULT_DATA_DIRS = (Path(".virtstream"), Path(".virtstream-demo"))
 
@@ -179,3 +181,17 @@ def nats_data_dir(url: str) -> Path | None:
     if host in LOOPBACK and (found := recorded("nats", port)) is not None:
         return found
     return next((d for d in DEFAULT_DATA_DIRS if (d / "credentials").is_dir()), None)
+
+
+def nats_auth(url: str, user: str = "reader") -> NatsAuth | None:
+    """The NATS credentials of `user` for the server at `url`: None when the environment
+    has them (`VIRTSTREAM_NATS_USER`: the connection reads it) or no data dir is known."""
+    if NatsAuth.from_env() is not None:
+        return None
+    data_dir = nats_data_dir(url)
+    password = nats_password(data_dir, user) if data_dir else None
+    if data_dir is None or password is None:
+        return None
+    ca = data_dir / "pki" / "ca.crt"
+    tls = url.startswith("tls://") and ca.exists()
+    return NatsAuth(user, password, str(ca) if tls else "", f"_INBOX_{user}")

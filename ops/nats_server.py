@@ -45,6 +45,8 @@ class NatsServer:
         http_port: int = 0,
         log_file: Path | str | None = None,
         sync_interval: str = "always",
+        authorization: str = "",
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
         self.host = host
@@ -52,11 +54,14 @@ class NatsServer:
         self.http_port = http_port or free_port(host)
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
         self.sync_interval = sync_interval  # "always" fsyncs every write (power-loss safe)
+        # users and permissions (ops/nats_auth.py renders the block); "" = anonymous
+        self.authorization = authorization
+        self.tls = tls  # (certificate, key): clients connect with TLS
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
+        return f"{'tls' if self.tls else 'nats'}://{self.host}:{self.port}"
 
     @property
     def monitoring_url(self) -> str:
@@ -68,7 +73,15 @@ class NatsServer:
             f'host: "{self.host}"\nport: {self.port}\nhttp: "{self.host}:{self.http_port}"\n'
             f'jetstream {{\n  store_dir: "{self.store_dir}"\n'
             f'  sync_interval: "{self.sync_interval}"\n}}\n'
+            + self._tls_block()
+            + self.authorization
         )
+
+    def _tls_block(self) -> str:
+        if self.tls is None:
+            return ""
+        cert, key = self.tls
+        return f'tls {{\n  cert_file: "{cert}"\n  key_file: "{key}"\n}}\n'
 
     def command(self) -> list[str]:
         conf = self.store_dir / "nats-server.conf"

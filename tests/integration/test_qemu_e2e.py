@@ -20,7 +20,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import libvirt
 import nats
 import pytest
@@ -34,7 +33,7 @@ from eventstore.settings import StreamSettings
 from ops.nats_server import free_port
 from ops.node_libvirtd import connect_uri, processes_in_namespace, read_state
 from ops.procs import pid_alive
-from tests.integration.polling import until
+from tests.integration.polling import until, up_client
 from tests.integration.qemu_support import CIRROS, process_name, qemu_marks
 
 pytestmark = qemu_marks
@@ -56,7 +55,7 @@ class Up:
         self.port = free_port()
         self.nats_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=5)
+        self.http = up_client(self.port, timeout=5)
 
     def start(self) -> None:
         # a killed previous `up` left its services (the next one stops them first)
