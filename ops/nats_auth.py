@@ -10,8 +10,8 @@ One user per service (docs/SECURITY.md has the table and how to use it in a real
   key, its dead-letter subject, its durable consumer's acks; no intent;
 - `reader`: the read-only debug commands: stream info, ordered consumers, message gets;
   publishes no event and no intent;
-- `scripts`: what `reader` may, plus the NATS intents (`virt-api.>`): scripts go through
-  the api's checks like any client;
+- `scripts`: what `reader` may, plus the NATS intents (`virt-api.>`; scripts go through
+  the api's checks like any client) and plain subscriptions to events;
 - `admin`: everything (operators, the nats CLI).
 
 Every user but `scripts` and `admin` has its own inbox prefix (`_INBOX_<user>.`), so no
@@ -142,7 +142,7 @@ def scripts_user(password: str) -> NatsUser:
         "scripts",
         password,
         Permissions((*JS_READ, INTENTS, "$SRV.>"), JS_DESTRUCTIVE),
-        Permissions(("_INBOX.>",)),
+        Permissions(("_INBOX.>", "virt.>")),  # its requests' replies; events (read)
     )
 
 
