@@ -175,3 +175,20 @@ async def test_the_actor_of_an_event_is_the_user_who_asked(
     result = await asyncio.to_thread(CliRunner().invoke, app, argv, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "virt-api (alice)" in result.output
+
+
+async def test_the_cli_with_wrong_credentials_says_so_in_one_line(
+    api: RunningApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from cli.main import app as cli_app
+
+    monkeypatch.setenv("VIRTSTREAM_TOKEN", "not-a-token")
+    monkeypatch.setenv("VIRTSTREAM_CA", str(api.pki.ca if api.pki else ""))
+    result = await asyncio.to_thread(
+        CliRunner().invoke, cli_app, ["--server", api.url, "get", "vms"]
+    )
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "error: You must be logged in to the server (Unauthorized)"
+    ), result.output

@@ -145,3 +145,20 @@ async def test_the_readers_user_appends_nothing(
         assert await store.stream_last_seq() == 0  # but it reads the stream
     finally:
         await reader.nc.close()
+
+
+async def test_a_debug_command_without_credentials_says_so_in_one_line(
+    secured: tuple[NatsServer, dict[str, nats_auth.NatsUser]],
+) -> None:
+    import typer
+    from typer.testing import CliRunner
+
+    from cli.debug import register
+
+    server, _ = secured
+    app = typer.Typer()
+    register(app)
+    result = await asyncio.to_thread(CliRunner().invoke, app, ["events", "--nats-url", server.url])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "refused the credentials" in lines[0], result.output
