@@ -50,7 +50,10 @@ def up() -> Iterator[tuple[httpx.Client, str, subprocess.Popen[bytes]]]:
         try:
             with up_client(port, timeout=5) as http:
                 until(lambda: http.get("/readyz").is_success, what="the api ready")
-                yield http, f"nats://127.0.0.1:{nats_port}", proc
+                # poison comes from a user allowed to append anything (`up` keeps its
+                # password in the data dir)
+                password = (Path(d) / "credentials" / "nats-admin").read_text().strip()
+                yield http, f"nats://admin:{password}@127.0.0.1:{nats_port}", proc
         finally:
             proc.send_signal(signal.SIGINT)
             try:
