@@ -340,7 +340,9 @@ def workload(api: httpx.Client, up: Up) -> None:
     until(lambda: phase(api, f"{MIGRATIONS}/mig-slow") == "Running", "mig-slow Running", 60)
 
     # the controller consumes virt.vm.>: a message it cannot decode goes to the dead letters
-    nats_url = f"nats://127.0.0.1:{up.nats_port}"
+    # (published by the admin NATS user, whose password `up` keeps in the data dir)
+    password = (up.data_dir / "credentials" / "nats-admin").read_text().strip()
+    nats_url = f"nats://admin:{password}@127.0.0.1:{up.nats_port}"
     asyncio.run(publish_undecodable(nats_url, f"virt.vm.{NS}.poison.X._"))
 
 
