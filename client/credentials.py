@@ -21,6 +21,7 @@ import contextlib
 import os
 import ssl
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,9 +158,14 @@ def for_api(server: str) -> ApiCredentials:
     return ApiCredentials(server)
 
 
-def httpx_options(server: str) -> dict[str, Any]:
-    """`base_url`, `headers` and `verify` for an httpx client of the api at `server`."""
+def httpx_options(server: str, wait: float = 0.0) -> dict[str, Any]:
+    """`base_url`, `headers` and `verify` for an httpx client of the api at `server`;
+    `wait`: seconds to wait for a starting `up` to have written its credentials."""
     creds = for_api(server)
+    deadline = time.monotonic() + wait
+    while not creds.token and time.monotonic() < deadline:
+        time.sleep(0.1)
+        creds = for_api(server)
     return {"base_url": creds.server, "headers": creds.headers(), "verify": creds.verify()}
 
 
@@ -195,3 +201,9 @@ def nats_auth(url: str, user: str = "reader") -> NatsAuth | None:
     ca = data_dir / "pki" / "ca.crt"
     tls = url.startswith("tls://") and ca.exists()
     return NatsAuth(user, password, str(ca) if tls else "", f"_INBOX_{user}")
+
+
+def nats_options(url: str, user: str = "reader") -> dict[str, Any]:
+    """nats-py's connect options for `user` at `url` (none found: {})."""
+    found = nats_auth(url, user)
+    return found.options() if found else {}

@@ -25,6 +25,7 @@ import nats
 import pytest
 
 from cli.up import live_launchers
+from client import credentials
 from events.catalog import DomainStarted
 from events.manifest import yaml_documents
 from events.meta import Aggregate, Kind
@@ -118,7 +119,8 @@ class Up:
 
     def domain_started_count(self, uid: str) -> int:
         async def count() -> int:
-            nc = await nats.connect(f"nats://127.0.0.1:{self.nats_port}")
+            url = f"nats://127.0.0.1:{self.nats_port}"
+            nc = await nats.connect(url, **credentials.nats_options(url))
             try:
                 store = JetStreamStore(nc, StreamSettings())
                 events = await store.load(Aggregate(Kind.VMI, "default", "vm-cirros"))
