@@ -85,6 +85,12 @@ def _warn(text: str) -> None:
 
 
 def _unreachable(exc: Exception) -> str:
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        return (
+            f"The server {settings.server} presented a certificate not signed by a CA this "
+            "client trusts: set VIRTSTREAM_CA (the CA file), or VIRTSTREAM_KUBECONFIG (the "
+            "kubeconfig `virtstream up` wrote)"
+        )
     return (
         f"The connection to the server {settings.server} was refused ({exc}): "
         "is `virtstream up` running? (another api: --server or VIRTSTREAM_SERVER)"
@@ -607,12 +613,25 @@ def projections(
     host: str = typer.Option("127.0.0.1", metavar="HOST", help="Address to listen on"),
     port: int = typer.Option(8081, metavar="PORT", help="Port to listen on"),
 ) -> None:
-    """Run the read side alone (a read replica: get/list/watch; writes answer 405)."""
+    """Run the read side alone (a read replica: get/list/watch; writes answer 405). Next to a
+    secured `virtstream up`, it serves with the same auth file and TLS certificate, and
+    reads NATS as the api's user."""
     import asyncio
 
+    from client import credentials
     from services.api.__main__ import serve
+    from services.api.server import Tls
 
-    asyncio.run(serve(nats_url, host, port, read_only=True))
+    data_dir = credentials.nats_data_dir(nats_url)
+    auth_file = tls = None
+    if data_dir is not None and (data_dir / "auth.yaml").exists():
+        auth_file = data_dir / "auth.yaml"
+        pki = data_dir / "pki"
+        tls = Tls(pki / "server.crt", pki / "server.key", pki / "ca.crt")
+    nats = credentials.nats_auth(nats_url, "api")
+    asyncio.run(
+        serve(nats_url, host, port, read_only=True, auth_file=auth_file, tls=tls, nats_auth=nats)
+    )
 
 
 register_debug(app)
