@@ -52,7 +52,7 @@ async def serve(
     app = create_app(api, guard)
     # the same intents over NATS request-reply (writers only: a replica in the queue
     # group would be handed writes it must refuse)
-    over_nats = None if read_only else await serve_intents(nc, api)
+    over_nats = None if read_only else await serve_intents(nc, api, guard)
     server = uvicorn.Server(
         server_config(app, host=host, port=port, tls=tls, log_level="warning", lifespan="on")
     )

@@ -23,8 +23,10 @@ from litestar.types import ASGIApp, Receive, Scope, Send
 
 from events.objects import Status, StatusDetails
 from kinds.registry import Registry
+from kinds.spec import KindSpec
 from services.api import protowire
 from services.api.auth import Authenticator
+from services.api.errors import ApiError
 from services.api.rbac import (
     ANONYMOUS,
     UNAUTHENTICATED,
@@ -115,6 +117,34 @@ def middleware(guard: Guard) -> Any:
         return guarded
 
     return wrap
+
+
+# --------------------------------------------------------------- NATS intents
+def intent_attributes(spec: KindSpec, namespace: str, name: str, verb: str) -> Attributes:
+    """What an intent over NATS asks for, as the same request over HTTP would."""
+    sub = spec.subresource(verb) if verb not in ("get", "create", "update", "delete") else None
+    if sub is None:
+        return Attributes(verb, "", True, spec.group, spec.plural, "", namespace, name)
+    http_verb = "get" if sub.method == "GET" else "update"
+    group = spec.subresource_group
+    return Attributes(http_verb, "", True, group, spec.plural, verb, namespace, name)
+
+
+def check_intent(guard: Guard, authorization: str, a: Attributes) -> tuple[str, ApiError | None]:
+    """(user name, refusal): an intent with a bearer token is authenticated and authorized
+    as over HTTP; one without is the NATS user's (trusted as the `scripts` user is)."""
+    if not authorization:
+        return "", None
+    user, _ = guard.authenticator.authenticate(authorization, None)
+    if user is None:
+        return "", ApiError(Status(message="Unauthorized", reason="Unauthorized", code=401))
+    if not guard.allows(user, a):
+        details = StatusDetails(name=a.name or None, group=a.api_group, kind=a.resource)
+        status = Status(
+            message=forbidden_message(user, a), reason="Forbidden", code=403, details=details
+        )
+        return user.name, ApiError(status)
+    return user.name, None
 
 
 # ------------------------------------------------------ SelfSubjectAccessReview

@@ -5,6 +5,7 @@ the authenticated user as the actor of the events (seen in `virtstream why`)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import sys
@@ -22,6 +23,9 @@ from events.meta import Aggregate, Kind
 from eventstore.jetstream import JetStreamStore
 from ops.nats_server import NatsServer
 from ops.pki import Pki
+from services.api.guard import Guard
+from services.api.nats_endpoints import answer
+from services.api.service import ApiService
 from tests.integration.test_api_support import RunningApi, running_api
 
 KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or "kubectl"
@@ -192,3 +196,28 @@ async def test_the_cli_with_wrong_credentials_says_so_in_one_line(
     assert len(lines) == 1 and lines[0].startswith(
         "error: You must be logged in to the server (Unauthorized)"
     ), result.output
+
+
+async def test_an_intent_over_nats_with_a_token_is_authorized_and_its_user_the_actor(
+    api: RunningApi,
+) -> None:
+    assert api.authenticator is not None
+    service = ApiService(api.runner, api.store)
+    guard = Guard.of(api.authenticator, service.kinds)
+    subject = "virt-api.v1.dev.virtualmachines.by-nats.create"
+    body = json.dumps(vm("by-nats")).encode()
+
+    def bearer(token: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token}"}
+
+    refused = await answer(service, subject, body, bearer(VIEW), "c1", guard)
+    assert refused.code == 403
+    assert refused.error == (
+        'virtualmachines.kubevirt.io "by-nats" is forbidden: User "victor" cannot create '
+        'resource "virtualmachines" in API group "kubevirt.io" in the namespace "dev"'
+    )
+    assert (await answer(service, subject, body, bearer("nope"), "c2", guard)).code == 401
+    created = await answer(service, subject, body, bearer(EDIT), "c3", guard)
+    assert created.code == 201
+    events = await api.store.load(Aggregate(Kind.VM, "dev", "by-nats"))
+    assert [s.event.meta.actor.user for s in events] == ["alice"]
