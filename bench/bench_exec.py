@@ -52,6 +52,7 @@ import nats
 from nats.aio.msg import Msg
 
 from bench.http_load import Connection
+from client import credentials
 from ops.nats_server import free_port
 
 NS = "default"
@@ -198,7 +199,7 @@ def start_up(
 
 async def wait_ready(up: Up, nodes: int, timeout: float = 120.0) -> None:
     deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(base_url=up.api, timeout=5) as http:
+    async with httpx.AsyncClient(**credentials.httpx_options(up.api, wait=60), timeout=5) as http:
         while time.monotonic() < deadline:
             if up.proc.poll() is not None:
                 raise SystemExit(f"virtstream up exited with {up.proc.returncode}")
@@ -215,7 +216,7 @@ async def wait_ready(up: Up, nodes: int, timeout: float = 120.0) -> None:
 # ------------------------------------------------------------------- the floor
 async def hop_chain(nats_url: str, rounds: int, hops: int = 6) -> list[float]:
     """Raw JetStream: a message through `hops` consume→publish steps, one process."""
-    nc = await nats.connect(nats_url)
+    nc = await nats.connect(nats_url, **credentials.nats_options(nats_url, "admin"))
     js = nc.jetstream()
     stream = f"BENCHHOP{os.getpid()}"
     await js.add_stream(name=stream, subjects=[f"benchhop{os.getpid()}.>"])
@@ -317,7 +318,7 @@ async def watch_vmis(api: str, track: Track, opened: asyncio.Event) -> None:
     decoder = msgspec.json.Decoder()
     timeout = httpx.Timeout(10, read=None)
     async with (
-        httpx.AsyncClient(base_url=api, timeout=timeout) as http,
+        httpx.AsyncClient(**credentials.httpx_options(api, wait=60), timeout=timeout) as http,
         http.stream("GET", VMIS, params={"watch": "true"}) as resp,
     ):
         resp.raise_for_status()
@@ -396,7 +397,7 @@ async def stream_times(up: Up) -> dict[str, dict[str, float]]:
     from events.codec import event_type
     from eventstore.jetstream import JetStreamStore
 
-    nc = await nats.connect(up.nats_url)
+    nc = await nats.connect(up.nats_url, **credentials.nats_options(up.nats_url))
     first: dict[str, dict[str, float]] = {}
     try:
         async for s in JetStreamStore(nc).replay(["virt.vm.>", "virt.vmi.>"]):

@@ -36,6 +36,7 @@ import httpx
 import nats
 
 from bench.bench_exec import ms, pct, start_up, vm_manifest, wait_ready
+from client import credentials
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from services.handler.migration_sim import DEFAULT_RATE
@@ -70,7 +71,9 @@ async def run(a: argparse.Namespace) -> int:
     up = start_up(data_dir, a.nodes, "32Gi", 32)
     try:
         await wait_ready(up, a.nodes)
-        async with httpx.AsyncClient(base_url=up.api, timeout=10) as http:
+        async with httpx.AsyncClient(
+            **credentials.httpx_options(up.api, wait=60), timeout=10
+        ) as http:
             names = [f"mig-{i}" for i in range(a.vms)]
             for n in names:
                 (await http.post(VMS, json=vm_manifest(n))).raise_for_status()
@@ -103,7 +106,7 @@ async def run(a: argparse.Namespace) -> int:
                     return set(batch) <= final
 
                 await until(done, 120, f"round {r} final")
-        nc = await nats.connect(up.nats_url)
+        nc = await nats.connect(up.nats_url, **credentials.nats_options(up.nats_url))
         try:
             store = JetStreamStore(nc, StreamSettings())
             times: dict[str, dict[str, float]] = defaultdict(dict)

@@ -55,6 +55,7 @@ import httpx
 import libvirt
 import msgspec
 
+from client import credentials
 from events.manifest import dump, load, yaml_documents
 from events.objects import VirtualMachineInstance
 from ops import guest_images
@@ -271,7 +272,9 @@ class ControlPlane:
         self.spawn()
         assert self.proc is not None
         deadline = time.monotonic() + timeout
-        async with httpx.AsyncClient(base_url=self.api, timeout=5) as http:
+        async with httpx.AsyncClient(
+            **credentials.httpx_options(self.api, wait=60), timeout=5
+        ) as http:
             while time.monotonic() < deadline:
                 if self.proc.poll() is not None:
                     raise SystemExit(f"virtstream up exited; see {self.data_dir.parent}/up.log")
@@ -293,7 +296,9 @@ class ControlPlane:
 
     async def watch(self, opened: asyncio.Event) -> None:
         async with (
-            httpx.AsyncClient(base_url=self.api, timeout=httpx.Timeout(10, read=None)) as http,
+            httpx.AsyncClient(
+                **credentials.httpx_options(self.api, wait=60), timeout=httpx.Timeout(10, read=None)
+            ) as http,
             http.stream("GET", self.VMIS, params={"watch": "true"}) as resp,
         ):
             resp.raise_for_status()
@@ -374,7 +379,9 @@ async def control_plane_guest_up(
         opened = asyncio.Event()
         watcher = asyncio.create_task(cp.watch(opened))
         await asyncio.wait_for(opened.wait(), 10)
-        async with httpx.AsyncClient(base_url=cp.api, timeout=10) as http:
+        async with httpx.AsyncClient(
+            **credentials.httpx_options(cp.api, wait=60), timeout=10
+        ) as http:
             await cp.guest_up(http, -1)  # warm-up
             await asyncio.to_thread(bench.raw_qemu_boot, -1)
             took, raw = [], []
@@ -409,7 +416,9 @@ async def control_plane_create(
         opened = asyncio.Event()
         watcher = asyncio.create_task(cp.watch(opened))
         await asyncio.wait_for(opened.wait(), 10)
-        async with httpx.AsyncClient(base_url=cp.api, timeout=10) as http:
+        async with httpx.AsyncClient(
+            **credentials.httpx_options(cp.api, wait=60), timeout=10
+        ) as http:
             await cp.create(http, -1)  # warm-up
             took, raw = [], []
             for i in range(runs):

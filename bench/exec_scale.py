@@ -55,6 +55,7 @@ from bench.bench_exec import (
     zygote_floor,
 )
 from bench.exec_ramp import cpu_delta, cpu_snapshot
+from client import credentials
 
 
 # ------------------------------------------------------------------ a light watch
@@ -220,7 +221,7 @@ async def rebuild(up: Up) -> tuple[float, int, float]:
     from eventstore.jetstream import JetStreamStore
     from projections.cluster import Cluster
 
-    nc = await nats.connect(up.nats_url)
+    nc = await nats.connect(up.nats_url, **credentials.nats_options(up.nats_url))
     try:
         store = JetStreamStore(nc)
         last = await store.stream_last_seq()

@@ -24,10 +24,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.settings import settings
+from client import credentials
 from events.envelope import Stored
 from events.meta import Aggregate, Kind
 from eventstore import dead_letters
-from eventstore.connection import Unreachable, connect_once
+from eventstore.connection import NotAuthorized, Unreachable, connect_once
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from kinds.registry import REGISTRY
@@ -75,12 +76,20 @@ def _settings(stream: str) -> StreamSettings:
     return StreamSettings(name=stream, dlq_name=f"{stream}_DLQ")
 
 
-def _run(nats_url: str, stream: str, body: Callable[[JetStreamStore], Awaitable[T]]) -> T:
-    """Connect, check the stream exists, run `body`, close."""
+def _run(
+    nats_url: str,
+    stream: str,
+    body: Callable[[JetStreamStore], Awaitable[T]],
+    user: str = "reader",
+) -> T:
+    """Connect (as the read-only `reader` unless a command writes), check the stream
+    exists, run `body`, close."""
 
     async def main() -> T:
         try:
-            nc: NATS = await connect_once(nats_url)
+            nc: NATS = await connect_once(nats_url, auth=credentials.nats_auth(nats_url, user))
+        except NotAuthorized as exc:
+            raise _fail(str(exc)) from None
         except Unreachable:
             raise _fail(
                 f"cannot connect to NATS at {nats_url}: is `virtstream up` running? "
@@ -338,7 +347,7 @@ def verify_cmd(
     server = settings.server
 
     async def body(store: JetStreamStore) -> verify.Report:
-        async with httpx.AsyncClient(base_url=server, timeout=30) as client:
+        async with httpx.AsyncClient(timeout=30, **credentials.httpx_options(server)) as client:
             try:
                 return await verify.verify(store, client)
             except httpx.HTTPError as e:
@@ -375,7 +384,7 @@ def snapshot(
         cluster, _ = await snapshots.load_cluster(store, name, bucket_name=bucket)
         return await snapshots.save(store, name, cluster, bucket_name=bucket)
 
-    head = _run(nats_url, stream, body)
+    head = _run(nats_url, stream, body, user="admin")  # writes the snapshot bucket
     _console().print(
         f"snapshot {escape(name)}: sequence {head.last_seq}, {head.size} bytes in "
         f"{head.chunks} chunk(s) of bucket {escape(bucket)}"
@@ -404,7 +413,7 @@ def dead_letters_cmd(
                 done.append(await dead_letters.retry(store, d))
         return dls, done
 
-    dls, done = _run(nats_url, stream, body)
+    dls, done = _run(nats_url, stream, body, user="admin" if retry else "reader")
     if output == "json":
         for d in dls:
             _json_line(

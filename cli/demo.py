@@ -24,6 +24,7 @@ import yaml
 from rich.markup import escape
 
 from cli.settings import DEFAULT_SERVER
+from client import credentials
 from client.api import Client
 from services.launcher.rundir import guest_console_log
 
@@ -186,7 +187,7 @@ def run_demo(
     manifest = yaml.safe_load(EXAMPLE.read_text())
     name = manifest["metadata"]["name"]
     vmi_path = f"{VMIS}/{name}"
-    with httpx.Client(base_url=api_url, timeout=10.0) as http:
+    with httpx.Client(timeout=10.0, **credentials.httpx_options(api_url)) as http:
         try:
             t0 = time.monotonic()
             _wait("API is up", lambda: http.get(VMS).is_success, 60, say, t0)

@@ -96,12 +96,15 @@ def drain_progress(
     out: Callable[[str], None] = print,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
+    before: list[JSON] | None = None,
 ) -> int:
     """Follow the drain of `node` (already requested) until it is empty: 0, or 1 when only
-    blocked VMIs remain or `timeout` seconds pass. `client` is a client.api.Client."""
+    blocked VMIs remain or `timeout` seconds pass. `client` is a client.api.Client.
+    `before`: the VMIs listed before the drain was requested, so one deleted before the
+    first poll is still reported."""
     deadline = clock() + timeout
-    shown: dict[str, str] = {}
-    seen: dict[str, JSON] = {}
+    seen: dict[str, JSON] = {_key(v): v for v in before or [] if _on(v, node)}
+    shown: dict[str, str] = dict.fromkeys(seen, "")
     while True:
         every = {_key(v): v for v in client.list("vmi", all_namespaces=True, raw=True)}
         vmis = [v for v in every.values() if _on(v, node)]

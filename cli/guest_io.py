@@ -15,6 +15,7 @@ import contextlib
 import json
 import os
 import select
+import ssl
 import sys
 import termios
 import threading
@@ -32,6 +33,7 @@ from websockets.sync.client import connect as sync_connect
 from websockets.typing import Subprotocol
 
 from cli.settings import settings
+from client import credentials
 
 SUBPROTOCOL = Subprotocol("plain.kubevirt.io")
 ESCAPE = b"\x1d"  # Ctrl+]
@@ -43,13 +45,26 @@ def _fail(message: str) -> typer.Exit:
     return typer.Exit(1)
 
 
-def stream_url(namespace: str, name: str, channel: str) -> str:
-    base = settings.server.rstrip("/")
-    base = "ws" + base[4:] if base.startswith("http") else base
+def _path(namespace: str, name: str, channel: str) -> str:
     return (
-        f"{base}/apis/subresources.kubevirt.io/v1/namespaces/{quote(namespace)}"
+        f"/apis/subresources.kubevirt.io/v1/namespaces/{quote(namespace)}"
         f"/virtualmachineinstances/{quote(name)}/{channel}"
     )
+
+
+def stream_url(namespace: str, name: str, channel: str) -> str:
+    base = credentials.for_api(settings.server).server.rstrip("/")
+    base = "ws" + base[4:] if base.startswith("http") else base
+    return base + _path(namespace, name, channel)
+
+
+def _ws_auth() -> tuple[dict[str, str], ssl.SSLContext | None]:
+    """The api's credentials for a WebSocket: its token, and the CA when it serves TLS."""
+    creds = credentials.for_api(settings.server)
+    verify = creds.verify()
+    if not creds.server.startswith("https"):
+        return creds.headers(), None
+    return creds.headers(), verify if isinstance(verify, ssl.SSLContext) else None
 
 
 def _refusal(e: InvalidStatus) -> tuple[int, str]:
@@ -64,6 +79,7 @@ def _refusal(e: InvalidStatus) -> tuple[int, str]:
 def open_stream(namespace: str, name: str, channel: str, wait_seconds: float) -> ClientConnection:
     """The VMI's stream; while it is not running (400/503) retry until `wait_seconds`."""
     deadline = time.monotonic() + wait_seconds
+    headers, tls = _ws_auth()
     while True:
         try:
             return sync_connect(
@@ -73,6 +89,8 @@ def open_stream(namespace: str, name: str, channel: str, wait_seconds: float) ->
                 compression=None,
                 open_timeout=15,
                 proxy=None,
+                additional_headers=headers,
+                ssl=tls,
             )
         except InvalidStatus as e:
             code, message = _refusal(e)
@@ -157,9 +175,10 @@ def screenshot(
 ) -> None:
     """Save a VMI's screen as a PNG file."""
     ns = namespace or settings.namespace
-    url = stream_url(ns, name, "vnc/screenshot").replace("ws", "http", 1)
+    creds = credentials.for_api(settings.server)
+    url = creds.server.rstrip("/") + _path(ns, name, "vnc/screenshot")
     try:
-        r = httpx.get(url, timeout=60)
+        r = httpx.get(url, timeout=60, headers=creds.headers(), verify=creds.verify())
     except httpx.HTTPError as e:
         raise _fail(f"cannot reach the api at {settings.server} ({e})") from None
     if r.status_code != 200:
@@ -197,11 +216,13 @@ def vnc(
 async def _vnc_proxy(ns: str, name: str, port: int) -> None:
     from websockets.asyncio.client import connect
 
+    headers, tls = _ws_auth()
+
     async def client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             ws = await connect(
                 stream_url(ns, name, "vnc"), subprotocols=[SUBPROTOCOL], max_size=None,
-                compression=None, proxy=None,
+                compression=None, proxy=None, additional_headers=headers, ssl=tls,
             )  # fmt: skip
         except (OSError, InvalidHandshake) as e:
             err.print(f"error: cannot open {name}'s VNC stream: {e}", markup=False)

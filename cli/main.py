@@ -89,6 +89,12 @@ def _warn(text: str) -> None:
 
 
 def _unreachable(exc: Exception) -> str:
+    if "CERTIFICATE_VERIFY_FAILED" in str(exc):
+        return (
+            f"The server {settings.server} presented a certificate not signed by a CA this "
+            "client trusts: set VIRTSTREAM_CA (the CA file), or VIRTSTREAM_KUBECONFIG (the "
+            "kubeconfig `virtstream up` wrote)"
+        )
     return (
         f"The connection to the server {settings.server} was refused ({exc}): "
         "is `virtstream up` running? (another api: --server or VIRTSTREAM_SERVER)"
@@ -114,6 +120,14 @@ def client() -> Iterator[Client]:
 
 
 def _server_error(exc: ApiError) -> None:
+    if exc.code == 401:  # kubectl's words, and where credentials come from
+        err.print(
+            f"error: You must be logged in to the server (Unauthorized): no valid credentials "
+            f"for {settings.server} (found in the data dir of `virtstream up`, "
+            "VIRTSTREAM_KUBECONFIG or VIRTSTREAM_TOKEN)",
+            markup=False,
+        )
+        return
     reason = exc.reason or "Unknown"
     err.print(f"Error from server ({reason}): {exc.status.message}", markup=False)
 
@@ -609,12 +623,13 @@ def drain(
 
     name = _target("drain", node, None).name
     with client() as c:
+        before = [] if no_wait else c.list("vmi", all_namespaces=True, raw=True)
         c.drain(name)
         if no_wait:
             _out(f"node/{name} drain requested")
             return
         _out(f"node/{name} cordoned, evacuating")
-        code = drain_progress(c, name, timeout=timeout, out=_out)
+        code = drain_progress(c, name, timeout=timeout, out=_out, before=before)
     if code:
         raise typer.Exit(code)
 
@@ -627,12 +642,25 @@ def projections(
     host: str = typer.Option("127.0.0.1", metavar="HOST", help="Address to listen on"),
     port: int = typer.Option(8081, metavar="PORT", help="Port to listen on"),
 ) -> None:
-    """Run the read side alone (a read replica: get/list/watch; writes answer 405)."""
+    """Run the read side alone (a read replica: get/list/watch; writes answer 405). Next to a
+    secured `virtstream up`, it serves with the same auth file and TLS certificate, and
+    reads NATS as the api's user."""
     import asyncio
 
+    from client import credentials
     from services.api.__main__ import serve
+    from services.api.server import Tls
 
-    asyncio.run(serve(nats_url, host, port, read_only=True))
+    data_dir = credentials.nats_data_dir(nats_url)
+    auth_file = tls = None
+    if data_dir is not None and (data_dir / "auth.yaml").exists():
+        auth_file = data_dir / "auth.yaml"
+        pki = data_dir / "pki"
+        tls = Tls(pki / "server.crt", pki / "server.key", pki / "ca.crt")
+    nats = credentials.nats_auth(nats_url, "api")
+    asyncio.run(
+        serve(nats_url, host, port, read_only=True, auth_file=auth_file, tls=tls, nats_auth=nats)
+    )
 
 
 def _create_vm(

@@ -25,11 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import msgspec
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli import kubeconfig
+from cli import kubeconfig, security
+from client import credentials
 from kinds.registry import REGISTRY
 from ops import guest_images, node_libvirtd, up_reaper
 from ops.nats_config import local_cluster
@@ -115,6 +117,15 @@ def up(
         "", help="Each node's memory capacity, e.g. 64Gi (default: the hypervisor's)"
     ),
     node_cpus: int = typer.Option(0, min=0, help="Each node's CPUs (default: the hypervisor's)"),
+    insecure: bool = typer.Option(
+        False,
+        "--insecure",
+        help="No TLS and no authentication on the api, anonymous NATS (anyone on this "
+        "machine may do anything): for experiments only",
+    ),
+    nats_tls: bool = typer.Option(
+        False, "--nats-tls", help="The embedded nats-server requires TLS from its clients"
+    ),
 ) -> None:
     """Run nats-server, api, controller and N handlers until Ctrl-C."""
     # from the start: a Ctrl-C while starting lets the start finish, then stops in order
@@ -151,13 +162,29 @@ def up(
             f"[yellow]warning[/]: {run_dir} is long; launcher socket paths may exceed the "
             "107-byte unix socket limit (use a shorter --data-dir)"
         )
+    node_names = [f"node-{i}" for i in range(1, nodes + 1)]
+    secured = None if insecure else security.prepare(data_dir)
+    # the bus's users: only with the embedded server (another is configured by its owner)
+    bus = (
+        security.nats_users(data_dir, node_names, secured.pki if nats_tls else None)
+        if secured is not None and not nats_url
+        else None
+    )
     sup = Supervisor(data_dir / "logs", console.print, state_file=state_file)
     # stops the launchers should this process die without its `finally` (SIGKILL)
     reaper = up_reaper.start(data_dir, keep_vms)
     servers: list[NatsServer] = []
     if not nats_url:
         try:
-            servers = start_nats(sup, data_dir, nats_port, nats_cluster, sync_interval)
+            servers = start_nats(
+                sup,
+                data_dir,
+                nats_port,
+                nats_cluster,
+                sync_interval,
+                authorization=bus.authorization if bus else "",
+                tls=bus.tls if bus else None,
+            )
         except NatsStartError as e:
             sup.stop()
             sup.forget()
@@ -175,7 +202,6 @@ def up(
     os.environ["VIRTSTREAM_STREAM_REPLICAS"] = str(replicas)
     os.environ["VIRTSTREAM_STREAM_DUPLICATE_WINDOW"] = str(duplicate_window)
     os.environ["VIRTSTREAM_SYNC_INTERVAL"] = sync_interval
-    node_names = [f"node-{i}" for i in range(1, nodes + 1)]
     runtimes: dict[str, NodeRuntime] = {}
     handler_extra: dict[str, tuple[str, ...]] = {n: () for n in node_names}
     if hypervisor == "qemu":
@@ -188,13 +214,20 @@ def up(
             sup.forget()
             up_reaper.finish(reaper)
             raise
-    api_url = f"http://127.0.0.1:{port}"
+    api_url = f"{'http' if secured is None else 'https'}://127.0.0.1:{port}"
     specs = [
         ServiceSpec(
             name="api",
             module="services.api",
-            args=("--nats-url", nats_url, "--port", str(port)),
+            args=(
+                "--nats-url",
+                nats_url,
+                "--port",
+                str(port),
+                *(secured.api_args() if secured else ()),
+            ),
             metrics_url=f"{api_url}/metrics",
+            env=bus.env("api") if bus else {},
         )
     ]
     for i in range(1, controllers + 1):
@@ -214,6 +247,7 @@ def up(
                     *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
                 ),
                 metrics_url=f"http://127.0.0.1:{cport}/metrics",
+                env=bus.env("controller") if bus else {},
             )
         )
     for node in node_names:
@@ -241,17 +275,34 @@ def up(
                     *handler_extra[node],
                 ),
                 metrics_url=f"http://127.0.0.1:{hport}/metrics",
+                env=bus.env(f"handler-{node}") if bus else {},
             )
         )
     started = [s for s in (sup.add(spec) for spec in specs) if s is not None]
     started = [s for s in started if s.spec.module]  # the services (nats-server is not one)
     _print_urls(servers, nats_url, api_url, [s.spec for s in started], sup.log_dir)
-    kube = kubeconfig.write(data_dir / "kubeconfig", api_url)
+    kube = kubeconfig.write(
+        data_dir / "kubeconfig",
+        api_url,
+        token=secured.admin_token if secured else "",
+        ca_pem=secured.pki.ca.read_bytes() if secured else b"",
+    )
+    credentials.record("api", port, data_dir)
+    for server in servers:
+        credentials.record("nats", server.port, data_dir)
     console.print(f"kubectl: KUBECONFIG={kube} kubectl get vms")
+    if secured is None:
+        console.print("[yellow]--insecure[/]: the api has no TLS and no authentication")
     for node, runtime in runtimes.items():
         console.print(f"{node} libvirtd: {runtime.uri}")
     prom = (
-        _start_prometheus(data_dir, [s.spec for s in started], prometheus_port, scrape_interval)
+        _start_prometheus(
+            data_dir,
+            [s.spec for s in started],
+            prometheus_port,
+            scrape_interval,
+            ca_file=secured.pki.ca if secured else None,
+        )
         if metrics
         else None
     )
@@ -288,6 +339,9 @@ def up(
             stop_node_runtimes(runtimes)
         if prom is not None:
             prom.stop_sync()
+        for server in servers:
+            credentials.forget("nats", server.port, data_dir)
+        credentials.forget("api", port, data_dir)
         sup.forget()
         up_reaper.finish(reaper)
         console.print("stopped")
@@ -375,7 +429,11 @@ def qemu_handler_args(
 
 
 def _start_prometheus(
-    data_dir: Path, specs: list[ServiceSpec], port: int, scrape_interval: str = "5s"
+    data_dir: Path,
+    specs: list[ServiceSpec],
+    port: int,
+    scrape_interval: str = "5s",
+    ca_file: Path | None = None,
 ) -> PrometheusServer | None:
     """Prometheus on loopback with a config rendered from what this `up` started
     (ops/prometheus/, dashboards in ops/grafana/). A restarted service keeps its port, so
@@ -389,7 +447,11 @@ def _start_prometheus(
     targets = [target_for(spec.name, spec.metrics_url) for spec in specs]
     with console.status("starting Prometheus"):
         prom = start_for_cluster(
-            targets, data_dir / "prometheus", port=port, scrape_interval=scrape_interval
+            targets,
+            data_dir / "prometheus",
+            port=port,
+            scrape_interval=scrape_interval,
+            ca_file=ca_file,
         )
     console.print(f"[green]Prometheus[/] {prom.url}  (Grafana data source: Prometheus, {prom.url})")
     console.print("  dashboards to import: ops/grafana/dashboards/*.json")
@@ -430,6 +492,9 @@ def start_nats(
     size: int,
     sync_interval: str,
     timeout: float = 30.0,
+    *,
+    authorization: str = "",
+    tls: tuple[Path, Path] | None = None,
 ) -> list[NatsServer]:
     """The embedded nats-server(s) as supervised services (restarted on the same store dir
     and ports when they exit); returns once JetStream answers on all of them."""
@@ -442,12 +507,20 @@ def start_nats(
                 port=port,
                 log_file=logs / "nats-server.log",
                 sync_interval=sync_interval,
+                authorization=authorization,
+                tls=tls,
             )
         ]
     else:
         ports = [port or free_port(), *(free_port() for _ in range(size - 1))]
+        cert, key = tls or ("", "")
         servers = [
-            NatsServer.from_settings(s, logs / f"{s.name}.log")
+            NatsServer.from_settings(
+                msgspec.structs.replace(
+                    s, authorization=authorization, tls_cert=str(cert), tls_key=str(key)
+                ),
+                logs / f"{s.name}.log",
+            )
             for s in local_cluster(size, data_dir, sync_interval=sync_interval, client_ports=ports)
         ]
     names = ["nats-server"] if size == 1 else [s.name for s in servers]
@@ -486,7 +559,7 @@ def shutdown_vms(api_url: str, run_dir: Path, api_running: bool) -> None:
 
 def stop_all_through_api(api_url: str) -> None:
     vm_kind, vmi_kind = REGISTRY.resource("vm"), REGISTRY.resource("vmi")
-    with httpx.Client(base_url=api_url, timeout=5.0) as http:
+    with httpx.Client(timeout=5.0, **credentials.httpx_options(api_url)) as http:
         vms = http.get(vm_kind.collection_path())
         if vms.status_code == 404:
             vms = http.get(vm_kind.collection_path("default"))

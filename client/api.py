@@ -16,6 +16,7 @@ import httpx
 import msgspec
 from typing_extensions import Unpack
 
+from client.credentials import ApiCredentials, for_api
 from events.manifest import OBJECT_TYPES, api_group, dump, load
 from events.objects import Status
 from kinds.registry import REGISTRY, Registry
@@ -278,7 +279,8 @@ def _events(lines: Iterator[str]) -> Iterator[tuple[str, JSON]]:
 
 class Client:
     """Synchronous client: `Client(server="http://127.0.0.1:8080")`. `on_warning` gets the
-    text of each `Warning` the server answers with (unknown fields, for one)."""
+    text of each `Warning` the server answers with (unknown fields, for one). Credentials
+    (token, CA) are found as `client/credentials.py` says, or given as `credentials`."""
 
     def __init__(
         self,
@@ -288,13 +290,21 @@ class Client:
         timeout: float = 30.0,
         kinds: Registry = REGISTRY,
         on_warning: Callable[[str], None] | None = None,
+        credentials: ApiCredentials | None = None,
     ) -> None:
         self.seen = Seen()
         hooks: dict[str, list[Callable[..., Any]]] = {
             "request": [self.seen.ask],
             "response": [self.seen.record, *([_warning_hook(on_warning)] if on_warning else [])],
         }
-        self.http = httpx.Client(base_url=server, timeout=timeout, event_hooks=hooks)
+        creds = credentials or for_api(server)
+        self.http = httpx.Client(
+            base_url=creds.server,
+            timeout=timeout,
+            event_hooks=hooks,
+            headers=creds.headers(),
+            verify=creds.verify(),
+        )
         self.r = _Requests(namespace, kinds)
 
     def close(self) -> None:
@@ -429,6 +439,7 @@ class AsyncClient:
         timeout: float = 30.0,
         kinds: Registry = REGISTRY,
         on_warning: Callable[[str], None] | None = None,
+        credentials: ApiCredentials | None = None,
     ) -> None:
         self.seen = Seen()
         hooks: dict[str, list[Callable[..., Any]]] = {
@@ -438,7 +449,14 @@ class AsyncClient:
                 *([_async_warning_hook(on_warning)] if on_warning else []),
             ],
         }
-        self.http = httpx.AsyncClient(base_url=server, timeout=timeout, event_hooks=hooks)
+        creds = credentials or for_api(server)
+        self.http = httpx.AsyncClient(
+            base_url=creds.server,
+            timeout=timeout,
+            event_hooks=hooks,
+            headers=creds.headers(),
+            verify=creds.verify(),
+        )
         self.r = _Requests(namespace, kinds)
 
     async def aclose(self) -> None:

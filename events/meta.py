@@ -60,9 +60,13 @@ class Aggregate(msgspec.Struct, frozen=True, rename="camel"):
         return f"{self.kind}/{self.namespace}/{self.name}"
 
 
-class Actor(msgspec.Struct, frozen=True, rename="camel"):
+class Actor(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
+    """Who emitted the event: a service (on a node), and for a user's request the
+    authenticated user the api served (`user`), so replay and `why` say who asked."""
+
     service: str
     node: str = ""
+    user: str = ""
 
 
 class Meta(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):

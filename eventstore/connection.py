@@ -17,6 +17,7 @@ import contextlib
 import os
 import ssl
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -88,6 +89,48 @@ def from_arguments(args: argparse.Namespace) -> ConnectOptions:
     return options
 
 
+USER_ENV, PASSWORD_ENV, CA_ENV = (
+    "VIRTSTREAM_NATS_USER",
+    "VIRTSTREAM_NATS_PASSWORD",
+    "VIRTSTREAM_NATS_CA",
+)
+
+
+@dataclass(frozen=True)
+class NatsAuth:
+    """A connection's credentials: the user and password (ops/nats_auth.py makes one user
+    per service), its own inbox prefix (no other user may read its replies), and the CA a
+    TLS server's certificate must chain to."""
+
+    user: str = ""
+    password: str = ""
+    ca_file: str = ""
+    inbox_prefix: str = ""
+
+    @classmethod
+    def from_env(cls) -> NatsAuth | None:
+        """What `virtstream up` gives each service in its environment."""
+        user, ca = os.environ.get(USER_ENV, ""), os.environ.get(CA_ENV, "")
+        if not user and not ca:
+            return None
+        return cls(user, os.environ.get(PASSWORD_ENV, ""), ca, f"_INBOX_{user}" if user else "")
+
+    def options(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.user:
+            out |= {"user": self.user, "password": self.password}
+        if self.inbox_prefix:
+            out["inbox_prefix"] = self.inbox_prefix
+        if self.ca_file:
+            out["tls"] = ssl.create_default_context(cafile=self.ca_file)
+        return out
+
+    def env(self) -> dict[str, str]:
+        """The environment that hands these credentials to a service."""
+        out = {USER_ENV: self.user, PASSWORD_ENV: self.password} if self.user else {}
+        return out | ({CA_ENV: self.ca_file} if self.ca_file else {})
+
+
 def servers(urls: str) -> list[str]:
     """`nats://a:4222,nats://b:4222` (or separated by spaces) → the list nats-py takes."""
     found = [u.strip() for u in urls.replace(" ", ",").split(",") if u.strip()]
@@ -97,13 +140,19 @@ def servers(urls: str) -> list[str]:
 
 
 async def connect_service(
-    urls: str, name: str, options: ConnectOptions | None = None, timeout: float = 5.0
+    urls: str,
+    name: str,
+    auth: NatsAuth | None = None,
+    timeout: float = 5.0,
+    options: ConnectOptions | None = None,
 ) -> NATS:
     """A long-running service's connection: every server of the list, reconnecting forever
     (to whichever server of the list answers: a cluster's failover) once connected. The
     first connection has a deadline: a service pointed at no server says so and exits
-    (`Unreachable`), for its supervisor (up, systemd) to restart it."""
-    kwargs = (options or ConnectOptions.from_env()).nats_kwargs()
+    (`Unreachable`), for its supervisor (up, systemd) to restart it. Credentials: `auth`
+    (the user `up` made for the service) and `options` (an install's files), else both
+    from the environment."""
+    kwargs = _kwargs(auth, options)
     nc = NATS()
     try:
         await asyncio.wait_for(
@@ -125,6 +174,13 @@ async def connect_service(
     return nc
 
 
+def _kwargs(auth: NatsAuth | None, options: ConnectOptions | None) -> dict[str, Any]:
+    """nats-py's keyword arguments from both sources; an install's TLS files win over the
+    CA `up` generated."""
+    auth = auth or NatsAuth.from_env()
+    return (auth.options() if auth else {}) | (options or ConnectOptions.from_env()).nats_kwargs()
+
+
 def _one_line(name: str) -> Callable[[Exception], Awaitable[None]]:
     """nats-py's default error callback prints a traceback per failed reconnect attempt;
     this logs one line per change of error instead."""
@@ -143,20 +199,28 @@ class Unreachable(ConnectionError):
     """No server of the list answered in time."""
 
 
-async def _quiet(_: Exception) -> None:
-    """nats-py's default error callback prints a traceback per failed attempt."""
+class NotAuthorized(Unreachable):
+    """A server answered and refused the credentials (or their absence)."""
 
 
 async def connect_once(
     urls: str,
     name: str = "virtstream-cli",
     timeout: float = 3.0,
+    auth: NatsAuth | None = None,
     options: ConnectOptions | None = None,
 ) -> NATS:
     """A command's connection: one clear failure within `timeout` instead of retrying.
     (nats-py keeps retrying the initial connection even with reconnects off, so the
-    deadline is ours.)"""
-    kwargs = (options or ConnectOptions.from_env()).nats_kwargs()
+    deadline is ours.) A refusal of the credentials is `NotAuthorized`."""
+    kwargs = _kwargs(auth, options)
+    auth = auth or NatsAuth.from_env()
+    refused: list[str] = []
+
+    async def on_error(e: Exception) -> None:  # instead of a traceback per attempt
+        if "authorization" in str(e).lower() or "authentication" in str(e).lower():
+            refused.append(str(e))
+
     nc = NATS()
     try:
         await asyncio.wait_for(
@@ -166,7 +230,7 @@ async def connect_once(
                 connect_timeout=max(1, int(timeout)),
                 max_reconnect_attempts=0,
                 allow_reconnect=False,
-                error_cb=_quiet,
+                error_cb=on_error,
                 **kwargs,
             ),
             timeout,
@@ -174,5 +238,12 @@ async def connect_once(
     except (TimeoutError, OSError, nats.errors.Error) as e:
         with contextlib.suppress(Exception):
             await nc.close()
+        text = str(e).lower()
+        if refused or "authorization" in text or "authentication" in text:
+            who = f"user {auth.user!r}" if auth and auth.user else "no credentials"
+            raise NotAuthorized(
+                f"NATS at {urls} refused the credentials ({who}): run the command where "
+                "`virtstream up` keeps its data dir, or set VIRTSTREAM_DATA_DIR"
+            ) from e
         raise Unreachable(f"no NATS server answered at {urls}") from e
     return nc

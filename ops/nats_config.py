@@ -35,6 +35,11 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True):
     #: "always" fsyncs every write before the ack (power-loss safe); or a duration, e.g. 2m
     sync_interval: str = "always"
     cluster: ClusterSettings | None = None
+    #: clients connect with TLS: the server's certificate and key files ("" = plain)
+    tls_cert: str = ""
+    tls_key: str = ""
+    #: users and permissions, as ops/nats_auth.py renders the block ("" = anonymous)
+    authorization: str = ""
 
 
 def _q(value: str) -> str:
@@ -66,7 +71,9 @@ def render(s: ServerSettings) -> str:
             "  ]",
             "}",
         ]
-    return "\n".join(lines) + "\n"
+    if s.tls_cert:
+        lines += ["tls {", f"  cert_file: {_q(s.tls_cert)}", f"  key_file: {_q(s.tls_key)}", "}"]
+    return "\n".join(lines) + "\n" + s.authorization
 
 
 def local_cluster(

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import msgspec
+
 from ops.nats_config import ServerSettings, render
 from ops.ports import free_port
 
@@ -44,6 +46,8 @@ class NatsServer:
         log_file: Path | str | None = None,
         sync_interval: str = "always",
         settings: ServerSettings | None = None,
+        authorization: str = "",
+        tls: tuple[Path, Path] | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
         self.settings = settings or ServerSettings(
@@ -54,6 +58,11 @@ class NatsServer:
             store_dir=str(self.store_dir),
             sync_interval=sync_interval,  # "always" fsyncs every write (power-loss safe)
         )
+        if authorization or tls:
+            cert, key = tls or ("", "")
+            self.settings = msgspec.structs.replace(
+                self.settings, authorization=authorization, tls_cert=str(cert), tls_key=str(key)
+            )
         self.log_file = Path(log_file) if log_file else self.store_dir / "nats-server.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -79,7 +88,7 @@ class NatsServer:
 
     @property
     def url(self) -> str:
-        return f"nats://{self.host}:{self.port}"
+        return f"{'tls' if self.settings.tls_cert else 'nats'}://{self.host}:{self.port}"
 
     @property
     def monitoring_url(self) -> str:

@@ -59,10 +59,11 @@ def render_config(
     scrape_interval: str | None = None,
     rule_files: Sequence[Path] = (ALERTS,),
     self_url: str | None = None,
+    ca_file: Path | None = None,
 ) -> str:
     """The template with `scrape_configs` built from `targets` (one job per job name, one
     static config per distinct path/labels) and absolute `rule_files`. `self_url` adds a
-    job scraping Prometheus itself."""
+    job scraping Prometheus itself; `ca_file` verifies https targets (the api's TLS)."""
     cfg: dict[str, Any] = yaml.safe_load(TEMPLATE.read_text())
     if scrape_interval:
         cfg["global"]["scrape_interval"] = scrape_interval
@@ -98,6 +99,11 @@ def render_config(
                 "metrics_path": job["metrics_path"],
                 "static_configs": list(job["static"].values()),
                 **({} if n == 1 else {"relabel_configs": [_set_job(name)]}),
+                **(
+                    {"tls_config": {"ca_file": str(ca_file)}}
+                    if ca_file and job["scheme"] == "https"
+                    else {}
+                ),
             }
         )
     cfg["scrape_configs"] = scrape_configs
@@ -244,6 +250,7 @@ def start_for_cluster(
     *,
     port: int = DEFAULT_PORT,
     scrape_interval: str = "5s",
+    ca_file: Path | None = None,
 ) -> PrometheusServer:
     """Write `data_dir/prometheus.yml` for `targets` (plus Prometheus itself) and start
     Prometheus on 127.0.0.1:`port` (0 = a free port). The caller stops it (`stop_sync`)."""
@@ -251,6 +258,10 @@ def start_for_cluster(
     data.mkdir(parents=True, exist_ok=True)
     config = data / "prometheus.yml"
     server = PrometheusServer(config, data, port)
-    config.write_text(render_config(targets, scrape_interval=scrape_interval, self_url=server.url))
+    config.write_text(
+        render_config(
+            targets, scrape_interval=scrape_interval, self_url=server.url, ca_file=ca_file
+        )
+    )
     server.start_sync()
     return server

@@ -131,7 +131,8 @@ class EventLine(msgspec.Struct, frozen=True):
 
 def actor_of(event: Event) -> str:
     a = event.meta.actor
-    return f"{a.service}@{a.node}" if a.node else a.service
+    who = f"{a.service}@{a.node}" if a.node else a.service
+    return f"{who} ({a.user})" if a.user else who
 
 
 def _short(v: Any) -> str:

@@ -62,7 +62,12 @@ async function request(nc, subject, body, key) {
   return [Number(msg.headers.get("Virt-Status-Code")), Number(msg.headers.get("Virt-Stream-Seq"))];
 }
 
-const nc = await connect({ servers: args["nats-url"].split(",") });
+// credentials in the URL (nats://user:password@host:port), as nats-py reads them
+const urls = args["nats-url"].split(",").map((s) => new URL(s));
+const auth = urls[0].username
+  ? { user: decodeURIComponent(urls[0].username), pass: decodeURIComponent(urls[0].password) }
+  : {};
+const nc = await connect({ servers: urls.map((u) => `${u.protocol}//${u.host}`), ...auth });
 let status = 1;
 try {
   const api = `virt-api.v1.${ns}.virtualmachines.${name}`;

@@ -6,18 +6,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any
 
 import uvicorn
 
 from eventstore import connection
-from eventstore.connection import connect_service
+from eventstore.connection import NatsAuth, connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
+from kinds.registry import REGISTRY
 from readside.runner import WATCH_HISTORY, ProjectionRunner
 from services.api.app import create_app
+from services.api.auth import Authenticator, AuthFileError
+from services.api.guard import Guard
 from services.api.names import SOCKET_NAME_MAX
 from services.api.nats_endpoints import serve_intents
+from services.api.server import Tls
 from services.api.server import config as server_config
 from services.api.service import ApiService
 
@@ -31,21 +36,26 @@ async def serve(
     settings: StreamSettings | None = None,
     watch_history: int = WATCH_HISTORY,
     socket_name_max: int = SOCKET_NAME_MAX,
+    auth_file: Path | None = None,
+    tls: Tls | None = None,
+    nats_auth: NatsAuth | None = None,
 ) -> None:
-    """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM."""
-    nc = await connect_service(nats_url, "virt-api")
+    """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM. With an
+    `auth_file`, every request is authenticated and authorized by it."""
+    guard = Guard.of(Authenticator(auth_file), REGISTRY) if auth_file is not None else None
+    nc = await connect_service(nats_url, "virt-api", nats_auth)
     store = JetStreamStore(nc, settings or StreamSettings.from_env())
     await store.ensure()
     # the api and its read replicas fold the same views: one shared snapshot name
     runner = ProjectionRunner(store, history=watch_history, snapshot_name="cluster-views")
     await runner.start()
     api = ApiService(runner, None if read_only else store, socket_name_max=socket_name_max)
-    app = create_app(api)
+    app = create_app(api, guard)
     # the same intents over NATS request-reply (writers only: a replica in the queue
     # group would be handed writes it must refuse)
-    over_nats = None if read_only else await serve_intents(nc, api)
+    over_nats = None if read_only else await serve_intents(nc, api, guard)
     server = uvicorn.Server(
-        server_config(app, host=host, port=port, log_level="warning", lifespan="on")
+        server_config(app, host=host, port=port, tls=tls, log_level="warning", lifespan="on")
     )
     try:
         await server.serve()  # uvicorn handles SIGINT/SIGTERM
@@ -78,10 +88,27 @@ def main(argv: list[str] | None = None) -> None:
         help="bytes a VM's or VMI's <namespace>_<name> may take (it names the launcher's "
         "unix socket under <run-dir>/<node>/launchers/, limited to 107 bytes in all)",
     )
+    parser.add_argument(
+        "--auth-file",
+        type=Path,
+        help="users, tokens and role bindings (YAML, services/api/auth.py); "
+        "without it the api serves anyone (insecure)",
+    )
+    parser.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
+    parser.add_argument("--tls-key", type=Path, help="the certificate's key")
+    parser.add_argument("--client-ca", type=Path, help="CA of the client certificates accepted")
     args = parser.parse_args(argv)
     if args.watch_history < 1:
         parser.error("--watch-history must be at least 1")
     connection.from_arguments(args)
+    if bool(args.tls_cert) != bool(args.tls_key):
+        parser.error("--tls-cert and --tls-key go together")
+    tls = Tls(args.tls_cert, args.tls_key, args.client_ca) if args.tls_cert else None
+    if args.auth_file is not None:
+        try:
+            Authenticator(args.auth_file)
+        except AuthFileError as exc:
+            parser.exit(1, f"error: {exc}\n")
     run(
         serve(
             args.nats_url,
@@ -90,6 +117,8 @@ def main(argv: list[str] | None = None) -> None:
             read_only=args.read_only,
             watch_history=args.watch_history,
             socket_name_max=args.max_socket_name,
+            auth_file=args.auth_file,
+            tls=tls,
         )
     )
 

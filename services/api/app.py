@@ -57,6 +57,8 @@ from services.api.errors import (
     too_large,
     unknown_resource,
 )
+from services.api.guard import Guard, ssar_route
+from services.api.guard import middleware as guard_middleware
 from services.api.ids import new_id
 from services.api.metrics import REQUEST_SECONDS, REQUESTS
 from services.api.service import IDEMPOTENCY_HEADER, ApiService, Idempotency
@@ -865,8 +867,9 @@ def observe(app: ASGIApp, api: ApiService | None = None) -> ASGIApp:
     return middleware
 
 
-def create_app(api: ApiService) -> Litestar:
-    """The app for `api`; its kinds (`api.kinds`, the registry by default) give the routes."""
+def create_app(api: ApiService, guard: Guard | None = None) -> Litestar:
+    """The app for `api`; its kinds (`api.kinds`, the registry by default) give the routes.
+    With a `guard`, every request is authenticated and authorized (`services/api/guard.py`)."""
     kinds: Registry = api.kinds
     return Litestar(
         route_handlers=[
@@ -879,8 +882,12 @@ def create_app(api: ApiService) -> Litestar:
             *DISCOVERY,
             *discovery_routes(kinds),
             *openapi_routes(kinds),
+            ssar_route(guard),
         ],
-        middleware=[lambda app: observe(app, api)],
+        middleware=[
+            lambda app: observe(app, api),
+            *([guard_middleware(guard)] if guard is not None else []),
+        ],
         exception_handlers={ApiError: _api_error_handler, HTTPException: _http_error_handler},
         openapi_config=OpenAPIConfig(title="virtstream", version="0.1.0"),
         request_max_body_size=bodies.MAX_BODY_BYTES,

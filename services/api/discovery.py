@@ -40,6 +40,16 @@ NAMESPACES: JSON = {
     "shortNames": ["ns"],
 }
 
+# SelfSubjectAccessReview, so `kubectl auth can-i` has its resource (services/api/guard.py)
+AUTHORIZATION_GROUP = "authorization.k8s.io"
+SSAR: JSON = {
+    "name": "selfsubjectaccessreviews",
+    "singularName": "selfsubjectaccessreview",
+    "namespaced": False,
+    "kind": "SelfSubjectAccessReview",
+    "verbs": ["create"],
+}
+
 
 def wants_aggregated(accept: str) -> bool:
     """The first acceptable media type asks for the v2 aggregated form."""
@@ -106,6 +116,7 @@ def group_versions(kinds: Registry) -> dict[str, dict[str, list[JSON]]]:
             if rk is not None:
                 entry.update(group=rk[0], version=rk[1], kind=rk[2])
             subs.append(entry)
+    out[AUTHORIZATION_GROUP] = {"v1": [dict(SSAR)]}
     return out
 
 
@@ -247,6 +258,14 @@ def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
             parent.pop("shortNames", None)
             parent.pop("categories", None)
             listed.append(parent)
+        ssar = {
+            "resource": SSAR["name"],
+            "responseKind": {"group": AUTHORIZATION_GROUP, "version": "v1", "kind": SSAR["kind"]},
+            "scope": "Cluster",
+            "singularResource": SSAR["singularName"],
+            "verbs": SSAR["verbs"],
+        }
+        groups[AUTHORIZATION_GROUP] = {"v1": [ssar]}
     for group, versions in groups.items():
         yield {
             "metadata": {"name": group} if group else {},

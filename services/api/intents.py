@@ -45,6 +45,7 @@ class RequestContext:
     new_id: Callable[[], str]  # 32 hex chars (event ids; uids are formatted from it)
     suffix: Callable[[], str]  # 5 random lowercase alphanumerics (generateName)
     socket_name_max: int = names.SOCKET_NAME_MAX  # a launcher's `<ns>_<name>`, in bytes
+    user: str = ""  # the authenticated user who asked (the events' actor)
 
     def meta(self, kind: Kind, namespace: str, name: str, uid: str = "", node: str = "") -> Meta:
         return Meta(
@@ -54,7 +55,7 @@ class RequestContext:
             ),
             occurred_at=self.now,
             correlation_id=self.correlation_id,
-            actor=Actor(service=SERVICE),
+            actor=Actor(service=SERVICE, user=self.user),
             node=node,
         )
 

@@ -44,8 +44,9 @@ from services.api.errors import (
     too_large,
     unknown_resource,
 )
+from services.api.guard import Guard, check_intent, intent_attributes
 from services.api.ids import new_id
-from services.api.service import IDEMPOTENCY_HEADER, ApiService, Idempotency
+from services.api.service import CURRENT_USER, IDEMPOTENCY_HEADER, ApiService, Idempotency
 
 JSON = dict[str, Any]
 PREFIX = "virt-api"
@@ -63,6 +64,7 @@ SEQ_HEADER = "Virt-Stream-Seq"  # the stream sequence of the last event appended
 WARNING_HEADER = "Warning"
 ERROR_HEADER = "Nats-Service-Error"  # the micro protocol's error headers
 ERROR_CODE_HEADER = "Nats-Service-Error-Code"
+AUTHORIZATION_HEADER = "Authorization"  # optional: `Bearer <token>`, as over HTTP
 
 _json = msgspec.json.Encoder()
 
@@ -192,11 +194,42 @@ def _get(api: ApiService, t: Target) -> bytes:
 
 
 async def answer(
-    api: ApiService, text: str, data: bytes, headers: Mapping[str, str], correlation_id: str
+    api: ApiService,
+    text: str,
+    data: bytes,
+    headers: Mapping[str, str],
+    correlation_id: str,
+    guard: Guard | None = None,
 ) -> Reply:
-    """One request: the HTTP api's answer to the same intent, as a `Reply`."""
+    """One request: the HTTP api's answer to the same intent, as a `Reply`. With a `guard`,
+    a request carrying `Authorization: Bearer <token>` is authenticated and authorized as
+    over HTTP, and its user is the actor of its events."""
     try:
         t = parse_subject(text, api.kinds)
+        if guard is not None:
+            a = intent_attributes(t.spec, t.namespace, t.name, t.verb)
+            user, refusal = check_intent(guard, headers.get(AUTHORIZATION_HEADER, ""), a)
+            if refusal is not None:
+                raise refusal
+            token = CURRENT_USER.set(user)
+            try:
+                return await _answer(api, t, text, data, headers, correlation_id)
+            finally:
+                CURRENT_USER.reset(token)
+        return await _answer(api, t, text, data, headers, correlation_id)
+    except ApiError as err:
+        return _error(err)
+
+
+async def _answer(
+    api: ApiService,
+    t: Target,
+    text: str,
+    data: bytes,
+    headers: Mapping[str, str],
+    correlation_id: str,
+) -> Reply:
+    try:
         if t.verb == "get":
             return Reply(200, _get(api, t))
         if api.store is None:
@@ -278,6 +311,7 @@ class IntentService:
 
     api: ApiService
     service: Service
+    guard: Guard | None = None
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     async def _handle(self, request: Request) -> None:
@@ -288,7 +322,7 @@ class IntentService:
     async def _respond(self, request: Request) -> None:
         headers = request.headers or {}
         cid = headers.get(CORRELATION_HEADER) or new_id()
-        reply = await answer(self.api, request.subject, request.data, headers, cid)
+        reply = await answer(self.api, request.subject, request.data, headers, cid, self.guard)
         with contextlib.suppress(ValueError):  # no reply subject: nobody to answer
             await request.respond(reply.body, headers=reply.headers(cid))
 
@@ -298,7 +332,7 @@ class IntentService:
             await asyncio.wait(set(self.tasks), timeout=5)
 
 
-async def serve_intents(nc: NATS, api: ApiService) -> IntentService:
+async def serve_intents(nc: NATS, api: ApiService, guard: Guard | None = None) -> IntentService:
     """Start the endpoints on `nc` (the api's own connection); `stop()` them on shutdown."""
     service = await add_service(
         nc,
@@ -307,7 +341,7 @@ async def serve_intents(nc: NATS, api: ApiService) -> IntentService:
         description="virtstream intents: KubeVirt's verbs over NATS request-reply",
         queue_group=QUEUE,
     )
-    running = IntentService(api, service)
+    running = IntentService(api, service, guard)
     group = service.add_group(name=f"{PREFIX}.{VERSION}")
     for verb in all_verbs(api.kinds):
         await group.add_endpoint(

@@ -9,6 +9,9 @@ has its own deadline in the app (`app.BODY_SECONDS`)."""
 from __future__ import annotations
 
 import asyncio
+import ssl
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -56,6 +59,12 @@ class GuardedHttp(_Base):
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        # uvicorn does not pass the TLS peer to the app: the verified client certificate
+        # goes into the scope's `tls` extension for the auth guard (services/api/guard.py)
+        peercert = self.transport.get_extra_info("peercert")
+        if peercert:
+            extensions = self.scope.setdefault("extensions", {})
+            extensions["tls"] = {"peercert": peercert}
         super().on_headers_complete()
 
     def on_response_complete(self) -> None:
@@ -64,7 +73,25 @@ class GuardedHttp(_Base):
             self._arm()  # the next request's header has the same deadline
 
 
-def config(app: Any, host: str, port: int, **kwargs: Any) -> uvicorn.Config:
+@dataclass(frozen=True)
+class Tls:
+    """The api's TLS: its certificate and key, and the CA that signs client certificates
+    (a client may present one to authenticate; none is required)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None
+
+    def uvicorn_options(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"ssl_certfile": str(self.cert), "ssl_keyfile": str(self.key)}
+        if self.client_ca is not None:
+            out |= {"ssl_ca_certs": str(self.client_ca), "ssl_cert_reqs": ssl.CERT_OPTIONAL}
+        return out
+
+
+def config(
+    app: Any, host: str, port: int, *, tls: Tls | None = None, **kwargs: Any
+) -> uvicorn.Config:
     """uvicorn's config for the api: the guarded protocol and a short keep-alive."""
     return uvicorn.Config(
         app,
@@ -72,5 +99,6 @@ def config(app: Any, host: str, port: int, **kwargs: Any) -> uvicorn.Config:
         port=port,
         http=GuardedHttp,
         timeout_keep_alive=int(KEEP_ALIVE_SECONDS),
+        **(tls.uvicorn_options() if tls else {}),
         **kwargs,
     )

@@ -5,12 +5,14 @@ with optimistic concurrency, wait until the projection has folded the append
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import secrets
 import string
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import msgspec
@@ -37,6 +39,9 @@ from services.api.metrics import APPENDS, CONFLICTS
 from services.api.names import SOCKET_NAME_MAX
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+# The authenticated user of the request in hand (set by the auth guard, `services/api/
+# guard.py`, or the NATS intent service): the actor of the events it appends.
+CURRENT_USER: ContextVar[str] = ContextVar("virtstream_user", default="")
 ALNUM = string.ascii_lowercase + string.digits
 WAIT_SECONDS = 10.0
 APPEND_SECONDS = 10.0  # how long a write keeps retrying an append whose outcome is unknown
@@ -163,14 +168,9 @@ class ApiService:
     # ------------------------------------------------------------------ writes
     def _context(self, correlation_id: str, idem: Idempotency | None) -> RequestContext:
         ctx = keyed_context(correlation_id, idem.key) if idem else request_context(correlation_id)
-        if self.socket_name_max != ctx.socket_name_max:
-            ctx = RequestContext(
-                now=ctx.now,
-                correlation_id=ctx.correlation_id,
-                new_id=ctx.new_id,
-                suffix=ctx.suffix,
-                socket_name_max=self.socket_name_max,
-            )
+        user = CURRENT_USER.get()
+        if self.socket_name_max != ctx.socket_name_max or user:
+            ctx = dataclasses.replace(ctx, socket_name_max=self.socket_name_max, user=user)
         return ctx
 
     def _remembered(self, idem: Idempotency) -> _Keyed | None:

@@ -8,6 +8,8 @@ from typing import Any
 
 import httpx
 
+from client import credentials
+
 
 def until(
     probe: Callable[[], Any], timeout: float = 30.0, what: str = "condition", every: float = 0.05
@@ -23,3 +25,18 @@ def until(
             pass
         time.sleep(every)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+def up_client(url: str | int, timeout: float = 5.0, wait: float = 60.0) -> httpx.Client:
+    """An httpx client for the api a `virtstream up` serves at `url` (or on that loopback
+    port), with the credentials `up` wrote, found as every project client finds them
+    (client/credentials.py); waits for `up` to have written them."""
+    server = f"http://127.0.0.1:{url}" if isinstance(url, int) else url
+    deadline = time.monotonic() + wait
+    creds = credentials.for_api(server)
+    while not creds.token and time.monotonic() < deadline:
+        time.sleep(0.1)
+        creds = credentials.for_api(server)
+    return httpx.Client(
+        base_url=creds.server, headers=creds.headers(), verify=creds.verify(), timeout=timeout
+    )

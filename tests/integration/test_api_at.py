@@ -18,7 +18,7 @@ VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
 
 
 async def test_at_shows_objects_as_they_were(api: RunningApi, store: JetStreamStore) -> None:
-    async with httpx.AsyncClient(base_url=api.url) as http:
+    async with httpx.AsyncClient(base_url=api.url, headers=api.headers) as http:
         r = await http.post(VMS, json=vm("tt", "Manual"))
         assert r.status_code == 201, r.text
         created_rv = int(r.json()["metadata"]["resourceVersion"])
@@ -78,7 +78,7 @@ async def test_cli_get_at(api: RunningApi) -> None:
 
     from cli.main import app
 
-    async with httpx.AsyncClient(base_url=api.url) as http:
+    async with httpx.AsyncClient(base_url=api.url, headers=api.headers) as http:
         r = await http.post(VMS, json=vm("cli-tt", "Manual"))
         rv = r.json()["metadata"]["resourceVersion"]
         await http.put(

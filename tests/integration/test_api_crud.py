@@ -215,7 +215,7 @@ async def test_ops_endpoints(http: httpx.AsyncClient) -> None:
 async def test_read_replica_refuses_writes(store: JetStreamStore) -> None:
     async with (
         running_api(store, read_only=True) as replica,
-        httpx.AsyncClient(base_url=replica.url) as client,
+        httpx.AsyncClient(base_url=replica.url, headers=replica.headers) as client,
     ):
         r = await client.post(VMS, json=vm())
         assert r.status_code == 405 and r.json()["reason"] == "MethodNotAllowed"

@@ -24,7 +24,7 @@ CASES = 150
 
 
 @pytest.fixture
-def api_url(nats_server: NatsServer) -> Iterator[str]:
+def api_url(nats_server: NatsServer) -> Iterator[tuple[str, str]]:
     """The api on its own event loop in a thread: schemathesis and hypothesis drive
     synchronous calls, the api keeps serving meanwhile."""
     started, stop = threading.Event(), threading.Event()
@@ -38,6 +38,7 @@ def api_url(nats_server: NatsServer) -> Iterator[str]:
         try:
             async with running_api(store) as api:
                 box["url"] = api.url
+                box["token"] = api.token
                 started.set()
                 await asyncio.to_thread(stop.wait)
         finally:
@@ -50,14 +51,16 @@ def api_url(nats_server: NatsServer) -> Iterator[str]:
     thread.start()
     assert started.wait(30), "the api did not start"
     try:
-        yield box["url"]
+        yield box["url"], box["token"]
     finally:
         stop.set()
         thread.join(15)
 
 
-def test_fuzzing_the_openapi_finds_no_server_error(api_url: str) -> None:
-    schema = schemathesis.openapi.from_url(f"{api_url}/openapi.json")
+def test_fuzzing_the_openapi_finds_no_server_error(api_url: tuple[str, str]) -> None:
+    url, token = api_url
+    auth = {"Authorization": f"Bearer {token}"}
+    schema = schemathesis.openapi.from_url(f"{url}/openapi.json", headers=auth)
     # the documented examples (a valid VM, VMI) beside the generated cases
     examples = [
         strategy
@@ -80,7 +83,7 @@ def test_fuzzing_the_openapi_finds_no_server_error(api_url: str) -> None:
     @given(data=st.data())
     def run(data: st.DataObject) -> None:
         case = data.draw(cases)
-        response = case.call(base_url=api_url, timeout=15)
+        response = case.call(base_url=url, timeout=15, headers=auth)
         answered.append(response.status_code)
         if response.status_code >= 500:
             failures.append(f"{case.method} {case.formatted_path} -> {response.status_code}")

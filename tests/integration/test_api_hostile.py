@@ -274,7 +274,10 @@ async def test_the_api_recovers_from_a_nats_server_restart(
     store = JetStreamStore(nc, StreamSettings(name="VIRT_R", dlq_name="VIRT_R_DLQ"))
     await store.ensure()
     try:
-        async with running_api(store) as api, httpx.AsyncClient(base_url=api.url, timeout=30) as h:
+        async with (
+            running_api(store) as api,
+            httpx.AsyncClient(base_url=api.url, timeout=30, headers=api.headers) as h,
+        ):
             assert (await h.get("/readyz")).status_code == 200
             assert (await h.post(VMS, json=vm("before"))).status_code == 201
             await nats_server.stop()

@@ -33,7 +33,7 @@ from cli.main import app
 from cli.up import live_launchers
 from ops.nats_server import free_port
 from ops.supervisor import importable
-from tests.integration.polling import until
+from tests.integration.polling import until, up_client
 
 REPO = Path(__file__).resolve().parents[2]
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
@@ -67,7 +67,7 @@ def cluster() -> Iterator[Cluster]:
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         try:
-            with httpx.Client(base_url=url, timeout=10) as http:
+            with up_client(url, timeout=10) as http:
                 until(lambda: http.get("/readyz").is_success, 60, "the api")
                 until(lambda: len(http.get("/api/v1/nodes").json()["items"]) == 2, 30, "nodes")
                 yield Cluster(url, f"nats://127.0.0.1:{nats_port}", http, Path(d), started_at)

@@ -31,7 +31,7 @@ from cli.up import live_launchers
 from ops.nats_server import free_port
 from ops.supervisor import importable
 from tests.conftest import REPO
-from tests.integration.polling import until
+from tests.integration.polling import until, up_client
 
 KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or "kubectl"
 EXAMPLES = REPO / "examples" / "kubevirt"
@@ -86,9 +86,9 @@ def cluster() -> Iterator[Cluster]:
              "--nats-port", str(nats_port), "--nodes", "1"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
         try:
-            with httpx.Client(base_url=url, timeout=10) as http:
+            with up_client(port, timeout=10) as http:
+                url = str(http.base_url).rstrip("/")
                 until(lambda: http.get("/readyz").is_success, 60, "the api")
                 until(lambda: len(http.get("/api/v1/nodes").json()["items"]) == 1, 30, "node")
                 kube = Path(d) / "kubeconfig"

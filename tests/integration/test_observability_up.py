@@ -39,6 +39,7 @@ from cli.up import live_launchers
 from ops.nats_server import free_port
 from ops.prometheus_server import ALERTS
 from ops.supervisor import importable, stop_recorded
+from tests.integration.polling import up_client
 from tests.integration.test_observability_prometheus import (
     alert_expr,
     concrete,
@@ -151,7 +152,7 @@ async def publish_undecodable(nats_url: str, subject: str) -> None:
 
 class Prometheus:
     def __init__(self, url: str) -> None:
-        self.http = httpx.Client(base_url=url, timeout=10)
+        self.http = up_client(url, timeout=10)
 
     def api(self, path: str, **params: str) -> Any:
         body = self.http.get(f"/api/v1/{path}", params=params).json()
@@ -241,7 +242,7 @@ def up() -> Iterator[Up]:
 # ------------------------------------------------------------------------ the test
 def test_dashboards_alerts_and_unresponsive_node_under_up(up: Up) -> None:
     up.start()
-    api = httpx.Client(base_url=f"http://127.0.0.1:{up.api_port}", timeout=10)
+    api = up_client(up.api_port, timeout=10)
     prom = Prometheus(f"http://127.0.0.1:{up.prom_port}")
     stopped_pid: int | None = None
     try:
@@ -339,7 +340,9 @@ def workload(api: httpx.Client, up: Up) -> None:
     until(lambda: phase(api, f"{MIGRATIONS}/mig-slow") == "Running", "mig-slow Running", 60)
 
     # the controller consumes virt.vm.>: a message it cannot decode goes to the dead letters
-    nats_url = f"nats://127.0.0.1:{up.nats_port}"
+    # (published by the admin NATS user, whose password `up` keeps in the data dir)
+    password = (up.data_dir / "credentials" / "nats-admin").read_text().strip()
+    nats_url = f"nats://admin:{password}@127.0.0.1:{up.nats_port}"
     asyncio.run(publish_undecodable(nats_url, f"virt.vm.{NS}.poison.X._"))
 
 

@@ -12,6 +12,7 @@ import os
 import random
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -28,11 +29,12 @@ from PIL import Image
 from websockets.sync.client import ClientConnection, connect
 
 from cli.up import live_launchers
+from client import credentials
 from ops import guest_images
 from ops.nats_server import free_port
 from ops.node_libvirtd import processes_in_namespace, read_state
 from services.launcher.rundir import guest_console_log
-from tests.integration.polling import until
+from tests.integration.polling import until, up_client
 from tests.integration.qemu_support import CIRROS, qemu_marks
 
 pytestmark = qemu_marks
@@ -50,8 +52,8 @@ class Cluster:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.port = free_port()
-        self.server = f"http://127.0.0.1:{self.port}"
-        self.http = httpx.Client(base_url=self.server, timeout=10)
+        self.server = f"http://127.0.0.1:{self.port}"  # the CLI finds the credentials
+        self.http = httpx.Client()  # the api's client, once `up` wrote its credentials
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -61,6 +63,7 @@ class Cluster:
              "--hypervisor", "qemu", "--nodes", "2"],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
+        self.http = up_client(self.port, timeout=10)
         until(lambda: self.http.get(VMS).is_success, what="the API")
         until(lambda: len(self.http.get("/api/v1/nodes").json()["items"]) == 2,
               what="both nodes")  # fmt: skip
@@ -95,8 +98,16 @@ class Cluster:
         )  # fmt: skip
 
     def console(self, name: str) -> ClientConnection:
-        url = self.server.replace("http", "ws", 1) + f"{SUB_VMI}/{name}/console"
-        return connect(url, subprotocols=["plain.kubevirt.io"], max_size=None)  # type: ignore[list-item]
+        creds = credentials.for_api(self.server)
+        url = creds.server.replace("http", "ws", 1) + f"{SUB_VMI}/{name}/console"
+        verify = creds.verify()
+        return connect(
+            url,
+            subprotocols=["plain.kubevirt.io"],  # type: ignore[list-item]
+            max_size=None,
+            additional_headers=creds.headers(),
+            ssl=verify if isinstance(verify, ssl.SSLContext) and url.startswith("wss") else None,
+        )
 
 
 def read_for(ws: ClientConnection, seconds: float) -> str:

@@ -20,12 +20,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import libvirt
 import nats
 import pytest
 
 from cli.up import live_launchers
+from client import credentials
 from events.catalog import DomainStarted
 from events.manifest import yaml_documents
 from events.meta import Aggregate, Kind
@@ -34,7 +34,7 @@ from eventstore.settings import StreamSettings
 from ops.nats_server import free_port
 from ops.node_libvirtd import connect_uri, processes_in_namespace, read_state
 from ops.procs import pid_alive
-from tests.integration.polling import until
+from tests.integration.polling import until, up_client
 from tests.integration.qemu_support import CIRROS, process_name, qemu_marks
 
 pytestmark = qemu_marks
@@ -56,7 +56,7 @@ class Up:
         self.port = free_port()
         self.nats_port = free_port()
         self.proc: subprocess.Popen[bytes] | None = None
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=5)
+        self.http = up_client(self.port, timeout=5)
 
     def start(self) -> None:
         # a killed previous `up` left its services (the next one stops them first)
@@ -119,7 +119,8 @@ class Up:
 
     def domain_started_count(self, uid: str) -> int:
         async def count() -> int:
-            nc = await nats.connect(f"nats://127.0.0.1:{self.nats_port}")
+            url = f"nats://127.0.0.1:{self.nats_port}"
+            nc = await nats.connect(url, **credentials.nats_options(url))
             try:
                 store = JetStreamStore(nc, StreamSettings())
                 events = await store.load(Aggregate(Kind.VMI, "default", "vm-cirros"))

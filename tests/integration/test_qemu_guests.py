@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import libvirt
 import pytest
 import yaml
@@ -28,7 +27,7 @@ from ops import guest_images
 from ops.nats_server import free_port
 from ops.node_libvirtd import connect_uri, processes_in_namespace, read_state
 from services.launcher.rundir import guest_console_log
-from tests.integration.polling import until
+from tests.integration.polling import until, up_client
 from tests.integration.qemu_support import CIRROS, qemu_marks
 
 pytestmark = qemu_marks
@@ -45,7 +44,7 @@ class Cluster:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.port = free_port()
-        self.http = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=5)
+        self.http = up_client(self.port, timeout=5)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:

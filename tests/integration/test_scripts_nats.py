@@ -13,13 +13,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from cli.up import live_launchers
 from ops.nats_server import free_port
 from ops.supervisor import importable
-from tests.integration.polling import until
+from tests.integration.polling import until, up_client
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = REPO / "examples" / "scripts"
@@ -53,10 +52,12 @@ def cluster() -> Iterator[str]:
              "--nats-port", str(nats_port)],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        url = f"nats://127.0.0.1:{nats_port}"
         try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+            with up_client(port, timeout=5) as http:
                 until(lambda: http.get("/readyz").is_success, timeout=60)
+            # the scripts' NATS user (`up` keeps its password in the data dir)
+            password = (Path(d) / "credentials" / "nats-scripts").read_text().strip()
+            url = f"nats://scripts:{password}@127.0.0.1:{nats_port}"
             until(lambda: _ready(url), timeout=30)
             yield url
         finally:

@@ -22,7 +22,7 @@ import pytest
 from cli.up import live_launchers
 from ops.nats_server import free_port
 from ops.supervisor import importable
-from tests.integration.polling import until
+from tests.integration.polling import until, up_client
 
 REPO = Path(__file__).resolve().parents[2]
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
@@ -86,7 +86,7 @@ def test_up_vm_lifecycle_restart_and_ctrl_c(data_dir: Path) -> None:
     port = free_port()
     up = _up(data_dir, port, "--nodes", "2")
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+        with up_client(port, timeout=5) as http:
             until(lambda: http.get(VMS).is_success)
             vm = {
                 "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
@@ -202,7 +202,7 @@ def test_up_demo_stays_up_in_its_own_data_dir(data_dir: Path) -> None:
         logs = [p.name for p in (data_dir / ".virtstream-demo" / "logs").iterdir()]
         assert "handler-node-1.log" in logs and not [n for n in logs if " " in n]
         # still up for the README's commands; a running VM is stopped on Ctrl-C, in words
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+        with up_client(port, timeout=5) as http:
             assert http.put(f"{SUB}/vm-cirros/start", json={}).is_success
             until(lambda: (v := _vmi(http, "vm-cirros")) and v["status"].get("phase") == "Running")
     finally:
@@ -217,7 +217,7 @@ def test_up_demo_stays_up_in_its_own_data_dir(data_dir: Path) -> None:
     plain = _up_in(data_dir, port)
     try:
         plain.wait_for("Ctrl-C stops the cluster")
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+        with up_client(port, timeout=5) as http:
             until(lambda: http.get(VMS).is_success)
             assert http.get(VMS).json()["items"] == []
     finally:
@@ -227,7 +227,7 @@ def test_up_demo_stays_up_in_its_own_data_dir(data_dir: Path) -> None:
     again = _up_in(data_dir, port, "--data-dir", ".virtstream-demo")
     try:
         again.wait_for("Ctrl-C stops the cluster")
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+        with up_client(port, timeout=5) as http:
             until(lambda: http.get(f"{VMS}/vm-cirros").is_success)
     finally:
         assert again.stop() == 0, again.text

@@ -20,7 +20,7 @@ import pytest
 
 from cli.up import live_launchers
 from ops.nats_server import free_port
-from tests.integration.polling import until
+from tests.integration.polling import until, up_client
 
 REPO = Path(__file__).resolve().parents[2]
 API = "/apis/kubevirt.io/v1/namespaces"
@@ -48,9 +48,12 @@ def up() -> Iterator[tuple[httpx.Client, str, subprocess.Popen[bytes]]]:
             env={**os.environ, "COLUMNS": "200"},
         )  # fmt: skip
         try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+            with up_client(port, timeout=5) as http:
                 until(lambda: http.get("/readyz").is_success, what="the api ready")
-                yield http, f"nats://127.0.0.1:{nats_port}", proc
+                # poison comes from a user allowed to append anything (`up` keeps its
+                # password in the data dir)
+                password = (Path(d) / "credentials" / "nats-admin").read_text().strip()
+                yield http, f"nats://admin:{password}@127.0.0.1:{nats_port}", proc
         finally:
             proc.send_signal(signal.SIGINT)
             try:

@@ -21,8 +21,9 @@ import nats
 import pytest
 
 from cli.up import live_launchers
+from client import credentials
 from ops.ports import free_port
-from tests.integration.polling import until
+from tests.integration.polling import until, up_client
 
 REPO = Path(__file__).resolve().parents[2]
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
@@ -100,7 +101,7 @@ def test_nats_restarted_launchers_named_and_kill_9_of_up_leaves_nothing(data_dir
         stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=5) as http:
+        with up_client(port, timeout=5) as http:
             until(lambda: http.get("/readyz").is_success, what="the api ready")
             assert http.post(VMS, json=vm("before")).status_code == 201
             until(lambda: phase(http, "before") == "Running", what="the VM running")
@@ -131,7 +132,7 @@ def test_nats_restarted_launchers_named_and_kill_9_of_up_leaves_nothing(data_dir
 
 
 async def stream_replicas_and_leader(url: str) -> tuple[int, str]:
-    nc = await nats.connect(url)
+    nc = await nats.connect(url, **credentials.nats_options(url, "admin"))
     try:
         info = await nc.jetstream().stream_info("VIRT")
         assert info.cluster is not None
@@ -147,7 +148,7 @@ def test_nats_cluster_of_3_loses_a_server_invisibly(data_dir: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
     try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as http:
+        with up_client(port, timeout=30) as http:
             until(lambda: http.get("/readyz").is_success, timeout=60, what="the api ready")
             assert http.post(VMS, json=vm("before")).status_code == 201
             url = f"nats://127.0.0.1:{nats_port}"

@@ -1,0 +1,208 @@
+"""The api's authentication and authorization guard: ASGI middleware in front of every
+route, so no handler checks anything itself.
+
+Per request: authenticate (bearer token, else a verified client certificate); without
+credentials the request is anonymous (`system:anonymous`, group
+`system:unauthenticated`), which only the public paths allow (/healthz, /readyz, /livez,
+/version), anything else is 401; wrong credentials are 401 everywhere. Then RBAC on the
+request's attributes (`services/api/rbac.py`): 403 with the API server's message. The
+user is put in `CURRENT_USER` for the events the request appends (their actor).
+
+`SelfSubjectAccessReview` (authorization.k8s.io/v1) answers what the same decision would
+be for the asking user, so `kubectl auth can-i` works."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, post
+from litestar.types import ASGIApp, Receive, Scope, Send
+
+from events.objects import Status, StatusDetails
+from kinds.registry import Registry
+from kinds.spec import KindSpec
+from services.api import protowire
+from services.api.auth import Authenticator
+from services.api.errors import ApiError
+from services.api.rbac import (
+    ANONYMOUS,
+    UNAUTHENTICATED,
+    Attributes,
+    Rule,
+    User,
+    allowed,
+    attributes,
+    cluster_roles,
+    forbidden_message,
+)
+from services.api.service import CURRENT_USER
+
+JSON = dict[str, Any]
+SSAR_PATH = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+_json = msgspec.json.Encoder()
+ANONYMOUS_USER = User(ANONYMOUS, (UNAUTHENTICATED,))
+
+
+@dataclass(frozen=True)
+class Guard:
+    """What the guard decides with: the authenticator and the roles."""
+
+    authenticator: Authenticator
+    roles: Mapping[str, tuple[Rule, ...]]
+
+    @classmethod
+    def of(cls, authenticator: Authenticator, kinds: Registry) -> Guard:
+        return cls(authenticator, cluster_roles(kinds))
+
+    def allows(self, user: User, a: Attributes) -> bool:
+        return allowed(user, a, self.authenticator.config.bindings, self.roles)
+
+
+def _status(code: int, reason: str, message: str, details: StatusDetails | None = None) -> bytes:
+    status = Status(message=message, reason=reason, code=code, details=details)
+    return _json.encode(msgspec.to_builtins(status))
+
+
+async def _answer(send: Send, code: int, body: bytes) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    start: Any = {"type": "http.response.start", "status": code, "headers": headers}
+    await send(start)
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _peercert(scope: Scope) -> dict[str, Any] | None:
+    tls = (scope.get("extensions") or {}).get("tls") or {}
+    cert = tls.get("peercert")
+    return cert if isinstance(cert, dict) else None
+
+
+def middleware(guard: Guard) -> Any:
+    """Litestar middleware (`create_app(api, guard=...)`)."""
+
+    def wrap(app: ASGIApp) -> ASGIApp:
+        async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+            if scope["type"] not in ("http", "websocket"):
+                await app(scope, receive, send)
+                return
+            headers = dict(scope.get("headers") or [])
+            authorization = headers.get(b"authorization", b"").decode("latin-1")
+            user, presented = guard.authenticator.authenticate(authorization, _peercert(scope))
+            if user is None and presented:
+                await _answer(send, 401, _status(401, "Unauthorized", "Unauthorized"))
+                return
+            method = str(scope.get("method") or "GET")
+            query = (scope.get("query_string") or b"").decode("latin-1")
+            a = attributes(method, scope.get("path", "/"), query)
+            who = user or ANONYMOUS_USER
+            if not guard.allows(who, a):
+                if user is None:
+                    await _answer(send, 401, _status(401, "Unauthorized", "Unauthorized"))
+                    return
+                details = StatusDetails(
+                    name=a.name or None, group=a.api_group or None, kind=a.resource or None
+                )
+                body = _status(403, "Forbidden", forbidden_message(who, a), details)
+                await _answer(send, 403, body)
+                return
+            scope.setdefault("state", {})["user"] = who
+            token = CURRENT_USER.set(who.name if user else "")
+            try:
+                await app(scope, receive, send)
+            finally:
+                CURRENT_USER.reset(token)
+
+        return guarded
+
+    return wrap
+
+
+# --------------------------------------------------------------- NATS intents
+def intent_attributes(spec: KindSpec, namespace: str, name: str, verb: str) -> Attributes:
+    """What an intent over NATS asks for, as the same request over HTTP would."""
+    sub = spec.subresource(verb) if verb not in ("get", "create", "update", "delete") else None
+    if sub is None:
+        return Attributes(verb, "", True, spec.group, spec.plural, "", namespace, name)
+    http_verb = "get" if sub.method == "GET" else "update"
+    group = spec.subresource_group
+    return Attributes(http_verb, "", True, group, spec.plural, verb, namespace, name)
+
+
+def check_intent(guard: Guard, authorization: str, a: Attributes) -> tuple[str, ApiError | None]:
+    """(user name, refusal): an intent with a bearer token is authenticated and authorized
+    as over HTTP; one without is the NATS user's (trusted as the `scripts` user is)."""
+    if not authorization:
+        return "", None
+    user, _ = guard.authenticator.authenticate(authorization, None)
+    if user is None:
+        return "", ApiError(Status(message="Unauthorized", reason="Unauthorized", code=401))
+    if not guard.allows(user, a):
+        details = StatusDetails(name=a.name or None, group=a.api_group, kind=a.resource)
+        status = Status(
+            message=forbidden_message(user, a), reason="Forbidden", code=403, details=details
+        )
+        return user.name, ApiError(status)
+    return user.name, None
+
+
+# ------------------------------------------------------ SelfSubjectAccessReview
+def _review_attributes(spec: JSON) -> Attributes | None:
+    res = spec.get("resourceAttributes")
+    if isinstance(res, dict):
+        return Attributes(
+            verb=str(res.get("verb") or ""),
+            resource_request=True,
+            api_group=str(res.get("group") or ""),
+            resource=str(res.get("resource") or ""),
+            subresource=str(res.get("subresource") or ""),
+            namespace=str(res.get("namespace") or ""),
+            name=str(res.get("name") or ""),
+        )
+    non = spec.get("nonResourceAttributes")
+    if isinstance(non, dict):
+        return Attributes(verb=str(non.get("verb") or ""), path=str(non.get("path") or ""))
+    return None
+
+
+def review(guard: Guard | None, user: User | None, body: Any) -> tuple[int, JSON]:
+    """The SelfSubjectAccessReview answer for `body` (status code, document)."""
+    spec = body.get("spec") if isinstance(body, dict) else None
+    a = _review_attributes(spec) if isinstance(spec, dict) else None
+    if a is None:
+        status = Status(
+            message="SelfSubjectAccessReview.authorization.k8s.io is invalid: spec: Invalid "
+            "value: exactly one of nonResourceAttributes or resourceAttributes must be "
+            "specified",
+            reason="Invalid",
+            code=422,
+        )
+        return 422, msgspec.to_builtins(status)
+    ok = guard is None or (user is not None and guard.allows(user, a))
+    out: JSON = {
+        "kind": "SelfSubjectAccessReview",
+        "apiVersion": "authorization.k8s.io/v1",
+        "metadata": {"creationTimestamp": None},
+        "spec": spec,
+        "status": {"allowed": ok},
+    }
+    return 201, out
+
+
+def ssar_route(guard: Guard | None) -> Any:
+    @post(SSAR_PATH, include_in_schema=False, status_code=201)
+    async def selfsubjectaccessreviews(request: Request[Any, Any, Any]) -> Response[bytes]:
+        raw = await request.body()
+        try:
+            if "protobuf" in request.headers.get("content-type", ""):
+                body: Any = protowire.access_review(raw)
+            else:
+                body = msgspec.json.decode(raw)
+        except (msgspec.DecodeError, protowire.ProtoError, UnicodeDecodeError):
+            body = None
+        user = request.scope.get("state", {}).get("user")
+        code, doc = review(guard, user, body)
+        return Response(_json.encode(doc), status_code=code, media_type="application/json")
+
+    return selfsubjectaccessreviews

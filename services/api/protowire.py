@@ -1,0 +1,73 @@
+"""The one protobuf body the api reads: kubectl sends `SelfSubjectAccessReview` (a
+built-in Kubernetes type) as `application/vnd.kubernetes.protobuf`, with no JSON fallback.
+Kubernetes' generated protobuf types are not packaged for Python, so this reads the wire
+format (varints and length-delimited fields, all this message uses) into the same JSON
+shape the JSON body has."""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAGIC = b"k8s\x00"  # Kubernetes' protobuf envelope: magic, then runtime.Unknown
+RESOURCE_FIELDS = (
+    "namespace", "verb", "group", "version", "resource", "subresource", "name",
+)  # fmt: skip
+NON_RESOURCE_FIELDS = ("path", "verb")
+
+
+class ProtoError(ValueError):
+    pass
+
+
+def _varint(data: bytes, i: int) -> tuple[int, int]:
+    shift = value = 0
+    while True:
+        if i >= len(data) or shift > 63:
+            raise ProtoError("truncated varint")
+        b = data[i]
+        i += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, i
+        shift += 7
+
+
+def fields(data: bytes) -> dict[int, bytes]:
+    """Field number → bytes of its last length-delimited value (others are skipped)."""
+    out: dict[int, bytes] = {}
+    i = 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            _, i = _varint(data, i)
+        elif wire == 2:
+            size, i = _varint(data, i)
+            if i + size > len(data):
+                raise ProtoError("truncated field")
+            out[number] = data[i : i + size]
+            i += size
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise ProtoError(f"unsupported wire type {wire}")
+    return out
+
+
+def _strings(data: bytes, names: tuple[str, ...]) -> dict[str, str]:
+    f = fields(data)
+    return {name: f[n].decode() for n, name in enumerate(names, 1) if f.get(n)}
+
+
+def access_review(body: bytes) -> dict[str, Any]:
+    """A protobuf SelfSubjectAccessReview as its JSON document (spec only)."""
+    if not body.startswith(MAGIC):
+        raise ProtoError("not a Kubernetes protobuf message")
+    raw = fields(body[len(MAGIC) :]).get(2, b"")
+    spec = fields(fields(raw).get(2, b""))
+    out: dict[str, Any] = {}
+    if 1 in spec:
+        out["resourceAttributes"] = _strings(spec[1], RESOURCE_FIELDS)
+    if 2 in spec:
+        out["nonResourceAttributes"] = _strings(spec[2], NON_RESOURCE_FIELDS)
+    return {"spec": out}

@@ -1,0 +1,305 @@
+"""Authorization as the Kubernetes API server does it, pure: a request's attributes (what
+its URL and method mean: verb, API group, resource, subresource, namespace, name), RBAC
+rules, KubeVirt's cluster roles built from the kind registry, bindings, and the words of
+a refusal.
+
+The roles follow KubeVirt's (pkg/virt-operator/resource/generate/rbac/cluster.go), with
+the resource names taken from the registry so a new kind is covered without touching
+this module:
+- `kubevirt.io:view`: get, list, watch on every KubeVirt kind; get on the subresources
+  that only report (guestosinfo, filesystemlist, userlist);
+- `kubevirt.io:edit`: view, plus create, update, patch, delete on every namespaced
+  KubeVirt kind and every subresource, except migrations (read only) and `migrate`;
+  get on the consoles (console, vnc, vnc/screenshot);
+- `kubevirt.io:admin`: edit plus deletecollection;
+- `kubevirt.io:migrate`: migrations (every verb) and the `migrate` subresources;
+- `cluster-admin`: everything (Kubernetes' own).
+Kinds of the core group (nodes) are Kubernetes' and belong to no KubeVirt role."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from urllib.parse import parse_qs
+
+import msgspec
+
+from events.meta import Kind
+from kinds.registry import Registry
+from kinds.spec import KindSpec
+
+READ = ("get", "list", "watch")
+WRITE = ("create", "update", "patch", "delete")
+ALL = "*"
+# subresources a viewer may read: they report on the guest and change nothing
+INFO_SUBRESOURCES = frozenset({"guestosinfo", "filesystemlist", "userlist"})
+MIGRATE_SUBRESOURCE = "migrate"
+AUTHENTICATED = "system:authenticated"
+UNAUTHENTICATED = "system:unauthenticated"
+ANONYMOUS = "system:anonymous"
+MASTERS = "system:masters"
+
+VIEW, EDIT, ADMIN, MIGRATE = (
+    "kubevirt.io:view",
+    "kubevirt.io:edit",
+    "kubevirt.io:admin",
+    ("kubevirt.io:migrate"),
+)
+CLUSTER_ADMIN = "cluster-admin"
+# Kubernetes' system:public-info-viewer (anyone) and system:discovery (any authenticated
+# user). /metrics is public here so a Prometheus scrape needs no credentials.
+PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version", "/version/", "/metrics")
+DISCOVERY_PATHS = ("/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/openapi.json")
+
+
+class Rule(msgspec.Struct, frozen=True):
+    """A PolicyRule: resources are `plural` or `plural/subresource` ("*" matches all)."""
+
+    verbs: tuple[str, ...]
+    api_groups: tuple[str, ...] = ()
+    resources: tuple[str, ...] = ()
+    non_resource_urls: tuple[str, ...] = ()
+
+
+class Attributes(msgspec.Struct, frozen=True):
+    """What a request asks for, as the API server's RequestInfo sees it."""
+
+    verb: str
+    path: str = ""
+    resource_request: bool = False
+    api_group: str = ""
+    resource: str = ""
+    subresource: str = ""
+    namespace: str = ""
+    name: str = ""
+
+
+class Subject(msgspec.Struct, frozen=True):
+    kind: str  # User or Group
+    name: str
+
+
+class Binding(msgspec.Struct, frozen=True):
+    """A RoleBinding (namespace set: the role's rules hold in that namespace only) or a
+    ClusterRoleBinding (namespace "": everywhere)."""
+
+    role: str
+    subjects: tuple[Subject, ...]
+    namespace: str = ""
+    name: str = ""
+
+
+class User(msgspec.Struct, frozen=True):
+    name: str
+    groups: tuple[str, ...] = ()
+
+
+# ----------------------------------------------------------- request info
+_VERB_OF = {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}
+
+
+def attributes(method: str, path: str, query: str = "") -> Attributes:
+    """The API server's RequestInfo for `method path?query`: /api/v1/... and
+    /apis/GROUP/VERSION/... are resource requests; anything else is a path."""
+    parts = [p for p in path.strip("/").split("/") if p]
+    if not parts or parts[0] not in ("api", "apis"):
+        return Attributes(verb=method.lower(), path=path)
+    if parts[0] == "api":
+        group, rest = "", parts[2:] if len(parts) >= 2 else []
+        if len(parts) < 3:
+            return Attributes(verb=method.lower(), path=path)
+    else:
+        if len(parts) < 4:  # /apis, /apis/g, /apis/g/v: discovery
+            return Attributes(verb=method.lower(), path=path)
+        group, rest = parts[1], parts[3:]
+    namespace = ""
+    if rest[0] == "namespaces" and len(rest) >= 3:
+        namespace, rest = rest[1], rest[2:]
+    elif rest[0] == "namespaces" and len(rest) == 2:
+        namespace = rest[1]  # a namespace itself: its name is also its namespace
+    resource = rest[0]
+    name = rest[1] if len(rest) > 1 else ""
+    subresource = "/".join(rest[2:])
+    q = parse_qs(query)
+    if method == "GET":
+        watch = q.get("watch", [""])[0].lower() in ("true", "1")
+        verb = "get" if name else ("watch" if watch else "list")
+    elif method == "DELETE" and not name:
+        verb = "deletecollection"
+    else:
+        verb = _VERB_OF.get(method, method.lower())
+    return Attributes(
+        verb=verb,
+        path=path,
+        resource_request=True,
+        api_group=group,
+        resource=resource,
+        subresource=subresource,
+        namespace=namespace,
+        name=name,
+    )
+
+
+# ------------------------------------------------------------------ roles
+def _kubevirt(spec: KindSpec) -> bool:
+    return spec.group != ""
+
+
+def _is_migration(spec: KindSpec) -> bool:
+    return spec.event_kind is Kind.MIGRATION
+
+
+def _subs(spec: KindSpec, keep: Iterable[str]) -> tuple[Rule, ...]:
+    wanted = set(keep)
+    out = []
+    for method in ("GET", "PUT"):
+        names = tuple(
+            f"{spec.plural}/{s.name}"
+            for s in spec.subresources
+            if s.method == method and s.name in wanted
+        )
+        if names:
+            verb = "get" if method == "GET" else "update"
+            out.append(Rule((verb,), (spec.subresource_group,), names))
+    return tuple(out)
+
+
+def cluster_roles(kinds: Registry) -> dict[str, tuple[Rule, ...]]:
+    """KubeVirt's cluster roles for the kinds of `kinds` (see the module's doc)."""
+    view: list[Rule] = []
+    edit: list[Rule] = []
+    migrate: list[Rule] = []
+    for spec in kinds:
+        if not _kubevirt(spec):
+            continue
+        view.append(Rule(READ, (spec.group,), (spec.plural,)))
+        view.extend(_subs(spec, (s.name for s in spec.subresources if s.name in INFO_SUBRESOURCES)))
+        if not spec.namespaced:
+            continue
+        if _is_migration(spec):
+            migrate.append(Rule((*READ, *WRITE, "deletecollection"), (spec.group,), (spec.plural,)))
+        else:
+            edit.append(Rule(WRITE, (spec.group,), (spec.plural,)))
+        edit.extend(
+            _subs(spec, (s.name for s in spec.subresources if s.name != MIGRATE_SUBRESOURCE))
+        )
+        if spec.streams:  # console, vnc: editors' (a viewer could type into a guest)
+            streams = tuple(f"{spec.plural}/{name}" for name in spec.streams)
+            edit.append(Rule(("get",), (spec.subresource_group,), streams))
+        migrate.extend(
+            _subs(spec, (s.name for s in spec.subresources if s.name == MIGRATE_SUBRESOURCE))
+        )
+    edit = view + edit
+    admin = [
+        *edit,
+        *(
+            Rule(("deletecollection",), (s.group,), (s.plural,))
+            for s in kinds
+            if _kubevirt(s) and s.namespaced and not _is_migration(s)
+        ),
+    ]
+    return {
+        VIEW: tuple(view),
+        EDIT: tuple(edit),
+        ADMIN: tuple(admin),
+        MIGRATE: tuple(migrate),
+        CLUSTER_ADMIN: (
+            Rule((ALL,), (ALL,), (ALL,)),
+            Rule((ALL,), non_resource_urls=(ALL,)),
+        ),
+    }
+
+
+# Bindings every server has (Kubernetes' bootstrap policy, the parts that apply here).
+SYSTEM_ROLES: dict[str, tuple[Rule, ...]] = {
+    "system:public-info-viewer": (Rule(("get",), non_resource_urls=PUBLIC_PATHS),),
+    "system:discovery": (Rule(("get",), non_resource_urls=DISCOVERY_PATHS),),
+    "system:basic-user": (
+        Rule(("create",), ("authorization.k8s.io",), ("selfsubjectaccessreviews",)),
+    ),
+}
+SYSTEM_BINDINGS: tuple[Binding, ...] = (
+    Binding(
+        "system:public-info-viewer",
+        (Subject("Group", AUTHENTICATED), Subject("Group", UNAUTHENTICATED)),
+    ),
+    Binding("system:discovery", (Subject("Group", AUTHENTICATED),)),
+    Binding("system:basic-user", (Subject("Group", AUTHENTICATED),)),
+    Binding(CLUSTER_ADMIN, (Subject("Group", MASTERS),)),
+)
+
+
+# -------------------------------------------------------------- deciding
+def _match(values: tuple[str, ...], value: str) -> bool:
+    return ALL in values or value in values
+
+
+def _resource_match(resources: tuple[str, ...], a: Attributes) -> bool:
+    if ALL in resources:
+        return True
+    if not a.subresource:
+        return a.resource in resources
+    combined = f"{a.resource}/{a.subresource}"
+    return (
+        combined in resources
+        or f"{a.resource}/*" in resources
+        or (f"*/{a.subresource}" in resources)
+    )
+
+
+def _url_match(urls: tuple[str, ...], path: str) -> bool:
+    for url in urls:
+        if url in (ALL, path) or (url.endswith("*") and path.startswith(url[:-1])):
+            return True
+    return False
+
+
+def rule_allows(rule: Rule, a: Attributes) -> bool:
+    if not _match(rule.verbs, a.verb):
+        return False
+    if a.resource_request:
+        return _match(rule.api_groups, a.api_group) and _resource_match(rule.resources, a)
+    return _url_match(rule.non_resource_urls, a.path)
+
+
+def _subject_is(subject: Subject, user: User) -> bool:
+    if subject.kind == "Group":
+        return subject.name in user.groups
+    return subject.kind == "User" and subject.name == user.name
+
+
+def allowed(
+    user: User,
+    a: Attributes,
+    bindings: Iterable[Binding],
+    roles: Mapping[str, tuple[Rule, ...]],
+) -> bool:
+    """RBAC: some binding of the user (or one of its groups) whose scope holds the request
+    names a role with a rule that allows it. A RoleBinding never reaches a cluster-scoped
+    resource or a path."""
+    for binding in (*SYSTEM_BINDINGS, *bindings):
+        if binding.namespace and (not a.resource_request or binding.namespace != a.namespace):
+            continue
+        if not any(_subject_is(s, user) for s in binding.subjects):
+            continue
+        rules = roles.get(binding.role) or SYSTEM_ROLES.get(binding.role, ())
+        if any(rule_allows(rule, a) for rule in rules):
+            return True
+    return False
+
+
+def forbidden_message(user: User, a: Attributes) -> str:
+    """The API server's words: `virtualmachines.kubevirt.io "x" is forbidden: User "u"
+    cannot delete resource "virtualmachines" in API group "kubevirt.io" in the namespace
+    "default"`."""
+    if not a.resource_request:
+        return f'forbidden: User "{user.name}" cannot {a.verb} path "{a.path}"'
+    resource = f"{a.resource}/{a.subresource}" if a.subresource else a.resource
+    where = f'in the namespace "{a.namespace}"' if a.namespace else "at the cluster scope"
+    why = (
+        f'User "{user.name}" cannot {a.verb} resource "{resource}" '
+        f'in API group "{a.api_group}" {where}'
+    )
+    qualified = f"{a.resource}.{a.api_group}" if a.api_group else a.resource
+    if a.name:
+        return f'{qualified} "{a.name}" is forbidden: {why}'
+    return f"{qualified} is forbidden: {why}"
