@@ -471,8 +471,16 @@ def evolve_resource(view: ResourceView | None, s: Stored) -> ResourceView | None
             )
         case ResourceDeleted():
             return None
-        case VolumesCopyRequested():
-            return view if view is None else replace(view, version=s.seq)
+        case VolumesCopyRequested(copies=copies, restore=restore):
+            if view is None:
+                return None
+            if restore:
+                return replace(view, version=s.seq)
+            pending = [{"volumeSnapshotName": c.backup, "readyToUse": False} for c in copies]
+            status = {**view.status, "volumeSnapshotStatus": pending}
+            return replace(
+                view, status_json=pack_manifest(status), version=s.seq, resource_version=s.seq
+            )
         case VolumesCopied():
             if view is None:
                 return None
