@@ -388,6 +388,33 @@ class ResourceDeleted(Event, tag="ResourceDeleted", frozen=True):
     pass
 
 
+class VolumeCopy(msgspec.Struct, frozen=True, rename="camel"):
+    """One persistent volume's copy: the claim's disk file and its backup."""
+
+    volume: str  # the VM's volume name
+    claim: str  # the PVC (persistentVolumeClaim.claimName, dataVolume.name)
+    backup: str  # the backup's name (KubeVirt's volumeSnapshotName)
+
+
+class VolumesCopyRequested(Event, tag="VolumesCopyRequested", frozen=True):
+    """The snapshot controller asks a node's handler to copy persistent volumes (claims →
+    backups on a VirtualMachineSnapshotContent, backups → claims on a
+    VirtualMachineRestore). Routed to the node (meta.node)."""
+
+    copies: tuple[VolumeCopy, ...]
+    restore: bool = False
+    vmi: str = ""  # "ns/name" of the running VMI to pause for the copy ("": offline)
+
+
+class VolumesCopied(Event, tag="VolumesCopied", frozen=True):
+    """The handler's answer: every copy done, or `error` (nothing is half-done: a copy
+    goes to a temporary file renamed when complete). Routed to the same node."""
+
+    copies: tuple[VolumeCopy, ...]
+    restore: bool = False
+    error: str = ""
+
+
 # One union per aggregate kind: a fold matches over its kind's union and ends in
 # `assert_never`, so mypy reports an event type it does not handle.
 VMEvent = (
@@ -447,6 +474,13 @@ NodeEvent = (
     | NodeResponsive
 )
 PolicyEvent = PolicyCreated | PolicyUpdated | PolicyDeleted
-ResourceEvent = ResourceCreated | ResourceUpdated | ResourceStatusChanged | ResourceDeleted
+ResourceEvent = (
+    ResourceCreated
+    | ResourceUpdated
+    | ResourceStatusChanged
+    | ResourceDeleted
+    | VolumesCopyRequested
+    | VolumesCopied
+)
 
 AnyEvent = VMEvent | VMIEvent | MigrationEvent | NodeEvent | PolicyEvent | ResourceEvent

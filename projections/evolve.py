@@ -5,6 +5,7 @@ unchanged. Cross-aggregate effects (a migration moving its VMI) live in `cluster
 
 from __future__ import annotations
 
+import datetime as dt
 import sys
 from typing import Any, assert_never
 
@@ -75,6 +76,8 @@ from events.catalog import (
     VMStateChangeRequestsCleared,
     VMStopRequested,
     VMUpdated,
+    VolumesCopied,
+    VolumesCopyRequested,
 )
 from events.envelope import Stored
 from projections.views import (
@@ -468,5 +471,46 @@ def evolve_resource(view: ResourceView | None, s: Stored) -> ResourceView | None
             )
         case ResourceDeleted():
             return None
+        case VolumesCopyRequested(copies=copies, restore=restore):
+            if view is None:
+                return None
+            if restore:
+                return replace(view, version=s.seq)
+            pending = [{"volumeSnapshotName": c.backup, "readyToUse": False} for c in copies]
+            status = {**view.status, "volumeSnapshotStatus": pending}
+            return replace(
+                view, status_json=pack_manifest(status), version=s.seq, resource_version=s.seq
+            )
+        case VolumesCopied():
+            if view is None:
+                return None
+            status = _volumes_copied(view.status, ev)
+            return replace(
+                view, status_json=pack_manifest(status), version=s.seq, resource_version=s.seq
+            )
         case _:
             assert_never(ev)
+
+
+def _volumes_copied(status: dict[str, Any], ev: VolumesCopied) -> dict[str, Any]:
+    """A handler's copy result in the object's status, as KubeVirt shapes it: a content's
+    `volumeSnapshotStatus`, a restore's `restores`; `error` when a copy failed."""
+    status = dict(status)
+    at = dt.datetime.fromtimestamp(ev.meta.occurred_at, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    if ev.error:
+        status["error"] = {"time": at, "message": ev.error}
+    elif ev.restore:
+        status["restores"] = [
+            {
+                "volumeName": c.volume,
+                "persistentVolumeClaim": c.claim,
+                "volumeSnapshotName": c.backup,
+            }
+            for c in ev.copies
+        ]
+    else:
+        status["volumeSnapshotStatus"] = [
+            {"volumeSnapshotName": c.backup, "creationTime": at, "readyToUse": True}
+            for c in ev.copies
+        ]
+    return status

@@ -11,15 +11,22 @@ answers (so a redelivered event or a restarted controller decides a duplicate):
 No source VM: InProgress with "Source does not exist" until `spec.failureDeadline`
 (default 5m, "0s" = none) passes, then Failed, "snapshot deadline exceeded".
 
-What a snapshot holds here is the VM's spec: no volume is copied, so every volume is
-listed in `status.snapshotVolumes.excludedVolumes` and the content has no `volumeBackups`.
+What a snapshot holds: the VM's spec, and in qemu mode (a node with hypervisor "qemu")
+a copy of every persistentVolumeClaim/dataVolume volume. Those are the content's
+`volumeBackups` (`vmsnapshot-<snapshot uid>-volume-<volume>`); the controller asks a node's
+handler to copy them (`VolumesCopyRequested`, routed to the VMI's node when it runs, else
+the first schedulable qemu node), and the content is ready only once `VolumesCopied` is
+folded (`volumeSnapshotStatus`). A failed copy fails the snapshot with its message. The
+other volumes (and in test mode every volume) are `snapshotVolumes.excludedVolumes`.
 
 Restore: the target VM must have no running VMI ("Waiting for target to be ready";
 `targetReadinessPolicy` FailImmediate, StopTarget, WaitEventually, or the default
 WaitGracePeriodAndFail: failed 5 minutes after creation). Then the target's spec is set
 from the content (an existing VM keeps its run strategy; a new VM name is created Halted),
 annotated `restore.kubevirt.io/lastRestoreUID: <restore>-<uid>`, and once that is folded
-the restore is complete."""
+the restore is complete. A content with `volumeBackups` is first copied back into new
+claims `restore-<restore uid>-<volume>` (KubeVirt's names; `status.restores`) by a node's
+handler, and the restored spec's volumes name those claims."""
 
 from __future__ import annotations
 
@@ -36,13 +43,15 @@ from events.catalog import (
     VMRunStrategyChanged,
     VMStopRequested,
     VMUpdated,
+    VolumeCopy,
+    VolumesCopyRequested,
 )
 from events.envelope import Context, Decision
 from events.meta import Aggregate, Kind
 from projections.cluster import Cluster, key
 from projections.render import rfc3339
 from projections.snapshots import failed as _failed
-from projections.views import ResourceView, VMView
+from projections.views import ResourceView, VMIView, VMView
 from services.controller import emit
 
 JSON = dict[str, Any]
@@ -63,6 +72,8 @@ TARGET_NOT_READY = "Restore target not ready"
 GRACE_EXCEEDED = "Restore target failed to be ready within 5m0s"
 UPDATING = "Updating target spec"
 WAITING_UPDATE = "Waiting for target update"
+RESTORING_VOLUMES = "Restoring volumes"
+VOLUME_COPY_FAILED = "Volume copy failed: "
 EXISTING_TARGET = (
     "restore source and restore target are different but restore target already exists"
 )
@@ -128,6 +139,73 @@ def _volume_names(spec: JSON) -> list[str]:
     return [str(v.get("name")) for v in volumes if isinstance(v, dict) and v.get("name")]
 
 
+def _claim(volume: JSON) -> str:
+    if "persistentVolumeClaim" in volume:
+        return str((volume["persistentVolumeClaim"] or {}).get("claimName") or "")
+    if "dataVolume" in volume:
+        return str((volume["dataVolume"] or {}).get("name") or "")
+    return ""
+
+
+def persistent_volumes(spec: JSON) -> list[tuple[str, str]]:
+    """(volume name, claim) of the VM's persistentVolumeClaim and dataVolume volumes."""
+    volumes = ((spec.get("template") or {}).get("spec") or {}).get("volumes") or []
+    return [
+        (str(v["name"]), claim)
+        for v in volumes
+        if isinstance(v, dict) and v.get("name") and (claim := _claim(v))
+    ]
+
+
+def qemu_mode(cluster: Cluster) -> bool:
+    """Disks are real files only where a node runs QEMU."""
+    return any(n.hypervisor == "qemu" for n in cluster.nodes.values())
+
+
+def _copy_node(cluster: Cluster, vmi: VMIView | None) -> str:
+    """Where a copy runs: the node of the running VMI (it pauses the domain), else the
+    first schedulable qemu node (every node of a machine shares the disk dir)."""
+    if vmi is not None and not vmi.final and vmi.node:
+        return vmi.node
+    nodes = sorted(
+        n.name for n in cluster.nodes.values() if n.hypervisor == "qemu" and n.schedulable
+    )
+    return nodes[0] if nodes else ""
+
+
+def _backups(content: ResourceView) -> list[VolumeCopy]:
+    out = []
+    for b in content.spec.get("volumeBackups") or []:
+        claim = ((b.get("persistentVolumeClaim") or {}).get("metadata") or {}).get("name") or ""
+        out.append(
+            VolumeCopy(str(b.get("volumeName")), str(claim), str(b.get("volumeSnapshotName")))
+        )
+    return out
+
+
+def _request_copies(
+    cluster: Cluster,
+    kind: Kind,
+    res: ResourceView,
+    copies: list[VolumeCopy],
+    vmi: VMIView | None,
+    ctx: Context,
+    *,
+    restore: bool,
+) -> list[Decision]:
+    node = _copy_node(cluster, vmi)
+    if not node:
+        return []  # no qemu node ready: decided again on the next pass
+    running = vmi is not None and not vmi.final and vmi.node == node
+    ev = VolumesCopyRequested(
+        meta=emit.meta(ctx, _agg(kind, res), f"volumes-copy/{res.uid}", node=node),
+        copies=tuple(copies),
+        restore=restore,
+        vmi=f"{vmi.namespace}/{vmi.name}" if running and vmi is not None else "",
+    )
+    return [Decision(ev, occ=False)]
+
+
 def source_vm(cluster: Cluster, snapshot: ResourceView) -> VMView | None:
     name = (snapshot.spec.get("source") or {}).get("name") or ""
     vm = cluster.vms.get(key(snapshot.namespace, name))
@@ -155,7 +233,15 @@ def reconcile_snapshot(cluster: Cluster, snap: ResourceView, ctx: Context) -> li
         if cstatus.get("creationTime"):
             status["creationTime"] = cstatus["creationTime"]
             status["readyToUse"] = bool(cstatus.get("readyToUse"))
-    if deadline > 0 and ctx.now > snap.created_at + deadline and "creationTime" not in status:
+    copy_error = ((content.status.get("error") or {}) if content else {}).get("message")
+    if copy_error and "creationTime" not in status:
+        status["phase"] = "Failed"
+        status["error"] = content.status["error"] if content else {}
+        conds = [
+            ("Failure", "True", VOLUME_COPY_FAILED + copy_error),
+            ("Progressing", "False", FAILED),
+        ]
+    elif deadline > 0 and ctx.now > snap.created_at + deadline and "creationTime" not in status:
         status["phase"] = "Failed"
         conds = [("Failure", "True", DEADLINE), ("Progressing", "False", FAILED)]
     elif "creationTime" in status:
@@ -167,8 +253,17 @@ def reconcile_snapshot(cluster: Cluster, snap: ResourceView, ctx: Context) -> li
         content_vm = ((content.spec.get("source") if content else None) or {}).get(
             "virtualMachine"
         ) or {}
-        excluded = _volume_names(content_vm.get("spec") or {})
-        status["snapshotVolumes"] = {"excludedVolumes": excluded} if excluded else {}
+        included = [
+            str(b.get("volumeName"))
+            for b in (content.spec if content else {}).get("volumeBackups") or []
+        ]
+        excluded = [n for n in _volume_names(content_vm.get("spec") or {}) if n not in included]
+        volumes: JSON = {}
+        if included:
+            volumes["includedVolumes"] = included
+        if excluded:
+            volumes["excludedVolumes"] = excluded
+        status["snapshotVolumes"] = volumes
     elif vm is None:
         status["phase"] = "InProgress"
         conds = [("Progressing", "False", NO_SOURCE)]
@@ -183,17 +278,35 @@ def reconcile_snapshot(cluster: Cluster, snap: ResourceView, ctx: Context) -> li
                 {"indication": n, "message": INDICATIONS[n]} for n in names
             ]
         if content is None:
-            out.append(_create_content(snap, vm, ctx))
-        elif not content.status:
-            cstatus = {"creationTime": rfc3339(ctx.now), "readyToUse": True}
-            out += _status(Kind.SNAPSHOT_CONTENT, content, cstatus, ctx)
+            out.append(_create_content(snap, vm, qemu_mode(cluster), ctx))
+        else:
+            out += _content_progress(cluster, content, vmi, ctx)
     ready = status["readyToUse"]
     conds.append(("Ready", "True", "Ready") if ready else ("Ready", "False", "Not ready"))
     status["conditions"] = _conditions(old, conds, ctx.now)
     return _status(Kind.SNAPSHOT, snap, status, ctx) + out
 
 
-def _create_content(snap: ResourceView, vm: VMView, ctx: Context) -> Decision:
+def _content_progress(
+    cluster: Cluster, content: ResourceView, vmi: VMIView | None, ctx: Context
+) -> list[Decision]:
+    """Copy the content's volumes (when it has any), then mark it ready."""
+    cstatus = content.status
+    backups = _backups(content)
+    copied = cstatus.get("volumeSnapshotStatus") or []
+    if cstatus.get("creationTime") or cstatus.get("error"):
+        return []
+    if backups and not copied:
+        return _request_copies(
+            cluster, Kind.SNAPSHOT_CONTENT, content, backups, vmi, ctx, restore=False
+        )
+    if backups and not all(v.get("readyToUse") for v in copied):
+        return []  # the handler is copying
+    ready = {**cstatus, "creationTime": rfc3339(ctx.now), "readyToUse": True}
+    return _status(Kind.SNAPSHOT_CONTENT, content, ready, ctx)
+
+
+def _create_content(snap: ResourceView, vm: VMView, qemu: bool, ctx: Context) -> Decision:
     name = content_name(snap)
     decision_key = f"vmsnapshot-content/{snap.uid}"
     uid = emit.new_uid(ctx, decision_key)
@@ -228,7 +341,16 @@ def _create_content(snap: ResourceView, vm: VMView, ctx: Context) -> Decision:
                 }
             },
             "virtualMachineSnapshotName": snap.name,
-            "volumeBackups": [],
+            "volumeBackups": [
+                {
+                    "volumeName": volume,
+                    "persistentVolumeClaim": {"metadata": {"name": claim}},
+                    "volumeSnapshotName": f"vmsnapshot-{snap.uid}-volume-{volume}",
+                }
+                for volume, claim in (
+                    persistent_volumes(manifest.get("spec") or {}) if qemu else []
+                )
+            ],
         },
     }
     agg = Aggregate(kind=Kind.SNAPSHOT_CONTENT, namespace=snap.namespace, name=name, uid=uid)
@@ -255,6 +377,15 @@ def reconcile_content(cluster: Cluster, content: ResourceView, ctx: Context) -> 
 # --------------------------------------------------------------------- restore
 def _restore_key(restore: ResourceView) -> str:
     return f"{restore.name}-{restore.uid}"
+
+
+def _restore_claim(restore: ResourceView, volume: str) -> str:
+    return f"restore-{restore.uid}-{volume}"
+
+
+def _content_of(cluster: Cluster, snap: ResourceView) -> ResourceView | None:
+    name = str(snap.status.get("virtualMachineSnapshotContentName") or "")
+    return cluster.resources[Kind.SNAPSHOT_CONTENT].get(key(snap.namespace, name))
 
 
 def _snapshot_content(
@@ -324,6 +455,32 @@ def reconcile_restore(cluster: Cluster, restore: ResourceView, ctx: Context) -> 
     done = restored(target, restore)
     if target is not None and not done and snap.status.get("sourceUID") != target.uid:
         return error(EXISTING_TARGET)
+    content = _content_of(cluster, snap)
+    backups = _backups(content) if content is not None and not done else []
+    if backups and not old.get("restores"):
+        if (old.get("error") or {}).get("message"):
+            status.pop("error", None)
+            return conditions(
+                ("Progressing", "False", FAILED),
+                ("Ready", "False", FAILED),
+                ("Failure", "True", VOLUME_COPY_FAILED + old["error"]["message"]),
+            )
+        copies = [
+            VolumeCopy(c.volume, _restore_claim(restore, c.volume), c.backup) for c in backups
+        ]
+        waiting = conditions(
+            ("Progressing", "True", RESTORING_VOLUMES), ("Ready", "False", RESTORING_VOLUMES)
+        )
+        if _reason(old, "Progressing") == RESTORING_VOLUMES:
+            return waiting  # asked already: the handler is copying
+        return (
+            _request_copies(cluster, Kind.RESTORE, restore, copies, None, ctx, restore=True)
+            + waiting
+        )
+    if backups:
+        snap_vm = _with_claims(
+            snap_vm, {r["volumeName"]: r["persistentVolumeClaim"] for r in old["restores"]}
+        )
     if done:
         status["complete"] = True
         status["restoreTime"] = old.get("restoreTime") or rfc3339(ctx.now)
@@ -334,6 +491,35 @@ def reconcile_restore(cluster: Cluster, restore: ResourceView, ctx: Context) -> 
         if dropped:
             status["deletedDataVolumes"] = dropped
     return conditions(("Progressing", "True", UPDATING), ("Ready", "False", WAITING_UPDATE)) + out
+
+
+def _reason(status: JSON, ctype: str) -> str:
+    for c in status.get("conditions") or []:
+        if c.get("type") == ctype:
+            return str(c.get("reason") or "")
+    return ""
+
+
+def _with_claims(snap_vm: JSON, claims: dict[str, str]) -> JSON:
+    """The snapshot's VM with its persistent volumes on the restored claims (a dataVolume
+    volume and its template renamed alike)."""
+    vm = copy.deepcopy(snap_vm)
+    spec = vm.setdefault("spec", {})
+    renamed: dict[str, str] = {}
+    for v in ((spec.get("template") or {}).get("spec") or {}).get("volumes") or []:
+        claim = claims.get(v.get("name"))
+        if not claim:
+            continue
+        if "persistentVolumeClaim" in v:
+            v["persistentVolumeClaim"] = {**(v["persistentVolumeClaim"] or {}), "claimName": claim}
+        elif "dataVolume" in v:
+            renamed[str((v["dataVolume"] or {}).get("name"))] = claim
+            v["dataVolume"] = {**(v["dataVolume"] or {}), "name": claim}
+    for t in spec.get("dataVolumeTemplates") or []:
+        meta = t.get("metadata") or {}
+        if meta.get("name") in renamed:
+            t["metadata"] = {**meta, "name": renamed[meta["name"]]}
+    return vm
 
 
 def _target_not_ready(

@@ -24,7 +24,7 @@ from events import subjects
 from events.catalog import MigrationFailed, Resources, TargetPrepared
 from events.envelope import Context, Decision, Stored
 from events.meta import Kind
-from services.handler import migration
+from services.handler import migration, volumes
 from services.handler.effects import (
     Action,
     Launch,
@@ -64,14 +64,17 @@ from services.handler.planner import (
     service_name,
 )
 from services.handler.state import NodeState, evolve, vmi_key
+from services.handler.volumes import CopyStarted, Jobs, VolumesCopyDone
 from services.runtime.reactor import Note
+
+_COPY_KINDS = (Kind.SNAPSHOT_CONTENT, Kind.RESTORE)
 
 
 class Joined(msgspec.Struct, frozen=True):
     """NodeJoined went out (once per incarnation)."""
 
 
-HandlerNote = Joined | MigrationNote
+HandlerNote = Joined | MigrationNote | CopyStarted
 Input = Observation | HandlerNote
 Output = Decision | Action | Note[Input]
 
@@ -80,6 +83,7 @@ class HandlerState(msgspec.Struct, kw_only=True):
     records: NodeState = msgspec.field(default_factory=dict)
     observed: dict[str, Observed] = msgspec.field(default_factory=dict)  # by VMI key
     migrations: MigrationState = msgspec.field(default_factory=MigrationState)
+    copies: Jobs = msgspec.field(default_factory=dict)  # volume copies, by job key
     joined: bool = False
 
 
@@ -107,6 +111,8 @@ class NodeDecider:
         return [
             subjects.node_filter(Kind.VMI, self.node),
             subjects.node_filter(Kind.MIGRATION, self.node),
+            subjects.node_filter(Kind.SNAPSHOT_CONTENT, self.node),
+            subjects.node_filter(Kind.RESTORE, self.node),
         ]
 
     def initial_state(self) -> HandlerState:
@@ -114,6 +120,9 @@ class NodeDecider:
 
     # ------------------------------------------------------------------ folding
     def evolve(self, state: HandlerState, stored: Stored) -> HandlerState:
+        if stored.event.meta.aggregate.kind in _COPY_KINDS:
+            volumes.fold(state.copies, stored.event)
+            return state
         evolve(state.records, stored.event)
         migration.note_newer(state.migrations, stored)
         migration.fold(state.migrations, state.records, stored.event, self.node)
@@ -137,6 +146,8 @@ class NodeDecider:
                 migration.observe(state.migrations, obs)
             case Joined():
                 state.joined = True
+            case CopyStarted() | VolumesCopyDone():
+                volumes.observe(state.copies, obs)
             case TargetNoted() | TargetOver() | SourceStep() | ProgressSent():
                 migration.note(state.migrations, obs)
             case _:
@@ -149,6 +160,8 @@ class NodeDecider:
         agg = event.meta.aggregate
         vkeys: list[str] = []
         mkeys: list[str] = []
+        if agg.kind in _COPY_KINDS:
+            return self._copy(state, volumes.job_key(agg))
         if agg.kind is Kind.VMI:
             vkeys.append(vmi_key(event))
         elif agg.kind is Kind.MIGRATION and event.meta.node == self.node:
@@ -166,7 +179,17 @@ class NodeDecider:
                 return self._decide(state, [key], [], ctx.now)
             case MigrationRead() | MigrationCalled() | MigrationReported():
                 return self._decide(state, [], [obs.key], ctx.now)
-            case Joined() | TargetNoted() | TargetOver() | SourceStep() | ProgressSent():
+            case VolumesCopyDone():
+                event = volumes.answer(state.copies, obs, self.node, self.name, ctx.now)
+                return [] if event is None else [Decision(event, occ=False)]
+            case (
+                Joined()
+                | TargetNoted()
+                | TargetOver()
+                | SourceStep()
+                | ProgressSent()
+                | CopyStarted()
+            ):
                 return []  # its own note: decided where it was made
             case _:
                 assert_never(obs)
@@ -180,6 +203,9 @@ class NodeDecider:
         vkeys = [*state.records, *(k for k in state.observed if k not in state.records)]
         vkeys += [k for k in ms.targets if k not in state.records and k not in state.observed]
         mkeys = [k for k, job in ms.sources.items() if job.stage is not Stage.DONE]
+        for key, job in state.copies.items():
+            if not job.done:
+                out += self._copy(state, key)
         return out + self._decide(state, vkeys, mkeys, ctx.now)
 
     def wakeup(self, state: HandlerState) -> float | None:
@@ -209,6 +235,16 @@ class NodeDecider:
                     out += self._source(state, mkey, now)
                     decided.add(mkey)
             out += self._decide_key(state, key, now)
+        return out
+
+    def _copy(self, state: HandlerState, key: str) -> list[Output]:
+        job = state.copies.get(key)
+        o = state.observed.get(job.request.vmi) if job is not None and job.request.vmi else None
+        running = o is not None and o.connected and not o.gone and o.final is None
+        domain = o.domain_name if o is not None and running else ""
+        out: list[Output] = []
+        for step in volumes.plan(state.copies, key, domain):
+            out.append(Note(step) if isinstance(step, CopyStarted) else step)
         return out
 
     def _source(self, state: HandlerState, mkey: str, now: float) -> list[Output]:

@@ -13,6 +13,7 @@ from events.catalog import MigrationScheduled
 from events.meta import Aggregate
 from projections.views import MigrationView
 from services.handler.planner import Cleanup, Observed, Send
+from services.handler.volumes import CopyVolumes, VolumesCopyDone
 from services.launcher.protocol import AbortMigration, MigrateTo, MigrationProgress, MigrationResult
 
 
@@ -56,7 +57,7 @@ class ReadMigration(msgspec.Struct, frozen=True):
 
 
 FleetAction = Launch | Send | Cleanup | Release | Migrate | Relay
-Action = FleetAction | ReadMigration
+Action = FleetAction | ReadMigration | CopyVolumes
 
 
 # ------------------------------------------------------------------ observations
@@ -94,4 +95,4 @@ class MigrationReported(msgspec.Struct, frozen=True):
     report: MigrationProgress | MigrationResult | None
 
 
-Observation = LauncherSeen | MigrationRead | MigrationCalled | MigrationReported
+Observation = LauncherSeen | MigrationRead | MigrationCalled | MigrationReported | VolumesCopyDone

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 
 import msgspec
@@ -39,6 +39,8 @@ from services.handler.migration import MigrationState
 from services.handler.node_info import LaunchSettings, NodeConfig, capacity, labels
 from services.handler.planner import service_name
 from services.handler.state import NodeState
+from services.handler.volume_copy import copy_volumes
+from services.handler.volumes import CopyVolumes, VolumesCopyDone
 from services.launcher.domain_xml import DomainType
 from services.runtime.reactor import Inbox
 from services.runtime.shell import ServiceShell, connect, run_process
@@ -83,7 +85,7 @@ async def read_migration(
 
 
 class HandlerEffects:
-    """The handler's executor: the fleet, and reads of migration aggregates."""
+    """The handler's executor: the fleet, reads of migration aggregates, volume copies."""
 
     def __init__(
         self,
@@ -102,12 +104,25 @@ class HandlerEffects:
         await self.fleet.open({r.uid: key for key, r in self.records().items()})
 
     async def execute(self, action: Action) -> None:
+        if isinstance(action, CopyVolumes):
+            self._spawn(self._copy(action))
+            return
         if isinstance(action, ReadMigration):
-            task = asyncio.create_task(self._read(action))
-            self._reads.add(task)
-            task.add_done_callback(self._reads.discard)
+            self._spawn(self._read(action))
             return
         await self.fleet.execute(action)
+
+    def _spawn(self, work: Coroutine[None, None, None]) -> None:
+        task = asyncio.create_task(work)
+        self._reads.add(task)
+        task.add_done_callback(self._reads.discard)
+
+    async def _copy(self, action: CopyVolumes) -> None:
+        launch = self.fleet.launch
+        error = await asyncio.to_thread(
+            copy_volumes, action, launch.disk_dir, launch.hypervisor_uri
+        )
+        self.inbox.put(VolumesCopyDone(action.key, error))
 
     async def _read(self, action: ReadMigration) -> None:
         try:

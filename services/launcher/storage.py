@@ -13,10 +13,17 @@
   genisoimage, mkisofs or xorriso, whichever is installed; with none of them the disk is
   skipped (not attached) and a warning logged.
 - hostDisk with a path: used as is.
-- Anything else (PVCs, DataVolumes, ...): a blank qcow2 of `default_size`.
+- persistentVolumeClaim and dataVolume: the claim's own qcow2,
+  `<disk_dir>/volumes/<namespace>/<claim>.qcow2`, created blank (`default_size`) on first
+  use and kept when the VMI goes: the VM's next VMI finds the guest's data. Snapshots copy
+  these to `<disk_dir>/backups/<namespace>/<backup>.qcow2` and restores copy them back
+  (`copy_volume`, run by the handler).
+- Anything else: a blank qcow2 of `default_size`.
 
-Everything lives in `<disk_dir>/<domain>/`. In qemu mode every node on this machine uses
-the same disk_dir, like shared storage, so live migration copies memory only.
+Everything else lives in `<disk_dir>/<domain>/` and goes with the launcher. In qemu mode
+every node on this machine uses the same disk_dir, like shared storage, so live migration
+copies memory only (a VMI with a claim is still not migrated: KubeVirt refuses non-RWX
+claims).
 """
 
 from __future__ import annotations
@@ -125,6 +132,11 @@ def _prepare_volume(
     default_size: str,
 ) -> Path | None:
     overlay = directory / f"{name}.qcow2"
+    if claim := claim_name(volume):
+        namespace = (vmi.get("metadata") or {}).get("namespace") or "default"
+        path = claim_path(str(directory.parent), namespace, claim)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return _blank(path, default_size)
     if "emptyDisk" in volume:
         return _blank(overlay, str((volume["emptyDisk"] or {}).get("capacity") or default_size))
     if "hostDisk" in volume and (volume["hostDisk"] or {}).get("path"):
@@ -133,6 +145,38 @@ def _prepare_volume(
         if key in volume:
             return _nocloud_iso(volume[key] or {}, directory / f"{name}.iso", name, vmi)
     return _blank(overlay, default_size)
+
+
+def claim_name(volume: Mapping[str, Any]) -> str:
+    """The claim a persistentVolumeClaim or dataVolume volume names ("" for the others)."""
+    if "persistentVolumeClaim" in volume:
+        return str((volume["persistentVolumeClaim"] or {}).get("claimName") or "")
+    if "dataVolume" in volume:
+        return str((volume["dataVolume"] or {}).get("name") or "")
+    return ""
+
+
+def claim_path(disk_dir: str, namespace: str, claim: str) -> Path:
+    return Path(disk_dir) / "volumes" / namespace / f"{claim}.qcow2"
+
+
+def backup_path(disk_dir: str, namespace: str, backup: str) -> Path:
+    return Path(disk_dir) / "backups" / namespace / f"{backup}.qcow2"
+
+
+def copy_volume(source: Path, target: Path) -> None:
+    """A whole copy of a qcow2 (`qemu-img convert`; `-U` reads an image a paused QEMU
+    still holds), written to a temporary file renamed when complete, so a failed copy
+    leaves the target as it was."""
+    if not source.exists():
+        raise ValueError(f"volume {source.name} has no disk at {source.parent}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    part = target.with_suffix(".part")
+    try:
+        _qemu_img("convert", "-U", "-O", "qcow2", str(source), str(part))
+        part.replace(target)
+    finally:
+        part.unlink(missing_ok=True)
 
 
 def _qemu_img(*args: str) -> str:

@@ -49,8 +49,9 @@ COUNT = re.compile(r"count (\d+) up (\d+\.\d+)")
 
 
 class Cluster:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, nodes: int = 2) -> None:
         self.data_dir = data_dir
+        self.nodes = nodes
         self.port = free_port()
         self.server = f"http://127.0.0.1:{self.port}"  # the CLI finds the credentials
         self.http = httpx.Client()  # the api's client, once `up` wrote its credentials
@@ -60,13 +61,13 @@ class Cluster:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "up", "--data-dir", str(self.data_dir),
              "--port", str(self.port), "--nats-port", str(free_port()),
-             "--hypervisor", "qemu", "--nodes", "2"],
+             "--hypervisor", "qemu", "--nodes", str(self.nodes)],
             cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         self.http = up_client(self.port, timeout=10)
         until(lambda: self.http.get(VMS).is_success, what="the API")
-        until(lambda: len(self.http.get("/api/v1/nodes").json()["items"]) == 2,
-              what="both nodes")  # fmt: skip
+        until(lambda: len(self.http.get("/api/v1/nodes").json()["items"]) == self.nodes,
+              what="the nodes")  # fmt: skip
 
     def stop(self) -> None:
         self.http.close()

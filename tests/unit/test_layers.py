@@ -24,6 +24,7 @@ PURE = [
     "services/handler/migration.py",
     "services/handler/migration_source.py",
     "services/handler/migration_sim.py",
+    "services/handler/volumes.py",
 ]
 # their shells and entry points, which do the I/O
 SHELLS = {"services/controller/service.py", "services/controller/__main__.py"}
