@@ -4,9 +4,11 @@
 One user per service (docs/SECURITY.md has the table and how to use it in a real install):
 - `api`: appends any event (it is where intents become events), serves the NATS intents
   (`virt-api.>`, answering any requester), owns the streams and the snapshot bucket;
-- `controller`: appends any event; its consumer, the dead-letter subject, heartbeats read;
-- `handler-<node>`: appends only VMI events routed to its node, its node's own events, and
-  migration events (a migration's handoff is routed to the other node); its heartbeat
+- `controller`: appends any event; its consumer, the dead-letter subject, heartbeats read,
+  the active/standby lease;
+- `handler-<node>`: appends only VMI events routed to its node, its node's own events,
+  migration events (a migration's handoff is routed to the other node) and the answers to
+  the volume copies routed to it (snapshots, restores); its heartbeat
   key, its dead-letter subject, its durable consumer's acks; no intent;
 - `reader`: the read-only debug commands: stream info, ordered consumers, message gets;
   publishes no event and no intent;
@@ -27,7 +29,7 @@ from collections.abc import Iterable
 import msgspec
 
 from events.subjects import token
-from eventstore import heartbeats
+from eventstore import heartbeats, lease
 
 JS = "$JS.API"
 # what no service needs: removing streams, messages or other services' consumers
@@ -92,7 +94,14 @@ def controller_user(password: str) -> NatsUser:
         "controller",
         password,
         Permissions(
-            ("virt.>", "dlq.virt-controller", f"{JS}.>", "$JS.ACK.>", "$JS.FC.>"),
+            (
+                "virt.>",
+                "dlq.virt-controller",
+                f"{JS}.>",
+                "$JS.ACK.>",
+                "$JS.FC.>",
+                f"$KV.{lease.BUCKET}.>",  # the active/standby lease
+            ),
             JS_DESTRUCTIVE,
         ),
         Permissions((_own_inbox("controller"),)),
@@ -111,6 +120,9 @@ def handler_user(node: str, password: str, stream: str = "VIRT") -> NatsUser:
                 f"virt.vmi.*.*.*.{n}",
                 "virt.migration.*.*.*.*",
                 f"virt.node.*.{n}.*.{n}",
+                # the answers to the volume copies of snapshots and restores it ran
+                f"virt.vmsnapshotcontent.*.*.VolumesCopied.{n}",
+                f"virt.vmrestore.*.*.VolumesCopied.{n}",
                 f"dlq.{service}",
                 f"$KV.{heartbeats.BUCKET}.{heartbeats.key_of(node)}",
                 *JS_READ,
