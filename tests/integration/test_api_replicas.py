@@ -32,8 +32,12 @@ async def test_a_read_carrying_a_sequence_waits_for_the_view_to_fold_it(
     async with (
         running_api(store) as writer,
         running_api(store) as other,
-        httpx.AsyncClient(base_url=writer.url, timeout=10) as a,
-        httpx.AsyncClient(base_url=other.url, timeout=10) as b,
+        httpx.AsyncClient(
+            base_url=writer.url, headers=writer.headers, verify=writer.verify, timeout=10
+        ) as a,
+        httpx.AsyncClient(
+            base_url=other.url, headers=other.headers, verify=other.verify, timeout=10
+        ) as b,
     ):
         created = await a.post(VMS, json=vm("x", "1"))
         assert created.status_code == 201

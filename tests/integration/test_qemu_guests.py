@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import libvirt
 import pytest
 import yaml
@@ -44,7 +45,7 @@ class Cluster:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.port = free_port()
-        self.http = up_client(self.port, timeout=5)
+        self.http = httpx.Client()  # the api's, once `up` wrote its credentials (start)
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -54,6 +55,7 @@ class Cluster:
              "--hypervisor", "qemu", "--nodes", "1"],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         )  # fmt: skip
+        self.http = up_client(self.port, timeout=5)
         until(lambda: self.http.get(VMS).is_success, what="the API")
 
     def stop(self) -> None:
