@@ -511,6 +511,25 @@ def start(
 
 
 @app.command()
+def scale(
+    kind: str = typer.Argument(..., metavar="KIND", help="vmirs or vmpool (or any of their names)"),
+    name: str = typer.Argument(..., metavar="NAME"),
+    replicas: int = typer.Option(..., "--replicas", min=0, help="The new number of replicas"),
+    namespace: str | None = Namespace,
+) -> None:
+    """Set the replicas of a VirtualMachineInstanceReplicaSet or VirtualMachinePool."""
+    spec = REGISTRY.get(kind)
+    if spec is None:
+        raise error(f'the server doesn\'t have a resource type "{kind}"')
+    if spec.subresource("scale") is None:
+        raise error(f"{spec.plural}.{spec.group} cannot be scaled")
+    _action(
+        lambda c: c.scale(spec.kind, name, replicas, _ns(namespace)),
+        f"{spec.singular}.{spec.group}/{name} scaled",
+    )
+
+
+@app.command()
 def stop(
     first: str = First,
     second: str | None = Second,

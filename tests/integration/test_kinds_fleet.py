@@ -156,7 +156,8 @@ def test_a_pool_survives_a_controller_restart_without_duplicate_vms(up: Up) -> N
     assert pid is not None
     os.kill(pid, signal.SIGKILL)  # the supervisor restarts it
     until(lambda: (p := _controller_pid(up)) is not None and p != pid, timeout=60)
-    up.kubectl("scale", "vmpool", "vm-pool-cirros", "--replicas=4")
+    said = up.run("virtstream", "scale", "vmpool", "vm-pool-cirros", "--replicas", "4").stdout
+    assert said.strip() == "virtualmachinepool.pool.kubevirt.io/vm-pool-cirros scaled"
     until(lambda: _running(up, label) == 4, timeout=120)
     names = sorted(v["metadata"]["name"] for v in up.get("vms", "-l", label)["items"])
     assert names == [f"vm-pool-cirros-{n}" for n in range(4)]
