@@ -37,6 +37,7 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -591,14 +592,17 @@ async def run(a: argparse.Namespace) -> int:
         f"  raw zygote fork→Running: {ms(fork)}; USS median "
         f"{statistics.median(floor_uss) / 1024 if floor_uss else 0:.2f} MiB"
     )
-    print(f"(logs: {data_dir}; removed unless --keep)")
-    if not a.keep:
-        import shutil
+    remove_run(data_dir, a.keep)
+    return rc
 
+
+def remove_run(data_dir: Path, keep: bool) -> None:
+    """A run's data dir and `up`'s log beside it, unless asked to keep them."""
+    print(f"(logs: {data_dir}; removed unless --keep)")
+    if not keep:
         shutil.rmtree(data_dir, ignore_errors=True)
         with contextlib.suppress(OSError):
             (data_dir.parent / f"{data_dir.name}-up.log").unlink()
-    return rc
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from bench.bench_exec import (
     ms,
     paced,
     pct,
+    remove_run,
     start_up,
     stream_times,
     wait_ready,
@@ -188,9 +188,5 @@ async def run_ramp(a: argparse.Namespace) -> int:
         if ceiling
         else f"\nceiling: no step kept p99 ≤ {a.p99_target:g} ms"
     )
-    print(f"(logs: {data_dir}; removed unless --keep)")
-    if not a.keep:
-        shutil.rmtree(data_dir, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            (data_dir.parent / f"{data_dir.name}-up.log").unlink()
+    remove_run(data_dir, a.keep)
     return rc

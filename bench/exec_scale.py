@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import statistics
 import subprocess
@@ -48,6 +47,7 @@ from bench.bench_exec import (
     ms,
     paced,
     pct,
+    remove_run,
     rss_kib,
     start_up,
     uss_kib,
@@ -422,9 +422,5 @@ async def run_scale(a: argparse.Namespace) -> int:
             print(f"!! verify at {p.count}: {p.verify_line}")
     if track.http_errors:
         print(f"!! {len(track.http_errors)} HTTP error(s), first: {track.http_errors[0]}")
-    print(f"(logs: {data_dir}; removed unless --keep)")
-    if not a.keep:
-        shutil.rmtree(data_dir, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            (data_dir.parent / f"{data_dir.name}-up.log").unlink()
+    remove_run(data_dir, a.keep)
     return rc
