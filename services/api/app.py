@@ -104,14 +104,17 @@ def _http_error_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Respon
     return _status_response(err)
 
 
-async def _body(request: Request[Any, Any, Any]) -> JSON:
+async def _raw_body(request: Request[Any, Any, Any]) -> bytes:
     try:  # a client that stops sending mid-body must not hold the request forever
-        raw = await asyncio.wait_for(request.body(), BODY_SECONDS)
+        return await asyncio.wait_for(request.body(), BODY_SECONDS)
     except TimeoutError:
         raise request_timeout(
             f"the request body was not received within {BODY_SECONDS:g}s"
         ) from None
-    return bodies.parse(raw, request.headers.get("content-type", ""))
+
+
+async def _body(request: Request[Any, Any, Any]) -> JSON:
+    return bodies.parse(await _raw_body(request), request.headers.get("content-type", ""))
 
 
 def _idempotency(request: Request[Any, Any, Any], body: JSON) -> Idempotency | None:
@@ -473,12 +476,7 @@ async def _patch(
     request: Request[Any, Any, Any], api: ApiService, spec: KindSpec, ns: str, name: str
 ) -> Response[bytes]:
     """Decided against the projection (the object as served), appended as an update."""
-    try:
-        raw = await asyncio.wait_for(request.body(), BODY_SECONDS)
-    except TimeoutError:
-        raise request_timeout(
-            f"the request body was not received within {BODY_SECONDS:g}s"
-        ) from None
+    raw = await _raw_body(request)
     content_type = request.headers.get("content-type", "")
     mtype = patch.check_type(content_type)  # an unsupported type is a 415 before anything
     if mtype == patch.APPLY:
@@ -602,12 +600,7 @@ async def _shaped_patch(
     """A PATCH of a shaped subresource (`/scale`): the patch applied to the shape as it is
     served now; the subresource's act then decides on the result like a PUT's body."""
     assert sub.shape is not None
-    try:
-        raw = await asyncio.wait_for(request.body(), BODY_SECONDS)
-    except TimeoutError:
-        raise request_timeout(
-            f"the request body was not received within {BODY_SECONDS:g}s"
-        ) from None
+    raw = await _raw_body(request)
     content_type = request.headers.get("content-type", "")
     patch.check_type(content_type)
     current = api.runner.get(spec.event_kind, spec.key(ns, name))
