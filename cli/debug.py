@@ -87,7 +87,7 @@ def _run(
 
     async def main() -> T:
         try:
-            nc: NATS = await connect_once(nats_url, auth=credentials.nats_auth(nats_url, user))
+            nc: NATS = await connect_once(nats_url, options=credentials.nats_auth(nats_url, user))
         except NotAuthorized as exc:
             raise _fail(str(exc)) from None
         except Unreachable:

@@ -678,7 +678,7 @@ def projections(
         tls = Tls(pki / "server.crt", pki / "server.key", pki / "ca.crt")
     nats = credentials.nats_auth(nats_url, "api")
     asyncio.run(
-        serve(nats_url, host, port, read_only=True, auth_file=auth_file, tls=tls, nats_auth=nats)
+        serve(nats_url, host, port, read_only=True, auth_file=auth_file, tls=tls, nats_options=nats)
     )
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from eventstore.connection import NatsAuth
+from eventstore.connection import ConnectOptions
 from ops import nats_auth
 from ops import pki as pki_
 
@@ -93,9 +93,9 @@ class Bus:
     def authorization(self) -> str:
         return nats_auth.authorization_block(self.users.values())
 
-    def auth(self, user: str) -> NatsAuth:
+    def auth(self, user: str) -> ConnectOptions:
         u = self.users[user]
-        return NatsAuth(u.name, u.password, str(self.ca or ""), u.inbox_prefix)
+        return ConnectOptions(user=u.name, password=u.password, tls_ca=str(self.ca or ""))
 
     def env(self, user: str) -> dict[str, str]:
         return self.auth(user).env()

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from eventstore.connection import NatsAuth
+from eventstore.connection import ConnectOptions
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 DEFAULT_DATA_DIRS = (Path(".virtstream"), Path(".virtstream-demo"))
@@ -189,10 +189,10 @@ def nats_data_dir(url: str) -> Path | None:
     return next((d for d in DEFAULT_DATA_DIRS if (d / "credentials").is_dir()), None)
 
 
-def nats_auth(url: str, user: str = "reader") -> NatsAuth | None:
+def nats_auth(url: str, user: str = "reader") -> ConnectOptions | None:
     """The NATS credentials of `user` for the server at `url`: None when the environment
-    has them (`VIRTSTREAM_NATS_USER`: the connection reads it) or no data dir is known."""
-    if NatsAuth.from_env() is not None:
+    has them (the connection reads it) or no data dir is known."""
+    if ConnectOptions.from_env().given:
         return None
     data_dir = nats_data_dir(url)
     password = nats_password(data_dir, user) if data_dir else None
@@ -200,10 +200,10 @@ def nats_auth(url: str, user: str = "reader") -> NatsAuth | None:
         return None
     ca = data_dir / "pki" / "ca.crt"
     tls = url.startswith("tls://") and ca.exists()
-    return NatsAuth(user, password, str(ca) if tls else "", f"_INBOX_{user}")
+    return ConnectOptions(user=user, password=password, tls_ca=str(ca) if tls else "")
 
 
 def nats_options(url: str, user: str = "reader") -> dict[str, Any]:
     """nats-py's connect options for `user` at `url` (none found: {})."""
     found = nats_auth(url, user)
-    return found.options() if found else {}
+    return found.nats_kwargs() if found else {}

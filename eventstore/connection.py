@@ -3,10 +3,10 @@
 Services reconnect forever (a restarted server or a cluster failover must never end a
 service); one-shot commands give up at once so a user hears about it within seconds.
 
-What a real install adds to a connection (a credentials file, TLS) is `ConnectOptions`,
-the one place every service and command takes its connection settings from: flags
-(`add_arguments`) or the environment (`VIRTSTREAM_NATS_CREDS`, `VIRTSTREAM_NATS_TLS_CA`,
-`VIRTSTREAM_NATS_TLS_CERT`, `VIRTSTREAM_NATS_TLS_KEY`).
+Credentials and TLS are `ConnectOptions`, the one place every service and command takes
+its connection settings from: flags (`add_arguments`) or the environment
+(`VIRTSTREAM_NATS_USER` and `_PASSWORD`, which `virtstream up` gives each service;
+`VIRTSTREAM_NATS_CREDS`, `_TLS_CA`, `_TLS_CERT`, `_TLS_KEY` for a real install).
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ import contextlib
 import os
 import ssl
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 import msgspec
@@ -32,32 +31,45 @@ ENV = {
     "tls_ca": "VIRTSTREAM_NATS_TLS_CA",
     "tls_cert": "VIRTSTREAM_NATS_TLS_CERT",
     "tls_key": "VIRTSTREAM_NATS_TLS_KEY",
+    "user": "VIRTSTREAM_NATS_USER",
+    "password": "VIRTSTREAM_NATS_PASSWORD",
 }
+FILES = ("creds", "tls_ca", "tls_cert", "tls_key")  # also flags; a password is not one
 
 
 class ConnectOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """Passed through to nats-py: a `.creds` file (user JWT and NKey seed), and TLS with
-    a CA to verify the servers and a client certificate and key for mutual TLS."""
+    """Passed through to nats-py: a user and password (`virtstream up` makes one per
+    service, ops/nats_auth.py) with its own inbox prefix (no other user reads its replies),
+    or a `.creds` file (user JWT and NKey seed); TLS with a CA to verify the servers and a
+    client certificate and key for mutual TLS."""
 
     creds: str = ""
     tls_ca: str = ""
     tls_cert: str = ""
     tls_key: str = ""
+    user: str = ""
+    password: str = ""
 
     @classmethod
     def from_env(cls) -> ConnectOptions:
         return cls(**{field: os.environ.get(var, "") for field, var in ENV.items()})
 
+    @property
+    def given(self) -> bool:
+        return any(getattr(self, field) for field in ENV)
+
+    def env(self) -> dict[str, str]:
+        """The environment that hands these options to a process."""
+        return {var: value for field, var in ENV.items() if (value := getattr(self, field))}
+
     def export(self) -> None:
         """Into the environment: the processes this one starts connect the same way."""
-        for field, var in ENV.items():
-            if value := getattr(self, field):
-                os.environ[var] = value
+        os.environ.update(self.env())
 
     def nats_kwargs(self) -> dict[str, Any]:
         """nats-py's keyword arguments; a file named here that is not there raises
         FileNotFoundError naming the option (not a connection error much later)."""
-        for field in ENV:
+        for field in FILES:
             path = getattr(self, field)
             if path and not os.path.isfile(path):
                 flag = "--nats-" + field.replace("_", "-")
@@ -65,6 +77,9 @@ class ConnectOptions(msgspec.Struct, frozen=True, kw_only=True):
         kwargs: dict[str, Any] = {}
         if self.creds:
             kwargs["user_credentials"] = self.creds
+        if self.user:
+            kwargs |= {"user": self.user, "password": self.password}
+            kwargs["inbox_prefix"] = f"_INBOX_{self.user}"
         if self.tls_ca or self.tls_cert:
             ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=self.tls_ca or None)
             if self.tls_cert:
@@ -75,60 +90,23 @@ class ConnectOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """`--nats-creds`, `--nats-tls-ca`, `--nats-tls-cert`, `--nats-tls-key` (defaults from
-    the environment); `from_arguments` reads them back."""
-    for field, var in ENV.items():
+    the environment; a user and password come from the environment only);
+    `from_arguments` reads them back."""
+    for field in FILES:
         flag = "--nats-" + field.replace("_", "-")
-        parser.add_argument(flag, default=os.environ.get(var, ""), help=f"(env {var})")
+        parser.add_argument(
+            flag, default=os.environ.get(ENV[field], ""), help=f"(env {ENV[field]})"
+        )
 
 
 def from_arguments(args: argparse.Namespace) -> ConnectOptions:
-    """The options given as flags, exported so that `connect_service` (which reads the
-    environment) and the processes started from here use them."""
-    options = ConnectOptions(**{f: getattr(args, "nats_" + f) for f in ENV})
+    """The options given as flags (and the user from the environment), exported so that
+    `connect_service` (which reads the environment) and the processes started from here
+    use them."""
+    env = ConnectOptions.from_env()
+    options = msgspec.structs.replace(env, **{f: getattr(args, "nats_" + f) for f in FILES})
     options.export()
     return options
-
-
-USER_ENV, PASSWORD_ENV, CA_ENV = (
-    "VIRTSTREAM_NATS_USER",
-    "VIRTSTREAM_NATS_PASSWORD",
-    "VIRTSTREAM_NATS_CA",
-)
-
-
-@dataclass(frozen=True)
-class NatsAuth:
-    """A connection's credentials: the user and password (ops/nats_auth.py makes one user
-    per service), its own inbox prefix (no other user may read its replies), and the CA a
-    TLS server's certificate must chain to."""
-
-    user: str = ""
-    password: str = ""
-    ca_file: str = ""
-    inbox_prefix: str = ""
-
-    @classmethod
-    def from_env(cls) -> NatsAuth | None:
-        """What `virtstream up` gives each service in its environment."""
-        user, ca = os.environ.get(USER_ENV, ""), os.environ.get(CA_ENV, "")
-        if not user and not ca:
-            return None
-        return cls(user, os.environ.get(PASSWORD_ENV, ""), ca, f"_INBOX_{user}" if user else "")
-
-    def options(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.user:
-            out |= {"user": self.user, "password": self.password}
-        if self.inbox_prefix:
-            out["inbox_prefix"] = self.inbox_prefix
-        if self.ca_file:
-            out["tls"] = ssl.create_default_context(cafile=self.ca_file)
-        return out
-
-    def env(self) -> dict[str, str]:
-        """The environment that hands these credentials to a service."""
-        out = {USER_ENV: self.user, PASSWORD_ENV: self.password} if self.user else {}
-        return out | ({CA_ENV: self.ca_file} if self.ca_file else {})
 
 
 def servers(urls: str) -> list[str]:
@@ -140,19 +118,14 @@ def servers(urls: str) -> list[str]:
 
 
 async def connect_service(
-    urls: str,
-    name: str,
-    auth: NatsAuth | None = None,
-    timeout: float = 5.0,
-    options: ConnectOptions | None = None,
+    urls: str, name: str, options: ConnectOptions | None = None, timeout: float = 5.0
 ) -> NATS:
     """A long-running service's connection: every server of the list, reconnecting forever
     (to whichever server of the list answers: a cluster's failover) once connected. The
     first connection has a deadline: a service pointed at no server says so and exits
-    (`Unreachable`), for its supervisor (up, systemd) to restart it. Credentials: `auth`
-    (the user `up` made for the service) and `options` (an install's files), else both
-    from the environment."""
-    kwargs = _kwargs(auth, options)
+    (`Unreachable`), for its supervisor (up, systemd) to restart it. Credentials from
+    `options`, else the environment."""
+    kwargs = (options or ConnectOptions.from_env()).nats_kwargs()
     nc = NATS()
     try:
         await asyncio.wait_for(
@@ -172,13 +145,6 @@ async def connect_service(
             await nc.close()
         raise Unreachable(f"no NATS server answered at {urls} within {timeout:.0f}s") from e
     return nc
-
-
-def _kwargs(auth: NatsAuth | None, options: ConnectOptions | None) -> dict[str, Any]:
-    """nats-py's keyword arguments from both sources; an install's TLS files win over the
-    CA `up` generated."""
-    auth = auth or NatsAuth.from_env()
-    return (auth.options() if auth else {}) | (options or ConnectOptions.from_env()).nats_kwargs()
 
 
 def _one_line(name: str) -> Callable[[Exception], Awaitable[None]]:
@@ -207,14 +173,13 @@ async def connect_once(
     urls: str,
     name: str = "virtstream-cli",
     timeout: float = 3.0,
-    auth: NatsAuth | None = None,
     options: ConnectOptions | None = None,
 ) -> NATS:
     """A command's connection: one clear failure within `timeout` instead of retrying.
     (nats-py keeps retrying the initial connection even with reconnects off, so the
     deadline is ours.) A refusal of the credentials is `NotAuthorized`."""
-    kwargs = _kwargs(auth, options)
-    auth = auth or NatsAuth.from_env()
+    options = options or ConnectOptions.from_env()
+    kwargs = options.nats_kwargs()
     refused: list[str] = []
 
     async def on_error(e: Exception) -> None:  # instead of a traceback per attempt
@@ -240,7 +205,7 @@ async def connect_once(
             await nc.close()
         text = str(e).lower()
         if refused or "authorization" in text or "authentication" in text:
-            who = f"user {auth.user!r}" if auth and auth.user else "no credentials"
+            who = f"user {options.user!r}" if options.user else "no credentials"
             raise NotAuthorized(
                 f"NATS at {urls} refused the credentials ({who}): run the command where "
                 "`virtstream up` keeps its data dir, or set VIRTSTREAM_DATA_DIR"

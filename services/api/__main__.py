@@ -12,7 +12,7 @@ from typing import Any
 import uvicorn
 
 from eventstore import connection
-from eventstore.connection import NatsAuth, connect_service
+from eventstore.connection import ConnectOptions, connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from kinds.registry import REGISTRY
@@ -38,12 +38,12 @@ async def serve(
     socket_name_max: int = SOCKET_NAME_MAX,
     auth_file: Path | None = None,
     tls: Tls | None = None,
-    nats_auth: NatsAuth | None = None,
+    nats_options: ConnectOptions | None = None,
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM. With an
     `auth_file`, every request is authenticated and authorized by it."""
     guard = Guard.of(Authenticator(auth_file), REGISTRY) if auth_file is not None else None
-    nc = await connect_service(nats_url, "virt-api", nats_auth)
+    nc = await connect_service(nats_url, "virt-api", nats_options)
     store = JetStreamStore(nc, settings or StreamSettings.from_env())
     await store.ensure()
     # the api and its read replicas fold the same views: one shared snapshot name

@@ -14,7 +14,7 @@ from nats.aio.client import Client as NATS
 
 from events.catalog import DomainStarted
 from events.meta import Actor, Aggregate, Kind, Meta
-from eventstore.connection import NatsAuth, NotAuthorized, connect_once
+from eventstore.connection import ConnectOptions, NotAuthorized, connect_once
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops import nats_auth
@@ -105,7 +105,9 @@ async def test_an_anonymous_client_cannot_connect(
     with pytest.raises(NotAuthorized, match="refused"):
         await connect_once(server.url)
     with pytest.raises(NotAuthorized):
-        await connect_once(server.url, auth=NatsAuth("handler-node-1", "wrong"))
+        await connect_once(
+            server.url, options=ConnectOptions(user="handler-node-1", password="wrong")
+        )
 
 
 async def test_a_handler_appends_its_nodes_events_only_and_no_intent(
