@@ -17,7 +17,6 @@ import re
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,10 +29,10 @@ import yaml
 from typer.testing import CliRunner, Result
 
 from cli.main import app
-from cli.up import live_launchers
 from ops.nats_server import free_port
 from ops.supervisor import importable
-from tests.integration.polling import until, up_client
+from tests.integration.polling import until
+from tests.integration.up_process import running_up
 
 REPO = Path(__file__).resolve().parents[2]
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
@@ -57,29 +56,11 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    port, nats_port = free_port(), free_port()
     started_at = time.time()
-    with tempfile.TemporaryDirectory(prefix="vs-first-") as d:
-        up = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "up", "--data-dir", d, "--port", str(port),
-             "--nats-port", str(nats_port), "--nodes", "2"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        url = f"http://127.0.0.1:{port}"
-        try:
-            with up_client(url, timeout=10) as http:
-                until(lambda: http.get("/readyz").is_success, 60, "the api")
-                until(lambda: len(http.get("/api/v1/nodes").json()["items"]) == 2, 30, "nodes")
-                yield Cluster(url, f"nats://127.0.0.1:{nats_port}", http, Path(d), started_at)
-        finally:
-            up.send_signal(signal.SIGINT)
-            try:
-                up.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                up.kill()
-                up.communicate()
-            for pid in live_launchers(Path(d) / "run"):
-                os.kill(pid, signal.SIGKILL)
+    with running_up("vs-first-", 2) as up:
+        # the CLI as a user gives it: the plain URL, upgraded by the credentials it finds
+        url = f"http://127.0.0.1:{up.port}"
+        yield Cluster(url, up.nats_url, up.http, up.data_dir, started_at)
 
 
 def cli(c: Cluster, *args: str, stdin: str | None = None) -> Result:

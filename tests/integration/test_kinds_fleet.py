@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from cli.up import live_launchers
-from ops.nats_server import free_port
 from tests.integration.polling import until
+from tests.integration.up_process import running_up
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -55,26 +53,8 @@ class Up:
 
 @pytest.fixture(scope="module")
 def up() -> Iterator[Up]:
-    with tempfile.TemporaryDirectory(prefix="vs-kinds-") as d:
-        data_dir, port, nats_port = Path(d), free_port(), free_port()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data_dir), "--port",
-             str(port), "--nats-port", str(nats_port), "--nodes", "1"],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        cluster = Up(data_dir, port, nats_port)
-        try:
-            until(lambda: cluster.kubectl("get", "nodes", check=False).stdout.count("node-") == 1)
-            yield cluster
-        finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            for pid in live_launchers(data_dir / "run"):
-                os.kill(pid, signal.SIGKILL)
+    with running_up("vs-kinds-", 1) as running:
+        yield Up(running.data_dir, running.port, running.nats_port)
 
 
 def test_discovery_lists_the_new_kinds_and_scale(up: Up) -> None:

@@ -12,10 +12,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,11 +25,9 @@ import pytest
 import yaml
 from kubernetes import config, dynamic
 
-from cli.up import live_launchers
-from ops.nats_server import free_port
 from ops.supervisor import importable
 from tests.conftest import REPO
-from tests.integration.polling import until, up_client
+from tests.integration.up_process import running_up
 
 KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or "kubectl"
 EXAMPLES = REPO / "examples" / "kubevirt"
@@ -79,30 +75,10 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    port, nats_port = free_port(), free_port()
-    with tempfile.TemporaryDirectory(prefix="vs-kubectl-") as d:
-        up = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "up", "--data-dir", d, "--port", str(port),
-             "--nats-port", str(nats_port), "--nodes", "1"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            with up_client(port, timeout=10) as http:
-                url = str(http.base_url).rstrip("/")
-                until(lambda: http.get("/readyz").is_success, 60, "the api")
-                until(lambda: len(http.get("/api/v1/nodes").json()["items"]) == 1, 30, "node")
-                kube = Path(d) / "kubeconfig"
-                assert kube.exists()  # written by `virtstream up`
-                yield Cluster(url, http, kube, Path(d))
-        finally:
-            up.send_signal(signal.SIGINT)
-            try:
-                up.communicate(timeout=60)
-            except subprocess.TimeoutExpired:
-                up.kill()
-                up.communicate()
-            for pid in live_launchers(Path(d) / "run"):
-                os.kill(pid, signal.SIGKILL)
+    with running_up("vs-kubectl-", 1) as up:
+        kube = up.data_dir / "kubeconfig"
+        assert kube.exists()  # written by `virtstream up`
+        yield Cluster(up.url, up.http, kube, up.data_dir)
 
 
 def _rows(out: str) -> list[list[str]]:
