@@ -298,13 +298,7 @@ class Client:
             "response": [self.seen.record, *([_warning_hook(on_warning)] if on_warning else [])],
         }
         creds = credentials or for_api(server)
-        self.http = httpx.Client(
-            base_url=creds.server,
-            timeout=timeout,
-            event_hooks=hooks,
-            headers=creds.headers(),
-            verify=creds.verify(),
-        )
+        self.http = httpx.Client(**creds.httpx_options(), timeout=timeout, event_hooks=hooks)
         self.r = _Requests(namespace, kinds)
 
     def close(self) -> None:
@@ -458,13 +452,7 @@ class AsyncClient:
             ],
         }
         creds = credentials or for_api(server)
-        self.http = httpx.AsyncClient(
-            base_url=creds.server,
-            timeout=timeout,
-            event_hooks=hooks,
-            headers=creds.headers(),
-            verify=creds.verify(),
-        )
+        self.http = httpx.AsyncClient(**creds.httpx_options(), timeout=timeout, event_hooks=hooks)
         self.r = _Requests(namespace, kinds)
 
     async def aclose(self) -> None:

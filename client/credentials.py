@@ -45,6 +45,10 @@ class ApiCredentials:
     def headers(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
+    def httpx_options(self) -> dict[str, Any]:
+        """`base_url`, `headers` and `verify` for an httpx client of this api."""
+        return {"base_url": self.server, "headers": self.headers(), "verify": self.verify()}
+
     def verify(self) -> ssl.SSLContext | bool:
         """httpx's `verify`: the recorded CA, else the system's."""
         if self.insecure:
@@ -166,7 +170,7 @@ def httpx_options(server: str, wait: float = 0.0) -> dict[str, Any]:
     while not creds.token and time.monotonic() < deadline:
         time.sleep(0.1)
         creds = for_api(server)
-    return {"base_url": creds.server, "headers": creds.headers(), "verify": creds.verify()}
+    return creds.httpx_options()
 
 
 # ----------------------------------------------------------------- NATS

@@ -32,11 +32,4 @@ def up_client(url: str | int, timeout: float = 5.0, wait: float = 60.0) -> httpx
     port), with the credentials `up` wrote, found as every project client finds them
     (client/credentials.py); waits for `up` to have written them."""
     server = f"http://127.0.0.1:{url}" if isinstance(url, int) else url
-    deadline = time.monotonic() + wait
-    creds = credentials.for_api(server)
-    while not creds.token and time.monotonic() < deadline:
-        time.sleep(0.1)
-        creds = credentials.for_api(server)
-    return httpx.Client(
-        base_url=creds.server, headers=creds.headers(), verify=creds.verify(), timeout=timeout
-    )
+    return httpx.Client(**credentials.httpx_options(server, wait), timeout=timeout)
