@@ -313,6 +313,7 @@ class Track:
     all_ended: asyncio.Event = field(default_factory=asyncio.Event)
     all_removed: asyncio.Event = field(default_factory=asyncio.Event)
     n: int = 0
+    connections: int = 0  # the most the paced client held open at once
 
 
 async def watch_vmis(api: str, track: Track, opened: asyncio.Event) -> None:
@@ -351,17 +352,29 @@ async def watch_vmis(api: str, track: Track, opened: asyncio.Event) -> None:
 
 
 async def paced(
-    host: str, port: int, names: list[str], rate: float, method: str, conns: int, track: Track
+    up: Up, names: list[str], rate: float, method: str, conns: int, track: Track
 ) -> None:
-    """Open-loop: request i is due at start + i/rate, whatever earlier ones are doing."""
+    """Open-loop: request i is due at start + i/rate, whatever earlier ones are doing: a
+    request due while every connection is busy opens another one (as more clients would),
+    so a slow api meets the offered rate rather than a client-side queue."""
     pool: asyncio.Queue[Connection] = asyncio.Queue()
+    creds = credentials.for_api(up.api)
+    opened: list[Connection] = []
+
+    async def connection() -> Connection:
+        if pool.empty():
+            conn = await Connection.open("127.0.0.1", up.port, creds)
+            opened.append(conn)
+            return conn
+        return pool.get_nowait()
+
     for _ in range(conns):
-        pool.put_nowait(await Connection.open(host, port))
+        pool.put_nowait(await connection())
     stamp = track.created if method == "POST" else track.deleting
     expect = 201 if method == "POST" else 200
 
     async def one(name: str, due: float) -> None:
-        conn = await pool.get()
+        conn = await connection()
         try:
             t = time.perf_counter()
             track.send_lag.append(t - due)
@@ -385,8 +398,9 @@ async def paced(
             await asyncio.sleep(delay)
         tasks.append(asyncio.create_task(one(name, due)))
     await asyncio.gather(*tasks)
-    while not pool.empty():
-        pool.get_nowait().close()
+    track.connections = max(track.connections, len(opened))
+    for conn in opened:
+        conn.close()
 
 
 CREATE_CHAIN = ("VMCreated", "VMICreated", "PodScheduled", "LauncherStarted", "DomainStarted")
@@ -505,7 +519,7 @@ async def run(a: argparse.Namespace) -> int:
         prefix = f"b{int(time.time()) % 100000}"
         names = [f"{prefix}-{i}" for i in range(a.vms)]
         t_create = time.perf_counter()
-        await paced("127.0.0.1", up.port, names, a.rate, "POST", a.conns, track)
+        await paced(up, names, a.rate, "POST", a.conns, track)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(track.all_running.wait(), a.timeout)
         create_span = time.perf_counter() - t_create
@@ -520,7 +534,7 @@ async def run(a: argparse.Namespace) -> int:
         launcher_uss = [u for u in (uss_kib(p) for p in launchers) if u]
 
         t_delete = time.perf_counter()
-        await paced("127.0.0.1", up.port, names, a.rate, "DELETE", a.conns, track)
+        await paced(up, names, a.rate, "DELETE", a.conns, track)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(track.all_removed.wait(), a.timeout)
         delete_span = time.perf_counter() - t_delete
@@ -633,6 +647,9 @@ def main() -> None:
     scale.add_argument("--scale-nodes", type=int, default=20)
     scale.add_argument("--watchers", type=int, default=10, help="watch fan-out")
     scale.add_argument("--list-rounds", type=int, default=20)
+    scale.add_argument(
+        "--warm-up", type=int, default=100, help="VMs created and deleted before the baseline"
+    )
     a = p.parse_args()
     if a.scale:
         from bench.exec_scale import run_scale

@@ -92,13 +92,13 @@ async def create_step(
     names = [f"{prefix}-{i}" for i in range(n)]
     cpu0 = cpu_snapshot(up)
     t0 = time.perf_counter()
-    await paced("127.0.0.1", up.port, names, rate, "POST", a.conns, track)
+    await paced(up, names, rate, "POST", a.conns, track)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(track.all_running.wait(), a.timeout)
     span = time.perf_counter() - t0
     cpu = cpu_delta(cpu0, cpu_snapshot(up))
     # the same watch sees the deletions through to DELETED
-    await paced("127.0.0.1", up.port, names, a.rate, "DELETE", a.conns, track)
+    await paced(up, names, a.rate, "DELETE", a.conns, track)
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(track.all_removed.wait(), a.timeout)
     watcher.cancel()
@@ -147,7 +147,7 @@ async def run_ramp(a: argparse.Namespace) -> int:
     )
     print(
         f"\n{'rate/s':>7} {'VMs':>5} {'p50 ms':>8} {'xfloor':>7} {'p99 ms':>8} {'xfloor':>7} "
-        f"{'max ms':>8} {'achieved/s':>10} {'lag p99':>8}"
+        f"{'max ms':>8} {'achieved/s':>10} {'lag p99':>8} {'conns':>5}"
     )
     ceiling = 0.0
     for s in steps:
@@ -164,7 +164,8 @@ async def run_ramp(a: argparse.Namespace) -> int:
         print(
             f"{s.rate:>7g} {s.n:>5} {p50 * 1e3:>8.1f} {p50 / floor50:>7.1f} {p99 * 1e3:>8.1f} "
             f"{p99 / floor99:>7.1f} {max(s.create) * 1e3:>8.1f} {s.n / s.span:>10.1f} "
-            f"{s.send_lag_p99 * 1e3:>7.1f}ms" + ("" if ok else f"  !! {s.errors} errors")
+            f"{s.send_lag_p99 * 1e3:>7.1f}ms {s.track.connections:>5}"
+            + ("" if ok else f"  !! {s.errors} errors")
         )
     print("\nper-hop p99 ms (x the raw chain's p99 per hop):")
     for s in steps:

@@ -8,17 +8,44 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Callable
+
+from client.credentials import ApiCredentials
+
+
+def tls_context(creds: ApiCredentials | None) -> ssl.SSLContext | None:
+    """TLS as the api's credentials say (its CA), or None for a plain-HTTP api."""
+    if creds is None or not creds.server.startswith("https"):
+        return None
+    verify = creds.verify()
+    if isinstance(verify, ssl.SSLContext):
+        return verify
+    ctx = ssl.create_default_context()
+    if not verify:
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    return ctx
+
+
+async def open_stream(
+    host: str, port: int, creds: ApiCredentials | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes]:
+    """A connection to the api and the header lines every request on it carries (Host and,
+    with credentials, the bearer token)."""
+    reader, writer = await asyncio.open_connection(host, port, ssl=tls_context(creds))
+    lines = f"Host: {host}:{port}\r\n" + "".join(
+        f"{k}: {v}\r\n" for k, v in (creds.headers() if creds else {}).items()
+    )
+    return reader, writer, lines.encode()
 
 
 class Connection:
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str):
-        self.reader, self.writer, self.host = reader, writer, host
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, head: bytes):
+        self.reader, self.writer, self.head = reader, writer, head
 
     @classmethod
-    async def open(cls, host: str, port: int) -> Connection:
-        reader, writer = await asyncio.open_connection(host, port)
-        return cls(reader, writer, f"{host}:{port}")
+    async def open(cls, host: str, port: int, creds: ApiCredentials | None = None) -> Connection:
+        return cls(*await open_stream(host, port, creds))
 
     async def request(
         self,
@@ -29,11 +56,12 @@ class Connection:
         accept: str = "application/json",
     ) -> tuple[int, bytes]:
         payload = json.dumps(body).encode() if body is not None else b""
-        head = (
-            f"{method} {path} HTTP/1.1\r\nHost: {self.host}\r\nAccept: {accept}\r\n"
-            f"Content-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n\r\n"
+        rest = (
+            f"Accept: {accept}\r\nContent-Type: {content_type}\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n"
         )
-        self.writer.write(head.encode() + payload)
+        line = f"{method} {path} HTTP/1.1\r\n".encode()
+        self.writer.write(line + self.head + rest.encode() + payload)
         status_line = await self.reader.readline()
         status = int(status_line.split(b" ", 2)[1])
         length = 0
