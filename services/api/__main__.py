@@ -4,10 +4,7 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
 
 import uvicorn
 
@@ -25,6 +22,7 @@ from services.api.nats_endpoints import serve_intents
 from services.api.server import Tls
 from services.api.server import config as server_config
 from services.api.service import ApiService
+from services.runtime import loop
 
 
 async def serve(
@@ -109,7 +107,7 @@ def main(argv: list[str] | None = None) -> None:
             Authenticator(args.auth_file)
         except AuthFileError as exc:
             parser.exit(1, f"error: {exc}\n")
-    run(
+    loop.run(
         serve(
             args.nats_url,
             args.host,
@@ -121,17 +119,6 @@ def main(argv: list[str] | None = None) -> None:
             tls=tls,
         )
     )
-
-
-def run(main: Coroutine[Any, Any, None]) -> None:
-    """uvloop when installed: the api is CPU-bound on HTTP parsing and the event loop, and
-    uvloop cuts the loop's share (measured in bench/bench_api.py)."""
-    try:
-        import uvloop
-    except ImportError:
-        asyncio.run(main)
-    else:
-        uvloop.run(main)
 
 
 if __name__ == "__main__":

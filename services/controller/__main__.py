@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import socket
 import sys
@@ -16,7 +15,7 @@ from services.controller.node_health import DEFAULT_NODE_TIMEOUT
 from services.controller.policy import MigrationConfig
 from services.controller.reactor import Controller
 from services.controller.service import LeaseLost, serve
-from services.runtime import logs
+from services.runtime import logs, loop
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
         ),
     )
     try:
-        asyncio.run(
+        loop.run(
             serve(
                 controller,
                 args.nats_url,

@@ -6,7 +6,6 @@ ops.node_libvirtd.NodeRuntime, started by `virtstream up` or the test fixtures).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 
 from eventstore import connection
@@ -16,7 +15,7 @@ from services.handler.service import Fenced, HandlerConfig, serve
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
 from services.launcher.hypervisor import TEST_URI
 from services.launcher.kvm_probe import domain_type as probe_domain_type
-from services.runtime import logs, timeouts
+from services.runtime import logs, loop, timeouts
 
 
 def launch_settings(a: argparse.Namespace) -> LaunchSettings:
@@ -94,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         launch=launch_settings(a),
     )
     try:
-        asyncio.run(serve(cfg))
+        loop.run(serve(cfg))
     except Fenced as e:  # a supervisor starts it again, on the log's word
         print(f"virt-handler: {e}", file=sys.stderr)
         raise SystemExit(4) from None

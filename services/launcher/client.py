@@ -7,7 +7,7 @@ import contextlib
 import functools
 import itertools
 from collections.abc import AsyncIterator, Callable
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, cast
 
 import msgspec
 
@@ -238,8 +238,8 @@ class LauncherClient(asyncio.Protocol):
 
     # -------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        # a stream transport (uvloop's are not asyncio.Transport subclasses)
+        self._transport = cast(asyncio.Transport, transport)
 
     def data_received(self, data: bytes) -> None:
         transport = self._transport
