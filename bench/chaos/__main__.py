@@ -3,8 +3,11 @@ workload on a cluster of network-namespace hosts (bench/chaos/cluster.py), and a
 one what became of the VMs: acknowledged creates lost, VMs run twice, and how long until
 every VM was Running again and `virtstream verify` passed.
 
-The default is the short run CI makes (tests/integration/test_chaos.py); the long one is
-`python -m bench.chaos --vms 100 --per-fault 10`. Needs root (namespaces)."""
+The last row is `virtstream up` itself, the one-machine install: killed with SIGKILL while
+VMs are created, then started again on its data dir as systemd's `Restart=` would.
+
+The default (100 VMs, 10 created during each fault) is what CI runs
+(tests/integration/test_chaos.py), about a minute and a half. Needs root (namespaces)."""
 
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ from typing import Any
 import httpx
 
 from bench.chaos.cluster import NODES, ChaosCluster
+from client import credentials
+from ops.ports import free_port
 from ops.up_reaper import live_launchers
 
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
@@ -58,29 +63,40 @@ def launcher_titles() -> collections.Counter[str]:
 
 
 class Run:
-    def __init__(self, cluster: ChaosCluster, names: set[str]) -> None:
-        self.c = cluster
-        self.http = httpx.Client(base_url=cluster.api_url, timeout=10)
+    """The workload on one api: what it acknowledged, what ran twice, whether it settled."""
+
+    def __init__(self, api_url: str, nats_url: str) -> None:
+        self.api_url, self.nats_url = api_url, nats_url
+        # an `up` writes its credentials as it starts: wait for them
+        opts = credentials.httpx_options(api_url, wait=30 if api_url.startswith("https") else 0)
+        self.http = httpx.Client(timeout=10, **opts)
         self.acked: set[str] = set()
-        self.ours = names  # VM names of this run: other runs' launchers are not ours
+        self.ours: set[str] = set()  # VM names of this run: other runs' launchers are not ours
         self.most_launchers: dict[str, int] = {}
         self._watching = threading.Event()
 
     # ------------------------------------------------------------------ workload
-    def create(self, name: str) -> bool:
+    def create(self, name: str, retry_for: float = 0.0) -> bool:
+        """POST the VM; with `retry_for`, as a client would: again while the api is away or
+        unavailable (a 409 then means an earlier attempt landed: it exists)."""
         self.ours.add(name)
-        try:
-            ok = self.http.post(VMS, json=vm(name)).status_code == 201
-        except httpx.HTTPError:
-            ok = False
-        if ok:
-            self.acked.add(name)
-        return ok
+        deadline = time.monotonic() + retry_for
+        while True:
+            try:
+                status = self.http.post(VMS, json=vm(name)).status_code
+            except httpx.HTTPError:
+                status = 0
+            if status == 201 or (status == 409 and retry_for):
+                self.acked.add(name)
+                return True
+            if status not in (0, 500, 502, 503, 504) or time.monotonic() > deadline:
+                return False
+            time.sleep(0.5)
 
     def create_many(self, names: list[str], spread: float) -> threading.Thread:
         def go() -> None:
             for name in names:
-                self.create(name)
+                self.create(name, retry_for=30)
                 time.sleep(spread)
 
         t = threading.Thread(target=go, daemon=True)
@@ -139,8 +155,8 @@ class Run:
 
     def verify(self) -> bool:
         done = subprocess.run(
-            [sys.executable, "-m", "cli.main", "--server", self.c.api_url, "verify",
-             "--nats-url", self.c.nats_url],
+            [sys.executable, "-m", "cli.main", "--server", self.api_url, "verify",
+             "--nats-url", self.nats_url],
             cwd=REPO, capture_output=True, timeout=120,
         )  # fmt: skip
         return done.returncode == 0
@@ -154,6 +170,26 @@ class Run:
         launchers = launcher_titles()
         not_once = sorted(n for n in st if launchers.get(n) != 1)
         return f"not Running: {not_running[:5]}; not exactly one launcher: {not_once[:5]}"
+
+    def wait_answering(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while self.state() is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the api at {self.api_url} did not answer in {timeout} s")
+            time.sleep(0.5)
+
+    def row(self, fault: str, before: set[str], started: float, settle: float) -> dict[str, Any]:
+        """The fault's outcome once every VM is Running again (or `settle` s passed)."""
+        settled = self.wait_settled(settle)
+        return {
+            "fault": fault,
+            "acked": len(self.acked - before),
+            "lost": sorted(self.lost()),
+            "duplicated": sorted(self.duplicated()),
+            "recovered_s": None if settled is None else round(time.monotonic() - started, 1),
+            "verify": self.verify(),
+            **({} if settled is not None else {"unsettled": self.unsettled()}),
+        }
 
     def wait_settled(self, timeout: float) -> float | None:
         started = time.monotonic()
@@ -219,10 +255,8 @@ def chaos(vms: int, per_fault: int, node_timeout: float, settle: float) -> dict[
     result: dict[str, Any] = {"vms": vms, "per_fault": per_fault, "faults": rows}
     try:
         c.start()
-        run = Run(c, set())
-        deadline = time.monotonic() + 90
-        while run.state() is None and time.monotonic() < deadline:
-            time.sleep(0.5)
+        run = Run(c.api_url, c.nats_url)
+        run.wait_answering(90)
         run.watch_duplicates()
         for i in range(vms):
             run.create(f"vm-{i}")
@@ -236,27 +270,12 @@ def chaos(vms: int, per_fault: int, node_timeout: float, settle: float) -> dict[
             started = time.monotonic()
             try:
                 inject()
-                injected = True
             except Exception as e:  # the fault could not be made: say so in the table
-                injected = False
                 rows.append({"fault": name, "error": repr(e)})
-            creating.join(60)
-            if not injected:
+                creating.join(60)
                 continue
-            settled = run.wait_settled(settle)
-            rows.append(
-                {
-                    "fault": name,
-                    "acked": len(run.acked - before),
-                    "lost": sorted(run.lost()),
-                    "duplicated": sorted(run.duplicated()),
-                    "recovered_s": None
-                    if settled is None
-                    else round(time.monotonic() - started, 1),
-                    "verify": run.verify(),
-                    **({} if settled is not None else {"unsettled": run.unsettled()}),
-                }
-            )
+            creating.join(60)
+            rows.append(run.row(name, before, started, settle))
         final = run.state() or {}
         result["final"] = {
             "acked": len(run.acked),
@@ -268,6 +287,58 @@ def chaos(vms: int, per_fault: int, node_timeout: float, settle: float) -> dict[
     finally:
         c.stop()
     return result
+
+
+def up_killed(work: Path, vms: int, per_fault: int, settle: float) -> dict[str, Any]:
+    """`virtstream up --nodes 2` (secure by default) with `vms` VMs, killed with SIGKILL
+    while `per_fault` more are created, and started again on the same data dir; restarts
+    that fail (its ports still held by the dying services) are retried, as systemd does.
+    Runs on this process's host's loopback."""
+    data, port, nats_port = work / "up", free_port(), free_port()
+    argv = [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data), "--nodes", "2",
+            "--port", str(port), "--nats-port", str(nats_port),
+            "--node-memory", "64Gi", "--node-cpus", "512"]  # fmt: skip
+    log = (work / "up.log").open("ab")
+
+    def start() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+
+    up = start()
+    try:
+        run = Run(f"https://127.0.0.1:{port}", f"nats://127.0.0.1:{nats_port}")
+        run.wait_answering(90)
+        run.watch_duplicates()
+        for i in range(vms):
+            run.create(f"up-vm-{i}")
+        run.wait_settled(settle)
+        before = set(run.acked)
+        creating = run.create_many([f"up-fault-{i}" for i in range(per_fault)], spread=0.2)
+        started = time.monotonic()
+        up.kill()
+        up.wait()
+        restarts = 0
+        while True:  # Restart=on-failure, RestartSec=0.5
+            up = start()
+            restarts += 1
+            try:
+                up.wait(5)
+            except subprocess.TimeoutExpired:
+                break
+            if time.monotonic() - started > settle:
+                raise RuntimeError("`up` did not start again")
+            time.sleep(0.5)
+        creating.join(60)
+        row = run.row("kill -9 up (one machine), started again", before, started, settle)
+        run._watching.clear()
+        return {**row, "restarts": restarts}
+    finally:
+        up.send_signal(signal.SIGINT)
+        try:
+            up.wait(60)
+        except subprocess.TimeoutExpired:
+            up.kill()
+            up.wait()
+        log.close()
 
 
 def table(result: dict[str, Any]) -> str:
@@ -295,8 +366,8 @@ def table(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.chaos", description=__doc__)
-    p.add_argument("--vms", type=int, default=6)
-    p.add_argument("--per-fault", type=int, default=2)
+    p.add_argument("--vms", type=int, default=100)
+    p.add_argument("--per-fault", type=int, default=10)
     # a NATS leader election takes seconds: the fence (half of this) must outlast it
     p.add_argument("--node-timeout", type=float, default=16.0)
     p.add_argument("--settle", type=float, default=60.0, help="seconds a fault may take")
@@ -306,6 +377,11 @@ def main(argv: list[str] | None = None) -> int:
         print("error: the chaos suite makes network namespaces: run it as root", file=sys.stderr)
         return 1
     result = chaos(a.vms, a.per_fault, a.node_timeout, a.settle)
+    work = Path(tempfile.mkdtemp(prefix="vs-chaos-up-"))
+    try:
+        result["faults"].append(up_killed(work, a.vms, a.per_fault, a.settle))
+    except Exception as e:
+        result["faults"].append({"fault": "kill -9 up (one machine)", "error": repr(e)})
     print(json.dumps(result) if a.json else table(result))
     return 0
 
