@@ -351,22 +351,25 @@ async def watch_vmis(api: str, track: Track, opened: asyncio.Event) -> None:
                         track.all_ended.set()
 
 
+MAX_CONNS = 64  # each new one costs a TLS handshake on both sides
+
+
 async def paced(
     up: Up, names: list[str], rate: float, method: str, conns: int, track: Track
 ) -> None:
     """Open-loop: request i is due at start + i/rate, whatever earlier ones are doing: a
-    request due while every connection is busy opens another one (as more clients would),
-    so a slow api meets the offered rate rather than a client-side queue."""
+    request due while every connection is busy opens another one (as more clients would,
+    up to `MAX_CONNS`), so a slow api meets the offered rate, not a client-side queue."""
     pool: asyncio.Queue[Connection] = asyncio.Queue()
     creds = credentials.for_api(up.api)
     opened: list[Connection] = []
 
     async def connection() -> Connection:
-        if pool.empty():
+        if pool.empty() and len(opened) < MAX_CONNS:
             conn = await Connection.open("127.0.0.1", up.port, creds)
             opened.append(conn)
             return conn
-        return pool.get_nowait()
+        return await pool.get()
 
     for _ in range(conns):
         pool.put_nowait(await connection())

@@ -85,6 +85,29 @@ class LauncherConfig(msgspec.Struct, kw_only=True):
     migration_target: bool = False
     #: A migration target gives up (and exits) when no domain arrives within this time.
     migration_target_timeout_seconds: float = 600.0
+    #: The socket, already bound and listening, inherited from the zygote (see
+    #: `listen_on`); None: the launcher claims and binds `socket_path` itself.
+    listen_fd: int | None = None
+
+
+def listen_on(sock: str) -> socket.socket:
+    """Claim `sock` (refused while a live launcher serves it), bind and listen. A handler
+    connecting before the launcher is ready waits in the backlog for its Hello instead of
+    polling for a socket that does not exist yet."""
+    pid = rundir.read_pid(rundir.pidfile_path(sock))
+    if pid is not None and pid != os.getpid() and rundir.pid_alive(pid):
+        raise RuntimeError(f"launcher pid {pid} already serves {sock}")
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(sock)  # stale, from a launcher that died without cleaning up
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind(sock)
+        os.chmod(sock, 0o600)
+        listener.listen(16)
+    except BaseException:
+        listener.close()
+        raise
+    return listener
 
 
 class Launcher:
@@ -142,15 +165,12 @@ class Launcher:
         loop = asyncio.get_running_loop()
         self._exited = asyncio.Event()
         sock = self._config.socket_path
-        self._claim_socket(sock)
-        # Listen before the (slower) libvirt setup: a handler connecting meanwhile waits in
-        # the backlog and gets its Hello as soon as the domain is defined, instead of
-        # polling a socket that does not exist yet.
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        listener.bind(sock)
-        os.chmod(sock, 0o600)
-        listener.listen(16)
-        rundir.write_pidfile(sock, os.getpid())
+        if self._config.listen_fd is not None:  # bound by the zygote, which wrote the pidfile
+            listener = socket.socket(fileno=self._config.listen_fd)
+        else:
+            # Listen before the (slower) libvirt setup, as the zygote does for its children.
+            listener = listen_on(sock)
+            rundir.write_pidfile(sock, os.getpid())
 
         server: asyncio.Server | None = None
         try:
@@ -451,15 +471,6 @@ class Launcher:
         self._tasks.add(task)  # keep a reference: the loop holds tasks only weakly
         task.add_done_callback(self._tasks.discard)
         return task
-
-    @staticmethod
-    def _claim_socket(sock: str) -> None:
-        pid = rundir.read_pid(rundir.pidfile_path(sock))
-        if pid is not None and pid != os.getpid() and rundir.pid_alive(pid):
-            raise RuntimeError(f"launcher pid {pid} already serves {sock}")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(sock)  # stale, from a launcher that died without cleaning up
-
 
 def configure_logging() -> None:
     logging.basicConfig(

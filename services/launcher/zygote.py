@@ -37,6 +37,7 @@ from services.launcher.hypervisor import TEST_URI
 
 log = logging.getLogger("virtstream.launcher.zygote")
 
+_LISTEN_FD = 3  # where a child finds its listening socket
 _PR_SET_PDEATHSIG = 1
 _PR_SET_NAME = 15
 _LIBC = ctypes.CDLL(None)  # loaded once, in the zygote, shared by every child
@@ -307,18 +308,27 @@ def _handle(conn: socket.socket, listener: socket.socket) -> SpawnReply:
     vmi = msgspec.json.decode(request.vmi)
     if not isinstance(vmi, dict):
         raise ValueError("the VMI must be a JSON object")
+    from services.launcher.process import listen_on
+
+    # The child's socket listens before the reply: the handler connects at once and waits in
+    # the backlog for the Hello, rather than polling for a socket while the child starts.
+    listener = listen_on(request.socket_path)
     # Objects that exist now are never collected by the child's GC, so its collections
     # do not write to (and thereby un-share) every inherited page.
     gc.freeze()
     sys.stdout.flush()  # or the child would write the zygote's buffered output again
     sys.stderr.flush()
-    pid = os.fork()
-    if pid == 0:
-        _run_child(request, vmi)  # never returns
+    try:
+        pid = os.fork()
+        if pid == 0:
+            _run_child(request, vmi, listener.fileno())  # never returns
+        rundir.write_pidfile(request.socket_path, pid)
+    finally:
+        listener.close()
     return SpawnReply(pid=pid)
 
 
-def _run_child(request: SpawnRequest, vmi: dict[str, Any]) -> None:
+def _run_child(request: SpawnRequest, vmi: dict[str, Any], listen_fd: int) -> None:
     code = 1
     try:
         os.setsid()  # own session: no signals from the handler's terminal or process group
@@ -330,7 +340,8 @@ def _run_child(request: SpawnRequest, vmi: dict[str, Any]) -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
         # SIGPIPE stays ignored (Python's default): a vanished handler is an EPIPE, not a kill.
         _redirect_stdio(request.log_path or str(rundir.log_path(request.socket_path)))
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the zygote's listener and connection
+        os.dup2(listen_fd, _LISTEN_FD)  # the launcher's socket, bound by the zygote
+        os.closerange(_LISTEN_FD + 1, os.sysconf("SC_OPEN_MAX"))  # the zygote's own sockets
 
         from services.launcher.process import LauncherConfig, configure_logging, run_launcher
 
@@ -346,6 +357,7 @@ def _run_child(request: SpawnRequest, vmi: dict[str, Any]) -> None:
             image_dir=request.image_dir,
             qemu_pid_dir=request.qemu_pid_dir,
             migration_target=request.migration_target,
+            listen_fd=_LISTEN_FD,
         )
         if request.default_disk_size:
             config.default_disk_size = request.default_disk_size
