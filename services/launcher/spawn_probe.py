@@ -25,7 +25,6 @@ from services.launcher.domain_state import DomainState
 from services.launcher.protocol import Shutdown, Start
 from services.launcher.zygote import spawn_launcher, start_zygote
 
-
 _TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
 
