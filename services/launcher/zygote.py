@@ -37,7 +37,12 @@ import msgspec
 from services.launcher import rundir
 from services.launcher.domain_state import DomainEvent, StateReason
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
-from services.launcher.hypervisor import TEST_URI, EventCallback, LibvirtHypervisor
+from services.launcher.hypervisor import (
+    TEST_URI,
+    EventCallback,
+    LibvirtHypervisor,
+    connect_uri,
+)
 
 log = logging.getLogger("virtstream.launcher.zygote")
 
@@ -224,7 +229,7 @@ class _WarmUpHypervisor(LibvirtHypervisor):
 
     def open(self, on_event: EventCallback) -> None:
         self._on_event = on_event
-        self._conn = self._call(libvirt.open, self.uri)
+        self._conn = self._call(libvirt.open, connect_uri(self.uri))
 
     def start(self, paused: bool = False) -> None:
         super().start(paused)
