@@ -1,10 +1,10 @@
 """The launcher's hypervisor port and its libvirt adapter.
 
-`LibvirtHypervisor` serves both modes: `test:///default` (the embedded default: an in-memory
-driver private to this process, no daemon) and `qemu` (a node's libvirtd, e.g.
-`qemu+unix:///system?socket=<dir>/libvirt-sock`); only the connect URI differs. Live
-migration (`migrate`, `job_progress`, `abort_job`) needs the QEMU driver: the test driver
-has none, so in test mode the choreography simulates it.
+`LibvirtHypervisor` serves both modes: `test:///default` (the embedded test driver: in memory,
+private to this process, no daemon; connected as `TEST_NODE_XML`'s empty host) and `qemu`
+(a node's libvirtd, e.g. `qemu+unix:///system?socket=<dir>/libvirt-sock`); only the connect
+URI differs. Live migration (`migrate`, `job_progress`, `abort_job`) needs the QEMU driver:
+the test driver has none, so in test mode the choreography simulates it.
 
 Lifecycle events are delivered on the asyncio loop through libvirt-python's `libvirtaio`
 event implementation, so callbacks never race with the launcher's own calls (no thread).
@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import urllib.parse
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -26,6 +27,18 @@ import msgspec
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
 
 TEST_URI = "test:///default"
+#: What a connection to TEST_URI opens: the test driver with the host this file describes,
+#: and nothing on it. test:///default builds a whole fake host per connection (a running
+#: domain, a network, a storage pool, interfaces, ~1 ms of CPU) that no launcher uses.
+TEST_NODE_XML = Path(__file__).with_name("test_node.xml")
+
+
+def connect_uri(uri: str) -> str:
+    """The URI libvirt opens for `uri` (TEST_URI stays the mode's name everywhere else)."""
+    if uri == TEST_URI:
+        return "test://" + urllib.parse.quote(str(TEST_NODE_XML))
+    return uri
+
 
 EventCallback = Callable[[DomainEvent, StateReason], None]
 
@@ -222,7 +235,7 @@ class LibvirtHypervisor:
         _register_event_impl()
         libvirt.registerErrorHandler(_quiet_libvirt_errors, None)
         self._on_event = on_event
-        self._conn = self._call(libvirt.open, self.uri)
+        self._conn = self._call(libvirt.open, connect_uri(self.uri))
         # Registered for all domains (not just ours) so the Defined event is not missed;
         # _dispatch filters on our uuid.
         self._callback_id = self._conn.domainEventRegisterAny(

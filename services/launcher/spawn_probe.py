@@ -2,13 +2,17 @@
 
 Starts a zygote, spawns N launchers one after another and prints, per launcher, the time
 from the spawn request to its pid, to its Hello, and to the first Running report, and
-its USS (Private_* of /proc/<pid>/smaps_rollup) while all N run. A diagnostic, not a test.
+the CPU it used from fork to Running (utime+stime, in clock ticks, and the scheduler's
+exact run time summed over its threads), and its USS (Private_* of
+/proc/<pid>/smaps_rollup) while all N run. A diagnostic, not a test.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import os
 import statistics
 import tempfile
 import time
@@ -21,10 +25,25 @@ from services.launcher.domain_state import DomainState
 from services.launcher.protocol import Shutdown, Start
 from services.launcher.zygote import spawn_launcher, start_zygote
 
+_TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
+
 
 def uss_kib(pid: int) -> int:
     with open(f"/proc/{pid}/smaps_rollup") as f:
         return sum(int(line.split()[1]) for line in f if line.startswith("Private_"))
+
+
+def cpu_ms(pid: int) -> tuple[float, float]:
+    """(utime+stime in ms, ticks resolution; run time in ms from schedstat, exact but only
+    of the threads still alive)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15)
+    run_ns = 0
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/schedstat") as f:
+            run_ns += int(f.read().split()[0])
+    return ticks * _TICK_MS, run_ns / 1e6
 
 
 async def probe(count: int, run_dir: Path) -> None:
@@ -47,18 +66,23 @@ async def probe(count: int, run_dir: Path) -> None:
             await client.wait_for(lambda s: s.state is DomainState.RUNNING)
             t_running = time.perf_counter()
             clients.append(client)
-            rows.append((pid, t_pid - t0, t_hello - t0, t_running - t0))
+            rows.append((pid, t_pid - t0, t_hello - t0, t_running - t0, *cpu_ms(pid)))
         await asyncio.sleep(0.2)  # let every launcher settle before reading memory
-        print(f"{'pid':>8} {'->pid ms':>9} {'->Hello ms':>11} {'->Running ms':>13} {'USS KiB':>8}")
+        print(
+            f"{'pid':>8} {'->pid ms':>9} {'->Hello ms':>11} {'->Running ms':>13} "
+            f"{'CPU ms':>7} {'run ms':>7} {'USS KiB':>8}"
+        )
         uss = []
-        for pid, d_pid, d_hello, d_running in rows:
+        for pid, d_pid, d_hello, d_running, ticks_ms, run_ms in rows:
             uss.append(uss_kib(pid))
             print(
                 f"{pid:>8} {d_pid * 1e3:>9.2f} {d_hello * 1e3:>11.2f} "
-                f"{d_running * 1e3:>13.2f} {uss[-1]:>8}"
+                f"{d_running * 1e3:>13.2f} {ticks_ms:>7.0f} {run_ms:>7.2f} {uss[-1]:>8}"
             )
         print(
             f"median: spawn→Running {statistics.median(r[3] for r in rows) * 1e3:.2f} ms, "
+            f"CPU to Running {statistics.mean(r[4] for r in rows):.1f} ms (utime+stime, mean) "
+            f"{statistics.median(r[5] for r in rows):.2f} ms (run time), "
             f"USS {statistics.median(uss) / 1024:.2f} MiB; zygote USS "
             f"{uss_kib(zygote.pid) / 1024:.2f} MiB"
         )
