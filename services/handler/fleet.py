@@ -59,6 +59,9 @@ COMMAND_TIMEOUT = 10.0
 MAX_CONCURRENT_SPAWNS = 2
 
 
+FENCE_SECOND_SWEEP = 1.0  # s: a launcher forked as the zygote died has written its pidfile
+
+
 class LauncherFleet:
     def __init__(
         self,
@@ -120,17 +123,24 @@ class LauncherFleet:
         domain dies with it) and, in qemu mode, destroy every domain of the node's
         libvirtd. Returns how many launchers there were."""
         self._closing = True
-        pids = [
-            pid
-            for pidfile in self.launchers_dir.glob("*.pid")
-            if (pid := rundir.read_pid(pidfile)) and rundir.pid_alive(pid)
-        ]
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        # The zygote first, so no spawn in flight forks a launcher after the sweep. A fork
+        # it made is in the sweep by its pidfile (the zygote writes it as it forks, the
+        # launcher again as it starts: the second sweep catches a zygote killed between).
+        if self.zygote is not None and self.zygote.poll() is None:
+            self.zygote.kill()
+            await asyncio.to_thread(self.zygote.wait)
+        killed: set[int] = set()
+        for sweep in range(2):
+            if sweep:
+                await asyncio.sleep(FENCE_SECOND_SWEEP)
+            for pidfile in self.launchers_dir.glob("*.pid"):
+                if (pid := rundir.read_pid(pidfile)) and rundir.pid_alive(pid):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    killed.add(pid)
         if self.launch.domain_type is not DomainType.TEST:
             await asyncio.to_thread(destroy_unowned_domains, self.launch.hypervisor_uri, set())
-        return len(pids)
+        return len(killed)
 
     def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -185,6 +195,8 @@ class LauncherFleet:
     async def _spawn(self, a: Launch) -> None:
         key = a.key
         sock = self._socket_path(key)
+        if self._closing:  # fenced or stopping: no new VM on this node
+            return
         try:
             pid = await asyncio.to_thread(
                 spawn_launcher,
@@ -194,6 +206,10 @@ class LauncherFleet:
                 migration_target=a.migration_target,
                 **self.launch.spawn_kwargs(),  # type: ignore[arg-type]
             )
+            if self._closing:  # the fence came while the zygote forked: it must not run
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                return
             client = await LauncherClient.connect(sock, timeout=10.0)
         except Exception as e:
             self.log.error("launcher spawn failed", key=key, error=repr(e))

@@ -165,12 +165,14 @@ class Launcher:
         loop = asyncio.get_running_loop()
         self._exited = asyncio.Event()
         sock = self._config.socket_path
-        if self._config.listen_fd is not None:  # bound by the zygote, which wrote the pidfile
+        if self._config.listen_fd is not None:  # bound by the zygote
             listener = socket.socket(fileno=self._config.listen_fd)
         else:
             # Listen before the (slower) libvirt setup, as the zygote does for its children.
             listener = listen_on(sock)
-            rundir.write_pidfile(sock, os.getpid())
+        # The zygote wrote it as it forked; again here, in case the zygote died in between
+        # (a handler's fence kills the zygote, then every launcher with a pidfile).
+        rundir.write_pidfile(sock, os.getpid())
 
         server: asyncio.Server | None = None
         try:
@@ -471,6 +473,7 @@ class Launcher:
         self._tasks.add(task)  # keep a reference: the loop holds tasks only weakly
         task.add_done_callback(self._tasks.discard)
         return task
+
 
 def configure_logging() -> None:
     logging.basicConfig(
