@@ -61,7 +61,8 @@ def read_pid(pidfile: str | os.PathLike[str]) -> int | None:
 
 def write_pidfile(socket_path: str | os.PathLike[str], pid: int) -> None:
     target = pidfile_path(socket_path)
-    tmp = target.with_suffix(".pid.tmp")
+    # one temporary name per writer: the zygote and its child may both write it at once
+    tmp = target.with_suffix(f".pid.{os.getpid()}.tmp")
     tmp.write_text(f"{pid}\n")
     tmp.replace(target)  # atomic: a reader never sees a half-written pid
 
