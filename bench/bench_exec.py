@@ -355,17 +355,23 @@ MAX_CONNS = 64  # each new one costs a TLS handshake on both sides
 
 
 async def paced(
-    up: Up, names: list[str], rate: float, method: str, conns: int, track: Track
+    up: Up,
+    names: list[str],
+    rate: float,
+    method: str,
+    conns: int,
+    track: Track,
+    max_conns: int = MAX_CONNS,
 ) -> None:
     """Open-loop: request i is due at start + i/rate, whatever earlier ones are doing: a
     request due while every connection is busy opens another one (as more clients would,
-    up to `MAX_CONNS`), so a slow api meets the offered rate, not a client-side queue."""
+    up to `max_conns`), so a slow api meets the offered rate, not a client-side queue."""
     pool: asyncio.Queue[Connection] = asyncio.Queue()
     creds = credentials.for_api(up.api)
     opened: list[Connection] = []
 
     async def connection() -> Connection:
-        if pool.empty() and len(opened) < MAX_CONNS:
+        if pool.empty() and len(opened) < max_conns:
             conn = await Connection.open("127.0.0.1", up.port, creds)
             opened.append(conn)
             return conn

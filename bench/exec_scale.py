@@ -1,8 +1,10 @@
 """Many VMIs: `python -m bench.bench_exec --scale 500,2000 [--scale-nodes 20] [--rate 50]`.
 
-One `virtstream up --nodes 20` cluster with real launcher processes (test driver). The
-cluster grows to each count in turn (POSTs open-loop at `--rate`), and at each count,
-with every VMI Running, the bench measures:
+One `virtstream up --nodes 20` cluster with real launcher processes (test driver). After
+a warm-up (`--warm-up` VMs created and deleted) and the memory baseline, the cluster grows
+to each count in turn (POSTs open-loop at `--rate` over a fixed pool of `--conns`
+connections: what the api holds per client connection is not a VMI's cost), and at each
+count, with every VMI Running, the bench measures:
 - create→Running of the VMIs added in that batch (as in the default mode);
 - control plane memory (api + controller + handlers): RSS and USS (Private_* of
   smaps_rollup) against the same processes before the first create, per VMI;
@@ -202,7 +204,7 @@ async def warm_up(up: Up, n: int, a: argparse.Namespace) -> None:
         return
     names = [f"warm-{i}" for i in range(n)]
     track = Track(n=n)
-    await paced(up, names, a.rate, "POST", a.conns, track)
+    await paced(up, names, a.rate, "POST", a.conns, track, max_conns=a.conns)
     conn = await Connection.open("127.0.0.1", up.port, credentials.for_api(up.api))
     try:
         deadline = time.monotonic() + a.timeout
@@ -215,7 +217,7 @@ async def warm_up(up: Up, n: int, a: argparse.Namespace) -> None:
                 if i["metadata"]["name"].startswith("warm-")
             ]
             if want == "Running" and len(phases) == n and all(x == "Running" for x in phases):
-                await paced(up, names, a.rate, "DELETE", a.conns, track)
+                await paced(up, names, a.rate, "DELETE", a.conns, track, max_conns=a.conns)
                 want = "gone"
             elif want == "gone" and not phases:
                 await asyncio.sleep(a.settle)
@@ -310,7 +312,7 @@ async def run_scale(a: argparse.Namespace) -> int:
             names = [f"s-{i}" for i in range(prev, count)]
             prev = count
             cpu0, t0 = cpu_snapshot(up), time.perf_counter()
-            await paced(up, names, a.rate, "POST", a.conns, track)
+            await paced(up, names, a.rate, "POST", a.conns, track, max_conns=a.conns)
             last_post = max(track.created[n] for n in names)
             await main.until(names, a.timeout)
             create = [main.running[n] - track.created[n] for n in names if n in main.running]
