@@ -114,8 +114,8 @@ def spawn_launcher(
 ) -> int:
     """Ask the zygote for a launcher; returns its pid (blocks ~2 ms).
 
-    The launcher's socket appears shortly after: connect with LauncherClient.connect,
-    which retries until it is there.
+    The launcher's socket listens when this returns (the zygote binds it before the fork):
+    LauncherClient.connect gets through at once and waits for the launcher's Hello.
     """
     raw = vmi_json.encode() if isinstance(vmi_json, str) else vmi_json
     request = SpawnRequest(
