@@ -528,7 +528,9 @@ def start_nats(
     for name, server in zip(names, servers, strict=True):
         server.prepare()
         # umask 077: the server's data and log files are the owner's alone
-        added = sup.add(ServiceSpec(name=name, command=tuple(server.command()), umask=0o077))
+        added = sup.add(
+            ServiceSpec(name=name, command=tuple(server.command()), umask=0o077, stop_last=True)
+        )
         assert added is not None
         supervised.append(added)
     deadline = time.monotonic() + timeout

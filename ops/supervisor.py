@@ -78,6 +78,9 @@ class ServiceSpec(msgspec.Struct, frozen=True, kw_only=True):
     metrics_url: str = ""  # shown to the user
     env: dict[str, str] = {}
     umask: int = -1  # -1: the supervisor's
+    #: stopped after every other service has stopped (the bus: its clients drain against
+    #: it, and a handler whose server went first waits on reconnects until it is killed)
+    stop_last: bool = False
 
     def argv(self) -> list[str]:
         if self.command:
@@ -228,16 +231,19 @@ class Supervisor:
                 self.say(f"[green]{s.spec.name} restarted[/] (restart #{s.restarts})")
 
     def stop(self, names: set[str] | None = None, timeout: float = 10.0) -> None:
-        """SIGTERM (reverse start order), wait, then SIGKILL what is left."""
+        """SIGTERM (reverse start order), wait, then SIGKILL what is left; the services
+        marked `stop_last` only once the others are gone."""
         self.stopping = True
         chosen = [s for s in reversed(self.services) if names is None or s.spec.name in names]
-        for s in chosen:
-            s.terminate()
-        deadline = time.monotonic() + timeout
-        for s in chosen:
-            if not s.wait(max(0.0, deadline - time.monotonic())):
-                self.say(f"[yellow]{s.spec.name} did not stop in {timeout}s: killed[/]")
-                s.kill()
+        for last in (False, True):
+            tier = [s for s in chosen if s.spec.stop_last is last]
+            for s in tier:
+                s.terminate()
+            deadline = time.monotonic() + timeout
+            for s in tier:
+                if not s.wait(max(0.0, deadline - time.monotonic())):
+                    self.say(f"[yellow]{s.spec.name} did not stop in {timeout}s: killed[/]")
+                    s.kill()
 
     def forget(self) -> None:
         """Everything recorded has been stopped: drop the state file."""

@@ -67,7 +67,7 @@ class ChaosCluster:
             conf = store / "nats-server.conf"
             conf.write_text(render(settings))
             log = self.work / "logs" / f"{host}.log"
-            self._add(host, host, [find_binary(), "-c", str(conf), "-l", str(log)])
+            self._add(host, host, [find_binary(), "-c", str(conf), "-l", str(log)], last=True)
         py = [sys.executable, "-m", "cli.main", "serve"]
         common = ["--nats-url", self.nats_url]
         self._add("api", "api", [*py, "api", *common, "--host", self.addr("api"),
@@ -84,9 +84,10 @@ class ChaosCluster:
         self._poller = threading.Thread(target=self._poll, daemon=True)
         self._poller.start()
 
-    def _add(self, name: str, host: str, argv: list[str]) -> None:
+    def _add(self, name: str, host: str, argv: list[str], last: bool = False) -> None:
         env = {"VIRTSTREAM_STREAM_REPLICAS": "3"}
-        self.sup.add(ServiceSpec(name=name, command=tuple(self.hosts.run_in(host, argv)), env=env))
+        command = tuple(self.hosts.run_in(host, argv))
+        self.sup.add(ServiceSpec(name=name, command=command, env=env, stop_last=last))
 
     def _poll(self) -> None:
         while self._polling.is_set():
