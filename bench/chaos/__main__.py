@@ -117,6 +117,9 @@ class Run:
 
         threading.Thread(target=go, daemon=True).start()
 
+    def stop_watching(self) -> None:
+        self._watching.clear()
+
     def duplicated(self) -> set[str]:
         return {n for n, most in self.most_launchers.items() if most > 1}
 
@@ -283,7 +286,7 @@ def chaos(vms: int, per_fault: int, node_timeout: float, settle: float) -> dict[
             == {n: "Running" for n in run.acked},
             "unacked_but_stored": len(set(final) - run.acked),
         }
-        run._watching.clear()
+        run.stop_watching()
     finally:
         c.stop()
     return result
@@ -329,7 +332,7 @@ def up_killed(work: Path, vms: int, per_fault: int, settle: float) -> dict[str, 
             time.sleep(0.5)
         creating.join(60)
         row = run.row("kill -9 up (one machine), started again", before, started, settle)
-        run._watching.clear()
+        run.stop_watching()
         return {**row, "restarts": restarts}
     finally:
         up.send_signal(signal.SIGINT)
