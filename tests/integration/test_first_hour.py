@@ -112,6 +112,18 @@ def running(c: Cluster, name: str) -> dict[str, Any]:
     return found
 
 
+def settled_pause(c: Cluster, name: str, paused: bool) -> None:
+    """Until the VMI's Paused condition says `paused` (an unpause is accepted before the
+    launcher has resumed; a pause sent meanwhile is refused as already paused)."""
+
+    def probe() -> bool:
+        conditions = c.http.get(f"{VMIS}/{name}").json()["status"].get("conditions", [])
+        now = any(x["type"] == "Paused" and x["status"] == "True" for x in conditions)
+        return now is paused
+
+    until(probe, 30, f"{name} {'paused' if paused else 'unpaused'}")
+
+
 def iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat()
 
@@ -271,8 +283,11 @@ def test_one_verb_and_kind_vocabulary(cluster: Cluster) -> None:
     running(c, "voc")
     # pause/unpause take NAME, KIND NAME or KIND/NAME, like start
     assert "VMI voc was scheduled to pause" in ok(cli(c, "pause", "voc"))
+    settled_pause(c, "voc", True)
     assert "VM voc was scheduled to unpause" in ok(cli(c, "unpause", "vm", "voc"))
+    settled_pause(c, "voc", False)
     assert "VMI voc was scheduled to pause" in ok(cli(c, "pause", "vmi/voc"))
+    settled_pause(c, "voc", True)
     assert "VMI voc was scheduled to unpause" in ok(
         cli(c, "unpause", "virtualmachineinstance", "voc")
     )
