@@ -149,7 +149,7 @@ def test_nats_cluster_of_3_loses_a_server_invisibly(data_dir: Path) -> None:
     )  # fmt: skip
     try:
         with up_client(port, timeout=30) as http:
-            until(lambda: http.get("/readyz").is_success, timeout=60, what="the api ready")
+            until(lambda: http.get("/readyz").is_success, timeout=120, what="the api ready")
             assert http.post(VMS, json=vm("before")).status_code == 201
             url = f"nats://127.0.0.1:{nats_port}"
             replicas, leader = asyncio.run(stream_replicas_and_leader(url))
