@@ -110,12 +110,20 @@ def uss_kib(pid: int) -> int:
 
 
 def cpu_seconds(pid: int) -> float:
-    """utime + stime of a process (and its reaped children: none here)."""
+    """The scheduler's exact run time of a process, summed over its threads.
+
+    Not utime + stime from /proc/<pid>/stat: those come from tick sampling, and a
+    launcher that runs a few milliseconds after its fork is charged next to nothing
+    there (measured: 0-1 ticks for 7-9 ms of run time)."""
+    total = 0
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    for task in tasks:
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
 
 
 def children(pid: int) -> list[int]:
