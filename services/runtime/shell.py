@@ -55,6 +55,19 @@ MIN_WAKEUP_GAP = 0.01  # a wakeup the decider keeps in the past cannot spin the 
 INFRASTRUCTURE = (TimeoutError, ConnectionError, nats.errors.Error)
 
 
+async def wait_event(event: asyncio.Event, timeout: float) -> None:
+    """Until `event` is set or `timeout` passes.
+
+    Not asyncio.wait_for: on Python 3.11 a cancel that arrives as the event is set is
+    swallowed (the wait returns, the task goes on as if never cancelled) and whoever
+    awaits the cancelled task waits for good; a service's stop hung on it."""
+    wake = asyncio.get_running_loop().call_later(timeout, event.set)
+    try:
+        await event.wait()
+    finally:
+        wake.cancel()
+
+
 async def connect(urls: str, name: str) -> NATS:
     return await connect_service(urls, name)
 
@@ -427,8 +440,7 @@ class ServiceShell(Generic[S, A, Ob]):
                     due = min(due, max(last + MIN_WAKEUP_GAP, now + at - self.clock()))
             if due > now:
                 self._rearm.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._rearm.wait(), due - now)
+                await wait_event(self._rearm, due - now)
                 continue
             last = now
             if now >= next_tick:
