@@ -257,7 +257,33 @@ async def hop_chain(nats_url: str, rounds: int, hops: int = 6) -> list[float]:
         await nc.drain()
 
 
-async def zygote_floor(run_dir: Path, count: int) -> tuple[list[float], list[int]]:
+@dataclass
+class SpawnFloor:
+    """Raw launcher spawns: latency, memory and CPU of the work no choreography skips."""
+
+    latency: list[float]  # seconds, zygote fork → the launcher reports Running
+    uss: list[int]  # KiB per launcher
+    zygote_cpu: float  # seconds of the zygote's CPU per spawn (the fork)
+    launcher_cpu: list[float]  # seconds each launcher ran until Running
+
+    @property
+    def cpu(self) -> float:
+        """CPU seconds one launch costs the machine (zygote + launcher, median)."""
+        return self.zygote_cpu + (statistics.median(self.launcher_cpu) if self.launcher_cpu else 0)
+
+
+def spawn_cpu_line(spawn: SpawnFloor) -> str:
+    """The launch's CPU and the rate at which launches alone would fill every core."""
+    launcher = statistics.median(spawn.launcher_cpu) if spawn.launcher_cpu else 0.0
+    cores = os.cpu_count() or 1
+    return (
+        f"CPU per launch {spawn.cpu * 1e3:.1f} ms (zygote fork {spawn.zygote_cpu * 1e3:.1f}, "
+        f"launcher to Running {launcher * 1e3:.1f}): launches alone fill {cores} cores at "
+        f"{cores / spawn.cpu if spawn.cpu else 0:.0f}/s"
+    )
+
+
+async def zygote_floor(run_dir: Path, count: int) -> SpawnFloor:
     """Raw launcher spawn: zygote fork → the launcher reports Running (spawn_probe's path)."""
     from services.launcher.client import LauncherClient
     from services.launcher.domain_state import DomainState
@@ -276,7 +302,8 @@ async def zygote_floor(run_dir: Path, count: int) -> tuple[list[float], list[int
         os.close(saved)
         os.close(devnull)
     clients = []
-    lat, uss = [], []
+    lat, uss, run = [], [], []
+    zygote_cpu = cpu_seconds(zygote.pid)
     try:
         for i in range(count):
             vmi = {
@@ -290,7 +317,9 @@ async def zygote_floor(run_dir: Path, count: int) -> tuple[list[float], list[int
             await client.call(Start())
             await client.wait_for(lambda s: s.state is DomainState.RUNNING)
             lat.append(time.perf_counter() - t0)
+            run.append(cpu_seconds(client.hello.pid))
             clients.append(client)
+        zygote_cpu = (cpu_seconds(zygote.pid) - zygote_cpu) / max(1, count)
         await asyncio.sleep(0.2)
         uss = [uss_kib(c.hello.pid) for c in clients]
     finally:
@@ -301,7 +330,8 @@ async def zygote_floor(run_dir: Path, count: int) -> tuple[list[float], list[int
             await c.close()
         zygote.terminate()
         zygote.wait()
-    return lat[min(2, count // 10) :], uss
+    skip = min(2, count // 10)  # the first spawns warm the path up
+    return SpawnFloor(lat[skip:], uss, zygote_cpu, run[skip:])
 
 
 # --------------------------------------------------------------- the workload
@@ -524,7 +554,8 @@ async def run(a: argparse.Namespace) -> int:
         await wait_ready(up, a.nodes)
         await asyncio.sleep(a.settle)  # let start-up work (imports, catch-up) finish
         hops = await hop_chain(up.nats_url, a.hop_rounds)
-        fork, floor_uss = await zygote_floor(data_dir / "floor", a.floor_launchers)
+        spawn = await zygote_floor(data_dir / "floor", a.floor_launchers)
+        fork, floor_uss = spawn.latency, spawn.uss
         before = sample_memory(up)
         cpu_before = {n: cpu_seconds(pid) for n, pid in up.services().items()}
         profilers = start_profilers(up, a.profile) if a.profile else []
@@ -623,6 +654,7 @@ async def run(a: argparse.Namespace) -> int:
         f"  raw zygote fork→Running: {ms(fork)}; USS median "
         f"{statistics.median(floor_uss) / 1024 if floor_uss else 0:.2f} MiB"
     )
+    print(f"  {spawn_cpu_line(spawn)}")
     remove_run(data_dir, a.keep)
     return rc
 

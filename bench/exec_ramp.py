@@ -38,6 +38,7 @@ from bench.bench_exec import (
     paced,
     pct,
     remove_run,
+    spawn_cpu_line,
     start_up,
     stream_times,
     wait_ready,
@@ -119,7 +120,8 @@ async def run_ramp(a: argparse.Namespace) -> int:
         await wait_ready(up, a.nodes)
         await asyncio.sleep(a.settle)
         chain = await hop_chain(up.nats_url, a.hop_rounds, hops=HOPS)
-        fork, _ = await zygote_floor(data_dir / "floor", a.floor_launchers)
+        spawn = await zygote_floor(data_dir / "floor", a.floor_launchers)
+        fork = spawn.latency
         for i, rate in enumerate(rates):
             n = max(a.step_min, round(rate * a.step_seconds))
             step, _ = await create_step(up, f"r{i}", rate, n, a)
@@ -140,6 +142,7 @@ async def run_ramp(a: argparse.Namespace) -> int:
         f"\n== ramp over {a.nodes} nodes ({os.cpu_count()} CPUs), p99 target {a.p99_target:g} ms =="
     )
     print(f"floor: raw zygote fork→Running {ms(fork)}")
+    print(f"       {spawn_cpu_line(spawn)}")
     print(f"       raw JetStream {HOPS}-hop chain {ms(chain)}")
     print(
         f"       create→Running floor (fork + chain): p50 {floor50 * 1e3:.1f} ms, "

@@ -298,7 +298,7 @@ async def run_scale(a: argparse.Namespace) -> int:
         await wait_ready(up, nodes)
         await asyncio.sleep(a.settle)
         chain = await hop_chain(up.nats_url, a.hop_rounds)
-        fork, _ = await zygote_floor(data_dir / "floor", a.floor_launchers)
+        fork = (await zygote_floor(data_dir / "floor", a.floor_launchers)).latency
         await warm_up(up, a.warm_up, a)
         rss0, uss0, svc0 = memory(up)
         watches = [LightWatch() for _ in range(a.watchers + 1)]

@@ -170,9 +170,12 @@ class Launcher:
         else:
             # Listen before the (slower) libvirt setup, as the zygote does for its children.
             listener = listen_on(sock)
-        # The zygote wrote it as it forked; again here, in case the zygote died in between
-        # (a handler's fence kills the zygote, then every launcher with a pidfile).
-        rundir.write_pidfile(sock, os.getpid())
+        # The zygote writes it as it forks; here only if it has not (yet), in case the
+        # zygote died in between (a handler's fence kills the zygote, then every launcher
+        # with a pidfile). A read is cheaper than writing again: a rename takes the run
+        # dir's lock, which every launcher starting on the node contends for.
+        if rundir.read_pid(rundir.pidfile_path(sock)) != os.getpid():
+            rundir.write_pidfile(sock, os.getpid())
 
         server: asyncio.Server | None = None
         try:
