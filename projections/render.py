@@ -6,6 +6,8 @@ conditions) are computed here, at read time, not stored; the domain rules they s
 from __future__ import annotations
 
 import datetime as dt
+import functools
+import math
 from typing import Any, assert_never
 
 from events.catalog import ERR_IMAGE_PULL
@@ -29,7 +31,14 @@ JSON = dict[str, Any]
 def rfc3339(ts: float | None) -> str | None:
     if ts is None:
         return None
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return _rfc3339_second(math.floor(ts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _rfc3339_second(second: int) -> str:
+    # every render formats the object's timestamps again, and they repeat: formatting
+    # them was 4% of the api's CPU under a create load
+    return dt.datetime.fromtimestamp(second, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _metadata(manifest: JSON, rv: int, created_at: float, **extra: Any) -> JSON:
