@@ -526,6 +526,7 @@ def start_profilers(up: Up, out: Path) -> list[subprocess.Popen[bytes]]:
                     "200",
                     "-f",
                     "raw",
+                    "--gil",  # samples of a thread holding the GIL: work, not waits
                 ],
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
