@@ -55,6 +55,7 @@ from nats.aio.msg import Msg
 from bench.http_load import Connection
 from client import credentials
 from ops.nats_server import free_port
+from ops.supervisor import interrupt
 
 NS = "default"
 VMS = f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachines"
@@ -165,12 +166,7 @@ class Up:
         return pids
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGINT)
-        try:
-            self.proc.wait(90)
-        except subprocess.TimeoutExpired:
-            os.kill(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
+        interrupt(self.proc, 90)
 
 
 def start_up(

@@ -88,6 +88,17 @@ class ServiceSpec(msgspec.Struct, frozen=True, kw_only=True):
         return [sys.executable, "-m", self.module, *self.args]
 
 
+def interrupt(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    """Stop a process as Ctrl-C would (SIGINT); SIGKILL it if it has not exited in
+    `timeout` seconds."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _dies_with_us(argv: list[str]) -> list[str]:
     """The argv under `setpriv --pdeathsig TERM` (util-linux): the service gets SIGTERM
     when the supervisor dies, however it dies (even SIGKILL), so nothing outlives it.

@@ -30,6 +30,7 @@ import httpx
 from bench.chaos.cluster import NODES, ChaosCluster
 from client import credentials
 from ops.ports import free_port
+from ops.supervisor import interrupt
 from ops.up_reaper import live_launchers
 
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
@@ -335,12 +336,7 @@ def up_killed(work: Path, vms: int, per_fault: int, settle: float) -> dict[str, 
         run.stop_watching()
         return {**row, "restarts": restarts}
     finally:
-        up.send_signal(signal.SIGINT)
-        try:
-            up.wait(60)
-        except subprocess.TimeoutExpired:
-            up.kill()
-            up.wait()
+        interrupt(up, 60)
         log.close()
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from cli.up import live_launchers
 from ops.nats_server import free_port
-from ops.supervisor import importable
+from ops.supervisor import importable, interrupt
 from tests.integration.polling import until, up_client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -61,12 +61,7 @@ def cluster() -> Iterator[str]:
             until(lambda: _ready(url), timeout=30)
             yield url
         finally:
-            up.send_signal(signal.SIGINT)
-            try:
-                up.wait(60)
-            except subprocess.TimeoutExpired:
-                up.kill()
-                up.wait()
+            interrupt(up, 60)
             for pid in live_launchers(Path(d) / "run"):
                 os.kill(pid, signal.SIGKILL)
 

@@ -20,6 +20,7 @@ import pytest
 
 from cli.up import live_launchers
 from ops.nats_server import free_port
+from ops.supervisor import interrupt
 from tests.integration.polling import until, up_client
 
 REPO = Path(__file__).resolve().parents[2]
@@ -55,12 +56,7 @@ def up() -> Iterator[tuple[httpx.Client, str, subprocess.Popen[bytes]]]:
                 password = (Path(d) / "credentials" / "nats-admin").read_text().strip()
                 yield http, f"nats://admin:{password}@127.0.0.1:{nats_port}", proc
         finally:
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+            interrupt(proc, 60)
             for pid in live_launchers(Path(d) / "run"):
                 os.kill(pid, signal.SIGKILL)
 
