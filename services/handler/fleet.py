@@ -124,8 +124,8 @@ class LauncherFleet:
         libvirtd. Returns how many launchers there were."""
         self._closing = True
         # The zygote first, so no spawn in flight forks a launcher after the sweep. A fork
-        # it made is in the sweep by its pidfile (the zygote writes it as it forks, the
-        # launcher again as it starts: the second sweep catches a zygote killed between).
+        # it made is in the sweep by its pidfile (the zygote writes it as it forks; the
+        # launcher as it starts if the zygote had not: the second sweep catches that).
         if self.zygote is not None and self.zygote.poll() is None:
             self.zygote.kill()
             await asyncio.to_thread(self.zygote.wait)

@@ -383,7 +383,7 @@ def serve(socket_path: str) -> None:
             conn, _ = listener.accept()
             with conn:
                 try:
-                    reply = _handle(conn, listener)
+                    reply = _handle(conn)
                 except Exception as exc:  # one bad request must not take the zygote down
                     reply = SpawnReply(error=f"{type(exc).__name__}: {exc}")
                 with contextlib.suppress(OSError):
@@ -394,7 +394,7 @@ def serve(socket_path: str) -> None:
             os.unlink(socket_path)
 
 
-def _handle(conn: socket.socket, listener: socket.socket) -> SpawnReply:
+def _handle(conn: socket.socket) -> SpawnReply:
     conn.settimeout(5.0)
     request = _request_decoder.decode(_read_line(conn))
     vmi = msgspec.json.decode(request.vmi)
