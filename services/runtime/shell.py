@@ -56,7 +56,7 @@ INFRASTRUCTURE = (TimeoutError, ConnectionError, nats.errors.Error)
 
 
 async def wait_event(event: asyncio.Event, timeout: float) -> None:
-    """Until `event` is set or `timeout` passes.
+    """Until `event` is set or `timeout` passes (which sets it: the caller clears it).
 
     Not asyncio.wait_for: on Python 3.11 a cancel that arrives as the event is set is
     swallowed (the wait returns, the task goes on as if never cancelled) and whoever
