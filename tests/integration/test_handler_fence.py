@@ -12,6 +12,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from ops.up_reaper import live_launchers
 from services.handler.effects import Launch
 from services.handler.fleet import FENCE_SECOND_SWEEP, LauncherFleet
 from services.handler.node_info import LaunchSettings
@@ -33,14 +34,6 @@ def launch(name: str) -> Launch:
     return Launch(key=f"default/{name}", uid=f"uid-{name}", manifest=msgspec.json.encode(vmi))
 
 
-def live_launchers(fleet: LauncherFleet) -> list[int]:
-    return [
-        pid
-        for pidfile in fleet.launchers_dir.glob("*.pid")
-        if (pid := rundir.read_pid(pidfile)) and rundir.pid_alive(pid)
-    ]
-
-
 async def test_fence_stops_running_and_in_flight_launchers(run_dir: Path) -> None:
     fleet = LauncherFleet("node-1", run_dir, LaunchSettings(), report=lambda _: None)
     fleet.start()
@@ -49,7 +42,7 @@ async def test_fence_stops_running_and_in_flight_launchers(run_dir: Path) -> Non
         async with asyncio.timeout(20):
             while "default/running" not in fleet.clients:  # noqa: ASYNC110
                 await asyncio.sleep(0.02)
-        running = live_launchers(fleet)
+        running = live_launchers(run_dir)
         assert len(running) == 1
         # spawns admitted and in flight (two at once per node), more queued behind them
         for i in range(6):
@@ -58,7 +51,7 @@ async def test_fence_stops_running_and_in_flight_launchers(run_dir: Path) -> Non
         assert killed >= 1
         await fleet.execute(launch("after"))  # a decision made after the fence
         await asyncio.sleep(FENCE_SECOND_SWEEP + 1.0)  # any straggler would be up by now
-        assert live_launchers(fleet) == []
+        assert live_launchers(run_dir) == []
         assert not rundir.pid_alive(running[0])
         assert fleet.zygote is not None and fleet.zygote.poll() is not None
     finally:
