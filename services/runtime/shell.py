@@ -55,17 +55,16 @@ MIN_WAKEUP_GAP = 0.01  # a wakeup the decider keeps in the past cannot spin the 
 INFRASTRUCTURE = (TimeoutError, ConnectionError, nats.errors.Error)
 
 
-async def wait_event(event: asyncio.Event, timeout: float) -> None:
-    """Until `event` is set or `timeout` passes (which sets it: the caller clears it).
-
-    Not asyncio.wait_for: on Python 3.11 a cancel that arrives as the event is set is
-    swallowed (the wait returns, the task goes on as if never cancelled) and whoever
-    awaits the cancelled task waits for good; a service's stop hung on it."""
-    wake = asyncio.get_running_loop().call_later(timeout, event.set)
-    try:
-        await event.wait()
-    finally:
-        wake.cancel()
+async def finish(task: asyncio.Task[None]) -> None:
+    """Cancel `task` and wait until it has ended. Cancelled again while it runs on: on
+    Python 3.11 asyncio.wait_for swallows a cancel that arrives as what it awaits
+    completes (the task goes on as if never cancelled), and a single cancel then waited
+    for good; a handler's stop hung on its timer that way."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
+    if not task.cancelled():
+        task.exception()  # retrieved: an error of a companion at stop is not news
 
 
 async def connect(urls: str, name: str) -> NATS:
@@ -440,7 +439,8 @@ class ServiceShell(Generic[S, A, Ob]):
                     due = min(due, max(last + MIN_WAKEUP_GAP, now + at - self.clock()))
             if due > now:
                 self._rearm.clear()
-                await wait_event(self._rearm, due - now)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._rearm.wait(), due - now)
                 continue
             last = now
             if now >= next_tick:
@@ -518,10 +518,7 @@ class ServiceShell(Generic[S, A, Ob]):
             if self.pipe is not None:
                 await self.pipe.drain(0)
             for task in companions:
-                task.cancel()
-            for task in companions:
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await task
+                await finish(task)
             await consumer.close()
 
     def stop(self) -> None:
