@@ -157,13 +157,15 @@ class Run:
         st = self.state() or {}
         return self.acked - set(st)
 
-    def verify(self) -> bool:
+    def verify(self) -> tuple[bool, str]:
+        """`virtstream verify` passed, and what it said when it did not."""
         done = subprocess.run(
             [sys.executable, "-m", "cli.main", "--server", self.api_url, "verify",
              "--nats-url", self.nats_url],
             cwd=REPO, capture_output=True, timeout=120,
         )  # fmt: skip
-        return done.returncode == 0
+        said = (done.stdout + done.stderr).decode(errors="replace").strip()
+        return done.returncode == 0, said[-600:]
 
     def unsettled(self) -> str:
         """What keeps the cluster from settling, in a few words (for the table)."""
@@ -185,13 +187,16 @@ class Run:
     def row(self, fault: str, before: set[str], started: float, settle: float) -> dict[str, Any]:
         """The fault's outcome once every VM is Running again (or `settle` s passed)."""
         settled = self.wait_settled(settle)
+        recovered = time.monotonic() - started
+        verified, said = self.verify()
         return {
             "fault": fault,
             "acked": len(self.acked - before),
             "lost": sorted(self.lost()),
             "duplicated": sorted(self.duplicated()),
-            "recovered_s": None if settled is None else round(time.monotonic() - started, 1),
-            "verify": self.verify(),
+            "recovered_s": None if settled is None else round(recovered, 1),
+            "verify": verified,
+            **({} if verified else {"verify_said": said}),
             **({} if settled is not None else {"unsettled": self.unsettled()}),
         }
 
