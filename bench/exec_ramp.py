@@ -31,8 +31,9 @@ from bench.bench_exec import (
     Track,
     Up,
     breakdown,
-    children,
-    cpu_seconds,
+    cpu_delta,
+    cpu_line,
+    cpu_snapshot,
     hop_chain,
     ms,
     paced,
@@ -47,28 +48,6 @@ from bench.bench_exec import (
 )
 
 HOPS = len(CREATE_CHAIN) + 1  # POST → each event → the watch
-
-
-def cpu_snapshot(up: Up) -> dict[str, float]:
-    """CPU seconds so far of every process of the cluster, grouped: each service, the
-    zygotes, the launchers alive now (a launcher born later counts from 0), this client."""
-    svcs = up.services()
-    out = {name: cpu_seconds(pid) for name, pid in svcs.items()}
-    out["zygotes"] = sum(
-        cpu_seconds(c) for n, pid in svcs.items() if n.startswith("handler") for c in children(pid)
-    )
-    out["launchers"] = sum(cpu_seconds(p) for p in up.launcher_pids())
-    t = os.times()
-    out["bench client"] = t.user + t.system
-    return out
-
-
-def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    delta = {n: after[n] - before.get(n, 0.0) for n in after}
-    handlers = sum(v for n, v in delta.items() if n.startswith("handler"))
-    grouped = {n: v for n, v in delta.items() if not n.startswith("handler")}
-    grouped["handlers (all)"] = handlers
-    return grouped
 
 
 @dataclass
@@ -180,13 +159,7 @@ async def run_ramp(a: argparse.Namespace) -> int:
         print(f"  {s.rate:>5g}/s: " + ", ".join(cells))
     print("\nCPU seconds during each create phase (per VMI in ms):")
     for s in steps:
-        total = sum(s.cpu.values())
-        cells = [f"{n} {c:.2f}" for n, c in sorted(s.cpu.items(), key=lambda x: -x[1]) if c >= 0.05]
-        print(
-            f"  {s.rate:>5g}/s over {s.span:.1f} s: total {total:.1f} "
-            f"({total / s.span / (os.cpu_count() or 1):.0%} of the machine, "
-            f"{total / s.n * 1e3:.1f} ms/VMI): " + ", ".join(cells)
-        )
+        print(f"  {s.rate:>5g}/s over {s.span:.1f} s: {cpu_line(s.cpu, s.span, s.n)}")
     print(
         f"\nceiling: {ceiling:g} VMs/s with p99 ≤ {a.p99_target:g} ms"
         if ceiling
