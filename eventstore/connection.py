@@ -128,8 +128,8 @@ async def connect_service(
     kwargs = (options or ConnectOptions.from_env()).nats_kwargs()
     nc = NATS()
     try:
-        await asyncio.wait_for(
-            nc.connect(
+        async with asyncio.timeout(timeout):
+            await nc.connect(
                 servers=servers(urls),
                 name=name,
                 max_reconnect_attempts=-1,
@@ -137,9 +137,7 @@ async def connect_service(
                 connect_timeout=5,
                 error_cb=_one_line(name),
                 **kwargs,
-            ),
-            timeout,
-        )
+            )
     except (TimeoutError, OSError, nats.errors.Error) as e:
         with contextlib.suppress(Exception):
             await nc.close()
@@ -188,8 +186,8 @@ async def connect_once(
 
     nc = NATS()
     try:
-        await asyncio.wait_for(
-            nc.connect(
+        async with asyncio.timeout(timeout):
+            await nc.connect(
                 servers=servers(urls),
                 name=name,
                 connect_timeout=max(1, int(timeout)),
@@ -197,9 +195,7 @@ async def connect_once(
                 allow_reconnect=False,
                 error_cb=on_error,
                 **kwargs,
-            ),
-            timeout,
-        )
+            )
     except (TimeoutError, OSError, nats.errors.Error) as e:
         with contextlib.suppress(Exception):
             await nc.close()

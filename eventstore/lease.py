@@ -114,7 +114,8 @@ class Lease:
             except (TimeoutError, nats.errors.Error) as e:
                 log.warning("lease: cannot reach the bucket", key=self.key, error=repr(e))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.ttl / 5)
+                async with asyncio.timeout(self.ttl / 5):
+                    await stop.wait()
         return False
 
     async def keep(self) -> None:
@@ -130,9 +131,10 @@ class Lease:
                 return
             started = time.monotonic()
             try:
-                self.revision = await asyncio.wait_for(
-                    kv.update(self.key, self.identity.encode(), last=self.revision), left
-                )
+                async with asyncio.timeout(left):
+                    self.revision = await kv.update(
+                        self.key, self.identity.encode(), last=self.revision
+                    )
                 self.renewed = started  # the entry's age at the server counts from no earlier
             except KeyWrongLastSequenceError:
                 log.error("lease: taken over", key=self.key, identity=self.identity)

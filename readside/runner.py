@@ -239,7 +239,8 @@ class ProjectionRunner:
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((seq, fut))
         try:
-            await asyncio.wait_for(fut, timeout)
+            async with asyncio.timeout(timeout):
+                await fut
         except TimeoutError:
             return False
         return True

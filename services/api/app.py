@@ -106,7 +106,8 @@ def _http_error_handler(_: Request[Any, Any, Any], exc: HTTPException) -> Respon
 
 async def _raw_body(request: Request[Any, Any, Any]) -> bytes:
     try:  # a client that stops sending mid-body must not hold the request forever
-        return await asyncio.wait_for(request.body(), BODY_SECONDS)
+        async with asyncio.timeout(BODY_SECONDS):
+            return await request.body()
     except TimeoutError:
         raise request_timeout(
             f"the request body was not received within {BODY_SECONDS:g}s"

@@ -160,7 +160,8 @@ class ApiService:
         if not self.runner.ready or not self._connected():
             return False
         try:
-            last = await asyncio.wait_for(self.runner.store.stream_last_seq(), READY_SECONDS)
+            async with asyncio.timeout(READY_SECONDS):
+                last = await self.runner.store.stream_last_seq()
             return await self.runner.wait_for(last, READY_SECONDS)
         except Exception:  # any failure to answer is "not ready"
             return False

@@ -120,7 +120,8 @@ def stream(
                 due = [t for t in (deadline, next_mark) if t is not None]
                 wait = max(0.0, min(due) - now) if due else None
                 try:
-                    item = await asyncio.wait_for(watcher.queue.get(), wait)
+                    async with asyncio.timeout(wait):
+                        item = await watcher.queue.get()
                 except TimeoutError:
                     if next_mark is not None and time.monotonic() >= next_mark:
                         if watcher.queue.empty():

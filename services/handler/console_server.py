@@ -149,7 +149,8 @@ class ConsoleServer:
         if self._server is not None:
             self._server.close()
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._server.wait_closed(), 5)
+                async with asyncio.timeout(5):
+                    await self._server.wait_closed()
 
     async def _process_request(self, conn: ServerConnection, request: Request) -> Response | None:
         m = PATH.match(request.path.split("?", 1)[0])

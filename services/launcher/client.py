@@ -156,7 +156,8 @@ class LauncherClient(asyncio.Protocol):
                     raise
                 await asyncio.sleep(0.001 if loop.time() < fast_until else 0.05)
         try:
-            await asyncio.wait_for(hello, max(0.1, deadline - loop.time()))
+            async with asyncio.timeout(max(0.1, deadline - loop.time())):
+                await hello
         except BaseException:
             client._hello = None
             if client._transport is not None:
@@ -175,12 +176,14 @@ class LauncherClient(asyncio.Protocol):
             self._transport.write(encode(command))
             if self._drained is not None:
                 await asyncio.shield(self._drained)
-            return await asyncio.wait_for(future, timeout)
+            async with asyncio.timeout(timeout):
+                return await future
         finally:
             self._pending.pop(command.id, None)
 
     async def next_status(self, timeout: float | None = None) -> DomainStatus:
-        return await asyncio.wait_for(self._statuses.get(), timeout)
+        async with asyncio.timeout(timeout):
+            return await self._statuses.get()
 
     async def wait_for(
         self, predicate: Callable[[DomainStatus], bool], timeout: float = 10.0
@@ -195,7 +198,8 @@ class LauncherClient(asyncio.Protocol):
     async def next_migration_report(
         self, timeout: float | None = None
     ) -> MigrationProgress | MigrationResult:
-        return await asyncio.wait_for(self._migration.get(), timeout)
+        async with asyncio.timeout(timeout):
+            return await self._migration.get()
 
     async def migration_result(
         self, on_progress: Callable[[MigrationProgress], None] | None = None, timeout: float = 60
@@ -234,7 +238,8 @@ class LauncherClient(asyncio.Protocol):
             self._closed = asyncio.get_running_loop().create_future()
         transport.close()
         with contextlib.suppress(TimeoutError):  # connection_lost follows on the next turn
-            await asyncio.wait_for(asyncio.shield(self._closed), 1.0)
+            async with asyncio.timeout(1.0):
+                await asyncio.shield(self._closed)
 
     # -------------------------------------------------------- asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -274,7 +274,7 @@ def _warm_launcher() -> None:
                 if time.monotonic() > deadline:
                     break
                 config = LauncherConfig(vmi=vmi, socket_path=f"{tmp}/zygote_warm-up.sock")
-                asyncio.run(asyncio.wait_for(_drive_launcher(config), timeout=3.0))
+                asyncio.run(_drive_launcher(config, timeout=3.0))
     except Exception as exc:  # an optimisation: the zygote serves anyway
         log.warning("launcher warm-up failed: %s: %s", type(exc).__name__, exc)
     finally:
@@ -283,21 +283,22 @@ def _warm_launcher() -> None:
         launcher_log.propagate = propagate
 
 
-async def _drive_launcher(config: Any) -> None:
+async def _drive_launcher(config: Any, timeout: float) -> None:
     from services.launcher.client import LauncherClient
     from services.launcher.domain_state import DomainState
     from services.launcher.process import Launcher
     from services.launcher.protocol import Shutdown, Start
 
-    launcher = Launcher(config, _WarmUpHypervisor(config.hypervisor_uri))
-    running = asyncio.get_running_loop().create_task(launcher.run())
-    client = await LauncherClient.connect(config.socket_path)
-    await client.call(Start())
-    await client.wait_for(lambda s: s.state is DomainState.RUNNING)
-    await client.call(Shutdown(grace_period_seconds=0))
-    await client.wait_for(lambda s: s.final)
-    await client.close()
-    await running
+    async with asyncio.timeout(timeout):
+        launcher = Launcher(config, _WarmUpHypervisor(config.hypervisor_uri))
+        running = asyncio.get_running_loop().create_task(launcher.run())
+        client = await LauncherClient.connect(config.socket_path)
+        await client.call(Start())
+        await client.wait_for(lambda s: s.state is DomainState.RUNNING)
+        await client.call(Shutdown(grace_period_seconds=0))
+        await client.wait_for(lambda s: s.final)
+        await client.close()
+        await running
 
 
 def _walk_lifecycle() -> None:

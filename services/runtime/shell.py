@@ -440,7 +440,9 @@ class ServiceShell(Generic[S, A, Ob]):
             if due > now:
                 self._rearm.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._rearm.wait(), due - now)
+                    # the one wait_for left: a stop ends this task with finish(), which
+                    # copes with the cancel it may lose
+                    await asyncio.wait_for(self._rearm.wait(), due - now)  # noqa: TID251
                 continue
             last = now
             if now >= next_tick:
