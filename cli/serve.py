@@ -13,8 +13,6 @@ from typing import cast
 
 import typer
 
-from eventstore.connection import Unreachable
-
 #: role → the module whose `main(argv)` runs it
 ROLES = {
     "api": "services.api.__main__",
@@ -36,10 +34,7 @@ def serve(
         raise typer.Exit(2)
     main = cast(Callable[[list[str]], None], importlib.import_module(ROLES[role]).main)
     try:
-        main(list(ctx.args))
-    except Unreachable as e:
-        typer.echo(f"error: {e} (is NATS running? --nats-url names its servers)", err=True)
-        raise typer.Exit(1) from None
+        main(list(ctx.args))  # an unreachable NATS or a port taken: one line, exit 1
     except (OSError, ssl.SSLError) as e:  # a creds or TLS file missing or refused
         typer.echo(f"error: {role}: {e}", err=True)
         raise typer.Exit(1) from None

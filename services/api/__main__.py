@@ -117,7 +117,8 @@ def main(argv: list[str] | None = None) -> None:
             socket_name_max=args.max_socket_name,
             auth_file=args.auth_file,
             tls=tls,
-        )
+        ),
+        "virt-api",
     )
 
 

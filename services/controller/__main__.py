@@ -71,7 +71,8 @@ def main(argv: list[str] | None = None) -> None:
                 metrics_port=args.metrics_port,
                 identity=args.identity,
                 lease_ttl=args.lease_ttl,
-            )
+            ),
+            "virt-controller",
         )
     except LeaseLost as e:  # stopped acting; a supervisor starts it again as a standby
         print(f"virt-controller: {e}", file=sys.stderr)

@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> None:
         launch=launch_settings(a),
     )
     try:
-        loop.run(serve(cfg))
+        loop.run(serve(cfg), "virt-handler")
     except Fenced as e:  # a supervisor starts it again, on the log's word
         print(f"virt-handler: {e}", file=sys.stderr)
         raise SystemExit(4) from None

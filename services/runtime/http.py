@@ -10,6 +10,8 @@ from collections.abc import Callable
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from services.runtime.loop import StartError
+
 
 class HealthServer:
     def __init__(self, host: str, port: int, ready: Callable[[], bool]) -> None:
@@ -17,7 +19,12 @@ class HealthServer:
         self.server: asyncio.Server | None = None
 
     async def start(self) -> int:
-        self.server = await asyncio.start_server(self._handle, self.host, self.port)
+        try:
+            self.server = await asyncio.start_server(self._handle, self.host, self.port)
+        except OSError as e:
+            raise StartError(
+                f"cannot serve /metrics on {self.host}:{self.port}: {e.strerror or e}"
+            ) from None
         self.port = self.server.sockets[0].getsockname()[1]
         return self.port
 

@@ -5,6 +5,7 @@ own handling; typer's CliRunner for the rest."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
@@ -119,3 +120,31 @@ def test_unexpected_failures_are_one_line_unless_debug(
     one_line(p.returncode, p.stdout, p.stderr, "InvalidBucketNameError", "--debug shows")
     p = real("--debug", *args)
     assert p.returncode != 0 and "Traceback" in p.stderr
+
+
+def test_a_role_without_nats_or_with_its_port_taken(nowhere: str, nats_server: NatsServer) -> None:
+    """A control-plane role run as `up` runs it (`python -m services.controller`): NATS
+    unreachable, or its metrics port taken, ends its log with one line and exit 1, not a
+    traceback (the lines before it are the service's JSON log)."""
+
+    def role(*args: str) -> str:
+        p = subprocess.run(
+            [sys.executable, "-m", "services.controller", *args],
+            cwd=REPO, capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert p.returncode == 1, (p.stdout, p.stderr)
+        assert "Traceback" not in p.stdout + p.stderr
+        return p.stderr.strip().splitlines()[-1]
+
+    started = time.monotonic()
+    last = role("--nats-url", f"nats://{nowhere}")
+    assert last.startswith("virt-controller: error: no NATS server answered"), last
+    assert "is NATS running?" in last
+    assert time.monotonic() - started < 15
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        last = role("--nats-url", nats_server.url, "--metrics-port", str(port))
+    assert last.startswith(f"virt-controller: error: cannot serve /metrics on 127.0.0.1:{port}")
+    assert "in use" in last, last
