@@ -727,6 +727,9 @@ def main() -> None:
     ramp.add_argument("--step-min", type=int, default=100, help="at least this many VMs per step")
     ramp.add_argument("--step-pause", type=float, default=2.0, help="idle seconds between steps")
     ramp.add_argument("--p99-target", type=float, default=250.0, help="ms, for the ceiling")
+    ramp.add_argument(
+        "--rounds", type=int, default=1, help="step through the rates this many times"
+    )
     scale = p.add_argument_group("many VMIs (bench/exec_scale.py)")
     scale.add_argument("--scale", default="", help="VMI counts to grow through, e.g. 500,2000")
     scale.add_argument("--scale-nodes", type=int, default=20)
