@@ -21,6 +21,10 @@ class StartError(Exception):
     """A failure the operator fixes (a port taken, ...): one line on stderr, exit 1."""
 
 
+class Restart(Exception):
+    """The process must start afresh (its supervisor restarts it): one line, exit 1."""
+
+
 def run(main: Coroutine[Any, Any, T], name: str) -> T:
     try:
         try:
@@ -30,6 +34,8 @@ def run(main: Coroutine[Any, Any, T], name: str) -> T:
         return uvloop.run(main)
     except StartError as e:
         print(f"{name}: error: {e}", file=sys.stderr)
+    except Restart as e:
+        print(f"{name}: restarting: {e}", file=sys.stderr)
     except Unreachable as e:
         print(
             f"{name}: error: {e} (is NATS running? --nats-url names its servers)", file=sys.stderr

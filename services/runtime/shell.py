@@ -42,6 +42,7 @@ from eventstore.port import Delivery, EventLog
 from eventstore.settings import StreamSettings
 from services.runtime import metrics as m
 from services.runtime.append_window import AppendWindow
+from services.runtime.loop import Restart
 from services.runtime.reactor import Executor, Inbox, Note, Observer, Reactor
 
 S = TypeVar("S")
@@ -53,6 +54,15 @@ MAX_CONFLICT_RETRIES = 8
 MAX_PASSES = 8  # decide again while effects change the state, at most this often
 MIN_WAKEUP_GAP = 0.01  # a wakeup the decider keeps in the past cannot spin the timer
 INFRASTRUCTURE = (TimeoutError, ConnectionError, nats.errors.Error)
+
+
+class Unordered(Restart):
+    """The stream holds an event this service never folded before one of its own appends
+    that it folded at once. A replicated stream can accept an optimistic append past an
+    event that is still being replicated (its expected-last-subject-sequence check runs on
+    the leader before replication, per exact subject), so two services' concurrent appends
+    to one aggregate can both land. The state misses that event for good; the process
+    stops, and its restart folds the stream in order."""
 
 
 async def finish(task: asyncio.Task[None]) -> None:
@@ -103,6 +113,9 @@ class ServiceShell(Generic[S, A, Ob]):
         self.inbox: Inbox[Ob] = inbox if inbox is not None else Inbox()
         self.state: S = reactor.initial_state()
         self.versions: dict[str, int] = {}  # aggregate key → last folded sequence
+        self.seen: dict[str, int] = {}  # aggregate key → last sequence folded from the stream
+        # aggregate key → our own appends folded at once, not yet delivered back
+        self.ahead: dict[str, set[int]] = {}
         self.last_folded = 0
         # event ids appended without a concurrency check that the consumer has not
         # delivered back yet: deciding again before they are folded repeats them, and a
@@ -124,10 +137,16 @@ class ServiceShell(Generic[S, A, Ob]):
         return self.reactor.name
 
     # ----------------------------------------------------------------- folding
-    def fold(self, stored: Stored) -> bool:
+    def fold(self, stored: Stored, *, own: bool = False) -> bool:
+        """Fold one event: from the stream (a delivery, a catch-up) or, `own`, our own
+        optimistic append as it was acknowledged."""
         key = subjects.aggregate_key(stored.subject)
         if self.unconfirmed:
             self.unconfirmed.discard(stored.event.meta.event_id)
+        if own:
+            self.ahead.setdefault(key, set()).add(stored.seq)
+        else:
+            self._in_order(key, stored)
         if stored.seq <= self.versions.get(key, 0):
             return False
         if stored.redelivery_of:
@@ -140,6 +159,27 @@ class ServiceShell(Generic[S, A, Ob]):
         self.versions[key] = stored.seq
         self.last_folded = max(self.last_folded, stored.seq)
         return True
+
+    def _in_order(self, key: str, stored: Stored) -> None:
+        """An event from the stream must not lie between what we had folded of its
+        aggregate and one of our own appends folded since: that event was never folded."""
+        seen = self.seen.get(key, 0)
+        if stored.seq > seen:
+            self.seen[key] = stored.seq
+        ahead = self.ahead.get(key)
+        if not ahead:
+            return
+        if seen < stored.seq < max(ahead) and stored.seq not in ahead:
+            self.log.error(
+                "an event landed before our own append unseen: stopping to fold again",
+                subject=stored.subject,
+                seq=stored.seq,
+                own=sorted(ahead),
+            )
+            raise Unordered(f"{stored.subject} at {stored.seq} lies before our own {max(ahead)}")
+        ahead.difference_update([s for s in ahead if s <= stored.seq])
+        if not ahead:
+            del self.ahead[key]
 
     def version_of(self, subject: str) -> int:
         return self.versions.get(subjects.aggregate_key(subject), 0)
@@ -258,7 +298,8 @@ class ServiceShell(Generic[S, A, Ob]):
         # of that aggregate we have not seen yet may lie before it (an explicit `expected`
         # came from outside our filters: it says nothing about what we have seen).
         if d.occ and d.expected is None:
-            self.fold(Stored(seq=ack.seq, subject=subject, time=ev.meta.occurred_at, event=ev))
+            stored = Stored(seq=ack.seq, subject=subject, time=ev.meta.occurred_at, event=ev)
+            self.fold(stored, own=True)
             return ack.seq
         if ack.seq > self.version_of(subject):
             self.unconfirmed.add(ev.meta.event_id)
@@ -316,7 +357,7 @@ class ServiceShell(Generic[S, A, Ob]):
             async with self._lock:
                 self.fold(stored)
                 chains = await self._issue(stored)
-        except INFRASTRUCTURE:
+        except (*INFRASTRUCTURE, Unordered):
             self.pipe.release()
             raise
         except Exception as e:
@@ -354,10 +395,9 @@ class ServiceShell(Generic[S, A, Ob]):
                         await self.catch_up([scope], start_seq=c.expected + 1)
                     chains = await self._issue(stored)
             raise RuntimeError(f"{self.name}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
-        except INFRASTRUCTURE as e:
+        except (*INFRASTRUCTURE, Unordered) as e:
             # not the message's fault: the process stops, the delivery comes again
-            self.fatal = self.fatal or e
-            self._stop.set()
+            self._fail(e)
         except asyncio.CancelledError:
             raise
         except Exception as e:
@@ -399,8 +439,8 @@ class ServiceShell(Generic[S, A, Ob]):
                 self._fold_observations()
                 self.fold(stored)
                 await self.apply(lambda ctx: self.reactor.react(self.state, stored, ctx), stored)
-        except INFRASTRUCTURE:
-            raise  # not the message's fault; redelivered after reconnect
+        except (*INFRASTRUCTURE, Unordered):
+            raise  # not the message's fault; redelivered after reconnect (or a restart)
         except Exception as e:
             self.log.error("reaction failed", type=etype, error=repr(e))
             await self._dead_letter(msg, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
@@ -449,6 +489,9 @@ class ServiceShell(Generic[S, A, Ob]):
                 next_tick = now + self.tick_interval
             try:
                 await self.tick()
+            except Unordered as e:
+                self._fail(e)
+                return
             except Exception as e:  # the next tick decides again
                 self.log.error("tick failed", error=repr(e))
                 await asyncio.sleep(self.tick_interval)
@@ -471,6 +514,9 @@ class ServiceShell(Generic[S, A, Ob]):
 
                 try:
                     await self.apply(respond, None)
+                except Unordered as e:
+                    self._fail(e)
+                    return
                 except INFRASTRUCTURE as e:  # the next tick decides again
                     self.log.warning("decision failed", error=repr(e))
                 except Exception as e:
@@ -522,6 +568,11 @@ class ServiceShell(Generic[S, A, Ob]):
             for task in companions:
                 await finish(task)
             await consumer.close()
+
+    def _fail(self, e: BaseException) -> None:
+        """Stop the process after the message in hand: its restart starts afresh."""
+        self.fatal = self.fatal or e
+        self._stop.set()
 
     def stop(self) -> None:
         self._stop.set()
