@@ -36,6 +36,7 @@ def test_no_fault_loses_or_doubles_a_vm() -> None:
     for row in result["faults"]:
         assert "error" not in row, row
         assert row["lost"] == [] and row["duplicated"] == [], row
-        assert row["verify"], row
-        assert row["recovered_s"] is not None, row
+        # pytest shortens a dict: name what verify said and what kept the row unsettled
+        assert row["verify"], f"{row['fault']}: verify said {row.get('verify_said')!r}"
+        assert row["recovered_s"] is not None, f"{row['fault']}: {row.get('unsettled')}"
     assert result["final"]["equal_to_fault_free"], result["final"]
