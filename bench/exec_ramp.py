@@ -1,14 +1,13 @@
 """The ceiling: `python -m bench.bench_exec --ramp 25,50,100,150,200 [--step-seconds 4]`.
 
 One `virtstream up` cluster; for each rate in turn (`--rounds N`: the whole ramp N times
-over): POST `max(--step-min, rate x
---step-seconds)` VMs open-loop at that rate, wait until the watch shows them all Running,
-then DELETE them (at `--rate`) and wait until all are gone, so every step starts from an
-empty cluster. Per step: create→Running p50/p99, each hop's p99 (JetStream timestamps of
-the create chain's events, as in the default mode), and CPU seconds per process from /proc
-(api, controller, each handler, nats-server, the zygotes, the launchers, this client)
-during the create phase. The ceiling is the highest rate whose p99 stays ≤ `--p99-target`
-in most rounds.
+over): POST `max(--step-min, rate x --step-seconds)` VMs open-loop at that rate, wait
+until the watch shows them all Running, then DELETE them (at `--rate`) and wait until all
+are gone, so every step starts from an empty cluster. Per step: create→Running p50/p99,
+each hop's p99 (JetStream timestamps of the create chain's events, as in the default
+mode), and CPU seconds per process from /proc (api, controller, each handler,
+nats-server, the zygotes, the launchers, this client) during the create phase. The
+ceiling is the highest rate whose p99 stays ≤ `--p99-target` in most rounds.
 
 Floors, measured in the same run before the first step: a raw JetStream chain of as many
 hops as the create chain (POST → 5 events → watch: 6) and a raw zygote fork → launcher

@@ -65,6 +65,22 @@ class Unordered(Restart):
     stops, and its restart folds the stream in order."""
 
 
+# not the message's fault: the process stops, the delivery comes again (after a reconnect
+# or a restart)
+STOPS = (*INFRASTRUCTURE, Unordered)
+
+
+class _Ahead:
+    """Our own appends to one aggregate folded before the stream delivered them, and the
+    last sequence of that aggregate the stream had delivered when the first was folded."""
+
+    __slots__ = ("floor", "seqs")
+
+    def __init__(self, floor: int) -> None:
+        self.floor = floor
+        self.seqs: set[int] = set()
+
+
 async def finish(task: asyncio.Task[None]) -> None:
     """Cancel `task` and wait until it has ended. Cancelled again while it runs on: on
     Python 3.11 asyncio.wait_for swallows a cancel that arrives as what it awaits
@@ -113,9 +129,7 @@ class ServiceShell(Generic[S, A, Ob]):
         self.inbox: Inbox[Ob] = inbox if inbox is not None else Inbox()
         self.state: S = reactor.initial_state()
         self.versions: dict[str, int] = {}  # aggregate key → last folded sequence
-        self.seen: dict[str, int] = {}  # aggregate key → last sequence folded from the stream
-        # aggregate key → our own appends folded at once, not yet delivered back
-        self.ahead: dict[str, set[int]] = {}
+        self.ahead: dict[str, _Ahead] = {}  # aggregate key → own appends not yet delivered
         self.last_folded = 0
         # event ids appended without a concurrency check that the consumer has not
         # delivered back yet: deciding again before they are folded repeats them, and a
@@ -144,7 +158,9 @@ class ServiceShell(Generic[S, A, Ob]):
         if self.unconfirmed:
             self.unconfirmed.discard(stored.event.meta.event_id)
         if own:
-            self.ahead.setdefault(key, set()).add(stored.seq)
+            if key not in self.ahead:  # all earlier own appends are back: the stream's version
+                self.ahead[key] = _Ahead(self.versions.get(key, 0))
+            self.ahead[key].seqs.add(stored.seq)
         else:
             self._in_order(key, stored)
         if stored.seq <= self.versions.get(key, 0):
@@ -163,22 +179,21 @@ class ServiceShell(Generic[S, A, Ob]):
     def _in_order(self, key: str, stored: Stored) -> None:
         """An event from the stream must not lie between what we had folded of its
         aggregate and one of our own appends folded since: that event was never folded."""
-        seen = self.seen.get(key, 0)
-        if stored.seq > seen:
-            self.seen[key] = stored.seq
         ahead = self.ahead.get(key)
-        if not ahead:
+        if ahead is None:
             return
-        if seen < stored.seq < max(ahead) and stored.seq not in ahead:
+        last = max(ahead.seqs)
+        if ahead.floor < stored.seq < last and stored.seq not in ahead.seqs:
             self.log.error(
                 "an event landed before our own append unseen: stopping to fold again",
                 subject=stored.subject,
                 seq=stored.seq,
-                own=sorted(ahead),
+                own=sorted(ahead.seqs),
             )
-            raise Unordered(f"{stored.subject} at {stored.seq} lies before our own {max(ahead)}")
-        ahead.difference_update([s for s in ahead if s <= stored.seq])
-        if not ahead:
+            raise Unordered(f"{stored.subject} at {stored.seq} lies before our own {last}")
+        ahead.floor = max(ahead.floor, stored.seq)
+        ahead.seqs = {s for s in ahead.seqs if s > stored.seq}
+        if not ahead.seqs:
             del self.ahead[key]
 
     def version_of(self, subject: str) -> int:
@@ -357,7 +372,7 @@ class ServiceShell(Generic[S, A, Ob]):
             async with self._lock:
                 self.fold(stored)
                 chains = await self._issue(stored)
-        except (*INFRASTRUCTURE, Unordered):
+        except STOPS:
             self.pipe.release()
             raise
         except Exception as e:
@@ -395,8 +410,7 @@ class ServiceShell(Generic[S, A, Ob]):
                         await self.catch_up([scope], start_seq=c.expected + 1)
                     chains = await self._issue(stored)
             raise RuntimeError(f"{self.name}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
-        except (*INFRASTRUCTURE, Unordered) as e:
-            # not the message's fault: the process stops, the delivery comes again
+        except STOPS as e:
             self._fail(e)
         except asyncio.CancelledError:
             raise
@@ -439,8 +453,8 @@ class ServiceShell(Generic[S, A, Ob]):
                 self._fold_observations()
                 self.fold(stored)
                 await self.apply(lambda ctx: self.reactor.react(self.state, stored, ctx), stored)
-        except (*INFRASTRUCTURE, Unordered):
-            raise  # not the message's fault; redelivered after reconnect (or a restart)
+        except STOPS:
+            raise
         except Exception as e:
             self.log.error("reaction failed", type=etype, error=repr(e))
             await self._dead_letter(msg, f"{type(e).__name__}: {e}\n{traceback.format_exc()}")
