@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import admission
+from core.errors import not_found
+from core.intents import Append, Outcome, RequestContext
 from events.catalog import MigrationAbortRequested, MigrationRequested
 from events.meta import Kind
 from events.objects import VirtualMachineInstanceMigration
@@ -14,9 +17,6 @@ from kinds.spec import CallArgs, Column, KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_migration
 from projections.render import render_migration
-from services.api import admission
-from services.api.errors import not_found
-from services.api.intents import Append, Outcome, RequestContext
 
 
 def admit(cluster: Cluster, typed: Any, _: str) -> tuple[Any, list[Any]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.errors import not_found
+from core.intents import Append, Outcome, RequestContext, view
 from events.catalog import Event, NodeCordoned, NodeDrainRequested, NodeUncordoned
 from events.meta import Kind
 from events.objects import Node
@@ -15,8 +17,6 @@ from projections.cluster import Cluster
 from projections.evolve import evolve_node
 from projections.render import render_node
 from projections.views import NodeView
-from services.api.errors import not_found
-from services.api.intents import Append, Outcome, RequestContext, view
 
 JSON = dict[str, Any]
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import admission
+from core.intents import Append, Outcome, RequestContext, view
 from events.catalog import PolicyCreated, PolicyDeleted, PolicyUpdated
 from events.meta import Kind
 from events.objects import MigrationPolicy
@@ -12,8 +14,6 @@ from kinds.spec import CallArgs, Column, KindSpec, Scope
 from projections.cluster import Cluster
 from projections.evolve import evolve_policy
 from projections.render import render_policy
-from services.api import admission
-from services.api.intents import Append, Outcome, RequestContext, view
 
 
 def admit(_: Cluster, typed: Any, __: str) -> tuple[Any, list[Any]]:

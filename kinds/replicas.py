@@ -9,6 +9,9 @@ from typing import Any
 
 import msgspec
 
+from core import admission
+from core.errors import invalid
+from core.intents import Append, Outcome, RequestContext, defaulted, view
 from events.catalog import ResourceUpdated
 from events.meta import Kind
 from events.objects import (
@@ -24,9 +27,6 @@ from kinds.spec import Answer, CallArgs, Column, KindSpec, PrinterColumn, Subres
 from projections.cluster import Cluster
 from projections.replicas import label_selector, selector_matches
 from projections.views import ResourceView
-from services.api import admission
-from services.api.errors import invalid
-from services.api.intents import Append, Outcome, RequestContext, defaulted, view
 
 JSON = dict[str, Any]
 SCALE_KIND = ("autoscaling", "v1", "Scale")

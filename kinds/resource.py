@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from core import admission
+from core.intents import Append, Outcome, RequestContext, view
 from events.catalog import Event, ResourceCreated, ResourceDeleted, ResourceUpdated
 from events.meta import Kind, Meta
 from kinds import columns as col
@@ -15,8 +17,6 @@ from projections.cluster import Cluster
 from projections.evolve import evolve_resource
 from projections.render import render_resource
 from projections.views import ResourceView
-from services.api import admission
-from services.api.intents import Append, Outcome, RequestContext, view
 
 JSON = dict[str, Any]
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import admission
 from events.meta import Kind
 from events.objects import (
     VirtualMachineRestore,
@@ -15,7 +16,6 @@ from kinds import columns as col
 from kinds.resource import resource_spec, spec_path
 from kinds.spec import Column, PrinterColumn
 from projections.cluster import Cluster
-from services.api import admission
 
 JSON = dict[str, Any]
 GROUP, VERSION = "snapshot.kubevirt.io", "v1beta1"

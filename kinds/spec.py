@@ -10,13 +10,13 @@ from typing import Any
 
 import msgspec
 
+from core.errors import Resource
+from core.intents import Outcome, RequestContext, grace_period
+from core.names import NameRule
 from events.catalog import Event
 from events.envelope import Stored
 from events.meta import Kind, Meta
 from projections.cluster import Cluster
-from services.api.errors import Resource
-from services.api.intents import Outcome, RequestContext, grace_period
-from services.api.names import NameRule
 
 JSON = dict[str, Any]
 

@@ -7,6 +7,9 @@ from typing import Any
 
 import msgspec
 
+from core import admission
+from core.errors import bad_request, conflict
+from core.intents import Append, Outcome, RequestContext, create, defaulted, view
 from events.catalog import (
     VMCreated,
     VMDeleted,
@@ -25,9 +28,6 @@ from projections.cluster import Cluster, key
 from projections.evolve import evolve_vm
 from projections.render import render_vm
 from projections.views import VMView
-from services.api import admission
-from services.api.errors import bad_request, conflict
-from services.api.intents import Append, Outcome, RequestContext, create, defaulted, view
 
 MIGRATE_PREFIX = "kubevirt-migrate-vm-"
 VM_NOT_RUNNING = "VM is not running"

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import admission
+from core.errors import conflict
+from core.intents import Append, Outcome, RequestContext, defaulted, view
 from events.catalog import (
     VMICreated,
     VMIDeleteRequested,
@@ -21,9 +24,6 @@ from projections.cluster import Cluster, key
 from projections.evolve import evolve_vmi
 from projections.render import render_vmi
 from projections.views import VMIView
-from services.api import admission
-from services.api.errors import conflict
-from services.api.intents import Append, Outcome, RequestContext, defaulted, view
 
 VM_NOT_RUNNING = "VM is not running"
 JSON = dict[str, Any]

@@ -21,30 +21,8 @@ from litestar.response import Stream
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from events.meta import Kind
-from kinds.registry import Registry
-from kinds.spec import Answer, CallArgs, KindSpec, Subresource
-from projections import replay
-from projections.cluster import Cluster
-from readside import timetravel
-from readside.watch import Selector, SelectorError, TooOldResourceVersion
-from services.api import (
-    bodies,
-    delete_options,
-    discovery,
-    dryrun,
-    field_manager,
-    field_validation,
-    intents,
-    openapi_k8s,
-    pagination,
-    patch,
-    streams,
-    table,
-    watch_stream,
-)
-from services.api import openapi as openapi_doc
-from services.api.errors import (
+from core import bodies, delete_options, dryrun, field_manager, field_validation, intents, patch
+from core.errors import (
     ApiError,
     Resource,
     bad_request,
@@ -57,6 +35,22 @@ from services.api.errors import (
     too_large,
     unknown_resource,
 )
+from events.meta import Kind
+from kinds.registry import Registry
+from kinds.spec import Answer, CallArgs, KindSpec, Subresource
+from projections import replay
+from projections.cluster import Cluster
+from readside import timetravel
+from readside.watch import Selector, SelectorError, TooOldResourceVersion
+from services.api import (
+    discovery,
+    openapi_k8s,
+    pagination,
+    streams,
+    table,
+    watch_stream,
+)
+from services.api import openapi as openapi_doc
 from services.api.guard import Guard, ssar_route
 from services.api.guard import middleware as guard_middleware
 from services.api.ids import new_id

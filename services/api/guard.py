@@ -21,12 +21,12 @@ import msgspec
 from litestar import Request, Response, post
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from core.errors import ApiError
 from events.objects import Status, StatusDetails
 from kinds.registry import Registry
 from kinds.spec import KindSpec
 from services.api import protowire
 from services.api.auth import Authenticator
-from services.api.errors import ApiError
 from services.api.rbac import (
     ANONYMOUS,
     UNAUTHENTICATED,

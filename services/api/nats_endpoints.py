@@ -29,12 +29,8 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
-from events.subjects import token, untoken
-from kinds.registry import Registry
-from kinds.spec import Answer, CallArgs, KindSpec
-from projections import replay
-from services.api import bodies, field_validation, intents, names
-from services.api.errors import (
+from core import bodies, field_validation, intents, names
+from core.errors import (
     ApiError,
     bad_request,
     internal,
@@ -44,6 +40,10 @@ from services.api.errors import (
     too_large,
     unknown_resource,
 )
+from events.subjects import token, untoken
+from kinds.registry import Registry
+from kinds.spec import Answer, CallArgs, KindSpec
+from projections import replay
 from services.api.guard import Guard, check_intent, intent_attributes
 from services.api.ids import new_id
 from services.api.service import CURRENT_USER, IDEMPOTENCY_HEADER, ApiService, Idempotency

@@ -19,13 +19,7 @@ import msgspec
 import nats.errors
 import nats.js.errors
 
-from events.codec import event_type
-from events.envelope import Appended, ConcurrencyConflict
-from eventstore.port import EventLog
-from kinds.registry import REGISTRY, Registry
-from projections.cluster import Cluster
-from readside.runner import ProjectionRunner
-from services.api.errors import (
+from core.errors import (
     bad_request,
     internal,
     invalid_request,
@@ -33,10 +27,16 @@ from services.api.errors import (
     timeout,
     unavailable,
 )
+from core.intents import Append, Outcome, RequestContext
+from core.names import SOCKET_NAME_MAX
+from events.codec import event_type
+from events.envelope import Appended, ConcurrencyConflict
+from eventstore.port import EventLog
+from kinds.registry import REGISTRY, Registry
+from projections.cluster import Cluster
+from readside.runner import ProjectionRunner
 from services.api.ids import new_id
-from services.api.intents import Append, Outcome, RequestContext
 from services.api.metrics import APPENDS, CONFLICTS
-from services.api.names import SOCKET_NAME_MAX
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
 # The authenticated user of the request in hand (set by the auth guard, `services/api/

@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from core import intents
+from core.errors import ApiError
 from events.catalog import (
     DomainStarted,
     Event,
@@ -23,8 +25,6 @@ from events.meta import Kind
 from kinds import vm
 from projections.cluster import Cluster
 from readside.watch import Selector, SelectorError, parse_label_selector
-from services.api import intents
-from services.api.errors import ApiError
 from tests.factories import meta, vm_manifest
 
 _ids = itertools.count(1)

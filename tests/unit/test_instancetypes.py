@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from core import intents
+from core.errors import ApiError
 from events.catalog import (
     Event,
     ResourceCreated,
@@ -22,8 +24,6 @@ from events.meta import CLUSTER_SCOPE, Kind
 from kinds.registry import REGISTRY
 from projections import instancetype as it
 from projections.cluster import Cluster
-from services.api import intents
-from services.api.errors import ApiError
 from tests.factories import meta
 from tests.unit.test_controller_world import World
 

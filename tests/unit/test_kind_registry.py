@@ -13,6 +13,8 @@ from litestar.testing import TestClient
 
 from cli.tables import has_table, header_and_rows, render
 from client.api import _Requests, resource, typed
+from core.errors import conflict
+from core.intents import Outcome, RequestContext
 from events.catalog import VMICreated
 from events.envelope import Stored
 from events.manifest import OBJECT_TYPES
@@ -26,8 +28,6 @@ from projections.render import render_view
 from projections.views import VMIView
 from readside.runner import ProjectionRunner
 from services.api.app import create_app
-from services.api.errors import conflict
-from services.api.intents import Outcome, RequestContext
 from services.api.service import ApiService
 from tests.factories import meta
 

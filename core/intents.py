@@ -13,12 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from events.catalog import Event
-from events.manifest import ManifestError, dump, load
-from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
-from projections.cluster import Cluster
-from services.api import admission, field_manager, names
-from services.api.errors import (
+from core import admission, field_manager, names
+from core.errors import (
     ApiError,
     Resource,
     already_exists,
@@ -28,6 +24,10 @@ from services.api.errors import (
     not_found,
     stale,
 )
+from events.catalog import Event
+from events.manifest import ManifestError, dump, load
+from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
+from projections.cluster import Cluster
 
 if TYPE_CHECKING:
     from kinds.spec import KindSpec

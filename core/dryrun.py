@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from core.errors import invalid_request
+from core.intents import Outcome
 from events.envelope import Stored
 from kinds.registry import Registry
 from projections.cluster import Cluster, view_key
 from projections.replay import gone
-from services.api.errors import invalid_request
-from services.api.intents import Outcome
 
 JSON = dict[str, Any]
 ALL = "All"

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.errors import bad_request
 from events.unknown_fields import unknown_fields
 from kinds.spec import KindSpec
-from services.api.errors import bad_request
 
 JSON = dict[str, Any]
 MODES = ("Ignore", "Warn", "Strict")

@@ -10,11 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from core import intents
+from core.errors import bad_request, conflict, invalid_request
+from core.intents import Outcome, RequestContext
 from kinds.spec import CallArgs, Delete, KindSpec
 from projections.cluster import Cluster
-from services.api import intents
-from services.api.errors import bad_request, conflict, invalid_request
-from services.api.intents import Outcome, RequestContext
 
 JSON = dict[str, Any]
 # The owner's dependents are always deleted (the controller tears a VM's VMI down):

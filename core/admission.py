@@ -14,6 +14,8 @@ from typing import TypeVar
 
 import msgspec
 
+from core import names
+from core.admission_spec import validate_spec_extras
 from events.objects import (
     CPU,
     Devices,
@@ -36,8 +38,6 @@ from events.objects import (
     VirtualMachineInstanceSpec,
 )
 from events.quantity import QUANTITY_MAX, in_range, parse_cpu_millis, parse_quantity
-from services.api import names
-from services.api.admission_spec import validate_spec_extras
 
 INVALID = "FieldValueInvalid"
 REQUIRED = "FieldValueRequired"
