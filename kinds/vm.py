@@ -8,8 +8,10 @@ from typing import Any
 import msgspec
 
 from core import admission
+from core.context import Append, Outcome, RequestContext
 from core.errors import bad_request, conflict
-from core.intents import Append, Outcome, RequestContext, create, defaulted, view
+from core.intents import create, defaulted, view
+from core.kind import Answer, CallArgs, Subresource
 from events.catalog import (
     VMCreated,
     VMDeleted,
@@ -23,7 +25,7 @@ from events.meta import Kind
 from events.objects import VirtualMachine, VirtualMachineInstanceSpec
 from kinds import columns as col
 from kinds import instancetype, migration
-from kinds.spec import Answer, CallArgs, Column, KindSpec, PrinterColumn, Subresource
+from kinds.spec import Column, KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_vm
 from projections.render import render_vm

@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from core import admission
+from core.context import Append, Outcome, RequestContext
 from core.errors import conflict
-from core.intents import Append, Outcome, RequestContext, defaulted, view
+from core.intents import defaulted, view
+from core.kind import CallArgs, Subresource
 from events.catalog import (
     VMICreated,
     VMIDeleteRequested,
@@ -19,7 +21,7 @@ from events.manifest import load
 from events.meta import Kind
 from events.objects import VirtualMachineInstance
 from kinds import columns as col
-from kinds.spec import CallArgs, Column, KindSpec, PrinterColumn, Subresource
+from kinds.spec import Column, KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_vmi
 from projections.render import render_vmi

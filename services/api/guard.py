@@ -122,7 +122,8 @@ def middleware(guard: Guard) -> Any:
 # --------------------------------------------------------------- NATS intents
 def intent_attributes(spec: KindSpec, namespace: str, name: str, verb: str) -> Attributes:
     """What an intent over NATS asks for, as the same request over HTTP would."""
-    sub = spec.subresource(verb) if verb not in ("get", "create", "update", "delete") else None
+    crud = ("get", "create", "update", "patch", "delete")
+    sub = spec.subresource(verb) if verb not in crud else None
     if sub is None:
         return Attributes(verb, "", True, spec.group, spec.plural, "", namespace, name)
     http_verb = "get" if sub.method == "GET" else "update"

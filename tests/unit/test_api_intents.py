@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from core import intents
+from core.context import RequestContext
 from core.errors import ApiError
 from events.catalog import (
     DomainStarted,
@@ -30,8 +31,8 @@ from tests.factories import meta, vm_manifest
 _ids = itertools.count(1)
 
 
-def ctx() -> intents.RequestContext:
-    return intents.RequestContext(
+def ctx() -> RequestContext:
+    return RequestContext(
         now=1000.0,
         correlation_id="req-1",
         new_id=lambda: f"{next(_ids):032x}",

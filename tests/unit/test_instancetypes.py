@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from core import intents
+from core.context import Outcome, RequestContext
 from core.errors import ApiError
 from events.catalog import (
     Event,
@@ -31,8 +32,8 @@ _ids = itertools.count(1)
 BUNDLED = Path(__file__).resolve().parents[2] / "kinds" / "bundled"
 
 
-def ctx() -> intents.RequestContext:
-    return intents.RequestContext(
+def ctx() -> RequestContext:
+    return RequestContext(
         now=1000.0,
         correlation_id="req-1",
         new_id=lambda: f"{next(_ids):032x}",
@@ -85,7 +86,7 @@ def cluster_with(*docs: dict[str, Any]) -> Cluster:
     return c
 
 
-def create_vm(c: Cluster, body: dict[str, Any]) -> intents.Outcome:
+def create_vm(c: Cluster, body: dict[str, Any]) -> Outcome:
     return intents.create(c, REGISTRY.resource("vm"), "default", body, ctx())
 
 
