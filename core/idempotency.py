@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from core.context import RequestContext
@@ -26,14 +27,14 @@ class Idempotency:
     fingerprint: str
 
     @classmethod
-    def of(cls, key: str, identity: str, body: bytes) -> Idempotency | None:
-        """From the header's value (None without one)."""
+    def of(cls, key: str, identity: Callable[[], str], body: bytes) -> Idempotency | None:
+        """From the header's value (None without one); `identity` is asked only then."""
         key = key.strip()
         if not key:
             return None
         if len(key) > KEY_MAX:
             raise bad_request(f"{HEADER} must be at most {KEY_MAX} characters")
-        digest = hashlib.sha256(f"{identity}\n".encode())
+        digest = hashlib.sha256(f"{identity()}\n".encode())
         digest.update(body)
         return cls(key, digest.hexdigest())
 

@@ -37,7 +37,7 @@ async def perform(api: ApiService, req: Request, correlation_id: str, key: str =
     if api.store is None:
         raise read_replica()
     command = commands.decode(req)
-    idem = Idempotency.of(key, req.identity(), req.body)
+    idem = Idempotency.of(key, req.identity, req.body)
     outcome, seq = await decided(api, command, correlation_id, idem)
     code, body = answer(api, command, outcome)
     return Result(code, body, seq, outcome.warnings)

@@ -137,9 +137,9 @@ def test_a_subresource_is_the_kinds_act() -> None:
 def test_an_idempotency_key_is_bound_to_the_request_not_its_transport() -> None:
     a = request(Verb.UPDATE, "vm1", vm_manifest("vm1"), params={"dryRun": "All"})
     b = request(Verb.UPDATE, "vm1", vm_manifest("vm1"))
-    same = Idempotency.of("k", a.identity(), a.body)
-    assert same == Idempotency.of("k", a.identity(), a.body)
-    assert same != Idempotency.of("k", b.identity(), b.body)
-    assert Idempotency.of("  ", a.identity(), a.body) is None
+    same = Idempotency.of("k", a.identity, a.body)
+    assert same == Idempotency.of("k", a.identity, a.body)
+    assert same != Idempotency.of("k", b.identity, b.body)
+    assert Idempotency.of("  ", a.identity, a.body) is None
     with pytest.raises(ApiError):
-        Idempotency.of("k" * 257, a.identity(), a.body)
+        Idempotency.of("k" * 257, a.identity, a.body)
