@@ -263,6 +263,7 @@ class Step(msgspec.Struct, frozen=True):
     own: bool  # the event belongs to the object's aggregate (else a related one)
     changes: list[FieldChange]
     exists: bool  # the object exists after the event
+    rendered: JSON | None = None  # the object after the event, as the api served it then
 
 
 def replay_steps(events: Iterable[Stored], agg: Aggregate) -> Iterator[Step]:
@@ -279,7 +280,7 @@ def replay_steps(events: Iterable[Stored], agg: Aggregate) -> Iterator[Step]:
         after = render_object(cluster, agg.kind, k, m.occurred_at)
         changes = object_changes(before, after)
         if own or changes:
-            yield Step(stored=s, own=own, changes=changes, exists=after is not None)
+            yield Step(stored=s, own=own, changes=changes, exists=after is not None, rendered=after)
         before = after
 
 
