@@ -4,7 +4,7 @@
 
 import { dump } from '../vendor/js-yaml/js-yaml.mjs';
 import { ApiError, request, url } from './api.js';
-import { clear, h } from './dom.js';
+import { append, clear, h } from './dom.js';
 import { toast } from './actions.js';
 
 // `spec.template.spec.domain.devices.disks[0].name` → ['spec', ..., 'disks', 0, 'name']
@@ -130,7 +130,7 @@ export class ManifestEditor {
         c.field ? h('code', {}, c.field) : null, c.field ? ': ' : '', c.message || c.reason || '',
         line >= 0 ? h('button', { class: 'link', onclick: () => this.select(line) }, ` line ${line + 1}`) : null);
     });
-    this.errors.append(h('p', { class: 'error', role: 'alert' }, e instanceof ApiError ? e.line : String(e)), items.length ? h('ul', {}, items) : null);
+    append(this.errors, [h('p', { class: 'error', role: 'alert' }, e instanceof ApiError ? e.line : String(e)), items.length ? h('ul', {}, items) : null]);
     this.lines();
   }
 

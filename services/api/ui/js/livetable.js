@@ -152,6 +152,7 @@ export class LiveTable {
       // a later change of the row fills a new cell; this one is then detached
       allowed(this.actions, m.meta.namespace || '', m.state).then((acts) => {
         td.replaceChildren(...buttons(acts, this.o.kindLabel || this.o.plural, m.meta.namespace || '', m.meta.name));
+        td.dataset.checked = 'true';
       });
     }
     tr.replaceChildren(...cells);

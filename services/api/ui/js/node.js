@@ -2,7 +2,7 @@
 // table with the field selector `status.nodeName`).
 
 import { getJSON, live, url } from './api.js';
-import { ago, clear, h, link, quantity, since, table } from './dom.js';
+import { ago, append, clear, h, link, quantity, since, table } from './dom.js';
 import { LiveTable } from './livetable.js';
 
 function meter(label, used, total, text) {
@@ -50,9 +50,9 @@ export async function nodePage(name) {
     const cap = st.capacity || {};
     const alloc = st.allocated || {};
     const ready = (st.conditions || []).find((c) => c.type === 'Ready') || {};
-    head.replaceChildren(h('span', { class: 'muted' }, 'Node '), name, ' ',
+    append(clear(head), [h('span', { class: 'muted' }, 'Node '), name, ' ',
       h('span', { class: `status s-${ready.status === 'True' ? 'ready' : 'notready'}` }, ready.status === 'True' ? 'Ready' : 'NotReady'),
-      st.schedulable === false ? h('span', { class: 'badge' }, 'SchedulingDisabled') : null);
+      st.schedulable === false ? h('span', { class: 'badge' }, 'SchedulingDisabled') : null]);
     const hb = heartbeat();
     clear(facts).append(h('h4', {}, 'Capacity and allocation'),
       meter('CPU', quantity(alloc.cpu || '0'), quantity(cap.cpu), `${alloc.cpu || 0} of ${cap.cpu} cores`),

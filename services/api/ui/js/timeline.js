@@ -3,9 +3,9 @@
 // over those events showing the object as it was; and `why`, the causal chain of its
 // state with each hop's latency and the slowest marked.
 
-import { dump } from '../vendor/js-yaml/js-yaml.mjs';
 import { ApiError, getJSON, url } from './api.js';
 import { clear, clock, h, latency, short } from './dom.js';
+import { editable } from './editor.js';
 
 const DEBUG = '/apis/debug.virtstream.io/v1alpha1';
 
@@ -146,11 +146,18 @@ export class Timeline {
     }
     const li = this.items.get(s.seq);
     li.classList.add('at');
-    if (scroll) li.scrollIntoView({ block: 'nearest' });
+    if (scroll) {
+      // within the list only: the page stays where the reader has it
+      const wrap = this.list.parentElement;
+      const top = li.offsetTop - wrap.offsetTop;
+      if (top < wrap.scrollTop || top + li.offsetHeight > wrap.scrollTop + wrap.clientHeight) {
+        wrap.scrollTop = Math.max(0, top - wrap.clientHeight / 3);
+      }
+    }
     const latest = i === this.steps.length - 1;
     this.pointLabel.textContent = `${latest ? 'now: ' : ''}after #${s.seq} ${s.type} at ${new Date(s.occurredAt * 1000).toISOString()}`;
     const obj = this.objects[i];
-    this.pointView.textContent = obj ? dump(obj, { noRefs: true, lineWidth: 120 }) : '(the object does not exist at this point)';
+    this.pointView.textContent = obj ? editable(obj) : '(the object does not exist at this point)';
     this.pointView.dataset.seq = s.seq;
   }
 }

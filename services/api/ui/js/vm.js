@@ -4,7 +4,7 @@
 
 import { actionsFor, allowed, buttons } from './actions.js';
 import { can, collection, live } from './api.js';
-import { bytes, clear, h, link, since, table, tabs } from './dom.js';
+import { append, bytes, clear, h, link, since, table, tabs } from './dom.js';
 import { ManifestEditor } from './editor.js';
 import { SerialConsole, Vnc } from './guest.js';
 import { Timeline, Why } from './timeline.js';
@@ -94,6 +94,7 @@ export async function objectPage(kind, ns, name) {
     if (!obj) { clear(actionBox); return; }
     const acts = await allowed(actionsFor('kubevirt.io', 'v1', k.plural), ns, st);
     clear(actionBox).append(...buttons(acts, k.short, ns, name));
+    actionBox.dataset.checked = 'true';
   }
 
   function renderSummary() {
@@ -107,7 +108,7 @@ export async function objectPage(kind, ns, name) {
     const labels = Object.entries(obj.metadata.labels || {}).map(([a, b]) => `${a}=${b}`).join(', ');
     if (labels) rows.push(['Labels', labels]);
     clear(summary).append(h('h4', {}, 'Summary'), h('dl', {}, rows.flatMap(([a, b]) => [h('dt', {}, a), h('dd', {}, b)])));
-    clear(conds).append(conditions(obj, `${k.short} conditions`), kind === 'vm' ? conditions(vmi, 'VMI conditions') : null);
+    append(clear(conds), [conditions(obj, `${k.short} conditions`), kind === 'vm' ? conditions(vmi, 'VMI conditions') : null]);
   }
 
   function renderInstance() {
