@@ -72,13 +72,14 @@ def screenshot(page: Any, name: str) -> Path:
     return path
 
 
-def assert_not_blank(path: Path) -> None:
-    """A page drew something: many colours, and more than one tone in quantity."""
+def assert_not_blank(path: Path, min_colours: int = 16) -> None:
+    """Something was drawn: several colours (a page has many; a guest's text screen has
+    a few), and more than one tone in quantity."""
     with Image.open(path) as img:
         rgb = img.convert("RGB")
         colours = rgb.getcolors(maxcolors=1 << 16)
         distinct = len(colours) if colours is not None else 1 << 16
         spread = ImageStat.Stat(rgb.convert("L")).stddev[0]
-    assert distinct >= 16 and spread >= 8.0, (
+    assert distinct >= min_colours and spread >= 8.0, (
         f"{path} looks blank ({distinct} colours, sd {spread:.1f})"
     )

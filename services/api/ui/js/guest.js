@@ -20,7 +20,7 @@ export class SerialConsole {
     this.ns = ns;
     this.name = name;
     this.status = h('p', { class: 'muted', id: 'console-status' }, 'Connecting…');
-    this.screen = h('div', { class: 'terminal', id: 'terminal' });
+    this.screen = h('div', { class: 'serial', id: 'terminal' });
     this.el = h('section', { class: 'guest' }, this.status, this.screen);
   }
 

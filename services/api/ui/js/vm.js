@@ -53,6 +53,7 @@ export async function objectPage(kind, ns, name) {
   const migrations = new Map();
   let area = new URLSearchParams(location.search).get('tab') || 'overview';
   let guest = null;
+  let vmiKnown = false; // the instance's first answer came (a guest tab waits for it)
 
   const status = h('span', { class: 'status' });
   const actionBox = h('span', { class: 'actions' });
@@ -143,6 +144,7 @@ export async function objectPage(kind, ns, name) {
   const onError = (e) => clear(summary).append(h('p', { class: 'error', role: 'alert' }, e.line || String(e)));
   watches.push(one(path, name, (o) => {
     obj = o;
+    if (kind === 'vmi') { vmiKnown = true; guestChanged(); }
     refreshActions();
     renderSummary();
     if (kind === 'vmi') renderInstance();
@@ -153,6 +155,8 @@ export async function objectPage(kind, ns, name) {
   if (kind === 'vm') {
     watches.push(one(collection('kubevirt.io', 'v1', 'virtualmachineinstances', ns), name, (o) => {
       vmi = o;
+      vmiKnown = true;
+      guestChanged();
       renderInstance();
       renderSummary();
     }, () => {}));
@@ -172,13 +176,19 @@ export async function objectPage(kind, ns, name) {
     return v && (v.status || {}).phase === 'Running';
   }
 
+  function guestChanged() {
+    // a guest tab opened before the instance was known, or while it was not running
+    if ((area === 'console' || area === 'vnc') && !guest && guestRunning()) show();
+  }
+
   function show() {
     if (guest) { guest.stop(); guest = null; }
     clear(tabBar).append(tabs(areas, area, (id) => { area = id; const q = id === 'overview' ? '' : `?tab=${id}`; history.replaceState(null, '', location.pathname + q); show(); }));
     if (area === 'yaml') clear(body).append(editor.el);
     else if (area === 'console' || area === 'vnc') {
       if (!guestRunning()) {
-        clear(body).append(h('p', { class: 'muted', id: 'guest-off' }, 'The VMI is not running: its console and screen are there while it runs.'));
+        const text = vmiKnown ? 'The VMI is not running: its console and screen are there while it runs.' : 'Looking for the VMI…';
+        clear(body).append(h('p', { class: 'muted', id: 'guest-off' }, text));
         return;
       }
       guest = area === 'console' ? new SerialConsole(ns, name) : new Vnc(ns, name);
