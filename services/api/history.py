@@ -12,22 +12,27 @@ changed it, with the change it made, the object as it was after it (only where i
 changed: a reader carries the last one forward) and the links between the events shown
 (`causedBy`, `caused`). `why` is `virtstream why`: the causal chain of the object's
 current state (or of the event `seq`) with each hop's latency and the slowest marked.
-Both are the read side's functions (`readside/timetravel.py`, `readside/causality.py`);
-nothing here folds or indexes on its own. RBAC reads them as the subresources `history`
-and `why` of the kind's plural in this group; KubeVirt's view role (and so edit and admin)
-may get them for every KubeVirt kind (`services/api/rbac.py`)."""
+Both are the read side's functions (`projections/replay.py`'s replay steps,
+`readside/causality.py`); the api keeps the histories it served lately and brings one up
+to date by reading only the events appended since (`Histories`). RBAC reads them as the
+subresources `history` and `why` of the kind's plural in this group; KubeVirt's view role
+(and so edit and admin) may get them for every KubeVirt kind (`services/api/rbac.py`)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections import OrderedDict
 from typing import Any
 
 import msgspec
 from litestar import Request, Response, get
 
+from events.envelope import Stored
 from events.meta import CLUSTER_SCOPE, Aggregate
+from eventstore.port import EventLog
 from kinds.spec import KindSpec
-from projections.replay import Step, summarize
-from readside import causality, timetravel
+from projections.replay import Position, Step, related_filters, replay_steps, summarize
+from readside import causality
 from services.api.errors import bad_request, not_found, unknown_resource
 
 JSON = dict[str, Any]
@@ -53,8 +58,9 @@ def _aggregate(request: Request[Any, Any, Any], spec: KindSpec) -> Aggregate:
     return Aggregate(kind=spec.event_kind, namespace=ns, name=request.path_params["name"])
 
 
-def step_json(step: Step, index: dict[str, int], caused: dict[int, list[int]]) -> JSON:
-    """One step as the console reads it; times are epoch seconds."""
+def step_json(step: Step) -> JSON:
+    """One step as the console reads it; times are epoch seconds. The links among the
+    steps (`causedBy`, `caused`) are the `History`'s to fill."""
     s = step.stored
     m = s.event.meta
     line = summarize(s)
@@ -71,8 +77,8 @@ def step_json(step: Step, index: dict[str, int], caused: dict[int, list[int]]) -
         "eventId": m.event_id,
         "correlationId": m.correlation_id,
         "causationId": m.causation_id,
-        "causedBy": index.get(m.causation_id) if m.causation_id else None,
-        "caused": caused.get(s.seq, []),
+        "causedBy": None,
+        "caused": [],
         "changes": [{"path": c.path, "before": c.before, "after": c.after} for c in step.changes],
     }
     if step.changes:
@@ -80,20 +86,82 @@ def step_json(step: Step, index: dict[str, int], caused: dict[int, list[int]]) -
     return out
 
 
-def history_document(target: str, steps: list[Step]) -> JSON:
-    """The steps with their causal links among themselves (pure)."""
-    index = {st.stored.event.meta.event_id: st.stored.seq for st in steps}
-    caused: dict[int, list[int]] = {}
-    for st in steps:
-        cause = index.get(st.stored.event.meta.causation_id or "")
-        if cause is not None:
-            caused.setdefault(cause, []).append(st.stored.seq)
-    return {
-        "kind": "History",
-        "apiVersion": API_VERSION,
-        "target": target,
-        "steps": [step_json(st, index, caused) for st in steps],
-    }
+class History:
+    """An object's steps as the console reads them, with the causal links among them,
+    extended as the log grows (pure: the caller reads the events)."""
+
+    def __init__(self, agg: Aggregate) -> None:
+        self.agg = agg
+        self.position = Position()
+        self.last_seq = 0
+        self.steps: list[JSON] = []
+        self._by_event: dict[str, JSON] = {}
+
+    def extend(self, events: list[Stored]) -> History:
+        for step in replay_steps(events, self.agg, self.position):
+            doc = step_json(step)
+            cause = self._by_event.get(doc["causationId"] or "")
+            if cause is not None:
+                doc["causedBy"] = cause["seq"]
+                cause["caused"].append(doc["seq"])
+            self._by_event[doc["eventId"]] = doc
+            self.steps.append(doc)
+        if events:
+            self.last_seq = events[-1].seq
+        return self
+
+    def document(self) -> JSON:
+        return {
+            "kind": "History",
+            "apiVersion": API_VERSION,
+            "target": self.agg.key,
+            "steps": self.steps,
+        }
+
+
+def history_document(agg: Aggregate, events: list[Stored]) -> JSON:
+    return History(agg).extend(events).document()
+
+
+class Histories:
+    """The histories served lately (`SIZE`, least recently used out), each brought up to
+    the stream's end per request by reading only what was appended since: a second look
+    at a long history costs its new events, not all of them."""
+
+    SIZE = 32
+
+    def __init__(self) -> None:
+        self._cache: OrderedDict[str, History] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    async def get(self, store: EventLog, agg: Aggregate) -> History:
+        key = agg.key
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            last = await store.stream_last_seq()
+            found = self._cache.get(key)
+            if found is None or found.last_seq > last:  # new, or the stream was recreated
+                found = History(agg)
+            if last > found.last_seq:
+                tail = [
+                    s
+                    async for s in store.replay(
+                        related_filters(agg),
+                        start_seq=found.last_seq + 1,
+                        until_seq=last,
+                        raw=True,
+                    )
+                ]
+                # the replay is CPU (~0.3 ms an event): in a thread, so the api's loop goes on
+                # serving watches and writes meanwhile
+                await asyncio.to_thread(found.extend, tail)
+                found.last_seq = last
+            self._cache[key] = found
+            self._cache.move_to_end(key)
+            while len(self._cache) > self.SIZE:
+                gone, _ = self._cache.popitem(last=False)
+                self._locks.pop(gone, None)
+            return found
 
 
 def chain_document(chain: causality.Chain) -> JSON:
@@ -115,11 +183,13 @@ def _respond(body: JSON) -> Response[bytes]:
 async def _history(request: Request[Any, Any, Any], namespaced: bool) -> Response[bytes]:
     spec = _spec(request, namespaced)
     agg = _aggregate(request, spec)
-    store = request.app.state["api"].runner.store
-    steps = await timetravel.aggregate_replay(store, agg)
-    if not steps:
+    state = request.app.state
+    if "histories" not in state:
+        state["histories"] = Histories()
+    found = await state["histories"].get(state["api"].runner.store, agg)
+    if not found.steps:
         raise not_found(spec.resource, agg.name)
-    return _respond(history_document(agg.key, steps))
+    return _respond(found.document())
 
 
 async def _why(request: Request[Any, Any, Any], namespaced: bool) -> Response[bytes]:

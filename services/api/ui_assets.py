@@ -6,7 +6,8 @@ A path naming a file serves it; any other path without a file extension (the con
 own pages: `/ui/vms/<ns>/<name>`, `/ui/nodes/<name>`) serves `index.html`, whose
 modules route in the browser. The files are public (the page holds no data: it asks the
 api for everything with the token it is given), read once into memory, answered with an
-ETag and `Cache-Control: no-cache` (revalidated, so a new install is seen at once), and a
+ETag and `Cache-Control: no-cache` (revalidated, so a new install is seen at once; the
+vendored libraries for an hour), and a
 Content-Security-Policy that lets the page load only its own scripts and talk only to
 this api."""
 
@@ -38,6 +39,7 @@ CSP = (
     "img-src 'self' blob: data:; connect-src 'self'; font-src 'self'; "
     "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
+VENDOR_MAX_AGE = 3600
 HEADERS = {
     "Cache-Control": "no-cache",
     "Content-Security-Policy": CSP,
@@ -93,8 +95,10 @@ class Assets:
 ASSETS = Assets()
 
 
-def _answer(request: Request[Any, Any, Any], asset: Asset) -> Response[bytes]:
+def _answer(request: Request[Any, Any, Any], asset: Asset, vendored: bool) -> Response[bytes]:
     headers = {**HEADERS, "ETag": asset.etag}
+    if vendored:  # the libraries change only with an install: not revalidated on each load
+        headers["Cache-Control"] = f"max-age={VENDOR_MAX_AGE}"
     if request.headers.get("if-none-match") == asset.etag:
         return Response(b"", status_code=304, headers=headers)
     return Response(asset.body, media_type=asset.media_type, headers=headers)
@@ -106,7 +110,7 @@ async def ui_index(request: Request[Any, Any, Any]) -> Response[bytes]:
     asset = ASSETS.find("")
     if asset is None:
         raise unknown_resource()
-    return _answer(request, asset)
+    return _answer(request, asset, False)
 
 
 @get(f"{PREFIX}/{{path:path}}", include_in_schema=False)
@@ -114,7 +118,7 @@ async def ui_file(request: Request[Any, Any, Any], path: str) -> Response[bytes]
     asset = ASSETS.find(path)
     if asset is None:
         raise unknown_resource()
-    return _answer(request, asset)
+    return _answer(request, asset, path.lstrip("/").startswith("vendor/"))
 
 
 ROUTES = [ui_index, ui_file]

@@ -1,67 +1,24 @@
-"""Debian's headless Chromium driven by Playwright (PyPI `playwright`, no browser download:
-`executable_path` is the system's chromium), for the web console's tests and benchmark.
-
-Each run gets a fresh user-data dir; screenshots go to `test-artifacts/ui/` (kept by CI,
-ignored by git), and `assert_not_blank` checks one shows a page rather than nothing."""
+"""The web console's browser tests: Debian's headless Chromium (`ops/chromium.py`),
+screenshots kept in `test-artifacts/ui/` (CI's artifacts, ignored by git), and
+`assert_not_blank`, which checks one shows something drawn rather than nothing."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from PIL import Image, ImageStat
 
+from ops.chromium import chromium, missing
+
 REPO = Path(__file__).resolve().parents[2]
-CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = REPO / "test-artifacts" / "ui"
-ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-INSTALL = "bash ops/install.sh (installs Debian's chromium when missing)"
+__all__ = ["ARTIFACTS", "assert_not_blank", "chromium", "screenshot", "skip_reason"]
 
 
 def skip_reason() -> str | None:
-    if not CHROMIUM.exists():
-        return f"the web console's browser tests need {CHROMIUM}: {INSTALL}"
-    try:
-        import playwright.sync_api  # noqa: F401
-    except ImportError:
-        return "the web console's browser tests need playwright (the dev extras)"
-    return None
-
-
-@contextmanager
-def chromium(viewport: tuple[int, int] = (1400, 900)) -> Iterator[Any]:
-    """A browser context (Playwright's BrowserContext) on a fresh profile; its pages are
-    separate tabs, each with its own session storage (so its own login)."""
-    from playwright.sync_api import sync_playwright
-
-    profile = tempfile.mkdtemp(prefix="virtstream-chromium-")
-    try:
-        with sync_playwright() as p:
-            context = p.chromium.launch_persistent_context(
-                profile,
-                executable_path=str(CHROMIUM),
-                headless=True,
-                args=ARGS,
-                ignore_https_errors=True,  # the cluster's own CA signs the api's certificate
-                viewport={"width": viewport[0], "height": viewport[1]},
-            )
-            try:
-                yield context
-            finally:
-                context.close()
-    finally:
-        shutil.rmtree(profile, ignore_errors=True)
+    why = missing()
+    return f"the web console's browser tests need a browser: {why}" if why else None
 
 
 def screenshot(page: Any, name: str) -> Path:

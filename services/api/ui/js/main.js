@@ -66,13 +66,13 @@ async function metricsServed() {
   }
 }
 
-async function buildNav() {
+function buildNav() {
   clear(nav).append(link('/ui/', 'Cluster', { 'data-root': 'true' }));
-  if (await metricsServed()) nav.append(link('/ui/metrics', 'Metrics'));
   const out = document.getElementById('logout');
   out.hidden = !session.token;
   out.onclick = () => { session.clear(); location.assign('/ui/'); };
   markNav();
+  metricsServed().then((yes) => { if (yes) { nav.append(link('/ui/metrics', 'Metrics')); markNav(); } });
 }
 
 function loginForm(message) {
@@ -107,7 +107,7 @@ async function boot() {
     clear(main).append(h('p', { class: 'error', role: 'alert' }, e instanceof ApiError ? e.line : String(e)));
     return;
   }
-  await buildNav();
+  buildNav();
   await route();
 }
 

@@ -67,8 +67,11 @@ export class Timeline {
 
   async load() {
     try {
+      performance.mark('virtstream:history-asked');
       const doc = await getJSON(this.path);
+      performance.mark('virtstream:history-read');
       this.render(doc.steps);
+      performance.mark('virtstream:history-rendered');
     } catch (e) {
       clear(this.el).append(h('h3', {}, 'Timeline'), errorLine(e));
     }

@@ -199,9 +199,12 @@ export async function objectPage(kind, ns, name) {
 
   renderInstance();
   show();
-  Promise.all([timeline.load(), why.load()]).then(() => requestAnimationFrame(() => setTimeout(() => {
+  // the timeline first (its history the api keeps up to date), then why: both read the
+  // object's events from the log, and one at a time each finishes sooner
+  timeline.load().then(() => requestAnimationFrame(() => setTimeout(() => {
     performance.mark('virtstream:object-page');
     el.dataset.painted = 'true';
+    why.load();
   }, 0)));
   return {
     el,
