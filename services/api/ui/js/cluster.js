@@ -95,7 +95,12 @@ export async function clusterPage(served) {
   getJSON('/api/v1/namespaces').then((list) => {
     for (const n of list.items || []) nsSelect.append(h('option', { value: n.metadata.name }, n.metadata.name));
     nsSelect.value = namespace;
-  }).catch(() => { /* a namespace-scoped user: typed by hand below */ nsSelect.append(h('option', { value: namespace }, namespace || '(none listed)')); });
+  }).catch(() => {
+    // a user who may not list namespaces (bound in one, say) names the namespace instead
+    const typed = h('input', { id: 'ns', type: 'search', placeholder: 'namespace (all: empty)', value: namespace, 'aria-label': 'Namespace' });
+    typed.addEventListener('change', () => { namespace = typed.value.trim(); remember(); show(); });
+    nsSelect.replaceWith(typed);
+  });
 
   const ages = setInterval(() => { for (const t of tables) t.tickAges(); }, 10000);
   show();
