@@ -61,10 +61,21 @@ export function actionsFor(group, version, plural) {
   return [del(group, version, plural)];
 }
 
-// the actions this user may take on an object in state `state` ({status, paused})
+// the actions this user may take in `namespace` (one review each, kept for the tab)
+const mayCache = new WeakMap();
+function may(actions, namespace) {
+  let byNs = mayCache.get(actions);
+  if (!byNs) mayCache.set(actions, (byNs = new Map()));
+  if (!byNs.has(namespace)) {
+    byNs.set(namespace, Promise.all(actions.map((a) => can(a.rule.verb, a.rule.group, a.rule.resource, a.rule.subresource || '', namespace)))
+      .then((ok) => actions.filter((_, i) => ok[i])));
+  }
+  return byNs.get(namespace);
+}
+
+// ... of which those that apply to an object in state `state` ({status, paused})
 export async function allowed(actions, namespace, state) {
-  const ok = await Promise.all(actions.map((a) => can(a.rule.verb, a.rule.group, a.rule.resource, a.rule.subresource || '', namespace)));
-  return actions.filter((a, i) => ok[i] && a.when(state));
+  return (await may(actions, namespace)).filter((a) => a.when(state));
 }
 
 export function confirm(text) {
