@@ -75,6 +75,7 @@ export class LiveTable {
 
   // ----------------------------------------------------------------- events
   reset(doc) {
+    if (!this.painted) performance.mark(`virtstream:list-read:${this.o.plural}`);
     if (!this.o.columns) this.defs = doc.columnDefinitions || [];
     const items = this.o.columns ? doc.items || [] : doc.rows || [];
     this.rows = new Map(items.map((it) => { const m = this.model(it); return [m.key, m]; }));
