@@ -8,6 +8,9 @@ import { actionsFor, allowed, buttons } from './actions.js';
 import { ApiError, collection, live } from './api.js';
 import { ago, clear, h, link } from './dom.js';
 
+const FIRST_ROWS = 60; // more than a screen shows
+const LATER_ROWS = 250;
+
 function keyOf(meta) {
   return meta.namespace ? `${meta.namespace}/${meta.name}` : meta.name;
 }
@@ -48,6 +51,7 @@ export class LiveTable {
 
   stop() {
     if (this.watch) this.watch.stop();
+    clearTimeout(this.pending);
   }
 
   // ------------------------------------------------------------------ model
@@ -104,26 +108,53 @@ export class LiveTable {
     const head = h('tr', {}, allNs ? h('th', {}, 'Namespace') : null, cols.map((c) => h('th', {}, c.name)),
       this.actions.length ? h('th', { class: 'actions-col' }, '') : null);
     this.tbody = h('tbody');
-    const frag = document.createDocumentFragment();
     this.trs = new Map();
-    for (const k of this.order) {
-      const tr = this.row(this.rows.get(k));
-      this.trs.set(k, tr);
-      frag.append(tr);
-    }
-    this.tbody.append(frag);
+    this.built = 0;
+    this.el.dataset.complete = 'false';
+    this.build(FIRST_ROWS);
     this.tableEl = h('table', { class: 'grid live-table' }, h('thead', {}, head), this.tbody);
     this.empty = h('p', { class: 'muted empty' }, `No ${this.o.label.toLowerCase()}`);
     this.empty.hidden = this.rows.size > 0;
     clear(this.body).append(this.tableEl, this.empty);
     this.count.textContent = `(${this.rows.size})`;
-    this.applySearch();
     if (!this.painted) {
       this.painted = true;
       requestAnimationFrame(() => setTimeout(() => {
         performance.mark(`virtstream:table:${this.o.plural}`);
         this.el.dataset.painted = 'true';
       }, 0));
+    }
+    this.rest();
+  }
+
+  // The first screenful is built at once, the rest in later tasks, so the page paints
+  // before a long table is complete; a change that arrives meanwhile completes it first.
+  build(n) {
+    const frag = document.createDocumentFragment();
+    const end = Math.min(this.order.length, this.built + n);
+    for (; this.built < end; this.built++) {
+      const k = this.order[this.built];
+      const tr = this.row(this.rows.get(k));
+      this.trs.set(k, tr);
+      frag.append(tr);
+    }
+    this.tbody.append(frag);
+  }
+
+  rest() {
+    clearTimeout(this.pending);
+    if (this.built >= this.order.length) {
+      this.el.dataset.complete = 'true';
+      return;
+    }
+    // after the next frame: the rows built so far are painted first
+    requestAnimationFrame(() => { this.pending = setTimeout(() => { this.build(LATER_ROWS); this.rest(); }, 0); });
+  }
+
+  complete() {
+    if (this.tbody && this.built < this.order.length) {
+      this.build(this.order.length);
+      this.rest();
     }
   }
 
@@ -163,6 +194,7 @@ export class LiveTable {
 
   upsert(m) {
     if (!this.tbody) return;
+    this.complete();
     const existing = this.trs.get(m.key);
     this.rows.set(m.key, m);
     if (existing) {
@@ -177,6 +209,7 @@ export class LiveTable {
       if (this.order[mid] < m.key) lo = mid + 1; else hi = mid;
     }
     this.order.splice(lo, 0, m.key);
+    this.built = this.order.length;
     const tr = this.row(m);
     this.trs.set(m.key, tr);
     const before = this.order[lo + 1] !== undefined ? this.trs.get(this.order[lo + 1]) : null;
@@ -185,12 +218,14 @@ export class LiveTable {
   }
 
   remove(key) {
+    this.complete();
     const tr = this.trs.get(key);
     if (tr) tr.remove();
     this.trs.delete(key);
     this.rows.delete(key);
     const i = this.order.indexOf(key);
     if (i >= 0) this.order.splice(i, 1);
+    this.built = this.order.length;
     if (this.empty) this.empty.hidden = this.rows.size > 0;
   }
 

@@ -8,6 +8,8 @@ import { clear, clock, h, latency, short } from './dom.js';
 import { editable } from './editor.js';
 
 const DEBUG = '/apis/debug.virtstream.io/v1alpha1';
+const NEWEST = 100; // built at once: more than the list shows
+const OLDER = 300; // then per task, before them
 
 export function debugPath(plural, ns, name, what) {
   return ns ? `${DEBUG}/namespaces/${ns}/${plural}/${name}/${what}` : `${DEBUG}/${plural}/${name}/${what}`;
@@ -88,15 +90,12 @@ export class Timeline {
       return last;
     });
     this.items = new Map();
+    this.index = new Map(steps.map((s, i) => [s.seq, i]));
+    clearTimeout(this.pending);
     const list = h('ol', { class: 'events' });
-    const frag = document.createDocumentFragment();
-    steps.forEach((s, i) => {
-      const li = this.item(s, i);
-      this.items.set(s.seq, li);
-      frag.append(li);
-    });
-    list.append(frag);
     this.list = list;
+    this.from = steps.length;
+    this.older(NEWEST); // the newest at once (the list opens at its end), the rest after
     this.slider = h('input', { type: 'range', id: 'travel', min: 0, max: Math.max(0, steps.length - 1), value: keep ?? Math.max(0, steps.length - 1), 'aria-label': 'Time travel' });
     this.pointLabel = h('span', { class: 'point' });
     this.pointView = h('pre', { class: 'yaml at-point', id: 'at-point' });
@@ -107,6 +106,35 @@ export class Timeline {
       h('div', { class: 'travel' }, h('label', { for: 'travel' }, 'Time travel'), this.slider, present, this.pointLabel),
       h('div', { class: 'split' }, h('div', { class: 'events-wrap' }, list), this.pointView));
     this.show(Number(this.slider.value), keep === null);
+    this.later();
+  }
+
+  // items [from - n, from) put before the ones built, the list's view kept where it was
+  older(n) {
+    const start = Math.max(0, this.from - n);
+    if (start >= this.from) return;
+    const frag = document.createDocumentFragment();
+    for (let i = start; i < this.from; i++) {
+      const li = this.item(this.steps[i], i);
+      this.items.set(this.steps[i].seq, li);
+      frag.append(li);
+    }
+    const wrap = this.list.parentElement;
+    const height = wrap ? wrap.scrollHeight : 0;
+    this.list.prepend(frag);
+    if (wrap) wrap.scrollTop += wrap.scrollHeight - height;
+    this.from = start;
+    this.el.dataset.complete = String(this.from === 0);
+  }
+
+  later() {
+    // two frames on: the newest (and what the page marks as painted) are painted first
+    const next = () => { this.pending = setTimeout(() => { this.older(OLDER); this.later(); }, 0); };
+    if (this.from > 0) requestAnimationFrame(() => requestAnimationFrame(next));
+  }
+
+  built(i) {
+    if (i < this.from) this.older(this.from - i);
   }
 
   item(s, i) {
@@ -130,8 +158,9 @@ export class Timeline {
   }
 
   travelTo(seq) {
+    if (!this.index.has(seq)) return;
+    this.built(this.index.get(seq));
     const li = this.items.get(seq);
-    if (!li) return;
     this.slider.value = li.dataset.index;
     this.show(Number(li.dataset.index), true);
     li.classList.remove('flash');
@@ -147,6 +176,7 @@ export class Timeline {
       this.pointView.textContent = '';
       return;
     }
+    this.built(i);
     const li = this.items.get(s.seq);
     li.classList.add('at');
     if (scroll) {

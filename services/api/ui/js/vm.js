@@ -73,6 +73,7 @@ export async function objectPage(kind, ns, name) {
   const overview = h('div', { class: 'overview' },
     h('div', { class: 'cols' }, h('div', {}, summary, conds), h('div', {}, instance, why.el)), timeline.el);
 
+  const loaded = timeline.load(); // the longest read: asked first
   const [mayConsole, mayUpdate] = await Promise.all([
     can('get', 'subresources.kubevirt.io', 'virtualmachineinstances', 'console', ns),
     can('update', 'kubevirt.io', k.plural, '', ns),
@@ -201,7 +202,7 @@ export async function objectPage(kind, ns, name) {
   show();
   // the timeline first (its history the api keeps up to date), then why: both read the
   // object's events from the log, and one at a time each finishes sooner
-  timeline.load().then(() => requestAnimationFrame(() => setTimeout(() => {
+  loaded.then(() => requestAnimationFrame(() => setTimeout(() => {
     performance.mark('virtstream:object-page');
     el.dataset.painted = 'true';
     why.load();
