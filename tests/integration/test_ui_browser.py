@@ -318,3 +318,41 @@ def test_the_node_page_and_the_metrics_charts(cluster: RunningUp, browser: Any) 
     expect(chart.first).to_be_visible(timeout=60_000)
     screenshot(page, "metrics")
     page.close()
+
+
+def test_a_websocket_carries_its_token_as_kubernetes_subprotocol(cluster: RunningUp) -> None:
+    """What the console's xterm.js and noVNC sockets send: no Authorization header (a
+    browser has none for a WebSocket), the token as a subprotocol. Refusals come before the
+    upgrade, with a Status body."""
+    import base64
+    import ssl
+
+    from websockets.exceptions import InvalidStatus
+    from websockets.sync.client import connect
+
+    from client import credentials
+
+    ca = credentials.for_api(cluster.url).ca_pem
+    url = cluster.url.replace("https", "wss", 1) + (
+        "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances/web-1/console"
+    )
+
+    def refusal(token: str) -> tuple[int, dict[str, Any]]:
+        b64 = base64.urlsafe_b64encode(token.encode()).decode().rstrip("=")
+        protocols: Any = [f"base64url.bearer.authorization.k8s.io.{b64}", "plain.kubevirt.io"]
+        with pytest.raises(InvalidStatus) as refused:
+            connect(url, subprotocols=protocols, ssl=ssl.create_default_context(cadata=ca))
+        response = refused.value.response
+        return response.status_code, yaml.safe_load(bytes(response.body or b"{}"))
+
+    # the admin passes the guard: the test driver's guest has no console (KubeVirt's 400)
+    code, status = refusal(admin_token(cluster))
+    assert (code, status["kind"], status["message"]) == (
+        400,
+        "Status",
+        "No serial consoles are present.",
+    )
+    code, status = refusal(VIEW_TOKEN)  # a viewer may not type into a guest
+    assert code == 403 and status["reason"] == "Forbidden", status
+    assert 'User "vera" cannot get resource "virtualmachineinstances/console"' in status["message"]
+    assert refusal("not-a-token")[0] == 401
