@@ -27,13 +27,13 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, get
 
+from core.errors import bad_request, not_found, unknown_resource
 from events.envelope import Stored
 from events.meta import CLUSTER_SCOPE, Aggregate
 from eventstore.port import EventLog
 from kinds.spec import KindSpec
 from projections.replay import Position, Step, related_filters, replay_steps, summarize
 from readside import causality
-from services.api.errors import bad_request, not_found, unknown_resource
 
 JSON = dict[str, Any]
 GROUP = "debug.virtstream.io"

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from litestar import Request, Response, get
 
-from services.api.errors import unavailable, unknown_resource
+from core.errors import unavailable, unknown_resource
 
 PREFIX = "/prometheus/api/v1"
 PATHS = ("query", "query_range", "status/buildinfo")

@@ -21,7 +21,7 @@ from typing import Any
 
 from litestar import Request, Response, get
 
-from services.api.errors import unknown_resource
+from core.errors import unknown_resource
 
 ROOT = Path(__file__).resolve().parent / "ui"
 PREFIX = "/ui"
