@@ -297,17 +297,13 @@ def test_the_node_page_and_the_metrics_charts(cluster: RunningUp, browser: Any) 
     from playwright.sync_api import expect
 
     cluster.http.put(f"{SUB}/web-1/start", json={}).raise_for_status()
-    node = until(
-        lambda: (
-            cluster.http.get(
-                "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/web-1"
-            )
-            .json()["status"]
-            .get("nodeName")
-        ),
-        30,
-        "web-1 placed",
-    )
+    vmi = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/web-1"
+
+    def placed() -> str:
+        r = cluster.http.get(vmi)  # 404 until the controller created it
+        return str(r.json()["status"].get("nodeName") or "") if r.is_success else ""
+
+    node = until(placed, 30, "web-1 placed")
     page = logged_in(browser, cluster, f"/ui/nodes/{node}")
     expect(page.locator(".meter").first).to_contain_text("CPU")
     expect(page.locator('tr[data-key="default/web-1"]')).to_be_visible()
