@@ -1,7 +1,8 @@
 """`virtstream up` killed with SIGKILL and started again at once, as systemd's `Restart=`
 does: the new run waits until the killed run's reaper has stopped what that run left (and
 says so), nothing of the killed run touches the new one, and the VMs start again (or, with
---keep-vms, keep running on the launchers they had), the log saying which."""
+--keep-vms, keep running on the launchers they had), the log saying which. A second `up`
+on a data dir that one runs on is refused in one line."""
 
 from __future__ import annotations
 
@@ -200,6 +201,18 @@ def test_with_keep_vms_the_restart_keeps_the_vms_on_their_launchers(data_dir: Pa
             assert "the previous run was killed" in said, said
             assert "4 VM(s) of the previous run kept running (--keep-vms)" in said, said
             assert "were shut down" not in said, said
+
+            # a second `up` on the data dir while this one runs: one line, exit 1
+            other = subprocess.run(
+                [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data_dir),
+                 "--port", str(free_port()), "--nats-port", str(free_port())],
+                cwd=REPO, capture_output=True, timeout=60, env={**os.environ, "COLUMNS": "300"},
+            )  # fmt: skip
+            lines = (other.stdout + other.stderr).decode().strip().splitlines()
+            assert other.returncode == 1, lines
+            assert lines == [
+                f"error: another `virtstream up` (pid {new.proc.pid}) runs on {data_dir}"
+            ]
     finally:
         if new is not None:
             new.stop()
