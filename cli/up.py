@@ -381,10 +381,9 @@ def _say_previous_vms(reaped: up_reaper.Reaped | None, running: int) -> None:
                 f"its {reaped.vms_stopped} VM(s) were shut down: each starts again as its "
                 "run strategy says (a standalone VMI ends Failed)"
             )
-    if running:
+    if running:  # --keep-vms
         console.print(
-            f"{running} VM(s) of the previous run kept running (--keep-vms): "
-            "the handlers re-attach to them"
+            f"{running} VM(s) of the previous run kept running: the handlers re-attach to them"
         )
 
 

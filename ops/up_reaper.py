@@ -54,7 +54,6 @@ class Reaped(msgspec.Struct, frozen=True):
 
     services: list[str]  # still running when it looked, then stopped
     vms_stopped: int  # launchers stopped (their domains shut down)
-    vms_kept: int  # launchers left running (--keep-vms)
     seconds: float
 
 
@@ -110,9 +109,9 @@ def _drain(conns: dict[int, socket.socket | None]) -> None:
 
 def terminate_launchers(run_dir: Path, grace: float = LAUNCHER_GRACE_SECONDS) -> set[int]:
     """Stop every live launcher of the run dir, and any that appears meanwhile; returns
-    their pids. Each is connected to (so it exits once its final status is
-    delivered, instead of lingering for a handler), sent SIGTERM (a graceful shutdown of
-    its domain) and, if still there after `grace`, SIGKILL."""
+    their pids. Each is connected to (so it exits once its final status is delivered,
+    instead of lingering for a handler), sent SIGTERM (a graceful shutdown of its domain)
+    and, if still there after `grace`, SIGKILL."""
     conns: dict[int, socket.socket | None] = {}
     deadline = time.monotonic() + grace
     try:
@@ -176,8 +175,8 @@ def reap(data_dir: Path, keep_vms: bool) -> Reaped:
     started = time.monotonic()
     run_dir = data_dir / "run"
     stopped: set[int] = set()
+    launchers = threading.Thread(target=lambda: stopped.update(terminate_launchers(run_dir)))
     if not keep_vms:  # the launchers shut their domains down while the services stop
-        launchers = threading.Thread(target=lambda: stopped.update(terminate_launchers(run_dir)))
         launchers.start()
     services = stop_recorded(data_dir / "up.json", first_timeout=SERVICE_GRACE_SECONDS)
     if not keep_vms:
@@ -188,8 +187,7 @@ def reap(data_dir: Path, keep_vms: bool) -> Reaped:
         from ops.node_libvirtd import cleanup_stale
 
         cleanup_stale(data_dir / "nodes")
-    kept = len(live_launchers(run_dir)) if keep_vms else 0
-    return Reaped(services, len(stopped), kept, round(time.monotonic() - started, 1))
+    return Reaped(services, len(stopped), round(time.monotonic() - started, 1))
 
 
 def main(argv: list[str] | None = None) -> int:

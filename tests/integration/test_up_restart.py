@@ -199,7 +199,7 @@ def test_with_keep_vms_the_restart_keeps_the_vms_on_their_launchers(data_dir: Pa
             assert set(live_launchers(run_dir)) == launchers, said  # the same launchers
             assert " exited" not in said, said
             assert "the previous run was killed" in said, said
-            assert "4 VM(s) of the previous run kept running (--keep-vms)" in said, said
+            assert "4 VM(s) of the previous run kept running" in said, said
             assert "were shut down" not in said, said
 
             # a second `up` on the data dir while this one runs: one line, exit 1
