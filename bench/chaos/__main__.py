@@ -59,26 +59,33 @@ def vm(name: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def launcher_titles() -> collections.Counter[str]:
-    """Live launchers per VMI name, from their process titles (one domain each)."""
+def launcher_titles(run_dir: Path) -> collections.Counter[str]:
+    """Live launchers per VMI name, from their process titles (one domain each): those of
+    this run only, whose output goes to a log under `run_dir` (another run on the machine,
+    another engineer's chaos suite, has launchers with the same names)."""
     seen: collections.Counter[str] = collections.Counter()
+    ours = f"{run_dir.resolve()}/"
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmd = (proc / "cmdline").read_bytes()
+            if not cmd.startswith(b"virt-launcher default/"):
+                continue
+            if not os.readlink(proc / "fd" / "1").startswith(ours):
+                continue
         except OSError:
             continue
-        if cmd.startswith(b"virt-launcher default/"):
-            seen[cmd.split(b"/", 1)[1].split()[0].decode()] += 1
+        seen[cmd.split(b"/", 1)[1].split()[0].decode()] += 1
     return seen
 
 
 class Run:
     """The workload on one api: what it acknowledged, what ran twice, whether it settled."""
 
-    def __init__(self, api_url: str, nats_url: str) -> None:
+    def __init__(self, api_url: str, nats_url: str, run_dir: Path) -> None:
         self.api_url, self.nats_url = api_url, nats_url
+        self.run_dir = run_dir  # where this run's launchers live
         # an `up` writes its credentials as it starts: wait for them
         opts = credentials.httpx_options(api_url, wait=30 if api_url.startswith("https") else 0)
         self.http = httpx.Client(timeout=10, **opts)
@@ -122,7 +129,7 @@ class Run:
 
         def go() -> None:
             while self._watching.is_set():
-                for name, n in launcher_titles().items():
+                for name, n in launcher_titles(self.run_dir).items():
                     if name in self.ours and n > self.most_launchers.get(name, 0):
                         self.most_launchers[name] = n
                 time.sleep(0.2)
@@ -161,7 +168,7 @@ class Run:
             return False
         if any(v.get("status", {}).get("phase") != "Running" for v in vmis):
             return False
-        launchers = launcher_titles()
+        launchers = launcher_titles(self.run_dir)
         return all(launchers.get(name) == 1 for name in st)
 
     def lost(self) -> set[str]:
@@ -190,7 +197,7 @@ class Run:
         if st is None:
             return "api not answering"
         not_running = sorted(n for n, s in st.items() if s != "Running")
-        launchers = launcher_titles()
+        launchers = launcher_titles(self.run_dir)
         not_once = sorted(n for n in st if launchers.get(n) != 1)
         return f"not Running: {not_running[:5]}; not exactly one launcher: {not_once[:5]}"
 
@@ -297,7 +304,7 @@ def chaos(
     result: dict[str, Any] = {"vms": vms, "per_fault": per_fault, "faults": rows, "work": str(work)}
     try:
         c.start()
-        run = Run(c.api_url, c.nats_url)
+        run = Run(c.api_url, c.nats_url, work / "run")
         run.wait_answering(90)
         run.watch_duplicates()
         for i in range(vms):
@@ -352,7 +359,7 @@ def up_killed(work: Path, vms: int, per_fault: int, settle: float) -> dict[str, 
 
     up = start(work / "up-1.log")
     try:
-        run = Run(f"https://127.0.0.1:{port}", f"nats://127.0.0.1:{nats_port}")
+        run = Run(f"https://127.0.0.1:{port}", f"nats://127.0.0.1:{nats_port}", data / "run")
         run.wait_answering(90)
         run.watch_duplicates()
         for i in range(vms):
