@@ -90,6 +90,8 @@ class Run:
         opts = credentials.httpx_options(api_url, wait=30 if api_url.startswith("https") else 0)
         self.http = httpx.Client(timeout=10, **opts)
         self.acked: set[str] = set()
+        #: creates given up on → the last answer (0: none), each meant once per run
+        self.given_up: dict[str, int] = {}
         self.ours: set[str] = set()  # VM names of this run: other runs' launchers are not ours
         self.most_launchers: dict[str, int] = {}
         self._watching = threading.Event()
@@ -109,6 +111,7 @@ class Run:
                 self.acked.add(name)
                 return True
             if status not in (0, 500, 502, 503, 504) or time.monotonic() > deadline:
+                self.given_up[name] = status
                 return False
             time.sleep(0.5)
 
@@ -213,9 +216,12 @@ class Run:
         settled = self.wait_settled(settle)
         recovered = time.monotonic() - started
         verified, said = self.verify()
+        given_up, self.given_up = self.given_up, {}  # this fault's, for the next row
         return {
             "fault": fault,
             "acked": len(self.acked - before),
+            # not acknowledged within the client's 30 s: refused, or no answer (0)
+            "given_up": given_up,
             "lost": sorted(self.lost()),
             "duplicated": sorted(self.duplicated()),
             "recovered_s": None if settled is None else round(recovered, 1),
@@ -310,6 +316,7 @@ def chaos(
         for i in range(vms):
             run.create(f"vm-{i}")
         result["baseline_settled_s"] = run.wait_settled(settle)
+        run.given_up.clear()  # the baseline's: fewer VMs, not a fault's doing
         for name, inject in faults(c, run).items():
             if name not in only:
                 continue
@@ -365,6 +372,7 @@ def up_killed(work: Path, vms: int, per_fault: int, settle: float) -> dict[str, 
         for i in range(vms):
             run.create(f"up-vm-{i}")
         run.wait_settled(settle)
+        run.given_up.clear()  # the baseline's: fewer VMs, not a fault's doing
         before = set(run.acked)
         creating = run.create_many([f"up-fault-{i}" for i in range(per_fault)], spread=0.2)
         started = time.monotonic()
@@ -425,6 +433,9 @@ def table(result: dict[str, Any]) -> str:
             f"{len(row['duplicated'])} | {rec} | {'passes' if row['verify'] else 'FAILS'} | "
             f"{'FAILS: ' + '; '.join(why) if why else 'passes'} |"
         )
+        for name, status in row.get("given_up", {}).items():
+            answer = f"answered {status}" if status else "no answer in 30 s"
+            lines.append(f"  a create given up on (not acknowledged): {name}, {answer}")
         for line in row.get("restart_said", []):  # what became of the killed run's VMs
             lines.append(f"  the restarted `up` said: {line}")
     if "final" in result:
