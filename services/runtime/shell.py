@@ -28,17 +28,22 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, Never, Protocol
 
-import nats
 import structlog
-from nats.aio.client import Client as NATS
 from typing_extensions import TypeVar
 
 from events import subjects
 from events.codec import event_type
-from events.envelope import ConcurrencyConflict, Context, Decision, Stored, Undecodable
+from events.envelope import Context, Decision, Stored
 from eventstore.connection import connect_service
 from eventstore.jetstream import JetStreamStore
-from eventstore.port import Delivery, EventLog
+from eventstore.port import (
+    ConcurrencyConflict,
+    Delivery,
+    EventLog,
+    Refused,
+    Unavailable,
+    Undecodable,
+)
 from eventstore.settings import StreamSettings
 from services.runtime import metrics as m
 from services.runtime.append_window import AppendWindow
@@ -53,7 +58,8 @@ log = structlog.get_logger()
 MAX_CONFLICT_RETRIES = 8
 MAX_PASSES = 8  # decide again while effects change the state, at most this often
 MIN_WAKEUP_GAP = 0.01  # a wakeup the decider keeps in the past cannot spin the timer
-INFRASTRUCTURE = (TimeoutError, ConnectionError, nats.errors.Error)
+# not the message's fault (the executor's connections included)
+INFRASTRUCTURE = (TimeoutError, ConnectionError, Unavailable, Refused)
 
 
 class Unordered(Restart):
@@ -91,10 +97,6 @@ async def finish(task: asyncio.Task[None]) -> None:
         await asyncio.wait({task}, timeout=0.1)
     if not task.cancelled():
         task.exception()  # retrieved: an error of a companion at stop is not news
-
-
-async def connect(urls: str, name: str) -> NATS:
-    return await connect_service(urls, name)
 
 
 class ServiceShell(Generic[S, A, Ob]):
@@ -621,12 +623,13 @@ async def run_process(
     then finish the message in hand, drain and close."""
     from services.runtime.http import HealthServer
 
-    nc = await connect(nats_url, name)
-    service = make(JetStreamStore(nc, settings))
+    nc = await connect_service(nats_url, name)
+    store = JetStreamStore(nc, settings)
+    service = make(store)
     install_signal_handlers(service.stop)
     health = None
     if metrics_port is not None:
-        health = HealthServer("127.0.0.1", metrics_port, lambda: service.ready and nc.is_connected)
+        health = HealthServer("127.0.0.1", metrics_port, lambda: service.ready and store.connected)
         await health.start()
     try:
         await service.run()
