@@ -12,8 +12,9 @@ sequential one (`sequential.py`), and with a `window` > 1 (the controller) the p
 one (`pipelined.py`), which decides the next delivery while earlier ones' appends are in
 flight and acks each once its own appends have landed.
 
-A reactor with an `Observer` (the handler) has a second input: observations its executor
-puts into the `Inbox`. Bus messages, observations and ticks are decided one at a time
+A reactor with an `Observer` (the handler, the controller) has a second input:
+observations put into the `Inbox` (by its executor, or beside the shell: the
+controller's heartbeats). Bus messages, observations and ticks are decided one at a time
 (a lock: they interleave only at awaits); each decision first folds the observations made
 so far. Its effects go to the executor, then it is decided again on what they changed,
 until it asks for nothing more.
@@ -85,9 +86,7 @@ class ServiceShell(Generic[S, A, Ob]):
         inbox: Inbox[Ob] | None = None,
         window: int = 1,
     ) -> None:
-        assert window == 1 or (observer is None and executor is None), (
-            "a pipelined shell decides without effects"
-        )
+        assert window == 1 or executor is None, "a pipelined shell carries out no effects"
         self.reactor = reactor
         self.store = store
         self.node = node
@@ -253,6 +252,11 @@ class ServiceShell(Generic[S, A, Ob]):
                     return observer.respond(self.state, obs, ctx)
 
                 try:
+                    if self.pipelined is not None:
+                        if not respond(self.context(None)):
+                            continue  # nothing to decide (a heartbeat): no wait for the window
+                        # what it decides is decided as a tick's: on every append landed
+                        await self.pipelined.settle_appends()
                     await self.apply(respond, None)
                 except Unordered as e:
                     self._fail(e)
