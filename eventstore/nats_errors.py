@@ -5,8 +5,7 @@ server is `Refused`. The port's own errors pass as they are."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
+from types import TracebackType
 
 import nats.errors
 import nats.js.errors
@@ -41,13 +40,25 @@ def translate(e: BaseException) -> BaseException:
     return e
 
 
-@contextlib.contextmanager
-def translated() -> Iterator[None]:
+class _Translated:
+    """A context manager without state (one instance serves every block): an append and
+    an ack pay a method call, not a generator's set-up."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if isinstance(e, Exception) and (mapped := translate(e)) is not e:
+            raise mapped from e
+
+
+_TRANSLATED = _Translated()
+
+
+def translated() -> _Translated:
     """Raise the port's errors for the client's in the block."""
-    try:
-        yield
-    except Exception as e:
-        mapped = translate(e)
-        if mapped is e:
-            raise
-        raise mapped from e
+    return _TRANSLATED
