@@ -21,7 +21,7 @@ import structlog
 
 from events.envelope import Stored
 from events.meta import Kind
-from eventstore.jetstream import JetStreamStore
+from eventstore.port import EventLog
 from kinds.registry import REGISTRY, Registry
 from projections.cluster import Cluster, view_key
 from projections.replay import gone
@@ -55,7 +55,7 @@ Items = list[JSON]  # a list response's items (the class below has a method name
 class ProjectionRunner:
     def __init__(
         self,
-        store: JetStreamStore,
+        store: EventLog,
         *,
         history: int = WATCH_HISTORY,
         clock: Callable[[], float] = time.time,

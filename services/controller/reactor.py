@@ -67,10 +67,17 @@ class Controller:
     def evolve(self, state: ControllerState, stored: Stored) -> ControllerState:
         return evolve_state(state, stored)
 
-    def record_heartbeat(self, state: ControllerState, node: str, at: float) -> None:
-        """Called by the shell's heartbeat watch (heartbeats are not events)."""
-        if at > state.heartbeats.get(node, 0.0):
-            state.heartbeats[node] = at
+    # ------------------------------------------------ observations (heartbeats)
+    def observe(self, state: ControllerState, obs: node_health.Observation) -> ControllerState:
+        return node_health.observe(state, obs)
+
+    def respond(
+        self, state: ControllerState, obs: node_health.Observation, ctx: Context
+    ) -> Sequence[Decision]:
+        return []  # a heartbeat decides nothing at once: the tick checks every node
+
+    def wakeup(self, state: ControllerState) -> float | None:
+        return None
 
     # ---------------------------------------------------------------- deciding
     def react(self, state: ControllerState, stored: Stored, ctx: Context) -> Sequence[Decision]:

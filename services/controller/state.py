@@ -1,8 +1,8 @@
 """What virt-controller knows: the shared cluster projection plus its own bookkeeping.
 
 Everything except `heartbeats` is folded from the event log, so a restarted controller
-rebuilds exactly the same state. Heartbeats come from the KV bucket (services/controller/
-heartbeats.py) through `Controller.record_heartbeat`."""
+rebuilds exactly the same state. Heartbeats come from the KV bucket (eventstore/
+heartbeats.py) as observations (`node_health.HeartbeatSeen`, folded by `Controller.observe`)."""
 
 from __future__ import annotations
 

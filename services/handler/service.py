@@ -20,13 +20,12 @@ from pathlib import Path
 
 import msgspec
 import structlog
-from nats.aio.client import Client as NATS
-from nats.js.kv import KeyValue
 from prometheus_client import Gauge
 
 from events.catalog import MigrationScheduled
 from events.meta import Aggregate, Kind
 from eventstore import heartbeats as heartbeat
+from eventstore.connection import connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from projections.evolve import evolve_migration
@@ -43,7 +42,7 @@ from services.handler.volume_copy import copy_volumes
 from services.handler.volumes import CopyVolumes, VolumesCopyDone
 from services.launcher.domain_xml import DomainType
 from services.runtime.reactor import Inbox
-from services.runtime.shell import ServiceShell, connect, run_process
+from services.runtime.shell import ServiceShell, run_process
 
 log = structlog.get_logger()
 
@@ -143,16 +142,13 @@ class Fenced(RuntimeError):
 
 
 class Handler:
-    """One node's virt-handler (`store`: run on it; else `nc`, or connect to the config's
-    NATS URL)."""
+    """One node's virt-handler (`store`: run on it; else connect to the config's NATS URL
+    and close the connection at the end)."""
 
-    def __init__(
-        self, cfg: HandlerConfig, nc: NATS | None = None, *, store: JetStreamStore | None = None
-    ) -> None:
+    def __init__(self, cfg: HandlerConfig, *, store: JetStreamStore | None = None) -> None:
         self.cfg = cfg
         self.node = cfg.node.name
         self.name = service_name(self.node)
-        self.nc = nc
         self.store = store
         self.shell: ServiceShell[HandlerState, Action, Input] | None = None
         self.fleet: LauncherFleet | None = None
@@ -185,11 +181,10 @@ class Handler:
 
     async def run(self) -> None:
         """Run until stop()."""
-        own_nc = self.store is None and self.nc is None
+        own = self.store is None
         if self.store is None:
-            if self.nc is None:
-                self.nc = await connect(self.cfg.nats_url, self.name)
-            self.store = JetStreamStore(self.nc, self.cfg.settings)
+            nc = await connect_service(self.cfg.nats_url, self.name)
+            self.store = JetStreamStore(nc, self.cfg.settings)
         store = self.store
         cfg = self.cfg
         inbox: Inbox[Input] = Inbox()
@@ -255,9 +250,9 @@ class Handler:
             if consoles is not None:
                 await consoles.close()
             await fleet.close()
-            if own_nc and self.nc is not None:
+            if own:
                 with contextlib.suppress(Exception):
-                    await self.nc.drain()
+                    await store.nc.drain()
         if self.fenced:
             raise Fenced(f"{self.node}: fenced after {self.cfg.fence_timeout}s off the bus")
 
@@ -279,7 +274,7 @@ class Handler:
                 )
                 return
 
-    async def _heartbeats(self, kv: KeyValue) -> None:
+    async def _heartbeats(self, kv: heartbeat.KeyValue) -> None:
         while True:
             await asyncio.sleep(self.cfg.heartbeat_interval)
             now = time.time()

@@ -27,6 +27,7 @@ from events.codec import event_type
 from events.envelope import Context, Stored
 from events.meta import Kind
 from projections.views import VMIView, VMView
+from services.controller.node_health import HeartbeatSeen, WatchStarted
 from services.controller.reactor import Controller
 from tests.factories import meta, vm_manifest, vmi_manifest
 
@@ -53,6 +54,13 @@ class World:
         self.log.append(s)
         self.ids.add(ev.meta.event_id)
         return s
+
+    def heartbeat(self, node: str, at: float) -> None:
+        """The heartbeat watch saw `node`'s handler alive at `at`."""
+        self.state = self.controller.observe(self.state, HeartbeatSeen(node, at))
+
+    def watch_started(self, at: float) -> None:
+        self.state = self.controller.observe(self.state, WatchStarted(at))
 
     def react(self, s: Stored) -> list[Event]:
         ctx = Context("virt-controller", "", self.now, s)

@@ -83,6 +83,37 @@ def test_pure_modules_do_no_io_and_read_no_clock(path: Path) -> None:
     assert not bad, f"{path.relative_to(REPO)} imports or calls {sorted(bad)}"
 
 
+# Who may import nats outside the event log's adapters (eventstore/): the processes' entry
+# points, which connect (every `__main__`, `virtstream up` and `serve`, the debug commands'
+# connection), and the NATS transport of the api's intents. Everyone else takes the
+# `EventLog` port and its errors.
+NATS_IMPORTERS = {"cli/up.py", "cli/serve.py", "cli/debug.py", "services/api/nats_endpoints.py"}
+NOT_SHIPPED = {"tests", "bench", "examples", "docs"}
+
+
+def project_modules() -> list[Path]:
+    tops = [
+        d
+        for d in REPO.iterdir()
+        if d.is_dir() and not d.name.startswith(".") and d.name not in NOT_SHIPPED
+    ]
+    return sorted(p for d in tops for p in d.rglob("*.py"))
+
+
+def test_only_the_log_adapters_entry_points_and_nats_transports_import_nats() -> None:
+    modules = project_modules()
+    assert REPO / "services/runtime/shell.py" in modules  # the walk finds the project
+    bad = [
+        rel
+        for path in modules
+        if (rel := str(path.relative_to(REPO))).split("/")[0] != "eventstore"
+        and path.name != "__main__.py"
+        and rel not in NATS_IMPORTERS
+        and any(m.split(".")[0] == "nats" for m in imported(ast.parse(path.read_text())))
+    ]
+    assert not bad, f"import nats, outside the event log's adapters: {bad}"
+
+
 def module_name(path: Path) -> str:
     parts = path.relative_to(REPO).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
