@@ -35,7 +35,8 @@ from services.handler.effects import (
     Relay,
     Release,
 )
-from services.handler.node_info import LaunchSettings, destroy_unowned_domains
+from services.handler.host import destroy_unowned_domains
+from services.handler.node_info import LaunchSettings
 from services.handler.planner import Cleanup, Observed, Send, service_name
 from services.handler.spawn_queue import SpawnQueue
 from services.launcher import rundir
