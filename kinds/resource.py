@@ -9,8 +9,7 @@ from typing import Any
 
 from events.catalog import Event, ResourceCreated, ResourceDeleted, ResourceUpdated
 from events.meta import Kind, Meta
-from kinds import columns as col
-from kinds.spec import Admit, CallArgs, Column, KindSpec, PrinterColumn, Scope, Subresource
+from kinds.spec import Admit, CallArgs, KindSpec, PrinterColumn, Scope, Subresource
 from projections.cluster import Cluster
 from projections.evolve import evolve_resource
 from projections.render import render_resource
@@ -43,14 +42,6 @@ def delete_act(spec_of: Callable[[], KindSpec]) -> Callable[..., Outcome]:
     return delete
 
 
-def spec_path(obj: JSON, *path: str) -> str:
-    """A printer cell: the value at a JSON path, "" (or `<none>`) when absent."""
-    cur: Any = obj
-    for p in path:
-        cur = cur.get(p) if isinstance(cur, dict) else None
-    return "<none>" if cur is None else str(cur).lower() if isinstance(cur, bool) else str(cur)
-
-
 def resource_spec(
     *,
     group: str,
@@ -64,7 +55,6 @@ def resource_spec(
     categories: tuple[str, ...] = ("all",),
     scope: Scope = Scope.NAMESPACED,
     printer_columns: tuple[PrinterColumn, ...] = (),
-    columns: tuple[Column, ...] = (),
     admit: Admit | None = admit_name,
     subresources: tuple[Subresource, ...] = (),
     subresource_group: str = "subresources.kubevirt.io",
@@ -90,7 +80,6 @@ def resource_spec(
         subresources=subresources,
         subresource_group=subresource_group,
         printer_columns=printer_columns,
-        columns=columns or (Column("NAME", col.name), Column("AGE", col.age)),
         admit=admit,
         created=_created,
         updated=_updated if updatable else None,

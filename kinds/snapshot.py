@@ -11,9 +11,8 @@ from events.objects import (
     VirtualMachineSnapshot,
     VirtualMachineSnapshotContent,
 )
-from kinds import columns as col
-from kinds.resource import resource_spec, spec_path
-from kinds.spec import Column, PrinterColumn
+from kinds.resource import resource_spec
+from kinds.spec import PrinterColumn
 from projections.cluster import Cluster
 from services.api import admission
 
@@ -54,10 +53,6 @@ def _admit_source(field: str) -> Any:
     return admit
 
 
-def _cells(*path: str) -> Any:
-    return lambda o: spec_path(o, *path)
-
-
 SNAPSHOT = resource_spec(
     group=GROUP,
     version=VERSION,
@@ -77,14 +72,6 @@ SNAPSHOT = resource_spec(
         PrinterColumn("CreationTime", "date", ".status.creationTime"),
         PrinterColumn("Error", "string", ".status.error.message"),
     ),
-    columns=(
-        Column("NAME", col.name),
-        Column("SOURCEKIND", _cells("spec", "source", "kind")),
-        Column("SOURCENAME", _cells("spec", "source", "name")),
-        Column("PHASE", _cells("status", "phase")),
-        Column("READYTOUSE", _cells("status", "readyToUse")),
-        Column("AGE", col.age),
-    ),
 )
 CONTENT = resource_spec(
     group=GROUP,
@@ -100,11 +87,6 @@ CONTENT = resource_spec(
         PrinterColumn("ReadyToUse", "boolean", ".status.readyToUse"),
         PrinterColumn("CreationTime", "date", ".status.creationTime"),
         PrinterColumn("Error", "string", ".status.error.message"),
-    ),
-    columns=(
-        Column("NAME", col.name),
-        Column("READYTOUSE", _cells("status", "readyToUse")),
-        Column("AGE", col.age),
     ),
 )
 RESTORE = resource_spec(
@@ -124,13 +106,6 @@ RESTORE = resource_spec(
         PrinterColumn("Complete", "boolean", ".status.complete"),
         PrinterColumn("RestoreTime", "date", ".status.restoreTime"),
         PrinterColumn("Error", "string", ".status.error.message"),
-    ),
-    columns=(
-        Column("NAME", col.name),
-        Column("TARGETKIND", _cells("spec", "target", "kind")),
-        Column("TARGETNAME", _cells("spec", "target", "name")),
-        Column("COMPLETE", _cells("status", "complete")),
-        Column("AGE", col.age),
     ),
 )
 SPECS = (SNAPSHOT, CONTENT, RESTORE)

@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 from litestar.testing import TestClient
 
-from cli.tables import has_table, header_and_rows, render
+from cli.tables import WatchPrinter, has_table, header_and_rows, render
 from client.api import _Requests, resource, typed
 from events.catalog import VMICreated
 from events.envelope import Stored
@@ -72,9 +72,9 @@ TOY = KindSpec(
     subresources=(Subresource("poke", _poke),),
     printer_columns=(PrinterColumn("Phase", "string", ".status.phase"),),
     columns=(
-        Column("NAME", col.name),
-        Column("PHASE", lambda o: str(col.status(o).get("phase", ""))),
-        Column("TOY", lambda _: "yes", wide=True),
+        col.NAME,
+        Column("PHASE", lambda o, _: str(col.status(o).get("phase", ""))),
+        Column("TOY", lambda _, __: "yes", wide=True),
     ),
     table=lambda c: c.vmis,
     render=_render_toy,
@@ -247,7 +247,12 @@ def test_a_registered_kind_is_in_the_clis_tables() -> None:
 def test_cli_tables_are_unchanged_for_the_real_kinds() -> None:
     vm = {
         "metadata": {"name": "vm1", "namespace": "default"},
-        "status": {"printableStatus": "Running", "ready": True, "runStrategy": "Always"},
+        "status": {
+            "printableStatus": "Running",
+            "ready": True,
+            "runStrategy": "Always",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
     }
     lines = header_and_rows("VirtualMachine", [vm], namespace_column=True, wide=True)
     assert lines == [
@@ -272,3 +277,54 @@ def test_cli_tables_are_unchanged_for_the_real_kinds() -> None:
         "<unknown>",
     ]
     assert json.dumps(header_and_rows("vmim", [])) == '[["NAME", "PHASE", "VMI"]]'
+
+
+def test_cli_tables_are_the_printer_columns_as_kubectl_prints_them() -> None:
+    """NAME, then each printer column upper-cased: a date as an age, a boolean as
+    `true`, a missing value blank; priority columns only with `-o wide`."""
+    now = 1_700_000_000.0
+    snap = {
+        "metadata": {"name": "s1", "creationTimestamp": "2023-11-14T22:13:20Z"},
+        "spec": {"source": {"kind": "VirtualMachine", "name": "vm1"}},
+        "status": {
+            "phase": "Succeeded",
+            "readyToUse": True,
+            "creationTime": "2023-11-14T22:12:20Z",
+        },
+    }
+    assert header_and_rows("vmsnapshot", [snap], now=now) == [
+        ["NAME", "SOURCEKIND", "SOURCENAME", "PHASE", "READYTOUSE", "CREATIONTIME", "ERROR"],
+        ["s1", "VirtualMachine", "vm1", "Succeeded", "true", "60s", ""],
+    ]
+    vmi = {
+        "metadata": {"name": "a", "creationTimestamp": "2023-11-14T19:13:20Z"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    assert header_and_rows("vmi", [vmi], now=now)[1] == ["a", "3h", "Running", "", "", "True"]
+    assert header_and_rows("vmi", [vmi], now=now, wide=True)[0][-2:] == [
+        "LIVE-MIGRATABLE",
+        "PAUSED",
+    ]
+    # no printer columns: the API server's default, an age
+    assert header_and_rows("policy", [])[0] == ["NAME", "AGE"]
+    spec = REGISTRY.resource("vmirs")
+    assert [c.header for c in spec.table_columns] == ["NAME", "DESIRED", "CURRENT", "READY", "AGE"]
+
+
+def test_a_watch_prints_no_row_when_only_an_age_moved() -> None:
+    out: list[str] = []
+    clock = [1_700_000_000.0]
+    printer = WatchPrinter(
+        "vmsnapshot", namespace_column=False, wide=False, out=out.append, clock=lambda: clock[0]
+    )
+    snap = {
+        "metadata": {"name": "s1", "creationTimestamp": "2023-11-14T22:13:20Z"},
+        "status": {"phase": "InProgress", "creationTime": "2023-11-14T22:12:20Z"},
+    }
+    printer.start([snap])
+    assert out[-1].split()[-1] == "60s"
+    clock[0] += 600  # CREATIONTIME is now 11m: an age, not news
+    printer.row(snap)
+    assert len(out) == 2
+    printer.row({**snap, "status": {**snap["status"], "phase": "Succeeded"}})
+    assert len(out) == 3 and out[-1].split()[1:] == ["Succeeded", "11m"]
