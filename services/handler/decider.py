@@ -21,27 +21,25 @@ from typing import assert_never
 import msgspec
 
 from events import subjects
-from events.catalog import MigrationFailed, Resources, TargetPrepared
+from events.catalog import Resources
 from events.envelope import Context, Decision, Stored
 from events.meta import Kind
 from services.handler import migration, volumes
 from services.handler.effects import (
     Action,
-    Launch,
     LauncherSeen,
     MigrationCalled,
     MigrationRead,
     MigrationReported,
     Observation,
+    Observed,
     Release,
 )
 from services.handler.migration import (
-    Forget,
     MigrationNote,
     MigrationState,
     ProgressSent,
     SourceStep,
-    SpawnTarget,
     Stage,
     TargetJob,
     TargetNoted,
@@ -52,17 +50,7 @@ from services.handler.migration import (
 )
 from services.handler.migration_source import owns, plan_source, source_wakeup
 from services.handler.node_info import NodeConfig, joined_event
-from services.handler.planner import (
-    Append,
-    Cleanup,
-    Observed,
-    Send,
-    Spawn,
-    launch_manifest,
-    plan,
-    released,
-    service_name,
-)
+from services.handler.planner import plan, released, service_name
 from services.handler.state import NodeState, evolve, vmi_key
 from services.handler.volumes import CopyStarted, Jobs, VolumesCopyDone
 from services.runtime.reactor import Note
@@ -260,45 +248,13 @@ class NodeDecider:
         if target is not None:
             return self._target(target, o, now)
         r = state.records.get(key)
-        actions = plan(key, r, o, self.node, now)
-        if not actions:
+        planned = plan(key, r, o, self.node, now)
+        if not planned:
             return [Release(key)] if o is not None and released(r, o) else []
-        out: list[Output] = []
-        for action in actions:
-            match action:
-                case Append(event=event):
-                    out.append(Decision(event, occ=False))
-                case Spawn():
-                    assert r is not None
-                    out.append(Launch(key, r.uid, launch_manifest(r.manifest, key, r.uid)))
-                case Send() | Cleanup():
-                    out.append(action)
-                case _:
-                    assert_never(action)
-        return out
+        return [*planned]
 
     def _target(self, job: TargetJob, o: Observed | None, now: float) -> list[Output]:
-        key = job.vmi_key
-        out: list[Output] = []
-        for action in plan_target(job, o, self.node, self.qemu, self._address(o), now):
-            match action:
-                case Append(event=event):
-                    out.append(Decision(event, occ=False))
-                    # routed to the source: never delivered here, so noted
-                    if isinstance(event, TargetPrepared):
-                        out.append(Note(TargetNoted(key, prepared=True)))
-                    elif isinstance(event, MigrationFailed):
-                        out.append(Note(TargetNoted(key, failed=True)))
-                case Send():
-                    out.append(action)
-                case SpawnTarget():
-                    manifest = launch_manifest(job.manifest, key, job.vmi_uid)
-                    out.append(Launch(key, job.vmi_uid, manifest, migration_target=self.qemu))
-                case Forget():
-                    out.append(Note(TargetOver(key)))  # the planner decides from here on
-                case _:
-                    assert_never(action)
-        return out
+        return [*plan_target(job, o, self.node, self.qemu, self._address(o), now)]
 
     def _address(self, o: Observed | None) -> str:
         """Where the source migrates to: the node's address (test mode, simulated), the
