@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from events.catalog import ResourceUpdated
-from events.meta import Kind
+from events.meta import ResourceKind
 from events.objects import (
     StatusCause,
     VirtualMachine,
@@ -179,7 +179,7 @@ REPLICASET: KindSpec = resource_spec(
     plural="virtualmachineinstancereplicasets",
     singular="virtualmachineinstancereplicaset",
     short_names=("vmirs", "vmirss"),
-    event_kind=Kind.VMIRS,
+    event_kind=ResourceKind.VMIRS,
     object_type=VirtualMachineInstanceReplicaSet,
     admit=admit_replicaset,
     subresources=_scale_acts(lambda: REPLICASET),
@@ -193,7 +193,7 @@ POOL: KindSpec = resource_spec(
     plural="virtualmachinepools",
     singular="virtualmachinepool",
     short_names=("vmpool", "vmpools"),
-    event_kind=Kind.VMPOOL,
+    event_kind=ResourceKind.VMPOOL,
     object_type=VirtualMachinePool,
     admit=admit_pool,
     subresources=_scale_acts(lambda: POOL),

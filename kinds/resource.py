@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from events.catalog import Event, ResourceCreated, ResourceDeleted, ResourceUpdated
-from events.meta import Kind, Meta
+from events.meta import KindToken, Meta
 from kinds.spec import Admit, CallArgs, KindSpec, PrinterColumn, Scope, Subresource
 from projections.cluster import Cluster
 from projections.evolve import evolve_resource
@@ -49,7 +49,7 @@ def resource_spec(
     kind: str,
     plural: str,
     singular: str,
-    event_kind: Kind,
+    event_kind: KindToken,
     object_type: type[Any],
     short_names: tuple[str, ...] = (),
     categories: tuple[str, ...] = ("all",),

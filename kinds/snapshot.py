@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from events.meta import Kind
+from events.meta import ResourceKind
 from events.objects import (
     VirtualMachineRestore,
     VirtualMachineSnapshot,
@@ -60,7 +60,7 @@ SNAPSHOT = resource_spec(
     plural="virtualmachinesnapshots",
     singular="virtualmachinesnapshot",
     short_names=("vmsnapshot", "vmsnapshots"),
-    event_kind=Kind.SNAPSHOT,
+    event_kind=ResourceKind.SNAPSHOT,
     object_type=VirtualMachineSnapshot,
     admit=_admit_source("source"),
     updatable=False,
@@ -80,7 +80,7 @@ CONTENT = resource_spec(
     plural="virtualmachinesnapshotcontents",
     singular="virtualmachinesnapshotcontent",
     short_names=("vmsnapshotcontent", "vmsnapshotcontents"),
-    event_kind=Kind.SNAPSHOT_CONTENT,
+    event_kind=ResourceKind.SNAPSHOT_CONTENT,
     object_type=VirtualMachineSnapshotContent,
     updatable=False,
     printer_columns=(
@@ -96,7 +96,7 @@ RESTORE = resource_spec(
     plural="virtualmachinerestores",
     singular="virtualmachinerestore",
     short_names=("vmrestore", "vmrestores"),
-    event_kind=Kind.RESTORE,
+    event_kind=ResourceKind.RESTORE,
     object_type=VirtualMachineRestore,
     admit=_admit_source("target"),
     updatable=False,

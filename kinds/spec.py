@@ -12,7 +12,7 @@ import msgspec
 
 from events.catalog import Event
 from events.envelope import Stored
-from events.meta import Kind, Meta
+from events.meta import KindToken, Meta
 from kinds.columns import DEFAULT_PRINTER_COLUMNS, Column, PrinterColumn, table_of
 from projections.cluster import Cluster
 from services.api.errors import Resource
@@ -93,7 +93,7 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     categories: tuple[str, ...] = ()
     scope: Scope = Scope.NAMESPACED
     verbs: tuple[str, ...] = ("get", "list", "watch", "create", "update", "delete")
-    event_kind: Kind
+    event_kind: KindToken
     object_type: type[Any]
     subresource_group: str = "subresources.kubevirt.io"
     name_rule: NameRule = NameRule.SUBDOMAIN  # what the API server checks its names against

@@ -19,7 +19,7 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
 from nats.js.kv import KeyValue
 
-from events.meta import Kind
+from events.meta import KindToken
 from eventstore.jetstream import JetStreamStore
 from projections.cluster import Cluster
 from projections.views import (
@@ -42,7 +42,7 @@ class Views(msgspec.Struct, frozen=True):
     migrations: dict[str, MigrationView]
     nodes: dict[str, NodeView]
     policies: dict[str, PolicyView]
-    resources: dict[Kind, dict[str, ResourceView]] = {}
+    resources: dict[KindToken, dict[str, ResourceView]] = {}
 
 
 class Head(msgspec.Struct, frozen=True):

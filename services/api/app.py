@@ -21,7 +21,7 @@ from litestar.response import Stream
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from events.meta import Kind
+from events.meta import KindToken
 from kinds.registry import Registry
 from kinds.spec import Answer, CallArgs, KindSpec, Subresource
 from projections import replay
@@ -157,7 +157,7 @@ def _object_response(
 
 
 # ------------------------------------------------------------- read side
-def _selector(request: Request[Any, Any, Any], kind: Kind, namespace: str) -> Selector:
+def _selector(request: Request[Any, Any, Any], kind: KindToken, namespace: str) -> Selector:
     q = request.query_params
     try:
         return Selector.parse(kind, namespace, q.get("labelSelector"), q.get("fieldSelector"))

@@ -15,7 +15,7 @@ import msgspec
 
 from events.catalog import Event
 from events.manifest import ManifestError, dump, load
-from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
+from events.meta import CLUSTER_SCOPE, Actor, Aggregate, KindToken, Meta
 from projections.cluster import Cluster
 from services.api import admission, field_manager, names
 from services.api.errors import (
@@ -47,7 +47,9 @@ class RequestContext:
     socket_name_max: int = names.SOCKET_NAME_MAX  # a launcher's `<ns>_<name>`, in bytes
     user: str = ""  # the authenticated user who asked (the events' actor)
 
-    def meta(self, kind: Kind, namespace: str, name: str, uid: str = "", node: str = "") -> Meta:
+    def meta(
+        self, kind: KindToken, namespace: str, name: str, uid: str = "", node: str = ""
+    ) -> Meta:
         return Meta(
             event_id=self.new_id(),
             aggregate=Aggregate(
@@ -72,7 +74,7 @@ class Outcome(msgspec.Struct, frozen=True):
     """Events to append, and which object answers the request."""
 
     appends: tuple[Append, ...]
-    kind: Kind
+    kind: KindToken
     key: str
     code: int = 200
 

@@ -23,7 +23,7 @@ import msgspec
 from events import subjects
 from events.catalog import Resources
 from events.envelope import Context, Decision, Stored
-from events.meta import Kind
+from events.meta import Kind, ResourceKind
 from services.handler import migration, volumes
 from services.handler.effects import (
     Action,
@@ -55,7 +55,7 @@ from services.handler.state import NodeState, evolve, vmi_key
 from services.handler.volumes import CopyStarted, Jobs, VolumesCopyDone
 from services.runtime.reactor import Note
 
-_COPY_KINDS = (Kind.SNAPSHOT_CONTENT, Kind.RESTORE)
+_COPY_KINDS = (ResourceKind.SNAPSHOT_CONTENT, ResourceKind.RESTORE)
 
 
 class Joined(msgspec.Struct, frozen=True):
@@ -99,8 +99,8 @@ class NodeDecider:
         return [
             subjects.node_filter(Kind.VMI, self.node),
             subjects.node_filter(Kind.MIGRATION, self.node),
-            subjects.node_filter(Kind.SNAPSHOT_CONTENT, self.node),
-            subjects.node_filter(Kind.RESTORE, self.node),
+            subjects.node_filter(ResourceKind.SNAPSHOT_CONTENT, self.node),
+            subjects.node_filter(ResourceKind.RESTORE, self.node),
         ]
 
     def initial_state(self) -> HandlerState:
@@ -114,7 +114,7 @@ class NodeDecider:
         evolve(state.records, stored.event)
         migration.note_newer(state.migrations, stored)
         migration.fold(state.migrations, state.records, stored.event, self.node)
-        if stored.event.meta.aggregate.kind is Kind.VMI:
+        if stored.event.meta.aggregate.kind == Kind.VMI:
             # a handed-off source job holds its VMI until its LauncherExited is back
             key = vmi_key(stored.event)
             sources = state.migrations.sources
@@ -150,9 +150,9 @@ class NodeDecider:
         mkeys: list[str] = []
         if agg.kind in _COPY_KINDS:
             return self._copy(state, volumes.job_key(agg))
-        if agg.kind is Kind.VMI:
+        if agg.kind == Kind.VMI:
             vkeys.append(vmi_key(event))
-        elif agg.kind is Kind.MIGRATION and event.meta.node == self.node:
+        elif agg.kind == Kind.MIGRATION and event.meta.node == self.node:
             target = target_of(state.migrations, agg)
             if target is not None:
                 vkeys.append(target.vmi_key)

@@ -317,7 +317,7 @@ def note_newer(ms: MigrationState, stored: Stored) -> None:
     is stale (the controller failed or aborted it first; our MigrationStarted conflicted),
     read it again."""
     agg = stored.event.meta.aggregate
-    if agg.kind is not Kind.MIGRATION:
+    if agg.kind != Kind.MIGRATION:
         return
     job = ms.sources.get(_key(agg))
     if job is None or job.stage is not Stage.JUDGE or job.view is None:

@@ -60,7 +60,7 @@ Jobs = dict[str, CopyJob]
 
 
 def job_key(agg: Aggregate) -> str:
-    return f"{agg.kind.value}/{agg.namespace}/{agg.name}/{agg.uid}"
+    return f"{agg.kind}/{agg.namespace}/{agg.name}/{agg.uid}"
 
 
 def fold(jobs: Jobs, event: Event) -> None:

@@ -8,15 +8,15 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
+import msgspec
 import pytest
 from litestar.testing import TestClient
 
 from cli.tables import WatchPrinter, has_table, header_and_rows, render
 from client.api import _Requests, resource, typed
-from events.catalog import VMICreated
+from events.catalog import ResourceCreated, VMICreated
 from events.envelope import Stored
-from events.manifest import OBJECT_TYPES
-from events.meta import CLUSTER_SCOPED, Kind
+from events.meta import CLUSTER_SCOPED, Kind, ResourceKind, own_kind
 from events.objects import VirtualMachineInstance
 from kinds import columns as col
 from kinds.registry import REGISTRY, Registry
@@ -29,6 +29,7 @@ from services.api.app import create_app
 from services.api.errors import conflict
 from services.api.intents import Outcome, RequestContext
 from services.api.service import ApiService
+from tests import gadgets
 from tests.factories import meta
 
 JSON = dict[str, Any]
@@ -88,11 +89,13 @@ def _paths(kinds: Registry) -> set[str]:
 
 # ------------------------------------------------------------ the real kinds
 def test_every_aggregate_kind_has_one_registered_kind() -> None:
-    assert [s.event_kind for s in REGISTRY] == list(Kind)
+    assert [s.event_kind for s in REGISTRY] == [*Kind, *ResourceKind]
+    assert REGISTRY.event_kinds == (*Kind, *ResourceKind)
     for spec in REGISTRY:
         assert REGISTRY.of(spec.event_kind) is spec
-        assert (spec.scope is Scope.CLUSTER) == (spec.event_kind in CLUSTER_SCOPED)
-        assert OBJECT_TYPES[(spec.group, spec.kind)] is spec.object_type
+        if own_kind(spec.event_kind) is not None:
+            assert (spec.scope is Scope.CLUSTER) == (spec.event_kind in CLUSTER_SCOPED)
+        assert REGISTRY.types[(spec.group, spec.kind)] is spec.object_type
         if "create" in spec.verbs:
             assert spec.created is not None
         if "delete" in spec.verbs:
@@ -328,3 +331,35 @@ def test_a_watch_prints_no_row_when_only_an_age_moved() -> None:
     assert len(out) == 2
     printer.row({**snap, "status": {**snap["status"], "phase": "Succeeded"}})
     assert len(out) == 3 and out[-1].split()[1:] == ["Succeeded", "11m"]
+
+
+# ------------------------------------------------------------- a generic kind
+def test_a_generic_kind_is_folded_and_rendered_by_its_token_alone() -> None:
+    """Nothing below kinds/ names it: the fold keeps its views by its token."""
+    kinds = REGISTRY.with_(gadgets.SPEC)
+    manifest = {
+        "apiVersion": f"{gadgets.GROUP}/v1alpha1",
+        "kind": "Gadget",
+        "metadata": {"name": "g1", "namespace": "default"},
+        "spec": {"color": "red"},
+    }
+    event = ResourceCreated(meta=meta("gadget", "g1"), manifest=manifest)
+    cluster = Cluster()
+    assert cluster.apply(Stored(seq=1, subject="", time=0.0, event=event)) == [
+        ("gadget", "default/g1")
+    ]
+    obj = kinds.render_object(cluster, "gadget", "default/g1", 0.0)
+    assert obj is not None and obj["spec"] == {"color": "red"}
+    assert isinstance(kinds.load(manifest), gadgets.Gadget)
+
+
+def test_the_registry_refuses_a_kind_whose_events_nothing_folds() -> None:
+    with pytest.raises(ValueError, match="no events of its own"):
+        REGISTRY.with_(msgspec.structs.replace(gadgets.SPEC, evolve=None))
+    with pytest.raises(ValueError, match="no subject token"):
+        REGISTRY.with_(msgspec.structs.replace(gadgets.SPEC, event_kind="gad.get"))
+    with pytest.raises(ValueError, match="scope"):
+        other = msgspec.structs.replace(
+            gadgets.SPEC, kind="G", plural="gs", singular="g", short_names=(), scope=Scope.CLUSTER
+        )
+        REGISTRY.with_(gadgets.SPEC, other)
