@@ -1,6 +1,6 @@
-"""What the generic resources (events.meta.RESOURCE_KINDS) share: their create, update and
-delete events, table, fold and render, so each kind's module holds only what is its own
-(names, printer columns, admission, subresources)."""
+"""What the generic kinds (every kind without events of its own) share: their create,
+update and delete events, table, fold and render, so each kind's module holds only what is
+its own (names, printer columns, admission, subresources)."""
 
 from __future__ import annotations
 
