@@ -7,15 +7,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from core import admission
+from core.context import Append, Outcome, RequestContext
+from core.intents import view
+from core.kind import CallArgs, Subresource
 from events.catalog import Event, ResourceCreated, ResourceDeleted, ResourceUpdated
 from events.meta import KindToken, Meta
-from kinds.spec import Admit, CallArgs, KindSpec, PrinterColumn, Scope, Subresource
+from kinds.spec import Admit, KindSpec, PrinterColumn, Scope
 from projections.cluster import Cluster
 from projections.evolve import evolve_resource
 from projections.render import render_resource
 from projections.views import ResourceView
-from services.api import admission
-from services.api.intents import Append, Outcome, RequestContext, view
 
 JSON = dict[str, Any]
 

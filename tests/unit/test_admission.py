@@ -3,16 +3,7 @@ from typing import Any
 
 import pytest
 
-from events.manifest import dump, load
-from events.objects import (
-    Condition,
-    VirtualMachine,
-    VirtualMachineInstance,
-    VirtualMachineInstanceMigration,
-    VirtualMachineInstanceStatus,
-)
-from kinds.registry import REGISTRY
-from services.api.admission import (
+from core.admission import (
     default_vm,
     default_vmi,
     default_vmi_spec,
@@ -24,6 +15,15 @@ from services.api.admission import (
     validate_vmi,
     validate_vmi_spec,
 )
+from events.manifest import dump, load
+from events.objects import (
+    Condition,
+    VirtualMachine,
+    VirtualMachineInstance,
+    VirtualMachineInstanceMigration,
+    VirtualMachineInstanceStatus,
+)
+from kinds.registry import REGISTRY
 from tests.unit.kubevirt_examples import example_documents
 
 DOCS = example_documents()
