@@ -15,7 +15,7 @@ import zlib
 
 import msgspec
 
-from events.meta import Kind
+from events.meta import KindToken
 from eventstore.port import Bucket, EventLog
 from projections.cluster import Cluster
 from projections.views import (
@@ -38,7 +38,7 @@ class Views(msgspec.Struct, frozen=True):
     migrations: dict[str, MigrationView]
     nodes: dict[str, NodeView]
     policies: dict[str, PolicyView]
-    resources: dict[Kind, dict[str, ResourceView]] = {}
+    resources: dict[KindToken, dict[str, ResourceView]] = {}
 
 
 class Head(msgspec.Struct, frozen=True):

@@ -38,7 +38,7 @@ from core.errors import (
     unknown_resource,
 )
 from core.idempotency import HEADER as IDEMPOTENCY_HEADER
-from events.meta import Kind
+from events.meta import KindToken
 from kinds.registry import Registry
 from kinds.spec import KindSpec
 from projections import replay
@@ -160,7 +160,7 @@ def _command_request(
 
 
 # ------------------------------------------------------------- read side
-def _selector(request: Request[Any, Any, Any], kind: Kind, namespace: str) -> Selector:
+def _selector(request: Request[Any, Any, Any], kind: KindToken, namespace: str) -> Selector:
     q = request.query_params
     try:
         return Selector.parse(kind, namespace, q.get("labelSelector"), q.get("fieldSelector"))

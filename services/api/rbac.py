@@ -160,7 +160,7 @@ def _kubevirt(spec: KindSpec) -> bool:
 
 
 def _is_migration(spec: KindSpec) -> bool:
-    return spec.event_kind is Kind.MIGRATION
+    return spec.event_kind == Kind.MIGRATION
 
 
 def _subs(spec: KindSpec, keep: Iterable[str]) -> tuple[Rule, ...]:

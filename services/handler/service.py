@@ -34,8 +34,9 @@ from services.handler.console_server import ConsoleServer
 from services.handler.decider import HandlerState, Input, NodeDecider
 from services.handler.effects import Action, MigrationRead, ReadMigration
 from services.handler.fleet import LauncherFleet
+from services.handler.host import capacity, labels
 from services.handler.migration import MigrationState
-from services.handler.node_info import LaunchSettings, NodeConfig, capacity, labels
+from services.handler.node_info import LaunchSettings, NodeConfig
 from services.handler.planner import service_name
 from services.handler.state import NodeState
 from services.handler.volume_copy import copy_volumes

@@ -25,7 +25,7 @@ from events.catalog import (
 )
 from events.codec import event_type
 from events.envelope import Context, Stored
-from events.meta import Kind
+from events.meta import Kind, KindToken
 from projections.views import VMIView, VMView
 from services.controller.node_health import HeartbeatSeen, WatchStarted
 from services.controller.reactor import Controller
@@ -104,9 +104,9 @@ class World:
         return self.state.cluster.vmis.get(f"default/{name}")
 
     # ----------------------------------------------------------------- events
-    def m(self, kind: Kind, name: str, node: str = "") -> Any:
+    def m(self, kind: KindToken, name: str, node: str = "") -> Any:
         return meta(
-            kind, name, namespace="" if kind is Kind.NODE else "default", node=node, at=self.now
+            kind, name, namespace="" if kind == Kind.NODE else "default", node=node, at=self.now
         )
 
     def node_joined(
