@@ -7,6 +7,7 @@ store: writes answer 405."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from typing import Any, assert_never
 
@@ -625,11 +626,13 @@ def _stream(channel: streams.Channel) -> Any:
             return
         params = scope["path_params"]
         api: ApiService = scope["app"].state["api"]
+        tls = scope["app"].state.get("console_tls")
         await streams.relay(
             scope,
             receive,
             send,
-            lambda: streams.target(api.cluster, params["ns"], params["name"], channel),
+            lambda: streams.target(api.cluster, params["ns"], params["name"], channel, bool(tls)),
+            tls,
         )
 
     return stream
@@ -638,7 +641,9 @@ def _stream(channel: streams.Channel) -> Any:
 @get(f"{VMI_SUBRESOURCES}/{{name:str}}/vnc/screenshot", include_in_schema=False)
 async def vnc_screenshot(request: Request[Any, Any, Any]) -> Response[bytes]:
     ns, name = request.path_params["ns"], request.path_params["name"]
-    png = await streams.screenshot(streams.target(_api(request).cluster, ns, name, "screenshot"))
+    tls = request.app.state.get("console_tls")
+    where = streams.target(_api(request).cluster, ns, name, "screenshot", bool(tls))
+    png = await streams.screenshot(where, tls)
     return Response(png, media_type="image/png")
 
 
@@ -861,9 +866,12 @@ def observe(app: ASGIApp, api: ApiService | None = None) -> ASGIApp:
     return middleware
 
 
-def create_app(api: ApiService, guard: Guard | None = None) -> Litestar:
+def create_app(
+    api: ApiService, guard: Guard | None = None, *, console_tls: ssl.SSLContext | None = None
+) -> Litestar:
     """The app for `api`; its kinds (`api.kinds`, the registry by default) give the routes.
-    With a `guard`, every request is authenticated and authorized (`services/api/guard.py`)."""
+    With a `guard`, every request is authenticated and authorized (`services/api/guard.py`);
+    with `console_tls`, the nodes' console servers are dialled with it (mutual TLS)."""
     kinds: Registry = api.kinds
     return Litestar(
         route_handlers=[
@@ -885,6 +893,6 @@ def create_app(api: ApiService, guard: Guard | None = None) -> Litestar:
         exception_handlers={ApiError: _api_error_handler, HTTPException: _http_error_handler},
         openapi_config=OpenAPIConfig(title="virtstream", version="0.1.0"),
         request_max_body_size=bodies.MAX_BODY_BYTES,
-        state=State({"api": api}),
+        state=State({"api": api, "console_tls": console_tls}),
         debug=False,
     )

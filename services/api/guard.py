@@ -25,7 +25,7 @@ from events.objects import Status, StatusDetails
 from kinds.registry import Registry
 from kinds.spec import KindSpec
 from services.api import protowire
-from services.api.auth import Authenticator
+from services.api.auth import Authenticator, with_authenticated
 from services.api.errors import ApiError
 from services.api.rbac import (
     ANONYMOUS,
@@ -132,12 +132,18 @@ def intent_attributes(spec: KindSpec, namespace: str, name: str, verb: str) -> A
 
 def check_intent(guard: Guard, authorization: str, a: Attributes) -> tuple[str, ApiError | None]:
     """(user name, refusal): an intent with a bearer token is authenticated and authorized
-    as over HTTP; one without is the NATS user's (trusted as the `scripts` user is)."""
+    as over HTTP; one without runs as the auth file's `natsIntents` identity, under the
+    same RBAC, and is refused (401, as an anonymous request) when there is none."""
+    unauthorized = ApiError(Status(message="Unauthorized", reason="Unauthorized", code=401))
     if not authorization:
-        return "", None
-    user, _ = guard.authenticator.authenticate(authorization, None)
+        identity = guard.authenticator.config.nats_user
+        if identity is None:
+            return "", unauthorized
+        user: User | None = with_authenticated(identity)
+    else:
+        user, _ = guard.authenticator.authenticate(authorization, None)
     if user is None:
-        return "", ApiError(Status(message="Unauthorized", reason="Unauthorized", code=401))
+        return "", unauthorized
     if not guard.allows(user, a):
         details = StatusDetails(name=a.name or None, group=a.api_group, kind=a.resource)
         status = Status(

@@ -46,8 +46,10 @@ VIEW, EDIT, ADMIN, MIGRATE = (
 )
 CLUSTER_ADMIN = "cluster-admin"
 # Kubernetes' system:public-info-viewer (anyone) and system:discovery (any authenticated
-# user). /metrics is public here so a Prometheus scrape needs no credentials.
-PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version", "/version/", "/metrics")
+# user); /metrics is the API server's system:monitoring's (the group of that name).
+PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version", "/version/")
+MONITORING = "system:monitoring"
+MONITORING_PATHS = ("/healthz", "/livez", "/readyz", "/metrics", "/metrics/slis")
 DISCOVERY_PATHS = ("/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/openapi.json")
 
 
@@ -213,6 +215,7 @@ def cluster_roles(kinds: Registry) -> dict[str, tuple[Rule, ...]]:
 SYSTEM_ROLES: dict[str, tuple[Rule, ...]] = {
     "system:public-info-viewer": (Rule(("get",), non_resource_urls=PUBLIC_PATHS),),
     "system:discovery": (Rule(("get",), non_resource_urls=DISCOVERY_PATHS),),
+    MONITORING: (Rule(("get",), non_resource_urls=MONITORING_PATHS),),
     "system:basic-user": (
         Rule(("create",), ("authorization.k8s.io",), ("selfsubjectaccessreviews",)),
     ),
@@ -225,6 +228,7 @@ SYSTEM_BINDINGS: tuple[Binding, ...] = (
     Binding("system:discovery", (Subject("Group", AUTHENTICATED),)),
     Binding("system:basic-user", (Subject("Group", AUTHENTICATED),)),
     Binding(CLUSTER_ADMIN, (Subject("Group", MASTERS),)),
+    Binding(MONITORING, (Subject("Group", MONITORING),)),
 )
 
 

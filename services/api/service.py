@@ -10,7 +10,6 @@ import hashlib
 import secrets
 import string
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -21,10 +20,12 @@ import nats.js.errors
 
 from events.codec import event_type
 from events.envelope import Appended, ConcurrencyConflict
+from eventstore.keyed import KeyedRecords, MemoryKeyedRecords
 from eventstore.port import EventLog
 from kinds.registry import REGISTRY, Registry
 from projections.cluster import Cluster
 from readside.runner import ProjectionRunner
+from services.api import idempotency
 from services.api.errors import (
     bad_request,
     internal,
@@ -46,7 +47,6 @@ ALNUM = string.ascii_lowercase + string.digits
 WAIT_SECONDS = 10.0
 APPEND_SECONDS = 10.0  # how long a write keeps retrying an append whose outcome is unknown
 READY_SECONDS = 2.0
-IDEMPOTENCY_KEYS = 10_000  # completed keyed requests remembered (oldest forgotten first)
 IDEMPOTENCY_SECONDS = 120.0  # JetStream's duplicate window: a key is honoured this long
 
 # An append that ended with one of these may or may not have been stored: the same
@@ -63,6 +63,9 @@ AMBIGUOUS: tuple[type[BaseException], ...] = (
     nats.js.errors.NoStreamResponseError,
     OSError,
 )
+
+# the idempotency bucket did not answer: the request is refused before anything is appended
+KEYS_UNREACHABLE: tuple[type[BaseException], ...] = (*AMBIGUOUS, nats.errors.Error)
 
 
 @dataclass(frozen=True)
@@ -85,14 +88,6 @@ class Idempotency:
         digest = hashlib.sha256(f"{identity}\n".encode())
         digest.update(msgspec.json.encode(body))
         return cls(key, digest.hexdigest())
-
-
-@dataclass
-class _Keyed:
-    fingerprint: str
-    outcome: Outcome
-    at: float
-    done: bool = False
 
 
 def keyed_context(correlation_id: str, key: str) -> RequestContext:
@@ -138,12 +133,15 @@ class ApiService:
         kinds: Registry = REGISTRY,
         *,
         socket_name_max: int = SOCKET_NAME_MAX,
+        keys: KeyedRecords | None = None,
     ) -> None:
+        """`keys`: where idempotency keys are kept (a JetStream bucket every replica shares,
+        `eventstore/keyed.py`); this process's memory when None."""
         self.runner = runner
         self.store = store
         self.kinds = kinds
         self.socket_name_max = socket_name_max
-        self._keyed: OrderedDict[str, _Keyed] = OrderedDict()
+        self.keys: KeyedRecords = keys or MemoryKeyedRecords(IDEMPOTENCY_SECONDS)
 
     @property
     def cluster(self) -> Cluster:
@@ -168,26 +166,45 @@ class ApiService:
 
     # ------------------------------------------------------------------ writes
     def _context(self, correlation_id: str, idem: Idempotency | None) -> RequestContext:
-        ctx = keyed_context(correlation_id, idem.key) if idem else request_context(correlation_id)
         user = CURRENT_USER.get()
+        ctx = (
+            keyed_context(correlation_id, idempotency.scoped(user, idem.key))
+            if idem
+            else request_context(correlation_id)
+        )
         if self.socket_name_max != ctx.socket_name_max or user:
             ctx = dataclasses.replace(ctx, socket_name_max=self.socket_name_max, user=user)
         return ctx
 
-    def _remembered(self, idem: Idempotency) -> _Keyed | None:
-        now = time.monotonic()
-        while self._keyed:  # forget keys past the duplicate window, oldest first
-            oldest = next(iter(self._keyed.values()))
-            if now - oldest.at <= IDEMPOTENCY_SECONDS and len(self._keyed) <= IDEMPOTENCY_KEYS:
-                break
-            self._keyed.popitem(last=False)
-        found = self._keyed.get(idem.key)
-        if found is not None and found.fingerprint != idem.fingerprint:
+    @staticmethod
+    def _same_request(idem: Idempotency, found: bytes) -> Outcome:
+        record = idempotency.decode(found)
+        if record.fingerprint != idem.fingerprint:
             raise invalid_request(
                 "the Idempotency-Key was already used for a different request; "
                 "use a new key for a new request"
             )
-        return found
+        return record.outcome
+
+    async def _remembered(self, idem: Idempotency) -> Outcome | None:
+        """What the first request with this user's key decided, on any replica."""
+        try:
+            found = await self.keys.get(idempotency.scoped(CURRENT_USER.get(), idem.key))
+        except KEYS_UNREACHABLE:
+            raise unavailable("the idempotency keys cannot be read: retry the request") from None
+        return None if found is None else self._same_request(idem, found)
+
+    async def _remember(self, idem: Idempotency, outcome: Outcome) -> Outcome:
+        """Keep this decision under the user's key, unless another replica kept one first:
+        then that one is the answer."""
+        record = idempotency.encode(idem.fingerprint, outcome)
+        try:
+            found = await self.keys.create(idempotency.scoped(CURRENT_USER.get(), idem.key), record)
+        except KEYS_UNREACHABLE:
+            raise unavailable(
+                "the idempotency key cannot be stored: the request was not applied"
+            ) from None
+        return outcome if found is None else self._same_request(idem, found)
 
     async def execute(
         self,
@@ -219,15 +236,14 @@ class ApiService:
         already answered (or whose append outcome was unknown) is answered from its first
         decision, whose events are appended again: the stream keeps one copy."""
         assert self.store is not None
-        if idem is not None and (earlier := self._remembered(idem)) is not None:
+        if idem is not None and (earlier := await self._remembered(idem)) is not None:
             try:
-                last = await self._append(earlier.outcome)
+                last = await self._append(earlier)
             except ConcurrencyConflict:
                 pass  # it never landed, and the aggregate moved on: decide anew below
             else:
-                earlier.done = True
                 await self._folded(last)
-                return earlier.outcome, last
+                return earlier, last
         history = 0  # the last sequence of a name whose object is gone (see below)
         for attempt in range(2):
             outcome = decide(self.cluster, self._context(correlation_id, idem))
@@ -238,7 +254,9 @@ class ApiService:
                 first = msgspec.structs.replace(outcome.appends[0], expected=history)
                 outcome = msgspec.structs.replace(outcome, appends=(first, *outcome.appends[1:]))
             if idem is not None:
-                self._keyed[idem.key] = _Keyed(idem.fingerprint, outcome, time.monotonic())
+                # kept before it is appended: a retry of a write whose outcome was unknown
+                # appends the same events again, on whichever replica it reaches
+                outcome = await self._remember(idem, outcome)
             try:
                 last = await self._append(outcome)
             except ConcurrencyConflict as exc:
@@ -251,8 +269,6 @@ class ApiService:
                     history = exc.actual
                 await self.runner.wait_for(actual, WAIT_SECONDS)
                 continue
-            if idem is not None:
-                self._keyed[idem.key].done = True
             await self._folded(last)
             return outcome, last
         raise internal("unreachable")

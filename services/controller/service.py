@@ -21,6 +21,7 @@ from eventstore.settings import StreamSettings
 from services.controller.reactor import Controller
 from services.controller.state import ControllerState
 from services.runtime import metrics as m
+from services.runtime.metrics_access import MetricsAccess
 from services.runtime.shell import ServiceShell, run_process
 
 # deliveries whose appends may be in flight at once: the controller decides on every event
@@ -136,6 +137,7 @@ async def serve(
     bucket: str = heartbeats.BUCKET,
     identity: str = "",
     lease_ttl: float = 5.0,
+    metrics_access: MetricsAccess | None = None,
 ) -> None:
     """The controller's service process: the shell plus the heartbeat watch, active only
     while it holds the lease (with an identity)."""
@@ -147,4 +149,5 @@ async def serve(
         ),
         metrics_port=metrics_port,
         settings=settings,
+        metrics_access=metrics_access,
     )

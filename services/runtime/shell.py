@@ -43,6 +43,7 @@ from eventstore.settings import StreamSettings
 from services.runtime import metrics as m
 from services.runtime.append_window import AppendWindow
 from services.runtime.loop import Restart
+from services.runtime.metrics_access import MetricsAccess
 from services.runtime.reactor import Executor, Inbox, Note, Observer, Reactor
 
 S = TypeVar("S")
@@ -616,9 +617,10 @@ async def run_process(
     *,
     metrics_port: int | None = None,
     settings: StreamSettings | None = None,
+    metrics_access: MetricsAccess | None = None,
 ) -> None:
-    """Run one service until SIGTERM/SIGINT: connect, serve health/metrics, consume,
-    then finish the message in hand, drain and close."""
+    """Run one service until SIGTERM/SIGINT: connect, serve health/metrics (guarded by
+    `metrics_access`), consume, then finish the message in hand, drain and close."""
     from services.runtime.http import HealthServer
 
     nc = await connect(nats_url, name)
@@ -626,7 +628,12 @@ async def run_process(
     install_signal_handlers(service.stop)
     health = None
     if metrics_port is not None:
-        health = HealthServer("127.0.0.1", metrics_port, lambda: service.ready and nc.is_connected)
+        health = HealthServer(
+            "127.0.0.1",
+            metrics_port,
+            lambda: service.ready and nc.is_connected,
+            metrics_access,
+        )
         await health.start()
     try:
         await service.run()
