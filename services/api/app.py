@@ -40,6 +40,7 @@ from services.api import (
     openapi_k8s,
     pagination,
     patch,
+    reviews,
     streams,
     table,
     watch_stream,
@@ -885,6 +886,7 @@ def create_app(
             *discovery_routes(kinds),
             *openapi_routes(kinds),
             ssar_route(guard),
+            *reviews.routes(guard),
         ],
         middleware=[
             lambda app: observe(app, api),

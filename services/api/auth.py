@@ -141,7 +141,7 @@ class AuthConfig:
 
 def with_authenticated(user: User) -> User:
     groups = user.groups if AUTHENTICATED in user.groups else (*user.groups, AUTHENTICATED)
-    return User(user.name, groups)
+    return msgspec.structs.replace(user, groups=groups)
 
 
 def from_certificate(peercert: dict[str, Any] | None) -> User | None:

@@ -5,8 +5,10 @@ Per request: authenticate (bearer token, else a verified client certificate); wi
 credentials the request is anonymous (`system:anonymous`, group
 `system:unauthenticated`), which only the public paths allow (/healthz, /readyz, /livez,
 /version), anything else is 401; wrong credentials are 401 everywhere. Then RBAC on the
-request's attributes (`services/api/rbac.py`): 403 with the API server's message. The
-user is put in `CURRENT_USER` for the events the request appends (their actor).
+request's attributes (`services/api/rbac.py`): 403 with the API server's message.
+`Impersonate-User`/`-Group` headers make the request the impersonated user's once the
+`impersonate` verb allows it (`services/api/impersonation.py`). The user is put in
+`CURRENT_USER` for the events the request appends (their actor).
 
 `SelfSubjectAccessReview` (authorization.k8s.io/v1) answers what the same decision would
 be for the asking user, so `kubectl auth can-i` works."""
@@ -27,6 +29,7 @@ from kinds.spec import KindSpec
 from services.api import protowire
 from services.api.auth import Authenticator, with_authenticated
 from services.api.errors import ApiError
+from services.api.impersonation import impersonate
 from services.api.rbac import (
     ANONYMOUS,
     UNAUTHENTICATED,
@@ -87,7 +90,8 @@ def middleware(guard: Guard) -> Any:
             if scope["type"] not in ("http", "websocket"):
                 await app(scope, receive, send)
                 return
-            headers = dict(scope.get("headers") or [])
+            raw_headers = scope.get("headers") or []
+            headers = dict(raw_headers)
             authorization = headers.get(b"authorization", b"").decode("latin-1")
             user, presented = guard.authenticator.authenticate(authorization, _peercert(scope))
             if user is None and presented:
@@ -97,6 +101,13 @@ def middleware(guard: Guard) -> Any:
             query = (scope.get("query_string") or b"").decode("latin-1")
             a = attributes(method, scope.get("path", "/"), query)
             who = user or ANONYMOUS_USER
+            try:  # `Impersonate-*`: from here on the request is the impersonated user's
+                acting = impersonate(who, raw_headers, guard.allows)
+            except ApiError as err:
+                await _answer(send, err.code, _json.encode(msgspec.to_builtins(err.status)))
+                return
+            if acting is not None:
+                user = who = acting
             if not guard.allows(who, a):
                 if user is None:
                     await _answer(send, 401, _status(401, "Unauthorized", "Unauthorized"))

@@ -1,5 +1,6 @@
-"""The one protobuf body the api reads: kubectl sends `SelfSubjectAccessReview` (a
-built-in Kubernetes type) as `application/vnd.kubernetes.protobuf`, with no JSON fallback.
+"""The protobuf bodies the api reads: kubectl sends `SelfSubjectAccessReview` and
+`SelfSubjectRulesReview` (built-in Kubernetes types) as `application/vnd.kubernetes.protobuf`,
+with no JSON fallback.
 Kubernetes' generated protobuf types are not packaged for Python, so this reads the wire
 format (varints and length-delimited fields, all this message uses) into the same JSON
 shape the JSON body has."""
@@ -71,3 +72,12 @@ def access_review(body: bytes) -> dict[str, Any]:
     if 2 in spec:
         out["nonResourceAttributes"] = _strings(spec[2], NON_RESOURCE_FIELDS)
     return {"spec": out}
+
+
+def rules_review_namespace(body: bytes) -> str:
+    """A protobuf SelfSubjectRulesReview's `spec.namespace` (its spec's only field)."""
+    if not body.startswith(MAGIC):
+        raise ProtoError("not a Kubernetes protobuf message")
+    raw = fields(body[len(MAGIC) :]).get(2, b"")
+    spec = fields(fields(raw).get(2, b""))
+    return spec.get(1, b"").decode()

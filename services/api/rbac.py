@@ -93,6 +93,8 @@ class Binding(msgspec.Struct, frozen=True):
 class User(msgspec.Struct, frozen=True):
     name: str
     groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (key, values), as UserInfo's
 
 
 # ----------------------------------------------------------- request info
@@ -217,7 +219,12 @@ SYSTEM_ROLES: dict[str, tuple[Rule, ...]] = {
     "system:discovery": (Rule(("get",), non_resource_urls=DISCOVERY_PATHS),),
     MONITORING: (Rule(("get",), non_resource_urls=MONITORING_PATHS),),
     "system:basic-user": (
-        Rule(("create",), ("authorization.k8s.io",), ("selfsubjectaccessreviews",)),
+        Rule(
+            ("create",),
+            ("authorization.k8s.io",),
+            ("selfsubjectaccessreviews", "selfsubjectrulesreviews"),
+        ),
+        Rule(("create",), ("authentication.k8s.io",), ("selfsubjectreviews",)),
     ),
 }
 SYSTEM_BINDINGS: tuple[Binding, ...] = (
@@ -265,7 +272,7 @@ def rule_allows(rule: Rule, a: Attributes) -> bool:
     return _url_match(rule.non_resource_urls, a.path)
 
 
-def _subject_is(subject: Subject, user: User) -> bool:
+def subject_is(subject: Subject, user: User) -> bool:
     if subject.kind == "Group":
         return subject.name in user.groups
     return subject.kind == "User" and subject.name == user.name
@@ -283,7 +290,7 @@ def allowed(
     for binding in (*SYSTEM_BINDINGS, *bindings):
         if binding.namespace and (not a.resource_request or binding.namespace != a.namespace):
             continue
-        if not any(_subject_is(s, user) for s in binding.subjects):
+        if not any(subject_is(s, user) for s in binding.subjects):
             continue
         rules = roles.get(binding.role) or SYSTEM_ROLES.get(binding.role, ())
         if any(rule_allows(rule, a) for rule in rules):
