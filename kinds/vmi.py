@@ -119,6 +119,14 @@ def _softreboot(c: Cluster, ns: str, name: str, _: CallArgs, ctx: RequestContext
     return softreboot(c, ns, name, ctx)
 
 
+def _condition_status(obj: JSON, ctype: str) -> str:
+    """A condition's status as KubeVirt's JSONPath column shows it (blank without one)."""
+    for c in col.status(obj).get("conditions") or []:
+        if c.get("type") == ctype:
+            return str(c.get("status", ""))
+    return ""
+
+
 def _ip(obj: JSON) -> str:
     for iface in col.status(obj).get("interfaces") or []:
         if iface.get("ipAddress"):
@@ -167,6 +175,9 @@ SPEC = KindSpec(
         Column("IP", _ip),
         Column("NODENAME", lambda o: str(col.status(o).get("nodeName", ""))),
         Column("READY", col.ready),
+        # KubeVirt's priority-1 printer columns: kubectl shows them with -o wide
+        Column("LIVE-MIGRATABLE", lambda o: _condition_status(o, "LiveMigratable"), wide=True),
+        Column("PAUSED", lambda o: _condition_status(o, "Paused"), wide=True),
     ),
     admit=admit,
     created=lambda meta, manifest: VMICreated(meta=meta, manifest=manifest),

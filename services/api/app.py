@@ -40,6 +40,7 @@ from services.api import (
     openapi_k8s,
     pagination,
     patch,
+    protowire,
     reviews,
     streams,
     table,
@@ -481,13 +482,14 @@ async def _patch(
     """Decided against the projection (the object as served), appended as an update."""
     raw = await _raw_body(request)
     content_type = request.headers.get("content-type", "")
-    mtype = patch.check_type(content_type)  # an unsupported type is a 415 before anything
+    strategic = not spec.group  # KubeVirt's kinds are custom resources: no strategic merge
+    mtype = patch.check_type(content_type, strategic)  # unsupported: a 415 before anything
     if mtype == patch.APPLY:
         return await _apply(request, api, spec, ns, name, raw)
     warnings: list[str] = []
 
     def change(current: JSON) -> JSON:
-        patched = patch.apply(current, raw, content_type)
+        patched = patch.apply(current, raw, content_type, strategic)
         # the status is the server's (it may carry virtstream's own fields): only what
         # the client can write is validated
         written = {k: v for k, v in patched.items() if k != "status"}
@@ -605,11 +607,11 @@ async def _shaped_patch(
     assert sub.shape is not None
     raw = await _raw_body(request)
     content_type = request.headers.get("content-type", "")
-    patch.check_type(content_type)
+    patch.check_type(content_type, strategic=not spec.group)
     current = api.runner.get(spec.event_kind, spec.key(ns, name))
     if current is None:
         raise not_found(spec.resource, name)
-    return patch.apply(sub.shape(current), raw, content_type)
+    return patch.apply(sub.shape(current), raw, content_type, strategic=not spec.group)
 
 
 # The VMI's stream subresources (KubeVirt's console, vnc and vnc/screenshot): relayed to
@@ -749,8 +751,9 @@ def _static(path: str, body: JSON) -> HTTPRouteHandler:
 
 
 def openapi_routes(kinds: Registry) -> list[HTTPRouteHandler]:
-    """`/openapi/v3` and its per group/version documents, `/openapi/v2` (JSON only: a
-    client asking for protobuf alone is told 406), built once: the kinds do not change."""
+    """`/openapi/v3` and its per group/version documents, `/openapi/v2` (JSON; kubectl's
+    protobuf request gets a document without definitions, `protowire.openapi_v2`), built
+    once: the kinds do not change."""
     documents: dict[str, bytes] = {}
     for group, version in openapi_k8s.group_versions(kinds):
         doc = openapi_k8s.v3_document(kinds, group, version)
@@ -763,9 +766,14 @@ def openapi_routes(kinds: Registry) -> list[HTTPRouteHandler]:
     ]
     out.append(_static("/openapi/v3", openapi_k8s.v3_index(documents)))
     v2 = _json.encode(openapi_k8s.v2_document(kinds))
+    v2_proto = protowire.openapi_v2("Kubernetes", discovery.VERSION["gitVersion"])
 
     async def openapi_v2(request: Request[Any, Any, Any]) -> Response[bytes]:
         accept = request.headers.get("accept", "")
+        if protowire.OPENAPI_V2 in accept and "json" not in accept:
+            # served as octet-stream, as kube-openapi does: Go's mime parser refuses the
+            # `@` of the requested type
+            return Response(v2_proto, media_type="application/octet-stream")
         if accept and "json" not in accept and "*/*" not in accept:
             err = bad_request("only application/json is served")
             err.status.code, err.status.reason = 406, "NotAcceptable"
