@@ -38,6 +38,10 @@ class KeyedRecords(Protocol):
         record found (another request got there first)."""
         ...
 
+    async def put(self, key: str, value: bytes) -> None:
+        """Store `value` under `key`, replacing what is there."""
+        ...
+
 
 class MemoryKeyedRecords:
     """One process's records, the oldest forgotten first past `ttl` or `limit`."""
@@ -65,6 +69,10 @@ class MemoryKeyedRecords:
             return found[1]
         self._records[key] = (time.monotonic(), value)
         return None
+
+    async def put(self, key: str, value: bytes) -> None:
+        self._records.pop(key, None)
+        self._records[key] = (time.monotonic(), value)
 
 
 class JetStreamKeyedRecords:
@@ -121,3 +129,7 @@ class JetStreamKeyedRecords:
                     return found
                 # expired (or deleted) between the two: ours goes in now
         raise KeyWrongLastSequenceError(description=f"the key {key} keeps changing")
+
+    async def put(self, key: str, value: bytes) -> None:
+        kv = await self._open()
+        await kv.put(key, value)

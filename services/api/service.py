@@ -194,12 +194,17 @@ class ApiService:
             raise unavailable("the idempotency keys cannot be read: retry the request") from None
         return None if found is None else self._same_request(idem, found)
 
-    async def _remember(self, idem: Idempotency, outcome: Outcome) -> Outcome:
+    async def _remember(self, idem: Idempotency, outcome: Outcome, replace: bool) -> Outcome:
         """Keep this decision under the user's key, unless another replica kept one first:
-        then that one is the answer."""
+        then that one is the answer. `replace`: the decision kept before never landed (its
+        append conflicted), so this one takes its place."""
         record = idempotency.encode(idem.fingerprint, outcome)
+        key = idempotency.scoped(CURRENT_USER.get(), idem.key)
         try:
-            found = await self.keys.create(idempotency.scoped(CURRENT_USER.get(), idem.key), record)
+            if replace:
+                await self.keys.put(key, record)
+                return outcome
+            found = await self.keys.create(key, record)
         except KEYS_UNREACHABLE:
             raise unavailable(
                 "the idempotency key cannot be stored: the request was not applied"
@@ -236,11 +241,12 @@ class ApiService:
         already answered (or whose append outcome was unknown) is answered from its first
         decision, whose events are appended again: the stream keeps one copy."""
         assert self.store is not None
+        replace = False  # a decision kept under the key never landed: the next replaces it
         if idem is not None and (earlier := await self._remembered(idem)) is not None:
             try:
                 last = await self._append(earlier)
             except ConcurrencyConflict:
-                pass  # it never landed, and the aggregate moved on: decide anew below
+                replace = True  # it never landed, and the aggregate moved on: decide anew
             else:
                 await self._folded(last)
                 return earlier, last
@@ -256,11 +262,12 @@ class ApiService:
             if idem is not None:
                 # kept before it is appended: a retry of a write whose outcome was unknown
                 # appends the same events again, on whichever replica it reaches
-                outcome = await self._remember(idem, outcome)
+                outcome = await self._remember(idem, outcome, replace)
             try:
                 last = await self._append(outcome)
             except ConcurrencyConflict as exc:
                 CONFLICTS.inc()
+                replace = True
                 if attempt:
                     res = self.kinds.of(outcome.kind).resource
                     raise stale(res, outcome.key.rsplit("/", 1)[-1]) from None

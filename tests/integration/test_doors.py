@@ -31,14 +31,23 @@ import msgspec
 import nats
 import pytest
 import yaml
+from nats.js.api import StorageType
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 
+from events.catalog import VMCreated
 from events.codec import decode
+from events.meta import Kind
+from eventstore.jetstream import JetStreamStore
+from eventstore.keyed import JetStreamKeyedRecords
 from ops import pki as pki_
 from ops.nats_server import NatsServer
 from ops.ports import free_port
 from ops.supervisor import importable, interrupt
+from projections.cluster import Cluster
+from readside.runner import ProjectionRunner
+from services.api.intents import Append, Outcome, RequestContext
+from services.api.service import ApiService, Idempotency
 from services.handler.console_server import ConsoleServer
 from services.runtime.mtls import TlsFiles
 from tests.conftest import REPO
@@ -362,3 +371,38 @@ async def _external_bus_is_secured(url: str, up: RunningUp) -> None:
         assert any("permissions violation" in e.lower() for e in errors), errors
     finally:
         await nc.close()
+
+
+# ------------------------------------------------- a keyed decision that never landed
+async def test_a_keyed_decision_that_never_landed_is_replaced_by_the_next(
+    store: JetStreamStore, nc: nats.NATS
+) -> None:
+    """The key's record is written before the append; when that append conflicts, the
+    decision made again replaces it (a first-writer-wins record would keep answering with
+    the stale one), and a retry with the key is answered with what landed."""
+    bucket = f"idem-{store.settings.name}"
+    keys = JetStreamKeyedRecords(nc.jetstream(), 120, bucket=bucket, storage=StorageType.MEMORY)
+    runner = ProjectionRunner(store)
+    await runner.start()
+    api = ApiService(runner, store, keys=keys)
+    calls: list[int] = []
+
+    def decide(_: Cluster, ctx: RequestContext) -> Outcome:
+        calls.append(1)
+        expected = 7 if len(calls) == 1 else 0  # the first decision is stale
+        meta = ctx.meta(Kind.VM, "default", "keyed", uid="u-keyed")
+        manifest = {**vm("keyed"), "metadata": {"name": "keyed", "namespace": "default"}}
+        event = VMCreated(meta=meta, manifest=manifest)
+        return Outcome((Append(event, expected),), Kind.VM, "default/keyed", 201)
+
+    idem = Idempotency.of("k-1", "POST /x", {"a": 1})
+    assert idem is not None
+    try:
+        outcome, seq = await api.appended(decide, "c", idem)
+        assert len(calls) == 2 and outcome.appends[0].expected == 0
+        again, seq_again = await api.appended(decide, "c", idem)
+        assert len(calls) == 2 and again == outcome  # answered from the record
+        assert seq_again == seq == await store.stream_last_seq() == 1
+    finally:
+        await runner.stop()
+        await nc.jetstream().delete_key_value(bucket)
