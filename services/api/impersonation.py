@@ -22,8 +22,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from core.errors import ApiError
 from events.objects import Status, StatusDetails
-from services.api.errors import ApiError
 from services.api.rbac import (
     ANONYMOUS,
     AUTHENTICATED,

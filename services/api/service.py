@@ -6,18 +6,25 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import secrets
-import string
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
 
 import msgspec
 import nats.errors
 import nats.js.errors
 
+from core.context import Append, Outcome, RequestContext
+from core.errors import (
+    internal,
+    invalid_request,
+    stale,
+    timeout,
+    unavailable,
+)
+from core.idempotency import ALNUM, Idempotency, decode_record, encode_record, keyed_context, scoped
+from core.names import SOCKET_NAME_MAX
 from events.codec import event_type
 from events.envelope import Appended, ConcurrencyConflict
 from eventstore.keyed import KeyedRecords, MemoryKeyedRecords
@@ -25,25 +32,12 @@ from eventstore.port import EventLog
 from kinds.registry import REGISTRY, Registry
 from projections.cluster import Cluster
 from readside.runner import ProjectionRunner
-from services.api import idempotency
-from services.api.errors import (
-    bad_request,
-    internal,
-    invalid_request,
-    stale,
-    timeout,
-    unavailable,
-)
 from services.api.ids import new_id
-from services.api.intents import Append, Outcome, RequestContext
 from services.api.metrics import APPENDS, CONFLICTS
-from services.api.names import SOCKET_NAME_MAX
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 # The authenticated user of the request in hand (set by the auth guard, `services/api/
 # guard.py`, or the NATS intent service): the actor of the events it appends.
 CURRENT_USER: ContextVar[str] = ContextVar("virtstream_user", default="")
-ALNUM = string.ascii_lowercase + string.digits
 WAIT_SECONDS = 10.0
 APPEND_SECONDS = 10.0  # how long a write keeps retrying an append whose outcome is unknown
 READY_SECONDS = 2.0
@@ -66,48 +60,6 @@ AMBIGUOUS: tuple[type[BaseException], ...] = (
 
 # the idempotency bucket did not answer: the request is refused before anything is appended
 KEYS_UNREACHABLE: tuple[type[BaseException], ...] = (*AMBIGUOUS, nats.errors.Error)
-
-
-@dataclass(frozen=True)
-class Idempotency:
-    """A client's `Idempotency-Key` and what identifies its request (for HTTP: method, path
-    and query; for NATS: the subject; and the body): the same key with another request is
-    refused, not answered with the first's result."""
-
-    key: str
-    fingerprint: str
-
-    @classmethod
-    def of(cls, key: str, identity: str, body: object) -> Idempotency | None:
-        """From the header's value (None without one)."""
-        key = key.strip()
-        if not key:
-            return None
-        if len(key) > 256:
-            raise bad_request(f"{IDEMPOTENCY_HEADER} must be at most 256 characters")
-        digest = hashlib.sha256(f"{identity}\n".encode())
-        digest.update(msgspec.json.encode(body))
-        return cls(key, digest.hexdigest())
-
-
-def keyed_context(correlation_id: str, key: str) -> RequestContext:
-    """Ids derived from the idempotency key: a retried request decides the same event ids,
-    uids and generated names, so JetStream's duplicate detection stores it once."""
-    counter = iter(range(1 << 30))
-
-    def derived(label: str) -> str:
-        return hashlib.sha256(f"{key}\x00{label}\x00{next(counter)}".encode()).hexdigest()
-
-    def suffix() -> str:
-        digest = bytes.fromhex(derived("suffix"))
-        return "".join(ALNUM[b % len(ALNUM)] for b in digest[:5])
-
-    return RequestContext(
-        now=time.time(),
-        correlation_id=correlation_id,
-        new_id=lambda: derived("id")[:32],
-        suffix=suffix,
-    )
 
 
 def random_suffix(n: int = 5) -> str:
@@ -167,29 +119,28 @@ class ApiService:
     # ------------------------------------------------------------------ writes
     def _context(self, correlation_id: str, idem: Idempotency | None) -> RequestContext:
         user = CURRENT_USER.get()
-        ctx = (
-            keyed_context(correlation_id, idempotency.scoped(user, idem.key))
-            if idem
-            else request_context(correlation_id)
-        )
+        if idem is not None:  # ids from the user's key: two users' keys never share one
+            ctx = keyed_context(correlation_id, scoped(user, idem.key), time.time())
+        else:
+            ctx = request_context(correlation_id)
         if self.socket_name_max != ctx.socket_name_max or user:
             ctx = dataclasses.replace(ctx, socket_name_max=self.socket_name_max, user=user)
         return ctx
 
     @staticmethod
     def _same_request(idem: Idempotency, found: bytes) -> Outcome:
-        record = idempotency.decode(found)
-        if record.fingerprint != idem.fingerprint:
+        fingerprint, outcome = decode_record(found)
+        if fingerprint != idem.fingerprint:
             raise invalid_request(
                 "the Idempotency-Key was already used for a different request; "
                 "use a new key for a new request"
             )
-        return record.outcome
+        return outcome
 
     async def _remembered(self, idem: Idempotency) -> Outcome | None:
         """What the first request with this user's key decided, on any replica."""
         try:
-            found = await self.keys.get(idempotency.scoped(CURRENT_USER.get(), idem.key))
+            found = await self.keys.get(scoped(CURRENT_USER.get(), idem.key))
         except KEYS_UNREACHABLE:
             raise unavailable("the idempotency keys cannot be read: retry the request") from None
         return None if found is None else self._same_request(idem, found)
@@ -198,8 +149,8 @@ class ApiService:
         """Keep this decision under the user's key, unless another replica kept one first:
         then that one is the answer. `replace`: the decision kept before never landed (its
         append conflicted), so this one takes its place."""
-        record = idempotency.encode(idem.fingerprint, outcome)
-        key = idempotency.scoped(CURRENT_USER.get(), idem.key)
+        record = encode_record(idem.fingerprint, outcome)
+        key = scoped(CURRENT_USER.get(), idem.key)
         try:
             if replace:
                 await self.keys.put(key, record)

@@ -24,8 +24,7 @@ import msgspec
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from projections.cluster import Cluster, key
-from services.api.errors import (
+from core.errors import (
     ApiError,
     Resource,
     bad_request,
@@ -34,6 +33,7 @@ from services.api.errors import (
     not_found,
     unavailable,
 )
+from projections.cluster import Cluster, key
 from services.runtime.mtls import SERVER_CN, PeerRefused, check_peer
 
 SUBPROTOCOL = "plain.kubevirt.io"

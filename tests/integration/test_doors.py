@@ -35,6 +35,8 @@ from nats.js.api import StorageType
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidHandshake, InvalidStatus
 
+from core.context import Append, Outcome, RequestContext
+from core.idempotency import Idempotency
 from events.catalog import VMCreated
 from events.codec import decode
 from events.meta import Kind
@@ -46,8 +48,7 @@ from ops.ports import free_port
 from ops.supervisor import importable, interrupt
 from projections.cluster import Cluster
 from readside.runner import ProjectionRunner
-from services.api.intents import Append, Outcome, RequestContext
-from services.api.service import ApiService, Idempotency
+from services.api.service import ApiService
 from services.handler.console_server import ConsoleServer
 from services.runtime.mtls import TlsFiles
 from tests.conftest import REPO
@@ -395,7 +396,7 @@ async def test_a_keyed_decision_that_never_landed_is_replaced_by_the_next(
         event = VMCreated(meta=meta, manifest=manifest)
         return Outcome((Append(event, expected),), Kind.VM, "default/keyed", 201)
 
-    idem = Idempotency.of("k-1", "POST /x", {"a": 1})
+    idem = Idempotency.of("k-1", lambda: "POST /x", b'{"a": 1}')
     assert idem is not None
     try:
         outcome, seq = await api.appended(decide, "c", idem)

@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
+from core import patch
+from core.errors import ApiError
 from kinds.registry import REGISTRY
 from ops import vendor_descriptions
-from services.api import descriptions, openapi_k8s, patch, protowire, table
-from services.api.errors import ApiError
+from services.api import descriptions, openapi_k8s, protowire, table
 
 VM: dict[str, Any] = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
                       "spec": {"runStrategy": "Halted"}}  # fmt: skip
