@@ -1,5 +1,5 @@
 """`python -m services.api --nats-url URL --port P [--host H] [--read-only]
-[--watch-history N]`."""
+[--watch-history N] [--prometheus-url URL]`."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from eventstore.keyed import JetStreamKeyedRecords
 from eventstore.settings import StreamSettings
 from kinds.registry import REGISTRY
 from readside.runner import WATCH_HISTORY, ProjectionRunner
+from services.api import prometheus_proxy
 from services.api.app import create_app
 from services.api.auth import Authenticator, AuthFileError
 from services.api.guard import Guard
@@ -43,6 +44,7 @@ async def serve(
     nats_options: ConnectOptions | None = None,
     console_tls: TlsFiles | None = None,
     metrics: MetricsAccess | None = None,
+    prometheus_url: str = "",
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM. With an
     `auth_file`, every request is authenticated and authorized by it."""
@@ -70,6 +72,7 @@ async def serve(
         runner, None if read_only else store, socket_name_max=socket_name_max, keys=keys
     )
     app = create_app(api, guard, console_tls=console_tls.client_context() if console_tls else None)
+    app.state[prometheus_proxy.STATE_KEY] = prometheus_url  # the web console's charts
     # the same intents over NATS request-reply (writers only: a replica in the queue
     # group would be handed writes it must refuse)
     over_nats = None if read_only else await serve_intents(nc, api, guard)
@@ -129,6 +132,11 @@ def main(argv: list[str] | None = None) -> None:
         help="bearer tokens (one per line) of the user `prometheus` in group "
         "system:monitoring, which may read /metrics (with --auth-file)",
     )
+    parser.add_argument(
+        "--prometheus-url",
+        default="",
+        help="a Prometheus whose query API the api relays at /prometheus/api/v1/ (charts)",
+    )
     args = parser.parse_args(argv)
     if args.watch_history < 1:
         parser.error("--watch-history must be at least 1")
@@ -160,6 +168,7 @@ def main(argv: list[str] | None = None) -> None:
             tls=tls,
             console_tls=TlsFiles(*console_files) if all(console_files) else None,
             metrics=metrics,
+            prometheus_url=args.prometheus_url,
         ),
         "virt-api",
     )

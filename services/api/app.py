@@ -63,6 +63,7 @@ from services.api.guard import middleware as guard_middleware
 from services.api.ids import new_id
 from services.api.metrics import REQUEST_SECONDS, REQUESTS
 from services.api.service import ApiService
+from services.api.web import WEB_ROUTES
 
 JSON = dict[str, Any]
 CORRELATION_HEADER = "x-correlation-id"
@@ -715,6 +716,7 @@ def create_app(
             *openapi_routes(kinds),
             ssar_route(guard),
             *reviews.routes(guard),
+            *WEB_ROUTES,
         ],
         middleware=[
             lambda app: observe(app, api),
