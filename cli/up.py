@@ -26,6 +26,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import msgspec
@@ -33,8 +34,9 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli import kubeconfig, security
+from cli import external_nats, kubeconfig, security
 from client import credentials
+from eventstore import connection
 from kinds.registry import REGISTRY
 from ops import guest_images, node_libvirtd, run_lock, up_reaper
 from ops.nats_config import local_cluster
@@ -176,12 +178,20 @@ def up(
         )
     node_names = [f"node-{i}" for i in range(1, nodes + 1)]
     secured = None if insecure else security.prepare(data_dir)
-    # the bus's users: only with the embedded server (another is configured by its owner)
+    # the bus's users: the embedded server gets them in its config; an external one from
+    # its owner, who includes the file written here (checked before anything starts)
     bus = (
-        security.nats_users(data_dir, node_names, secured.pki if nats_tls else None)
-        if secured is not None and not nats_url
+        security.nats_users(
+            data_dir, node_names, secured.pki if nats_tls and not nats_url else None
+        )
+        if secured is not None
         else None
     )
+    if bus is not None and nats_url:
+        include = external_nats.write(data_dir, bus)
+        if problem := external_nats.check(nats_url, bus, include):
+            console.print(f"[red]error[/]: {problem}")
+            raise typer.Exit(1)
     sup = Supervisor(data_dir / "logs", console.print, state_file=state_file)
     # stops the launchers should this process die without its `finally` (SIGKILL)
     reaper = up_reaper.start(data_dir, keep_vms, lock)
@@ -245,6 +255,8 @@ def up(
             env=bus.env("api") if bus else {},
         )
     ]
+    metrics_args = secured.metrics_args() if secured else ()
+    scheme = "https" if secured else "http"  # the controller's and handlers' /metrics
     for i in range(1, controllers + 1):
         cport = free_port()
         specs.append(
@@ -260,8 +272,9 @@ def up(
                     "--identity",
                     f"controller-{i}",
                     *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
+                    *metrics_args,
                 ),
-                metrics_url=f"http://127.0.0.1:{cport}/metrics",
+                metrics_url=f"{scheme}://127.0.0.1:{cport}/metrics",
                 env=bus.env("controller") if bus else {},
             )
         )
@@ -288,8 +301,10 @@ def up(
                     # (half of it) and heartbeat interval follow from it
                     *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
                     *handler_extra[node],
+                    *metrics_args,
+                    *(secured.console_args() if secured and hypervisor == "qemu" else ()),
                 ),
-                metrics_url=f"http://127.0.0.1:{hport}/metrics",
+                metrics_url=f"{scheme}://127.0.0.1:{hport}/metrics",
                 env=bus.env(f"handler-{node}") if bus else {},
             )
         )
@@ -303,8 +318,12 @@ def up(
         ca_pem=secured.pki.ca.read_bytes() if secured else b"",
     )
     credentials.record("api", port, data_dir)
-    for server in servers:
-        credentials.record("nats", server.port, data_dir)
+    # the debug commands and scripts find the bus's credentials by its port
+    nats_ports = [s.port for s in servers] or [
+        urlsplit(u).port or 4222 for u in connection.servers(nats_url)
+    ]
+    for nats_port_in_use in nats_ports:
+        credentials.record("nats", nats_port_in_use, data_dir)
     console.print(f"kubectl: KUBECONFIG={kube} kubectl get vms")
     if secured is None:
         console.print("[yellow]--insecure[/]: the api has no TLS and no authentication")
@@ -317,6 +336,7 @@ def up(
             prometheus_port,
             scrape_interval,
             ca_file=secured.pki.ca if secured else None,
+            token_file=secured.metrics_token_file if secured else None,
         )
         if metrics
         else None
@@ -356,8 +376,8 @@ def up(
             stop_node_runtimes(runtimes)
         if prom is not None:
             prom.stop_sync()
-        for server in servers:
-            credentials.forget("nats", server.port, data_dir)
+        for nats_port_in_use in nats_ports:
+            credentials.forget("nats", nats_port_in_use, data_dir)
         credentials.forget("api", port, data_dir)
         sup.forget()
         up_reaper.finish(reaper)
@@ -472,6 +492,7 @@ def _start_prometheus(
     port: int,
     scrape_interval: str = "5s",
     ca_file: Path | None = None,
+    token_file: Path | None = None,
 ) -> PrometheusServer | None:
     """Prometheus on loopback with a config rendered from what this `up` started
     (ops/prometheus/, dashboards in ops/grafana/). A restarted service keeps its port, so
@@ -490,6 +511,7 @@ def _start_prometheus(
             port=port,
             scrape_interval=scrape_interval,
             ca_file=ca_file,
+            token_file=token_file,
         )
     console.print(f"[green]Prometheus[/] {prom.url}  (Grafana data source: Prometheus, {prom.url})")
     console.print("  dashboards to import: ops/grafana/dashboards/*.json")

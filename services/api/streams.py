@@ -4,12 +4,17 @@ virt-api's part as KubeVirt has it: check the VMI (`target`, pure, KubeVirt's an
 dial the console server of the node's handler (its address and `console_port` from
 NodeJoined), and only once that answered accept the client's WebSocket (subprotocol
 `plain.kubevirt.io`) and copy binary frames both ways. A refusal before the upgrade is a
-plain HTTP answer with a `Status` body, as the API server gives (`virtctl` prints it)."""
+plain HTTP answer with a `Status` body, as the API server gives (`virtctl` prints it).
+
+With the api's client certificate for the nodes (`virtstream up` gives it) the dial is
+mutual TLS (`services/runtime/mtls.py`): the node's server must present the handlers'
+certificate of the cluster's CA, and it serves only the api's."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,6 +34,7 @@ from core.errors import (
     unavailable,
 )
 from projections.cluster import Cluster, key
+from services.runtime.mtls import SERVER_CN, PeerRefused, check_peer
 
 SUBPROTOCOL = "plain.kubevirt.io"
 VMI_RESOURCE = Resource("virtualmachineinstances", "kubevirt.io", "VirtualMachineInstance")
@@ -48,8 +54,9 @@ class Target:
     url: str
 
 
-def target(cluster: Cluster, ns: str, name: str, channel: Channel) -> Target:
-    """Where a VMI's console, VNC or screen is, or KubeVirt's refusal (pure)."""
+def target(cluster: Cluster, ns: str, name: str, channel: Channel, secure: bool = False) -> Target:
+    """Where a VMI's console, VNC or screen is (`secure`: over TLS), or KubeVirt's refusal
+    (pure)."""
     vmi = cluster.vmis.get(key(ns, name))
     if vmi is None:
         raise not_found(VMI_RESOURCE, name)
@@ -68,7 +75,9 @@ def target(cluster: Cluster, ns: str, name: str, channel: Channel) -> Target:
         what = "serial consoles" if channel == "console" else "graphics devices"
         raise bad_request(f"No {what} are present.")
     path = f"/v1/namespaces/{ns}/virtualmachineinstances/{name}/{channel}"
-    scheme = "http" if channel == "screenshot" else "ws"
+    scheme = ("https" if secure else "http") if channel == "screenshot" else "ws"
+    if secure and scheme == "ws":
+        scheme = "wss"
     return Target(f"{scheme}://{node.address or '127.0.0.1'}:{node.console_port}{path}")
 
 
@@ -81,15 +90,21 @@ def _upstream_error(code: int, body: bytes) -> ApiError:
     return internal(message)
 
 
-async def screenshot(t: Target) -> bytes:
-    async with httpx.AsyncClient(timeout=30) as http:
+async def screenshot(t: Target, tls: ssl.SSLContext | None = None) -> bytes:
+    async with httpx.AsyncClient(timeout=30, verify=tls or True) as http:
         try:
-            r = await http.get(t.url)
+            async with http.stream("GET", t.url) as r:
+                if tls is not None:
+                    stream = r.extensions["network_stream"]
+                    check_peer(stream.get_extra_info("ssl_object").getpeercert(), SERVER_CN)
+                content = await r.aread()
         except httpx.HTTPError as e:
             raise unavailable(f"the node's console server: {e}") from None
+        except PeerRefused as e:
+            raise unavailable(f"the node's console server: {e}") from None
     if r.status_code != 200:
-        raise _upstream_error(r.status_code, r.content)
-    return r.content
+        raise _upstream_error(r.status_code, content)
+    return content
 
 
 async def _refuse(send: Send, err: ApiError) -> None:
@@ -104,20 +119,40 @@ def _subprotocol(scope: Scope) -> str | None:
     return SUBPROTOCOL if SUBPROTOCOL in offered else (offered[0] if offered else None)
 
 
-async def relay(scope: Scope, receive: Receive, send: Send, resolve: Callable[[], Target]) -> None:
-    """Serve one WebSocket: `resolve()` gives the Target or raises ApiError."""
+async def _dial(t: Target, tls: ssl.SSLContext | None) -> ClientConnection:
+    upstream = await connect(
+        t.url, max_size=None, compression=None, open_timeout=DIAL_SECONDS, ssl=tls
+    )
+    if tls is not None:
+        try:
+            check_peer(upstream.transport.get_extra_info("peercert"), SERVER_CN)
+        except PeerRefused as e:
+            await upstream.close()
+            raise unavailable(f"the node's console server: {e}") from None
+    return upstream
+
+
+async def relay(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    resolve: Callable[[], Target],
+    tls: ssl.SSLContext | None = None,
+) -> None:
+    """Serve one WebSocket: `resolve()` gives the Target or raises ApiError; `tls` is the
+    api's client context for the nodes' console servers."""
     if (await receive())["type"] != "websocket.connect":
         return
     try:
         t = resolve()
-        upstream = await connect(t.url, max_size=None, compression=None, open_timeout=DIAL_SECONDS)
+        upstream = await _dial(t, tls)
     except ApiError as err:
         await _refuse(send, err)
         return
     except InvalidStatus as e:
         await _refuse(send, _upstream_error(e.response.status_code, bytes(e.response.body or b"")))
         return
-    except (OSError, TimeoutError, InvalidHandshake) as e:
+    except (OSError, TimeoutError, InvalidHandshake, ssl.SSLError) as e:
         await _refuse(send, unavailable(f"the node's console server: {e}"))
         return
     await send({"type": "websocket.accept", "subprotocol": _subprotocol(scope)})

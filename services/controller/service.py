@@ -23,6 +23,7 @@ from services.controller.node_health import HeartbeatSeen, Observation, WatchSta
 from services.controller.reactor import Controller
 from services.controller.state import ControllerState
 from services.runtime import metrics as m
+from services.runtime.metrics_access import MetricsAccess
 from services.runtime.reactor import Inbox
 from services.runtime.shell import ServiceShell, run_process
 
@@ -146,6 +147,7 @@ async def serve(
     bucket: str = heartbeats.BUCKET,
     identity: str = "",
     lease_ttl: float = 5.0,
+    metrics_access: MetricsAccess | None = None,
 ) -> None:
     """The controller's service process: the shell plus the heartbeat watch, active only
     while it holds the lease (with an identity)."""
@@ -157,4 +159,5 @@ async def serve(
         ),
         metrics_port=metrics_port,
         settings=settings,
+        metrics_access=metrics_access,
     )

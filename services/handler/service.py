@@ -42,6 +42,8 @@ from services.handler.state import NodeState
 from services.handler.volume_copy import copy_volumes
 from services.handler.volumes import CopyVolumes, VolumesCopyDone
 from services.launcher.domain_xml import DomainType
+from services.runtime.metrics_access import MetricsAccess
+from services.runtime.mtls import TlsFiles
 from services.runtime.reactor import Inbox
 from services.runtime.shell import ServiceShell, run_process
 
@@ -60,6 +62,9 @@ class HandlerConfig(msgspec.Struct, kw_only=True):
     nats_url: str = "nats://127.0.0.1:4222"
     run_dir: str = "/tmp/virtstream"
     metrics_port: int | None = None
+    metrics_access: MetricsAccess | None = None
+    #: the console server's mutual TLS (qemu mode; None: plain, on loopback)
+    console_tls: TlsFiles | None = None
     heartbeat_interval: float = 5.0
     #: no successful heartbeat for this long: stop every VM here and exit (0: never);
     #: strictly shorter than the controller's node timeout (services/runtime/timeouts.py)
@@ -200,7 +205,9 @@ class Handler:
         node = cfg.node
         consoles: ConsoleServer | None = None
         if cfg.node.hypervisor == "qemu":  # bound before NodeJoined, which carries its port
-            consoles = ConsoleServer(cfg.launch.hypervisor_uri, "127.0.0.1", node.console_port)
+            consoles = ConsoleServer(
+                cfg.launch.hypervisor_uri, "127.0.0.1", node.console_port, cfg.console_tls
+            )
             node = msgspec.structs.replace(node, console_port=await consoles.start())
         decider = NodeDecider(
             node,
@@ -296,4 +303,5 @@ async def serve(cfg: HandlerConfig) -> None:
         lambda store: Handler(cfg, store=store),
         metrics_port=cfg.metrics_port,
         settings=cfg.settings,
+        metrics_access=cfg.metrics_access,
     )

@@ -44,6 +44,7 @@ from services.runtime.acks import INFRASTRUCTURE, Acks
 from services.runtime.append_window import AppendWindow
 from services.runtime.appends import Appends
 from services.runtime.folding import Ahead, Folding, Unordered
+from services.runtime.metrics_access import MetricsAccess
 from services.runtime.pipelined import Pipelined
 from services.runtime.reactor import Executor, Inbox, Note, Observer, Reactor
 from services.runtime.sequential import Sequential
@@ -346,9 +347,10 @@ async def run_process(
     *,
     metrics_port: int | None = None,
     settings: StreamSettings | None = None,
+    metrics_access: MetricsAccess | None = None,
 ) -> None:
-    """Run one service until SIGTERM/SIGINT: connect, serve health/metrics, consume,
-    then finish the message in hand, drain and close."""
+    """Run one service until SIGTERM/SIGINT: connect, serve health/metrics (guarded by
+    `metrics_access`), consume, then finish the message in hand, drain and close."""
     from services.runtime.http import HealthServer
 
     nc = await connect_service(nats_url, name)
@@ -357,7 +359,12 @@ async def run_process(
     install_signal_handlers(service.stop)
     health = None
     if metrics_port is not None:
-        health = HealthServer("127.0.0.1", metrics_port, lambda: service.ready and store.connected)
+        health = HealthServer(
+            "127.0.0.1",
+            metrics_port,
+            lambda: service.ready and store.connected,
+            metrics_access,
+        )
         await health.start()
     try:
         await service.run()
