@@ -3,7 +3,8 @@ the runner keeps, and per-watcher queues.
 
 Selectors follow Kubernetes' syntax: labels `a=b`, `a==b`, `a!=b`, `a in (x,y)`,
 `a notin (x)`, `a`, `!a`; fields `metadata.name`, `metadata.namespace`, `status.nodeName`,
-`status.phase` with `=`, `==`, `!=`."""
+`status.phase` with `=`, `==`, `!=` (Events: `involvedObject.name` and the others of
+`projections.kube_events.FIELDS`)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import msgspec
 
 from events.meta import KindToken
+from projections import kube_events
 
 JSON = dict[str, Any]
 
@@ -104,15 +106,19 @@ def parse_label_selector(text: str | None) -> tuple[Requirement, ...]:
 
 
 FIELDS = ("metadata.name", "metadata.namespace", "status.nodeName", "status.phase")
+# the kinds whose field labels are their own (the API server's per-kind field sets)
+KIND_FIELDS: dict[KindToken, tuple[str, ...]] = {kube_events.KIND: kube_events.FIELDS}
 
 
-def parse_field_selector(text: str | None) -> tuple[Requirement, ...]:
+def parse_field_selector(
+    text: str | None, fields: tuple[str, ...] = FIELDS
+) -> tuple[Requirement, ...]:
     reqs: list[Requirement] = []
     for term in _split_terms(text or ""):
         m = _EQ_EXPR.match(term)
         if not m:
             raise SelectorError(f"invalid selector: '{term.strip()}'; can't understand it")
-        if m.group(1) not in FIELDS:
+        if m.group(1) not in fields:
             raise SelectorError(f'field label not supported: "{m.group(1)}"')
         op = "!=" if m.group(2) == "!=" else "="
         reqs.append(Requirement(m.group(1), op, (m.group(3),)))
@@ -148,7 +154,7 @@ class Selector(msgspec.Struct, frozen=True):
             kind,
             namespace,
             parse_label_selector(label_selector),
-            parse_field_selector(field_selector),
+            parse_field_selector(field_selector, KIND_FIELDS.get(kind, FIELDS)),
         )
 
     def matches(self, kind: KindToken, obj: JSON) -> bool:
