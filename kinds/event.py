@@ -3,7 +3,8 @@ side derives from the log (`projections/kube_events.py`). Nothing appends an Eve
 api serves get, list and watch, and refuses writes (405), as a view of the log.
 
 Both versions render the same record; core/v1 is the one watches follow (kubectl's
-`get events -w` and `describe` read core/v1), events.k8s.io/v1 renders per request."""
+`get events -w` and `describe` read core/v1), events.k8s.io/v1 renders per request and
+serves get and list."""
 
 from __future__ import annotations
 
@@ -144,7 +145,8 @@ def render_v1(_: Cluster, r: KubeEventView, _now: float) -> JSON:
         "apiVersion": f"{GROUP}/v1",
         "kind": "Event",
         "metadata": _metadata(r),
-        "eventTime": None,
+        # required here (the clients validate it): the first occurrence, as a MicroTime
+        "eventTime": micro_time(r.first_at),
         "reportingController": r.component,
         "reportingInstance": r.host,
         "reason": r.reason,
@@ -193,7 +195,7 @@ SPEC_V1 = KindSpec(
     plural="events",
     singular="event",
     short_names=("ev",),
-    verbs=("get", "list", "watch"),
+    verbs=("get", "list"),  # watches follow core/v1's renders (the kind's first)
     event_kind=kube_events.KIND,
     object_type=EventV1,
     table=_records,

@@ -179,7 +179,7 @@ def _check_events(spec: KindSpec, first: KindSpec) -> None:
     under a subject token; every kind of one aggregate kind at one scope."""
     own = own_kind(spec.event_kind)
     if spec.event_kind == kube_events.KIND:
-        if spec.verbs != ("get", "list", "watch"):
+        if not set(spec.verbs) <= {"get", "list", "watch"}:
             raise ValueError(f"{spec.kind}: the Event records are derived: read only")
     elif own is None:
         if spec.evolve is not evolve_resource:
