@@ -243,6 +243,8 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
                 out.append(Note(owner, NORMAL, "SuccessfulDelete", msg, CONTROLLER))
             if vmi.node and vmi.phase in ("Scheduled", "Running"):
                 me = _vmi(agg.namespace, agg.name, vmi.uid)
+                if grace is None:  # the VMI's own grace period (KubeVirt's default: 30 s)
+                    grace = (vmi.manifest.get("spec") or {}).get("terminationGracePeriodSeconds")
                 if grace == 0:
                     out.append(Note(me, NORMAL, "Deleted", "Signaled Deletion", HANDLER, vmi.node))
                 else:

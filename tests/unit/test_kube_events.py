@@ -5,9 +5,11 @@ snapshot. Given a log, when it is folded, then these are the Events."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import pytest
+from litestar.testing import TestClient
 
 from events.catalog import (
     DomainStarted,
@@ -32,8 +34,11 @@ from projections import kube_events
 from projections.cluster import Cluster
 from projections.kube_events import KubeEventView
 from readside import snapshots
+from readside.runner import ProjectionRunner
 from readside.watch import Selector, SelectorError
 from services.api import table
+from services.api.app import create_app
+from services.api.service import ApiService
 
 VM_UID, VMI_UID = "vm-uid-1", "vmi-uid-1"
 T0 = 1_700_000_000.0
@@ -42,8 +47,11 @@ T0 = 1_700_000_000.0
 class Log:
     """A log folded as it is appended: each event one second after the last."""
 
-    def __init__(self) -> None:
-        self.cluster = Cluster(kube_events=True)
+    def __init__(self, runner: ProjectionRunner | None = None) -> None:
+        self.cluster = runner.cluster if runner is not None else Cluster(kube_events=True)
+        self.fold: Callable[[Stored], object] = (
+            runner.fold if runner is not None else self.cluster.apply
+        )
         self.seq = 0
         self.t = T0
 
@@ -62,7 +70,7 @@ class Log:
     def __call__(self, *events: Event) -> Log:
         for ev in events:
             self.seq += 1
-            self.cluster.apply(Stored(seq=self.seq, subject="s", time=self.t, event=ev))
+            self.fold(Stored(seq=self.seq, subject="s", time=self.t, event=ev))
             self.t += 1.0
         return self
 
@@ -335,3 +343,52 @@ def test_events_are_selected_by_the_fields_kubectl_describe_uses() -> None:
     assert [o["reason"] for o in objs if sel.matches(kube_events.KIND, o)] == ["SuccessfulCreate"]
     with pytest.raises(SelectorError, match=r"field label not supported: \"involvedObject\.name\""):
         Selector.parse(Kind.VM, "default", field_selector="involvedObject.name=vm1")
+
+
+def test_the_api_serves_an_hour_of_events_read_only_and_watches_new_ones() -> None:
+    now = [T0 + 10]
+    runner = ProjectionRunner(cast(Any, None), clock=lambda: now[0])
+    log = started(Log(runner))
+    core, v1 = (
+        "/api/v1/namespaces/default/events",
+        "/apis/events.k8s.io/v1/namespaces/default/events",
+    )
+    with TestClient(app=create_app(ApiService(runner, None))) as http:
+        listed = http.get(core).json()
+        assert (listed["kind"], len(listed["items"])) == ("EventList", 4)
+        only_vm = http.get(core, params={"fieldSelector": "involvedObject.kind=VirtualMachine"})
+        assert [e["reason"] for e in only_vm.json()["items"]] == ["SuccessfulCreate"]
+        bad = http.get(core, params={"fieldSelector": "spec.nodeName=x"})
+        assert (bad.status_code, bad.json()["message"]) == (
+            400,
+            'field label not supported: "spec.nodeName"',
+        )
+        name = listed["items"][0]["metadata"]["name"]
+        assert http.get(f"{core}/{name}").json()["reason"] == "SuccessfulCreate"
+        other = http.get(v1).json()
+        assert {e["apiVersion"] for e in other["items"]} == {"events.k8s.io/v1"}
+        assert http.get("/api/v1/events").json()["items"] == listed["items"]  # all namespaces
+        for method, path in (
+            ("POST", core),
+            ("DELETE", f"{core}/{name}"),
+            ("PUT", f"{core}/{name}"),
+        ):
+            assert http.request(method, path, json={}).status_code == 405
+        assert http.get(v1, params={"watch": "true"}).status_code == 405
+
+        # a watch from the list's version sees the next events as ADDED, a repeat as MODIFIED
+        watcher = runner.watch(Selector(kube_events.KIND, "default"), runner.last_seq)
+        log(VMIDeleteRequested(meta=log.meta(Kind.VMI, uid=VMI_UID), grace_period_seconds=0))
+        log(VMIDeleteRequested(meta=log.meta(Kind.VMI, uid=VMI_UID), grace_period_seconds=0))
+        seen = [watcher.queue.get_nowait() for _ in range(watcher.queue.qsize())]
+        assert [(w["type"], w["object"]["reason"], w["object"]["count"]) for w in seen] == [
+            ("ADDED", "Deleted", 1),
+            ("MODIFIED", "Deleted", 2),
+        ]
+
+        # the API server's TTL: an hour after their last occurrence, none is listed or got
+        now[0] = T0 + kube_events.WINDOW + 2
+        assert [e["reason"] for e in http.get(core).json()["items"]] == ["Deleted"]
+        assert http.get(f"{core}/{name}").status_code == 404
+        now[0] = T0 + kube_events.WINDOW + 10
+        assert http.get(core).json()["items"] == []
