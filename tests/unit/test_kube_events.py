@@ -380,7 +380,7 @@ def test_the_api_serves_an_hour_of_events_read_only_and_watches_new_ones() -> No
         watcher = runner.watch(Selector(kube_events.KIND, "default"), runner.last_seq)
         log(VMIDeleteRequested(meta=log.meta(Kind.VMI, uid=VMI_UID), grace_period_seconds=0))
         log(VMIDeleteRequested(meta=log.meta(Kind.VMI, uid=VMI_UID), grace_period_seconds=0))
-        seen = [watcher.queue.get_nowait() for _ in range(watcher.queue.qsize())]
+        seen = [w for _ in range(watcher.queue.qsize()) if (w := watcher.queue.get_nowait())]
         assert [(w["type"], w["object"]["reason"], w["object"]["count"]) for w in seen] == [
             ("ADDED", "Deleted", 1),
             ("MODIFIED", "Deleted", 2),
