@@ -179,7 +179,7 @@ async def load_cluster(
     newer than `until_seq` is not used (the views cannot be folded backwards)."""
     cluster = await load(store, name, bucket_name=bucket_name)
     if cluster is None or (until_seq is not None and cluster.last_seq > until_seq):
-        cluster = Cluster()
+        cluster = Cluster(kube_events=True)
     snap = cluster.last_seq
     n = 0
     if until_seq is None or until_seq > snap:
