@@ -13,7 +13,6 @@ dropped. The log keeps every event; the records are rebuilt from it on demand.""
 
 from __future__ import annotations
 
-import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, Protocol, assert_never
@@ -135,7 +134,8 @@ FIELDS = (
     "reportingController",
 )
 
-_UID_NS = uuid.UUID("0f3c1d2e-5b7a-4c8e-9a61-2d4e6f8a0b13")
+# a record's uid: this prefix and its ordinal (unique in the stream, from the log)
+_UID_PREFIX = "6b756265-6576-4e74-8000"
 
 
 class InvolvedObject(msgspec.Struct, frozen=True):
@@ -162,7 +162,7 @@ class KubeEventView(msgspec.Struct, frozen=True, kw_only=True):
 
     namespace: str
     name: str
-    uid: str
+    ordinal: int  # created_seq * 16 + its place among its log event's notes: the uid's
     involved: InvolvedObject
     type: str
     reason: str
@@ -175,6 +175,10 @@ class KubeEventView(msgspec.Struct, frozen=True, kw_only=True):
     created_seq: int  # the sequence that created the record (metadata.creationTimestamp's)
     resource_version: int  # the last sequence that counted on it
     version: int  # the same (a view's version; nothing appends to a record)
+
+    @property
+    def uid(self) -> str:
+        return f"{_UID_PREFIX}-{self.ordinal:012x}"
 
 
 Signature = tuple[str, str, str, str, str, str, str, str]
@@ -454,6 +458,7 @@ class KubeEvents:
         self._by_signature: dict[Signature, str] = {}
         self._by_object: dict[str, list[str]] = {}
         self._order: OrderedDict[str, None] = OrderedDict()
+        self._objects: dict[str, InvolvedObject] = {}
 
     @classmethod
     def of(cls, records: dict[str, KubeEventView]) -> KubeEvents:
@@ -467,6 +472,7 @@ class KubeEvents:
         self.table[k] = r
         self._by_signature[_signature_of(r)] = k
         self._by_object.setdefault(_object_key(r.involved), []).append(k)
+        self._objects.setdefault(_object_key(r.involved), r.involved)
         self._order[k] = None
 
     def apply(self, s: Stored, cluster: Cluster) -> list[str]:
@@ -500,8 +506,8 @@ class KubeEvents:
         record = KubeEventView(
             namespace=namespace,
             name=name,
-            uid=str(uuid.uuid5(_UID_NS, f"{k}/{seq}")),
-            involved=o,
+            ordinal=seq * 16 + min(i, 15),
+            involved=self._objects.setdefault(_object_key(o), o),  # one per object, shared
             type=note.type,
             reason=note.reason,
             message=note.message,
@@ -539,6 +545,7 @@ class KubeEvents:
             keys.remove(k)
             if not keys:
                 del self._by_object[_object_key(r.involved)]
+                self._objects.pop(_object_key(r.involved), None)
 
 
 def _signature_of(r: KubeEventView) -> Signature:

@@ -24,6 +24,7 @@ from events.catalog import (
     StopReason,
     Unschedulable,
     VMCreated,
+    VMDeleted,
     VMICreated,
     VMIDeleteRequested,
 )
@@ -392,3 +393,32 @@ def test_the_api_serves_an_hour_of_events_read_only_and_watches_new_ones() -> No
         assert http.get(f"{core}/{name}").status_code == 404
         now[0] = T0 + kube_events.WINDOW + 10
         assert http.get(core).json()["items"] == []
+
+
+def test_replica_sets_and_pools_have_their_controllers_events() -> None:
+    log = Log()
+    rs = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceReplicaSet",
+          "name": "rs1", "uid": "rs-uid", "controller": True}  # fmt: skip
+    pool = {"apiVersion": "pool.kubevirt.io/v1alpha1", "kind": "VirtualMachinePool",
+            "name": "pool1", "uid": "pool-uid", "controller": True}  # fmt: skip
+    vm = _vm("pool1-0")
+    vm["metadata"]["ownerReferences"] = [pool]
+    log(
+        VMICreated(
+            meta=log.meta(Kind.VMI, "rs1-abc", VMI_UID, "virt-controller"),
+            manifest=_vmi("rs1-abc", owner=rs),
+        ),
+        VMIDeleteRequested(meta=log.meta(Kind.VMI, "rs1-abc", VMI_UID, "virt-controller")),
+        VMCreated(meta=log.meta(Kind.VM, "pool1-0", VM_UID, "virt-controller"), manifest=vm),
+        VMDeleted(meta=log.meta(Kind.VM, "pool1-0", VM_UID, "virt-controller")),
+    )
+    assert [(r.involved.kind, r.involved.name, r.reason, r.message) for r in log.records] == [
+        ("VirtualMachineInstanceReplicaSet", "rs1", "SuccessfulCreate",
+         "Started the virtual machine by creating the new virtual machine instance rs1-abc"),
+        ("VirtualMachineInstanceReplicaSet", "rs1", "SuccessfulDelete",
+         f"Stopped the virtual machine by deleting the virtual machine instance {VMI_UID}"),
+        ("VirtualMachinePool", "pool1", "SuccessfulCreate", "Created VM default/pool1-0"),
+        ("VirtualMachinePool", "pool1", "SuccessfulDelete",
+         f"Deleted VM default/pool1-0 with uid {VM_UID} from pool"),
+    ]  # fmt: skip
+    assert log.records[2].involved.api_version == "pool.kubevirt.io/v1alpha1"
