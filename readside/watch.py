@@ -114,15 +114,43 @@ def parse_field_selector(
     text: str | None, fields: tuple[str, ...] = FIELDS
 ) -> tuple[Requirement, ...]:
     reqs: list[Requirement] = []
-    for term in _split_terms(text or ""):
-        m = _EQ_EXPR.match(term)
+    for term in _field_terms(text or ""):
+        m = _FIELD_EXPR.match(term)
         if not m:
             raise SelectorError(f"invalid selector: '{term.strip()}'; can't understand it")
         if m.group(1) not in fields:
             raise SelectorError(f'field label not supported: "{m.group(1)}"')
         op = "!=" if m.group(2) == "!=" else "="
-        reqs.append(Requirement(m.group(1), op, (m.group(3),)))
+        reqs.append(Requirement(m.group(1), op, (_unescape(m.group(3).strip()),)))
     return tuple(reqs)
+
+
+# A field selector's value is any text, `\`, `,` and `=` escaped with a backslash
+# (apimachinery's fields.EscapeValue): `involvedObject.apiVersion=kubevirt.io/v1`.
+_FIELD_EXPR = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|=|!=)(.*)$")
+
+
+def _field_terms(text: str) -> list[str]:
+    """Split on the commas no backslash escapes."""
+    terms, cur, escaped = [], [], False
+    for ch in text:
+        if escaped:
+            cur.append(ch)
+            escaped = False
+        elif ch == "\\":
+            cur.append(ch)
+            escaped = True
+        elif ch == ",":
+            terms.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    terms.append("".join(cur))
+    return [t for t in terms if t.strip()]
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r"\\(.)", r"\1", value)
 
 
 def field_value(obj: JSON, path: str) -> str:

@@ -106,6 +106,11 @@ def test_describe_and_get_show_kubevirts_events(cluster: Cluster, tmp_path: Path
     assert [(r[1], r[2], r[3]) for r in vm_only] == [
         ("Normal", "SuccessfulCreate", "virtualmachine/ev-two")
     ]
+    # kubectl's own `events` command selects by kind, apiVersion and name
+    for_vm = _rows(cluster.kubectl("events", "--for", "vm/ev-two").out)[1:]
+    assert [(r[1], r[2], r[3]) for r in for_vm] == [
+        ("Normal", "SuccessfulCreate", "VirtualMachine/ev-two")
+    ]
     refused = cluster.kubectl(
         "get", "events", "--field-selector", "spec.nodeName=node-1", check=False
     )

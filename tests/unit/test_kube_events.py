@@ -342,6 +342,18 @@ def test_events_are_selected_by_the_fields_kubectl_describe_uses() -> None:
     log = started(Log())
     objs = [render_core(log.cluster, r, 0.0) for r in log.records]
     assert [o["reason"] for o in objs if sel.matches(kube_events.KIND, o)] == ["SuccessfulCreate"]
+    # `kubectl events --for vm/vm1` names the apiVersion; a value escapes `,` `=` `\\`
+    by_for = Selector.parse(
+        kube_events.KIND,
+        "default",
+        field_selector="involvedObject.kind=VirtualMachine,"
+        "involvedObject.apiVersion=kubevirt.io/v1,involvedObject.name=vm1",
+    )
+    assert [o["reason"] for o in objs if by_for.matches(kube_events.KIND, o)] == [
+        "SuccessfulCreate"
+    ]
+    escaped = Selector.parse(kube_events.KIND, field_selector=r"reason=a\,b\=c,type=Normal")
+    assert [r.values for r in escaped.fields] == [("a,b=c",), ("Normal",)]
     with pytest.raises(SelectorError, match=r"field label not supported: \"involvedObject\.name\""):
         Selector.parse(Kind.VM, "default", field_selector="involvedObject.name=vm1")
 
