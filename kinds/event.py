@@ -2,9 +2,9 @@
 side derives from the log (`projections/kube_events.py`). Nothing appends an Event: the
 api serves get, list and watch, and refuses writes (405), as a view of the log.
 
-Both versions render the same record; core/v1 is the one watches follow (kubectl's
-`get events -w` and `describe` read core/v1), events.k8s.io/v1 renders per request and
-serves get and list."""
+Both versions render the same record; core/v1 is the one the read side renders and keeps
+(kubectl's `get events -w` and `describe` read core/v1); events.k8s.io/v1 renders per
+request and watches core/v1's changes converted."""
 
 from __future__ import annotations
 
@@ -111,12 +111,6 @@ def _source(r: KubeEventView) -> JSON:
     return {"component": r.component} | ({"host": r.host} if r.host else {})
 
 
-def micro_time(ts: float) -> str:
-    """metav1.MicroTime: RFC 3339 with microseconds."""
-    second = rfc3339(ts) or ""
-    return f"{second[:-1]}.{round(ts % 1 * 1e6) % 1_000_000:06d}Z"
-
-
 def render_core(_: Cluster, r: KubeEventView, _now: float) -> JSON:
     """As client-go's recorder writes one (`reportingComponent` and `-Instance` are the
     source's, `eventTime` unset) and its correlator counts repeats on it."""
@@ -138,28 +132,35 @@ def render_core(_: Cluster, r: KubeEventView, _now: float) -> JSON:
     }
 
 
-def render_v1(_: Cluster, r: KubeEventView, _now: float) -> JSON:
-    """The same record as the API server converts it to events.k8s.io/v1: `regarding`,
-    `note`, the deprecated* fields, and `series` once it repeated."""
+def render_v1(c: Cluster, r: KubeEventView, now: float) -> JSON:
+    return to_v1(render_core(c, r, now))
+
+
+def to_v1(core: JSON) -> JSON:
+    """A core/v1 Event as the API server converts it to events.k8s.io/v1: `regarding`,
+    `note`, the deprecated* fields, `series` once it repeated, and `eventTime` (required
+    there, and validated by its clients) the first occurrence as a MicroTime."""
+    first = core.get("firstTimestamp") or ""
+    count = core.get("count") or 1
     out: JSON = {
         "apiVersion": f"{GROUP}/v1",
         "kind": "Event",
-        "metadata": _metadata(r),
-        # required here (the clients validate it): the first occurrence, as a MicroTime
-        "eventTime": micro_time(r.first_at),
-        "reportingController": r.component,
-        "reportingInstance": r.host,
-        "reason": r.reason,
-        "regarding": _reference(r.involved),
-        "note": r.message,
-        "type": r.type,
-        "deprecatedSource": _source(r),
-        "deprecatedFirstTimestamp": rfc3339(r.first_at),
-        "deprecatedLastTimestamp": rfc3339(r.last_at),
-        "deprecatedCount": r.count,
+        "metadata": core.get("metadata") or {},
+        "eventTime": f"{first[:-1]}.000000Z" if first else None,
+        "reportingController": core.get("reportingComponent", ""),
+        "reportingInstance": core.get("reportingInstance", ""),
+        "reason": core.get("reason", ""),
+        "regarding": core.get("involvedObject") or {},
+        "note": core.get("message", ""),
+        "type": core.get("type", ""),
+        "deprecatedSource": core.get("source") or {},
+        "deprecatedFirstTimestamp": first or None,
+        "deprecatedLastTimestamp": core.get("lastTimestamp"),
+        "deprecatedCount": count,
     }
-    if r.count > 1:
-        out["series"] = {"count": r.count, "lastObservedTime": micro_time(r.last_at)}
+    if count > 1 and core.get("lastTimestamp"):
+        last = core["lastTimestamp"]
+        out["series"] = {"count": count, "lastObservedTime": f"{last[:-1]}.000000Z"}
     return out
 
 
@@ -195,11 +196,12 @@ SPEC_V1 = KindSpec(
     plural="events",
     singular="event",
     short_names=("ev",),
-    verbs=("get", "list"),  # watches follow core/v1's renders (the kind's first)
+    verbs=("get", "list", "watch"),
     event_kind=kube_events.KIND,
     object_type=EventV1,
     table=_records,
     render=render_v1,
+    convert=to_v1,  # its watches follow core/v1's renders
 )
 
 SPECS = (SPEC, SPEC_V1)

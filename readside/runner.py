@@ -332,15 +332,23 @@ class ProjectionRunner:
         return body
 
     # --------------------------------------------------------------- watches
-    def watch(self, selector: Selector, resource_version: int | None) -> Watcher:
+    def watch(
+        self,
+        selector: Selector,
+        resource_version: int | None,
+        convert: Callable[[JSON], JSON] | None = None,
+    ) -> Watcher:
         """Open a watch. Without a resourceVersion (or 0) it starts with ADDED events for
         every matching object, then follows; with one it replays the kept changes after
-        it. Registration and replay happen without awaiting, so no change is missed."""
-        watcher = Watcher(selector)
+        it. Registration and replay happen without awaiting, so no change is missed.
+        `convert`: the objects in another version's shape (selected in that shape)."""
+        watcher = Watcher(selector, convert=convert)
         if not resource_version:
             for k in sorted(self._table(selector.kind)):
                 obj = self.get(selector.kind, k)
-                if obj is not None and selector.matches(selector.kind, obj):
+                if obj is None:
+                    continue
+                if selector.matches(selector.kind, convert(obj) if convert else obj):
                     watcher.initial(k, obj)
         else:
             if resource_version < self.history_floor:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
@@ -211,9 +212,16 @@ class Watcher:
     """One open watch: a queue of watch events fed by the runner. A watcher that falls
     more than `limit` events behind is closed (the client re-watches from its last rv)."""
 
-    def __init__(self, selector: Selector, limit: int = 10_000) -> None:
+    def __init__(
+        self,
+        selector: Selector,
+        limit: int = 10_000,
+        convert: Callable[[JSON], JSON] | None = None,
+    ) -> None:
         self.selector = selector
         self.limit = limit
+        # another version's shape of the objects, converted before the selector reads them
+        self.convert = convert
         self.queue: asyncio.Queue[JSON | None] = asyncio.Queue()
         self.closed = False
         # keys this watcher has shown as present: an object that stops matching the
@@ -222,12 +230,15 @@ class Watcher:
 
     def initial(self, key: str, obj: JSON) -> None:
         self.shown.add(key)
+        obj = self.convert(obj) if self.convert is not None else obj
         self.queue.put_nowait({"type": "ADDED", "object": obj})
 
     def offer(self, change: Change) -> None:
         # other kinds share keys ("ns/name" of a VM and its VMI): never this watch's objects
         if self.closed or change.kind != self.selector.kind:
             return
+        if self.convert is not None:
+            change = msgspec.structs.replace(change, object=self.convert(change.object))
         matches = self.selector.matches(change.kind, change.object)
         was_shown = change.key in self.shown
         if change.type is EventType.DELETED:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kubernetes import client, config
+from kubernetes import client, config, watch
 
 from tests.integration.polling import until
 from tests.integration.test_kubectl import KUBECTL, Cluster, Result, _rows, _vm, _write
@@ -175,6 +175,16 @@ def test_the_python_client_lists_events_by_field(cluster: Cluster, tmp_path: Pat
         "VirtualMachineInstance started.",
     )
     assert (started.reporting_controller, started.reporting_instance) == ("virt-handler", "node-1")
+    # a watch in events.k8s.io/v1 (the client decodes and validates each object)
+    stream = watch.Watch().stream(
+        client.EventsV1Api(api).list_namespaced_event,
+        "default",
+        field_selector="regarding.name=ev-py",
+        timeout_seconds=2,
+    )
+    seen = [(e["type"], e["object"].regarding.kind, e["object"].reason) for e in stream]
+    assert ("ADDED", "VirtualMachineInstance", "Started") in seen
+    assert ("ADDED", "VirtualMachine", "SuccessfulCreate") in seen
 
 
 def test_events_are_read_only_and_a_viewer_reads_them(cluster: Cluster, tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ snapshot. Given a log, when it is folded, then these are the Events."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -30,7 +31,7 @@ from events.catalog import (
 )
 from events.envelope import Stored
 from events.meta import Actor, Aggregate, Kind, KindToken, Meta
-from kinds.event import render_core, render_v1
+from kinds.event import render_core, render_v1, to_v1
 from projections import kube_events
 from projections.cluster import Cluster
 from projections.kube_events import KubeEventView
@@ -387,7 +388,18 @@ def test_the_api_serves_an_hour_of_events_read_only_and_watches_new_ones() -> No
             ("PUT", f"{core}/{name}"),
         ):
             assert http.request(method, path, json={}).status_code == 405
-        assert http.get(v1, params={"watch": "true"}).status_code == 405
+        # events.k8s.io/v1 watches core/v1's changes converted, selected in its own fields
+        lines = http.get(v1, params={"watch": "true", "timeoutSeconds": "1",
+                                     "fieldSelector": "regarding.kind=VirtualMachine"})  # fmt: skip
+        watched = [json.loads(line) for line in lines.text.splitlines()]
+        assert [(w["type"], w["object"]["apiVersion"], w["object"]["reason"]) for w in watched] == [
+            ("ADDED", "events.k8s.io/v1", "SuccessfulCreate")
+        ]
+        v1_watch = runner.watch(
+            Selector.parse(kube_events.KIND, "default", field_selector="reason=Deleted"),
+            runner.last_seq,
+            to_v1,
+        )
 
         # a watch from the list's version sees the next events as ADDED, a repeat as MODIFIED
         watcher = runner.watch(Selector(kube_events.KIND, "default"), runner.last_seq)
@@ -398,6 +410,14 @@ def test_the_api_serves_an_hour_of_events_read_only_and_watches_new_ones() -> No
             ("ADDED", "Deleted", 1),
             ("MODIFIED", "Deleted", 2),
         ]
+        converted = [w for _ in range(v1_watch.queue.qsize()) if (w := v1_watch.queue.get_nowait())]
+        assert [
+            (w["type"], w["object"]["note"], w["object"]["deprecatedCount"]) for w in converted
+        ] == [
+            ("ADDED", "Signaled Deletion", 1),
+            ("MODIFIED", "Signaled Deletion", 2),
+        ]
+        assert converted[1]["object"]["series"]["count"] == 2
 
         # the API server's TTL: an hour after their last occurrence, none is listed or got
         now[0] = T0 + kube_events.WINDOW + 2
