@@ -464,8 +464,12 @@ class KubeEvents:
     def of(cls, records: dict[str, KubeEventView]) -> KubeEvents:
         """The records as a snapshot kept them; the indexes are derived."""
         out = cls()
-        for k, r in sorted(records.items(), key=lambda kv: (kv[1].last_at, kv[1].resource_version)):
+        # each object's records in the order they were made (the bound drops the first),
+        # all of them in the order they last counted (the window drops from the front)
+        for k, r in sorted(records.items(), key=lambda kv: kv[1].ordinal):
             out._index(k, r)
+        for k, _ in sorted(records.items(), key=lambda kv: (kv[1].resource_version, kv[1].ordinal)):
+            out._order.move_to_end(k)
         return out
 
     def _index(self, k: str, r: KubeEventView) -> None:

@@ -454,3 +454,18 @@ def test_replica_sets_and_pools_have_their_controllers_events() -> None:
          f"Deleted VM default/pool1-0 with uid {VM_UID} from pool"),
     ]  # fmt: skip
     assert log.records[2].involved.api_version == "pool.kubevirt.io/v1alpha1"
+
+
+def test_a_restored_fold_drops_the_same_records_as_the_live_one() -> None:
+    live = Log()
+    live(VMICreated(meta=live.meta(Kind.VMI, uid=VMI_UID), manifest=_vmi()))
+    # the first one repeats last: it counted most recently, and was made first
+    for message in [*(f"m{i}" for i in range(kube_events.PER_OBJECT)), "m0"]:
+        live(Unschedulable(meta=live.meta(Kind.VMI), reason="Unschedulable", message=message))
+    restored = snapshots.decode_views(snapshots.encode_views(live.cluster))
+    more = Unschedulable(meta=live.meta(Kind.VMI), reason="Unschedulable", message="new")
+    for cluster in (live.cluster, restored):
+        cluster.apply(Stored(seq=live.seq + 1, subject="s", time=live.t, event=more))
+    assert restored.kube_events is not None and live.cluster.kube_events is not None
+    assert restored.kube_events.table == live.cluster.kube_events.table
+    assert "m0" not in {r.message for r in restored.kube_events.table.values()}
