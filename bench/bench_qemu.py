@@ -62,12 +62,11 @@ from ops import guest_images
 from ops.nats_server import free_port
 from ops.node_libvirtd import NodeRuntime, cleanup_stale, connect_uri
 from services.api.admission import default_vmi
-from services.launcher import rundir, storage
+from services.launcher import kvm_probe, rundir, storage
 from services.launcher.client import LauncherClient
 from services.launcher.domain_state import DomainState
 from services.launcher.domain_xml import DomainType, build_domain_xml, domain_name
 from services.launcher.hypervisor import MigrationOptions
-from services.launcher.kvm_probe import domain_type as probe_domain_type
 from services.launcher.protocol import MigrateTo, Shutdown, Start
 from services.launcher.rundir import guest_console_log
 from services.launcher.zygote import spawn_launcher, start_zygote
@@ -442,8 +441,17 @@ def measure(runs: int, fn: Callable[[int], float]) -> list[float]:
     return [fn(i) for i in range(runs)]
 
 
+def probe_domain_type(base: Path) -> DomainType:
+    """The probe's verdict (cached per host and image), booting on a libvirtd of its own."""
+    node = NodeRuntime("probe", base)
+    try:
+        return kvm_probe.domain_type(node.start(adopt=False)).domain_type
+    finally:
+        node.stop()
+
+
 async def guest_only(runs: int, base: Path) -> None:
-    dtype = probe_domain_type().domain_type
+    dtype = probe_domain_type(base)
     bench = Bench(base, dtype)
     control, raw = await control_plane_guest_up(runs, base, bench)
     print(f"qemu mode, domain type {dtype}, {runs} runs (after one warm-up)")
@@ -451,7 +459,7 @@ async def guest_only(runs: int, base: Path) -> None:
 
 
 async def main_async(runs: int, base: Path) -> None:
-    dtype = probe_domain_type().domain_type
+    dtype = probe_domain_type(base)
     bench = Bench(base, dtype)
     cleanup_stale(base)
     for node, run_dir in zip(bench.nodes, bench.run_dirs, strict=True):

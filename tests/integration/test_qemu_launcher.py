@@ -60,7 +60,7 @@ class Launchers:
         self.cluster = cluster
         self.zygote = zygote
         self.pids: list[int] = []
-        self.domain_type = probe_domain_type().domain_type
+        self.domain_type = probe_domain_type(cluster.nodes["node-1"].uri).domain_type
 
     async def spawn(
         self, node: str, vmi: dict[str, Any], *, migration_target: bool = False
