@@ -61,6 +61,10 @@ class StopReason(StrEnum):
 #: condition says ErrImagePull, as KubeVirt's does).
 ERR_IMAGE_PULL = "ErrImagePull"
 IMAGE_PULL_PREFIX = f"{ERR_IMAGE_PULL}: "
+#: KubeVirt's Warning event reasons (VMIWarning) and the Synchronized condition's reason
+SYNC_FAILED = "SyncFailed"
+GUEST_PANICKED = "GuestPanicked"
+SYNC_FAILED_CONDITION = "Synchronizing with the Domain failed."
 
 
 # ---------------------------------------------------------------- VirtualMachine (api)
@@ -204,6 +208,7 @@ class DomainMigratedIn(Event, tag="DomainMigratedIn", frozen=True):
 
 
 class DomainPaused(Event, tag="DomainPaused", frozen=True):
+    #: KubeVirt's: PausedByUser, PausedIOError; else libvirt's state reason (Unknown, ...)
     reason: str = "PausedByUser"
 
 
@@ -219,6 +224,15 @@ class DomainStopped(Event, tag="DomainStopped", frozen=True):
     reason: StopReason
     grace_period_expired: bool = False
     message: str = ""
+
+
+class VMIWarning(Event, tag="VMIWarning", frozen=True):
+    """What KubeVirt records as a Warning event on the VMI (virt-handler's and
+    virt-launcher's recorder): GuestPanicked, SyncFailed (a command the domain kept
+    refusing, given up; a domain destroyed as irrecoverable), Stopped (a crash)."""
+
+    reason: str
+    message: str
 
 
 class LauncherExited(Event, tag="LauncherExited", frozen=True):
@@ -448,6 +462,7 @@ VMIEvent = (
     | DomainResumed
     | DomainSoftRebooted
     | DomainStopped
+    | VMIWarning
     | LauncherExited
 )
 MigrationEvent = (

@@ -55,8 +55,19 @@ DISK_ALIASES = (
 )
 #: kernelBoot containers: name → (kernelPath, initrdPath) inside it.
 KERNEL_ALIASES = {"alpine-ext-kernel-boot-demo": ("boot/vmlinuz-virt", "boot/initramfs-virt")}
-#: The kernel's modules the guest loads (their dependencies are added).
-MODULES = ("virtio_pci", "virtio_blk", "virtio_net", "virtio_console", "virtio-rng", "isofs")
+#: The kernel's modules the guest loads (their dependencies are added): virtio devices, ISO
+#: 9660 (the cloud-init seed), the panic devices (a guest's panic reaches the host: ISA's
+#: is an ACPI device, pvpanic-mmio's).
+MODULES = (
+    "virtio_pci",
+    "virtio_blk",
+    "virtio_net",
+    "virtio_console",
+    "virtio-rng",
+    "isofs",
+    "pvpanic_mmio",
+    "pvpanic_pci",
+)
 #: What the boot loader passes: both consoles, the serial one last (it is /dev/console).
 CMDLINE = "console=tty0 console=ttyS0 quiet panic=-1"
 PACKAGES = ("busybox-static", "syslinux", "syslinux-common", "mtools")

@@ -14,6 +14,7 @@ from msgspec.structs import replace
 from events.catalog import (
     ERR_IMAGE_PULL,
     IMAGE_PULL_PREFIX,
+    SYNC_FAILED,
     DomainMigratedIn,
     DomainPaused,
     DomainResumed,
@@ -67,6 +68,7 @@ from events.catalog import (
     VMIRemoved,
     VMISoftRebootRequested,
     VMIUnpauseRequested,
+    VMIWarning,
     VMRestartRequested,
     VMRevisionRecorded,
     VMRunStrategyChanged,
@@ -225,19 +227,23 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
                 "Running",
                 at,
                 paused=paused,
+                pause_reason="PausedByUser" if paused else "",
                 ever_running=True,
                 qemu_pid=qpid,
                 domain_type=dtype or v.domain_type,
+                sync_failure="",
             )
         case DomainMigratedIn(qemu_pid=qpid, domain_type=dtype):
             # the target's domain after a live migration: no phase change (Running throughout)
             if v.final:
                 return v
             return replace(v, qemu_pid=qpid, domain_type=dtype or v.domain_type)
-        case DomainPaused():
-            return replace(v, paused=True)
+        case DomainPaused(reason=why):
+            return replace(v, paused=True, pause_reason=why, sync_failure="")
         case DomainResumed():
-            return replace(v, paused=False)
+            return replace(v, paused=False, pause_reason="", sync_failure="")
+        case VMIWarning(reason=why, message=msg):
+            return replace(v, sync_failure=msg) if why == SYNC_FAILED else v
         case DomainStopped(reason=reason, grace_period_expired=expired, message=msg):
             if v.final or reason is StopReason.MIGRATED:
                 return v

@@ -10,7 +10,7 @@ import functools
 import math
 from typing import Any, assert_never
 
-from events.catalog import ERR_IMAGE_PULL
+from events.catalog import ERR_IMAGE_PULL, SYNC_FAILED_CONDITION
 from events.meta import Kind
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
@@ -112,8 +112,8 @@ def render_vm(cluster: Cluster, vm: VMView, now: float) -> JSON:
             "" if ready else ("PodNotExists" if vmi is None else "GuestNotRunning"),
         )
     ]
-    if vmi is not None and vmi.paused:
-        conditions.append(_condition("Paused", True, "PausedByUser"))
+    if vmi is not None and (paused := paused_condition(vmi)) is not None:
+        conditions.append(_condition("Paused", True, paused[0], paused[1]))
     if vmi is not None and vmi.unschedulable:
         conditions.append(_condition("Failure", True, "Unschedulable", vmi.unschedulable))
     status["conditions"] = conditions
@@ -183,12 +183,16 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
             ),
         )
     ]
-    if vmi.paused:
-        conditions.append(_condition("Paused", True, "PausedByUser", "VMI was paused by user"))
+    if (paused := paused_condition(vmi)) is not None:
+        conditions.append(_condition("Paused", True, *paused))
     if vmi.unschedulable:
         conditions.append(_condition("PodScheduled", False, "Unschedulable", vmi.unschedulable))
     if vmi.reason == ERR_IMAGE_PULL:
         conditions.append(_condition("Synchronized", False, ERR_IMAGE_PULL, vmi.message))
+    elif vmi.sync_failure:
+        conditions.append(
+            _condition("Synchronized", False, SYNC_FAILED_CONDITION, vmi.sync_failure)
+        )
     conditions.append(_condition("LiveMigratable", *live_migratable(obj)))
     if vmi.domain_type == "qemu":
         conditions.append(
@@ -214,6 +218,21 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
         status.pop("activePods", None)
     obj["status"] = status
     return obj
+
+
+#: KubeVirt's Paused conditions (virt-handler's calculatePausedCondition); a domain paused
+#: for another reason (libvirt could not name it, ...) gets none
+PAUSED_CONDITIONS = {
+    "PausedByUser": "VMI was paused by user",
+    "PausedIOError": "VMI was paused, low-level IO error detected",
+}
+
+
+def paused_condition(vmi: VMIView) -> tuple[str, str] | None:
+    """(reason, message) of the VMI's Paused condition; None when it has none."""
+    if not vmi.paused or vmi.pause_reason not in PAUSED_CONDITIONS:
+        return None
+    return vmi.pause_reason, PAUSED_CONDITIONS[vmi.pause_reason]
 
 
 #: virtstream's extra: the libvirt domain behind the VMI (KubeVirt's status has no such field)

@@ -106,6 +106,10 @@ class VMIView(PhasedView, frozen=True, kw_only=True):
     qemu_pid: int = 0
     domain_type: str = ""  # DomainStarted's: "qemu" = software emulation (TCG)
     paused: bool = False
+    pause_reason: str = ""  # DomainPaused's (PausedByUser, PausedIOError, Unknown, ...)
+    #: the handler gave up on the domain (VMIWarning SyncFailed): KubeVirt's Synchronized
+    #: False condition, until the domain is heard from again
+    sync_failure: str = ""
     ever_running: bool = False
     unschedulable: str = ""  # the scheduler's message while no node fits
     deletion_requested_at: float | None = None

@@ -13,6 +13,8 @@ from __future__ import annotations
 import msgspec
 
 from events.catalog import (
+    GUEST_PANICKED,
+    SYNC_FAILED,
     DomainMigratedIn,
     DomainPaused,
     DomainResumed,
@@ -24,6 +26,7 @@ from events.catalog import (
     LauncherStarted,
     Manifest,
     StopReason,
+    VMIWarning,
 )
 from events.meta import Actor, Aggregate, Kind, Meta
 from services.handler.state import VMIRecord
@@ -112,6 +115,28 @@ def stop_reason(status: DomainStatus) -> StopReason:
     if status.state is DomainState.CRASHED:
         return StopReason.CRASHED
     return _STOP_REASONS.get(status.reason, StopReason.SHUTDOWN)
+
+
+#: KubeVirt's Paused condition reasons by the domain's state reason; another reason
+#: (Unknown: libvirt could not name it) is reported as it is, and gets no condition
+_PAUSE_REASONS = {StateReason.USER: "PausedByUser", StateReason.IO_ERROR: "PausedIOError"}
+
+
+def pause_reason(status: DomainStatus) -> str:
+    return _PAUSE_REASONS.get(status.reason, str(status.reason))
+
+
+def crash_warning(final: DomainStatus) -> tuple[str, str] | None:
+    """The Warning KubeVirt records for a domain that crashed: GuestPanicked (a panic
+    reported by the guest's panic device), SyncFailed (a domain that could not run again,
+    destroyed as irrecoverable), Stopped (any other crash)."""
+    if final.state is DomainState.CRASHED or final.reason is StateReason.PANICKED:
+        return GUEST_PANICKED, final.message or "GuestPanicked (details unavailable)"
+    if final.reason is not StateReason.CRASHED:
+        return None
+    if final.message:
+        return SYNC_FAILED, f"VMI is irrecoverable due to {final.message}"
+    return "Stopped", "The VirtualMachineInstance crashed."
 
 
 def service_name(node: str) -> str:
@@ -224,7 +249,10 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
             )
         elif active and paused and not r.paused:
             emit(
-                DomainPaused(meta=handler_meta(r, node, f"DomainPaused/{r.pause_events + 1}", now))
+                DomainPaused(
+                    meta=handler_meta(r, node, f"DomainPaused/{r.pause_events + 1}", now),
+                    reason=pause_reason(s),
+                )
             )
         elif active and s.state is DomainState.RUNNING and r.paused:
             emit(
@@ -240,12 +268,21 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
             )
         out.extend(_commands(r, o, s))
     if final is not None and not r.stopped:
+        warning = crash_warning(final)
+        if warning is not None:
+            emit(
+                VMIWarning(
+                    meta=handler_meta(r, node, f"VMIWarning/{warning[0]}", now),
+                    reason=warning[0],
+                    message=warning[1],
+                )
+            )
         emit(
             DomainStopped(
                 meta=handler_meta(r, node, "DomainStopped", now),
                 reason=stop_reason(final),
                 grace_period_expired=final.grace_period_expired,
-                message=final.message or "",
+                message=final.message or (warning[1] if warning else ""),
             )
         )
     if o.gone:

@@ -157,6 +157,9 @@ def build_domain_xml(
     ET.SubElement(console, "target", type="serial", port="0")
     if domain_type is not DomainType.TEST and devices_spec.get("autoattachGraphicsDevice", True):
         _add_graphics(devices)
+    for panic in devices_spec.get("panicDevices") or []:
+        # KubeVirt's panicDevices: a guest's panic reaches the host (on_crash destroys it)
+        ET.SubElement(devices, "panic", model=str((panic or {}).get("model") or "isa"))
 
     ET.indent(root)
     return ET.tostring(root, encoding="unicode")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import urllib.parse
 from collections.abc import Callable
@@ -24,6 +25,7 @@ import libvirt
 import libvirtaio
 import msgspec
 
+from services.launcher import qemu_log
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
 
 TEST_URI = "test:///default"
@@ -108,6 +110,10 @@ class Hypervisor(Protocol):
 
     def destroy(self) -> None: ...
     def state(self) -> tuple[DomainState, StateReason]: ...
+    def stuck(self) -> str | None:
+        """Why the paused guest cannot run again (QEMU's run state needs a reset), from
+        QEMU's log; None when it can (or is not paused)."""
+
     def info(self) -> DomainInfo: ...
     def pid(self) -> int | None: ...
     def migrate(self, target_uri: str, options: MigrationOptions) -> None:
@@ -283,6 +289,24 @@ class LibvirtHypervisor:
             return DomainState.NO_STATE, StateReason.UNKNOWN
         code, reason = self._call(self._dom.state)
         return _state(code, reason)
+
+    def stuck(self) -> str | None:
+        if self._is_test or self._dom is None:
+            return None
+        state, reason = self.state()
+        if state is not DomainState.PAUSED or reason is not StateReason.UNKNOWN:
+            return None  # a pause libvirt can name (user, migration, I/O error) is ordinary
+        import libvirt_qemu
+
+        try:
+            reply = libvirt_qemu.qemuMonitorCommand(self._dom, '{"execute":"query-status"}', 0)
+            status = str(json.loads(reply)["return"]["status"])
+        except (libvirt.libvirtError, ValueError, KeyError):
+            return None
+        if status not in qemu_log.NEEDS_RESET:
+            return None
+        text = qemu_log.read_tail(qemu_log.log_path(self.uri, self._dom.name()))
+        return qemu_log.kvm_error(text) or f"QEMU stopped the guest ({status})"
 
     def info(self) -> DomainInfo:
         _state_code, max_mem, mem, vcpus, cpu_time = self._call(self._domain().info)

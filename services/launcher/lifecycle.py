@@ -292,6 +292,9 @@ class DomainEventSeen(msgspec.Struct, frozen=True, kw_only=True):
     event: DomainEvent
     reason: StateReason
     seen: Seen
+    #: A pause the guest cannot leave (QEMU's run state needs a reset: a KVM internal
+    #: error, a panic kept paused): why, from QEMU's log. None: an ordinary pause.
+    stuck: str | None = None
 
 
 class Connected(msgspec.Struct, frozen=True, kw_only=True):
@@ -404,6 +407,9 @@ class LauncherState(msgspec.Struct, frozen=True, kw_only=True):
     seq: int = 0
     #: A Crash command destroyed the domain: its Stopped event is reported as Crashed.
     crash_requested: bool = False
+    #: The guest stopped for good (`DomainEventSeen.stuck`) and was destroyed: its Stopped
+    #: event is reported as Crashed with this as the message.
+    crash: str | None = None
     grace_expired: bool = False
     shutdown: GracefulShutdown | None = None
     migration: Migration | None = None
@@ -495,7 +501,7 @@ def _snapshot(s: LauncherState, seen: Seen) -> tuple[LauncherState, DomainStatus
     if s.final is not None:
         return s, s.final
     reason = seen.reason
-    if s.crash_requested and seen.state is DomainState.SHUTOFF:
+    if (s.crash_requested or s.crash is not None) and seen.state is DomainState.SHUTOFF:
         reason = StateReason.CRASHED
     return _status(s, seen.state, reason, None, seen)
 
@@ -560,7 +566,18 @@ def _domain_event(s: LauncherState, inp: DomainEventSeen) -> Decision:
         return s, []  # the domain is already reported gone (e.g. Undefined during cleanup)
     event, reason = inp.event, inp.reason
     state = EVENT_STATES[event]
-    if event is DomainEvent.STOPPED and s.crash_requested:
+    if event is DomainEvent.SUSPENDED and inp.stuck is not None:
+        # QEMU refuses to run this guest again ("Resetting the Virtual Machine is
+        # required"): it crashed, as KubeVirt destroys an irrecoverable domain
+        if s.crash is not None:
+            return s, []
+        note = Log("warning", f"domain {s.settings.domain_name} stopped for good: {inp.stuck}")
+        return replace(s, crash=inp.stuck), [note, DestroyDomain()]
+    if event is DomainEvent.SUSPENDED and inp.seen.state is DomainState.PAUSED:
+        # libvirt's event says "paused" both for a user's pause and for one it cannot name;
+        # the domain's state reason tells them apart
+        reason = inp.seen.reason
+    if event is DomainEvent.STOPPED and (s.crash_requested or s.crash is not None):
         reason = StateReason.CRASHED
     if event is DomainEvent.DEFINED and inp.seen.active:
         return s, []  # a running domain's definition was saved (a migration's target does)
@@ -574,7 +591,7 @@ def _domain_event(s: LauncherState, inp: DomainEventSeen) -> Decision:
         if s.migration is not None:
             deferred = DomainEnd(state, reason, event)
             return replace(s, migration=replace(s.migration, deferred_end=deferred)), []
-        return _finish(s, state, reason, event, inp.seen)
+        return _finish(s, state, reason, event, inp.seen, s.crash)
     s, status = _status(s, state, reason, event, inp.seen)
     return s, [Broadcast(status)]
 

@@ -361,7 +361,8 @@ class Launcher:
         self._feed(lc.CallReturned(call=call, error=error, seen=self._seen()))
 
     def _on_event(self, event: DomainEvent, reason: StateReason) -> None:
-        self._feed(lc.DomainEventSeen(event=event, reason=reason, seen=self._seen()))
+        stuck = self._hv.stuck() if event is DomainEvent.SUSPENDED else None
+        self._feed(lc.DomainEventSeen(event=event, reason=reason, seen=self._seen(), stuck=stuck))
 
     async def _migrate(self, action: lc.MigrateDomain) -> None:
         command = action.command

@@ -8,12 +8,14 @@ Each test stops its guest (two shared cores). Skipped without the qemu packages 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,24 +47,33 @@ class Cluster:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.port = free_port()
+        self.nats_port = free_port()
         self.http = httpx.Client()  # the api's, once `up` wrote its credentials (start)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[str] | None = None
+        self.output: list[str] = []  # what `up` printed, read as it goes
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "up", "--data-dir", str(self.data_dir),
-             "--port", str(self.port), "--nats-port", str(free_port()),
+             "--port", str(self.port), "--nats-port", str(self.nats_port),
              "--hypervisor", "qemu", "--nodes", "1"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "COLUMNS": "200"},
         )  # fmt: skip
+        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
         self.http = up_client(self.port, timeout=5)
         until(lambda: self.http.get(VMS).is_success, what="the API")
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.output.append(line.rstrip("\n"))
 
     def stop(self) -> None:
         self.http.close()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
-            self.proc.communicate(timeout=90)
+            self.proc.wait(timeout=90)
         for pid in live_launchers(self.data_dir / "run"):
             os.kill(pid, signal.SIGKILL)
 
@@ -112,6 +123,26 @@ class Cluster:
             if Path(f"/proc/{pid}/comm").read_text().startswith("qemu")
         ]
 
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The VMI's events as `virtstream events -o json` prints them."""
+        done = subprocess.run(
+            [sys.executable, "-m", "cli.main", "events", "-a", f"vmi/default/{name}",
+             "-o", "json", "--nats-url", f"nats://127.0.0.1:{self.nats_port}"],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+    def why(self, name: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "cli.main", "why", f"vmi/default/{name}",
+             "--nats-url", f"nats://127.0.0.1:{self.nats_port}"],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+            env={**os.environ, "COLUMNS": "250"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
     def delete_vmi(self, name: str) -> None:
         self.http.delete(f"{VMIS}/{name}", params={"gracePeriodSeconds": 0})
         until(lambda: self.http.get(f"{VMIS}/{name}").status_code == 404, what=f"{name} gone")
@@ -134,9 +165,17 @@ def example(name: str) -> dict[str, Any]:
 
 
 def test_vm_cirros_boots_to_the_guests_prompt_on_its_serial_console(cluster: Cluster) -> None:
+    # `up` booted the guest image under KVM (and TCG unless KVM was quick) and said which
+    verdicts = [line for line in cluster.output if line.startswith("domain type ")]
+    assert len(verdicts) == 1, cluster.output
+    said = re.match(r"domain type (kvm|qemu)\b.*?: (.+)", verdicts[0])
+    assert said is not None, verdicts[0]
+    # KVM's boot decided: it reached the guest's init, or it could not
+    assert re.search(r"reached its init|KVM cannot run the guest image here", said.group(2))
     assert cluster.http.post(VMS, json=yaml.safe_load(CIRROS.read_text())).is_success
     assert cluster.http.put(f"{SUB_VM}/vm-cirros/start", json={}).is_success
-    cluster.phase("vm-cirros", "Running")
+    status = cluster.phase("vm-cirros", "Running")["status"]
+    assert status["virtstream.io/domain"]["type"] == said.group(1)
     text = cluster.console_shows(
         "vm-cirros",
         r"^virtstream-guest: init",  # the guest's userspace is up
@@ -194,3 +233,28 @@ def test_an_unknown_image_fails_the_vmi_with_err_image_pull_and_starts_no_qemu(
     assert "default_no-image" not in cluster.domains()
     assert cluster.qemus() == []
     assert not (cluster.data_dir / "disks" / "default_no-image").exists()
+
+
+def test_a_guest_panic_fails_the_vmi_with_kubevirts_warning(cluster: Cluster) -> None:
+    vmi = example("vmi-nocloud.yaml")
+    vmi["metadata"]["name"] = "panics"
+    vmi["spec"]["domain"]["devices"]["panicDevices"] = [{"model": "isa"}]
+    for volume in vmi["spec"]["volumes"]:
+        if "cloudInitNoCloud" in volume:  # the guest's kernel panics once it is up
+            volume["cloudInitNoCloud"]["userData"] = "#!/bin/sh\necho c > /proc/sysrq-trigger\n"
+    assert cluster.http.post(VMIS, json=vmi).is_success
+    status = cluster.phase("panics", "Failed")["status"]
+    assert status["reason"] == "Crashed"
+    assert "Kernel panic" in cluster.console("panics").read_text(errors="replace")
+    events = cluster.events("panics")
+    warnings = [e["data"] for e in events if e["type"] == "VMIWarning"]
+    assert [(w["reason"], w["message"]) for w in warnings] == [
+        ("GuestPanicked", "GuestPanicked (details unavailable)")
+    ]
+    stopped = next(e["data"] for e in events if e["type"] == "DomainStopped")
+    assert stopped["reason"] == "Crashed"
+    assert "Paused" not in {c["type"] for c in status["conditions"]}  # never PausedByUser
+    why = cluster.why("panics")
+    assert "DomainStopped" in why and "GuestPanicked" in why
+    assert "default_panics" not in cluster.domains()
+    cluster.delete_vmi("panics")

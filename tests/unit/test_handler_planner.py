@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from events.catalog import DomainStarted, DomainStopped, LauncherExited, LauncherStarted, StopReason
+from events.catalog import (
+    DomainPaused,
+    DomainStarted,
+    DomainStopped,
+    LauncherExited,
+    LauncherStarted,
+    StopReason,
+    VMIWarning,
+)
 from services.handler.planner import Append, Cleanup, Observed, Send, Spawn, plan
 from services.handler.state import VMIRecord
 from services.launcher.domain_state import DomainState, StateReason
@@ -75,9 +83,53 @@ def test_final_status_and_exit() -> None:
     r = record(launcher_pid=42, started=True)
     o = observed(DomainState.RUNNING, gone=True)
     o.update(DomainStatus(state=DomainState.SHUTOFF, reason=StateReason.CRASHED, seq=2, final=True))
-    stopped, exited = events(plan(KEY, r, o, "n1", 0.0))
+    warned, stopped, exited = events(plan(KEY, r, o, "n1", 0.0))
+    assert isinstance(warned, VMIWarning)
+    assert (warned.reason, warned.message) == ("Stopped", "The VirtualMachineInstance crashed.")
     assert isinstance(stopped, DomainStopped) and stopped.reason is StopReason.CRASHED
     assert isinstance(exited, LauncherExited)
+
+
+def test_a_guest_panic_is_a_crash_with_kubevirts_warning() -> None:
+    r = record(launcher_pid=42, started=True)
+    o = observed(DomainState.RUNNING)
+    o.update(
+        DomainStatus(state=DomainState.CRASHED, reason=StateReason.PANICKED, seq=2, final=True)
+    )
+    warned, stopped = events(plan(KEY, r, o, "n1", 0.0))
+    assert isinstance(warned, VMIWarning) and warned.reason == "GuestPanicked"
+    assert warned.message == "GuestPanicked (details unavailable)"
+    assert warned.meta.event_id == "virt-handler-n1/u1/VMIWarning/GuestPanicked"
+    assert isinstance(stopped, DomainStopped) and stopped.reason is StopReason.CRASHED
+    assert stopped.message == "GuestPanicked (details unavailable)"
+
+
+def test_a_domain_destroyed_as_irrecoverable_is_a_sync_failure() -> None:
+    r = record(launcher_pid=42, started=True)
+    o = observed(DomainState.RUNNING)
+    why = "KVM internal error. Suberror: 1 (emulation failure)"
+    o.update(
+        DomainStatus(
+            state=DomainState.SHUTOFF, reason=StateReason.CRASHED, seq=2, final=True, message=why
+        )
+    )
+    warned, stopped = events(plan(KEY, r, o, "n1", 0.0))
+    assert isinstance(warned, VMIWarning) and warned.reason == "SyncFailed"
+    assert warned.message == f"VMI is irrecoverable due to {why}"
+    assert isinstance(stopped, DomainStopped) and stopped.message == why
+
+
+def test_a_pause_carries_the_domains_reason_never_a_made_up_user() -> None:
+    r = record(launcher_pid=42, started=True)
+    for reason, expected in (
+        (StateReason.USER, "PausedByUser"),
+        (StateReason.IO_ERROR, "PausedIOError"),
+        (StateReason.UNKNOWN, "Unknown"),
+    ):
+        o = observed()
+        o.update(DomainStatus(state=DomainState.PAUSED, reason=reason, seq=1))
+        (paused,) = events(plan(KEY, r, o, "n1", 0.0))
+        assert isinstance(paused, DomainPaused) and paused.reason == expected
 
 
 def test_launcher_vanished_while_away() -> None:

@@ -58,6 +58,9 @@ class AcpiDeafHypervisor:
     def soft_reboot(self) -> None:
         pass
 
+    def stuck(self) -> str | None:
+        return None
+
     def shutdown(self) -> None:
         self.acpi_requests.append(asyncio.get_running_loop().time())
 
