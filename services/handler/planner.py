@@ -42,6 +42,18 @@ from services.launcher.protocol import (
 )
 
 
+class Rejection(msgspec.Struct, frozen=True, kw_only=True):
+    """The launcher refused the same command for the same request `count` times in a row
+    (or did not answer it): the fleet's record, the planner's basis for backing off."""
+
+    command: str  # the command's tag
+    cause: str  # the request it served (Send.cause)
+    error: str
+    count: int
+    since: float  # the first refusal of the streak (wall clock)
+    at: float  # the latest
+
+
 class Observed(msgspec.Struct, kw_only=True):
     """One launcher as the launcher fleet sees it. The fleet never changes one it has
     reported (it reports a new one), so a decider's state can hold it as it is."""
@@ -64,6 +76,7 @@ class Observed(msgspec.Struct, kw_only=True):
     shutdown_grace: float | None = None  # smallest grace period sent
     reboots_sent: int = 0
     reboots_ok: int = 0
+    rejected: Rejection | None = None  # the last command's refusals; None once one succeeds
 
     def update(self, status: DomainStatus) -> None:
         if self.status is None or status.seq >= self.status.seq:
@@ -87,6 +100,9 @@ class Spawn(msgspec.Struct, frozen=True):
 class Send(msgspec.Struct, frozen=True):
     key: str
     command: Command
+    #: the request the command serves (the record's causation id): a new request of the
+    #: same kind earns new attempts after the handler gave up on the last one
+    cause: str = ""
 
 
 class Append(msgspec.Struct, frozen=True):
@@ -137,6 +153,39 @@ def crash_warning(final: DomainStatus) -> tuple[str, str] | None:
     if final.message:
         return SYNC_FAILED, f"VMI is irrecoverable due to {final.message}"
     return "Stopped", "The VirtualMachineInstance crashed."
+
+
+#: Seconds before the next attempt after the n-th refusal of a command; after the last the
+#: handler gives up on that request (VMIWarning SyncFailed) instead of retrying forever.
+RETRY_BACKOFF_SECONDS = (1.0, 2.0, 4.0, 8.0)
+MAX_ATTEMPTS = len(RETRY_BACKOFF_SECONDS) + 1
+
+
+def _refused(o: Observed, command: Command, cause: str) -> Rejection | None:
+    """The refusals of this command for this request so far (None: none)."""
+    rj = o.rejected
+    if rj is None or rj.command != type(command).__name__ or rj.cause != cause:
+        return None
+    return rj
+
+
+def rejected(prev: Rejection | None, command: str, cause: str, error: str, at: float) -> Rejection:
+    """`prev` with one more refusal of `command` for `cause` (a streak of the same command
+    and request), or a new streak."""
+    if prev is not None and prev.command == command and prev.cause == cause:
+        return msgspec.structs.replace(prev, error=error, count=prev.count + 1, at=at)
+    return Rejection(command=command, cause=cause, error=error, count=1, since=at, at=at)
+
+
+def given_up(rj: Rejection | None) -> bool:
+    return rj is not None and rj.count >= MAX_ATTEMPTS
+
+
+def retry_at(rj: Rejection | None) -> float:
+    """When the command may be sent again (0: now)."""
+    if rj is None:
+        return 0.0
+    return rj.at + RETRY_BACKOFF_SECONDS[min(rj.count, len(RETRY_BACKOFF_SECONDS)) - 1]
 
 
 def service_name(node: str) -> str:
@@ -266,7 +315,9 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
                     meta=handler_meta(r, node, f"DomainSoftRebooted/{r.soft_reboots + 1}", now)
                 )
             )
-        out.extend(_commands(r, o, s))
+        out.extend(_commands(r, o, s, now))
+        for gave_up_warning in gave_up(r, o, s, node, now):
+            emit(gave_up_warning)
     if final is not None and not r.stopped:
         warning = crash_warning(final)
         if warning is not None:
@@ -310,7 +361,7 @@ def released(r: VMIRecord | None, o: Observed) -> bool:
     return o.gone and (r is None or r.exited or r.uid != o.uid)
 
 
-def _commands(r: VMIRecord, o: Observed, s: DomainStatus) -> list[Action]:
+def _commands(r: VMIRecord, o: Observed, s: DomainStatus, now: float) -> list[Action]:
     if not o.connected:
         return []
     key = r.key
@@ -321,12 +372,39 @@ def _commands(r: VMIRecord, o: Observed, s: DomainStatus) -> list[Action]:
         return []
     if o.in_flight:
         return []  # one command at a time: the next plan sees its result
-    if not r.started and s.state is DomainState.SHUTOFF and not o.start_sent:
-        return [Send(key, Start(paused=r.start_paused))]
+    command = wanted(r, o, s)
+    if command is None:
+        rebooting = r.soft_reboot_requests > max(r.soft_reboots, o.reboots_sent)
+        return [Send(key, SoftReboot())] if rebooting and s.state in ACTIVE_STATES else []
+    rj = _refused(o, command, r.causation_id)
+    if given_up(rj) or now < retry_at(rj):
+        return []  # backing off, or given up on this request (plan reports it once)
+    return [Send(key, command, cause=r.causation_id)]
+
+
+def wanted(r: VMIRecord, o: Observed, s: DomainStatus) -> Command | None:
+    """The command the VMI's record calls for while the domain is as `s` says."""
+    if not r.started and s.state is DomainState.SHUTOFF:
+        rj = o.rejected
+        if not o.start_sent or (rj is not None and rj.command == "Start"):
+            return Start(paused=r.start_paused)
+        return None
     if s.state is DomainState.RUNNING and r.want_paused is True and not r.paused:
-        return [Send(key, Pause())]
+        return Pause()
     if s.state is DomainState.PAUSED and r.want_paused is False and r.paused:
-        return [Send(key, Resume())]
-    if r.soft_reboot_requests > max(r.soft_reboots, o.reboots_sent) and s.state in ACTIVE_STATES:
-        return [Send(key, SoftReboot())]
-    return []
+        return Resume()
+    return None
+
+
+def gave_up(r: VMIRecord, o: Observed, s: DomainStatus, node: str, now: float) -> list[Event]:
+    """KubeVirt's SyncFailed Warning, once, when the handler gave up on a request whose
+    command the domain kept refusing (the record still calls for it)."""
+    command = wanted(r, o, s)
+    rj = _refused(o, command, r.causation_id) if command is not None else None
+    if rj is None or not given_up(rj):
+        return []
+    meta = handler_meta(r, node, f"VMIWarning/{SYNC_FAILED}/{rj.command}/{rj.since:.3f}", now)
+    if meta.event_id == r.last_warning:
+        return []
+    message = f"{rj.command} refused {rj.count} times, given up: {rj.error}"
+    return [VMIWarning(meta=meta, reason=SYNC_FAILED, message=message)]

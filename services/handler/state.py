@@ -29,6 +29,7 @@ from events.catalog import (
     VMIRemoved,
     VMISoftRebootRequested,
     VMIUnpauseRequested,
+    VMIWarning,
 )
 from events.meta import Kind
 
@@ -70,6 +71,7 @@ class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
     id_scope: str = ""
     # DomainMigratedIn folded: the target's QEMU pid/domain type went out (once per arrival)
     migrated_in_reported: bool = False
+    last_warning: str = ""  # the event id of the latest VMIWarning (each is reported once)
 
     @property
     def key(self) -> str:
@@ -164,6 +166,8 @@ def evolve(state: NodeState, event: Event) -> NodeState:
             r = msgspec.structs.replace(r, soft_reboots=r.soft_reboots + 1)
         case DomainStopped():
             r = msgspec.structs.replace(r, stopped=True, paused=False)
+        case VMIWarning():
+            r = msgspec.structs.replace(r, last_warning=event.meta.event_id)
         case LauncherExited():
             r = msgspec.structs.replace(r, exited=True)
         case VMIDeleteRequested(grace_period_seconds=grace):

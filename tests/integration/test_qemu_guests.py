@@ -16,6 +16,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from cli.up import live_launchers
 from ops import guest_images
 from ops.nats_server import free_port
 from ops.node_libvirtd import connect_uri, processes_in_namespace, read_state
+from services.handler.planner import MAX_ATTEMPTS
 from services.launcher.rundir import guest_console_log
 from tests.integration.polling import until, up_client
 from tests.integration.qemu_support import CIRROS, qemu_marks
@@ -258,3 +260,41 @@ def test_a_guest_panic_fails_the_vmi_with_kubevirts_warning(cluster: Cluster) ->
     assert "DomainStopped" in why and "GuestPanicked" in why
     assert "default_panics" not in cluster.domains()
     cluster.delete_vmi("panics")
+
+
+def test_a_domain_that_refuses_every_start_is_retried_with_backoff_then_given_up(
+    cluster: Cluster,
+) -> None:
+    """libvirt refuses to start a domain whose host disk does not exist: the handler sends
+    Start MAX_ATTEMPTS times with growing gaps, then records one SyncFailed warning and
+    stops asking; its appends and log lines stay that few while the domain keeps refusing."""
+    vmi = example("vmi-nocloud.yaml")
+    vmi["metadata"]["name"] = "refuses"
+    vmi["spec"]["domain"]["devices"]["disks"].append({"name": "gone", "disk": {"bus": "virtio"}})
+    missing = "/nonexistent/virtstream/refuses.img"
+    vmi["spec"]["volumes"].append({"name": "gone", "hostDisk": {"path": missing, "type": "Disk"}})
+    assert cluster.http.post(VMIS, json=vmi).is_success
+
+    def warnings() -> list[dict[str, Any]]:
+        return [e["data"] for e in cluster.events("refuses") if e["type"] == "VMIWarning"]
+
+    (warning,) = until(warnings, timeout=90, every=2.0, what="the SyncFailed warning")
+    assert warning["reason"] == "SyncFailed"
+    assert warning["message"].startswith(f"Start refused {MAX_ATTEMPTS} times, given up: ")
+    assert missing in warning["message"]
+    time.sleep(10)  # the domain still refuses; the handler asks no more
+    events = cluster.events("refuses")
+    assert [e["type"] for e in events] == [
+        "VMICreated", "PodScheduled", "LauncherStarted", "VMIWarning"
+    ]  # fmt: skip
+    log = (cluster.data_dir / "logs" / "handler-node-1.log").read_text()
+    rejected = [
+        line
+        for line in log.splitlines()
+        if "command rejected" in line and "default/refuses" in line
+    ]
+    assert len(rejected) == MAX_ATTEMPTS, rejected
+    status = cluster.vmi("refuses")["status"]
+    synced = next(c for c in status["conditions"] if c["type"] == "Synchronized")
+    assert synced["status"] == "False" and synced["message"] == warning["message"]
+    cluster.delete_vmi("refuses")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from events.catalog import (
     DomainPaused,
     DomainStarted,
@@ -13,10 +15,19 @@ from events.catalog import (
     StopReason,
     VMIWarning,
 )
-from services.handler.planner import Append, Cleanup, Observed, Send, Spawn, plan
+from services.handler.planner import (
+    MAX_ATTEMPTS,
+    Append,
+    Cleanup,
+    Observed,
+    Rejection,
+    Send,
+    Spawn,
+    plan,
+)
 from services.handler.state import VMIRecord
 from services.launcher.domain_state import DomainState, StateReason
-from services.launcher.protocol import DomainStatus, Pause, Shutdown, Start
+from services.launcher.protocol import DomainStatus, Pause, Resume, Shutdown, Start
 
 KEY = "default/vm1"
 
@@ -143,3 +154,45 @@ def test_orphan_is_destroyed() -> None:
     assert plan(KEY, None, observed(DomainState.RUNNING), "n1", 0.0) == [Cleanup(key=KEY)]
     newer = record(uid="u2")
     assert plan(KEY, newer, observed(DomainState.RUNNING), "n1", 0.0) == [Cleanup(key=KEY)]
+
+
+def refused(command: str, count: int, at: float, cause: str = "c1") -> Rejection:
+    return Rejection(command=command, cause=cause, error="Resetting the Virtual Machine is "
+                     "required", count=count, since=1.0, at=at)  # fmt: skip
+
+
+def test_a_refused_command_is_sent_again_only_after_its_backoff() -> None:
+    r = record(launcher_pid=42, started=True, paused=True, want_paused=False, causation_id="c1")
+    o = observed(DomainState.PAUSED, rejected=refused("Resume", 1, at=10.0))
+    assert plan(KEY, r, o, "n1", 10.5) == []  # 1 s after the first refusal
+    assert plan(KEY, r, o, "n1", 11.0) == [Send(KEY, Resume(), cause="c1")]
+    o = observed(DomainState.PAUSED, rejected=refused("Resume", 3, at=20.0))
+    assert plan(KEY, r, o, "n1", 23.9) == []  # 4 s after the third
+    assert plan(KEY, r, o, "n1", 24.0) == [Send(KEY, Resume(), cause="c1")]
+
+
+def test_after_the_last_attempt_the_handler_gives_up_and_says_so_once() -> None:
+    r = record(launcher_pid=42, started=True, paused=True, want_paused=False, causation_id="c1")
+    o = observed(DomainState.PAUSED, rejected=refused("Resume", MAX_ATTEMPTS, at=30.0))
+    (warned,) = events(plan(KEY, r, o, "n1", 500.0))
+    assert not [a for a in plan(KEY, r, o, "n1", 500.0) if isinstance(a, Send)]
+    assert isinstance(warned, VMIWarning) and warned.reason == "SyncFailed"
+    assert warned.message == (
+        f"Resume refused {MAX_ATTEMPTS} times, given up: Resetting the Virtual Machine is required"
+    )
+    folded = record(
+        launcher_pid=42, started=True, paused=True, want_paused=False, causation_id="c1",
+        last_warning=warned.meta.event_id,
+    )  # fmt: skip
+    assert plan(KEY, folded, o, "n1", 600.0) == []
+    # a new request (another unpause) earns new attempts
+    again = msgspec.structs.replace(folded, causation_id="c2")
+    assert plan(KEY, again, o, "n1", 600.0) == [Send(KEY, Resume(), cause="c2")]
+
+
+def test_a_refused_start_is_retried_too() -> None:
+    r = record(causation_id="c1", launcher_pid=42)
+    o = observed(DomainState.SHUTOFF, start_sent=True, rejected=refused("Start", 1, at=5.0))
+    assert plan(KEY, r, o, "n1", 5.5) == []
+    assert plan(KEY, r, o, "n1", 6.0) == [Send(KEY, Start(paused=False), cause="c1")]
+    assert plan(KEY, r, observed(DomainState.SHUTOFF, start_sent=True), "n1", 6.0) == []
