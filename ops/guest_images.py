@@ -57,7 +57,8 @@ DISK_ALIASES = (
 KERNEL_ALIASES = {"alpine-ext-kernel-boot-demo": ("boot/vmlinuz-virt", "boot/initramfs-virt")}
 #: The kernel's modules the guest loads (their dependencies are added): virtio devices, ISO
 #: 9660 (the cloud-init seed), the panic devices (a guest's panic reaches the host: ISA's
-#: is an ACPI device, pvpanic-mmio's).
+#: is an ACPI device, pvpanic-mmio's), the ACPI power button and the input events acpid
+#: reads it from.
 MODULES = (
     "virtio_pci",
     "virtio_blk",
@@ -67,6 +68,8 @@ MODULES = (
     "isofs",
     "pvpanic_mmio",
     "pvpanic_pci",
+    "button",
+    "evdev",
 )
 #: What the boot loader passes: both consoles, the serial one last (it is /dev/console).
 CMDLINE = "console=tty0 console=ttyS0 quiet panic=-1"
@@ -215,8 +218,11 @@ def _initramfs(root: Path, kernel_release: str, out: Path) -> None:
         "etc/udhcpc.sh": "udhcpc.sh",
         "etc/inittab": "inittab",
         "etc/profile": "profile",
+        # busybox acpid runs /etc/acpi/<action>/<event> for the power button's event
+        "etc/acpi/PWRF/00000080": "power-button.sh",
     }
     for target, source in files.items():
+        (tree / target).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(GUEST_FILES / source, tree / target)
         os.chmod(tree / target, 0o755)
     (tree / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")

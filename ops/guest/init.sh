@@ -17,6 +17,9 @@ echo "virtstream-guest: init at $(cut -d' ' -f1 /proc/uptime)s uptime"
 while read -r module; do
   insmod "/lib/modules/$module.ko" 2>/dev/null
 done < /lib/modules/load-order
+# The ACPI power button powers the guest off (/etc/acpi/PWRF/00000080): a stop with a grace
+# period ends as soon as the guest has shut down.
+acpid -l /dev/null
 
 hostname virtstream
 /etc/cloud-init.sh

@@ -298,3 +298,26 @@ def test_a_domain_that_refuses_every_start_is_retried_with_backoff_then_given_up
     synced = next(c for c in status["conditions"] if c["type"] == "Synchronized")
     assert synced["status"] == "False" and synced["message"] == warning["message"]
     cluster.delete_vmi("refuses")
+
+
+def test_a_stop_with_a_grace_period_ends_as_the_guest_powers_off(cluster: Cluster) -> None:
+    """`stop --grace-period 20`: the guest's acpid powers it off on the ACPI button, so the
+    domain ends shut down (not destroyed at the grace period's end)."""
+    vm = yaml.safe_load(CIRROS.read_text())
+    vm["metadata"]["name"] = "graceful"
+    assert cluster.http.post(VMS, json=vm).is_success
+    assert cluster.http.put(f"{SUB_VM}/graceful/start", json={}).is_success
+    cluster.phase("graceful", "Running")
+    cluster.console_shows("graceful", r"^graceful:~# ")  # up, acpid listening
+    console = cluster.console("graceful")
+    assert cluster.http.put(f"{SUB_VM}/graceful/stop", json={"gracePeriod": 20}).is_success
+    until(lambda: cluster.http.get(f"{VMIS}/graceful").status_code == 404, timeout=60,
+          what="the VMI gone")  # fmt: skip
+    stopped = [e["data"] for e in cluster.events("graceful") if e["type"] == "DomainStopped"]
+    assert [(s["reason"], s.get("grace_period_expired", False)) for s in stopped] == [
+        ("Shutdown", False)
+    ]
+    log = console.read_text(errors="replace")
+    assert "virtstream-guest: power button: powering off" in log
+    assert "reboot: Power down" in log
+    assert cluster.http.delete(f"{VMS}/graceful").is_success
