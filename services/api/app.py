@@ -630,6 +630,7 @@ def _stream(channel: streams.Channel) -> Any:
             receive,
             send,
             lambda: streams.target(api.cluster, params["ns"], params["name"], channel),
+            follow=channel == "console",  # a VNC session's RFB state cannot move along
         )
 
     return stream

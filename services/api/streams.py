@@ -39,6 +39,10 @@ Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
 DIAL_SECONDS = 10.0
+#: How long a console waits for its guest to reappear (a live migration's handover: the
+#: source's QEMU is gone, the fold does not name the target yet).
+FOLLOW_SECONDS = 60.0
+FOLLOW_INTERVAL = 0.25
 
 
 @dataclass(frozen=True)
@@ -104,50 +108,114 @@ def _subprotocol(scope: Scope) -> str | None:
     return SUBPROTOCOL if SUBPROTOCOL in offered else (offered[0] if offered else None)
 
 
-async def relay(scope: Scope, receive: Receive, send: Send, resolve: Callable[[], Target]) -> None:
-    """Serve one WebSocket: `resolve()` gives the Target or raises ApiError."""
+async def _dial(resolve: Callable[[], Target]) -> ClientConnection:
+    """The node's stream for the VMI, or ApiError (KubeVirt's refusal, or 503)."""
+    try:
+        t = resolve()
+        return await connect(t.url, max_size=None, compression=None, open_timeout=DIAL_SECONDS)
+    except InvalidStatus as e:
+        raise _upstream_error(e.response.status_code, bytes(e.response.body or b"")) from None
+    except (OSError, TimeoutError, InvalidHandshake) as e:
+        raise unavailable(f"the node's console server: {e}") from None
+
+
+async def relay(
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    resolve: Callable[[], Target],
+    *,
+    follow: bool = False,
+) -> None:
+    """Serve one WebSocket: `resolve()` gives the Target or raises ApiError. With `follow`
+    (the serial console) the client's WebSocket outlives the node's: when the guest's side
+    ends while the VMI still runs (a live migration's handover), the stream is dialled
+    again where the VMI is now, and the client stays attached."""
     if (await receive())["type"] != "websocket.connect":
         return
     try:
-        t = resolve()
-        upstream = await connect(t.url, max_size=None, compression=None, open_timeout=DIAL_SECONDS)
+        upstream = await _dial(resolve)
     except ApiError as err:
         await _refuse(send, err)
         return
-    except InvalidStatus as e:
-        await _refuse(send, _upstream_error(e.response.status_code, bytes(e.response.body or b"")))
-        return
-    except (OSError, TimeoutError, InvalidHandshake) as e:
-        await _refuse(send, unavailable(f"the node's console server: {e}"))
-        return
     await send({"type": "websocket.accept", "subprotocol": _subprotocol(scope)})
-    await _copy(receive, send, upstream)
+    await _copy(receive, send, upstream, resolve if follow else None)
 
 
-async def _copy(receive: Receive, send: Send, upstream: ClientConnection) -> None:
+async def follow_guest(
+    resolve: Callable[[], Target], seconds: float = FOLLOW_SECONDS
+) -> ClientConnection | tuple[int, str]:
+    """The stream dialled again while the VMI runs but its domain is between nodes (the
+    source's server answers 404 → 503 until the fold names the target); else the close
+    code and reason for the client: 1000 and KubeVirt's answer once the VMI is not running
+    (stopped, failed, deleted), 1011 when it did not come back within `seconds`."""
+    deadline = asyncio.get_running_loop().time() + seconds
+    while True:
+        try:
+            return await _dial(resolve)
+        except ApiError as err:
+            if err.code != 503:
+                return 1000, err.status.message
+            why = err.status.message
+        if asyncio.get_running_loop().time() >= deadline:
+            return 1011, f"the guest's console did not come back within {seconds:.0f}s: {why}"
+        await asyncio.sleep(FOLLOW_INTERVAL)
+
+
+async def _copy(
+    receive: Receive,
+    send: Send,
+    upstream: ClientConnection,
+    resolve: Callable[[], Target] | None,
+) -> None:
+    current = [upstream]
+    attached = asyncio.Event()
+    attached.set()
+
     async def to_node() -> None:
         while True:
             message = await receive()
             if message["type"] == "websocket.disconnect":
                 return
             data: bytes = message.get("bytes") or (message.get("text") or "").encode()
-            if data:
-                await upstream.send(data)
+            if not data:
+                continue
+            await attached.wait()  # keystrokes typed during a handover go to the target
+            with contextlib.suppress(ConnectionClosed):
+                await current[0].send(data)
 
-    async def to_client() -> None:
+    async def to_client(node: ClientConnection) -> None:
         with contextlib.suppress(ConnectionClosed):
-            async for data in upstream:
+            async for data in node:
                 frame = data if isinstance(data, bytes) else data.encode()
                 await send({"type": "websocket.send", "bytes": frame})
 
-    tasks = [asyncio.create_task(to_node()), asyncio.create_task(to_client())]
+    client = asyncio.create_task(to_node())
+    code, reason = 1000, ""
     try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        while True:
+            node = current[0]
+            pump = asyncio.create_task(to_client(node))
+            done, _ = await asyncio.wait({client, pump}, return_when=asyncio.FIRST_COMPLETED)
+            if client in done:
+                pump.cancel()
+                await asyncio.gather(pump, return_exceptions=True)
+                await node.close()
+                return  # the client left
+            await node.close()
+            code, reason = node.close_code or 1000, node.close_reason or ""
+            if resolve is None or code != 1000:
+                break  # not followed, or ended on purpose (another connection took it)
+            attached.clear()
+            following = await follow_guest(resolve)
+            if isinstance(following, tuple):
+                code, reason = following
+                break
+            current[0] = following
+            attached.set()
     finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await upstream.close()
-        code, reason = upstream.close_code or 1000, upstream.close_reason or ""
-        with contextlib.suppress(Exception):  # the client may be gone already
-            await send({"type": "websocket.close", "code": code, "reason": reason})
+        client.cancel()
+        await asyncio.gather(client, return_exceptions=True)
+        await current[0].close()
+    with contextlib.suppress(Exception):  # the client may be gone already
+        await send({"type": "websocket.close", "code": code, "reason": reason[:120]})
