@@ -3,6 +3,7 @@ unpause and softreboot subresources)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from events.catalog import (
@@ -120,10 +121,21 @@ def _softreboot(c: Cluster, ns: str, name: str, _: CallArgs, ctx: RequestContext
 
 
 def _ip(obj: JSON) -> str:
-    for iface in col.status(obj).get("interfaces") or []:
-        if iface.get("ipAddress"):
-            return str(iface["ipAddress"])
-    return ""
+    """kubectl's `.status.interfaces[0].ipAddress`: the first interface's."""
+    interfaces = col.status(obj).get("interfaces") or []
+    return str(interfaces[0].get("ipAddress") or "") if interfaces else ""
+
+
+def _condition_status(ctype: str) -> Callable[[JSON], str]:
+    """kubectl's `.status.conditions[?(@.type=='X')].status`: empty without one."""
+
+    def cell(obj: JSON) -> str:
+        for c in col.status(obj).get("conditions") or []:
+            if c.get("type") == ctype:
+                return str(c.get("status", ""))
+        return ""
+
+    return cell
 
 
 # ------------------------------------------------------------------ registry
@@ -167,6 +179,9 @@ SPEC = KindSpec(
         Column("IP", _ip),
         Column("NODENAME", lambda o: str(col.status(o).get("nodeName", ""))),
         Column("READY", col.ready),
+        # KubeVirt's priority-1 printer columns: what `kubectl get vmi -o wide` adds
+        Column("LIVE-MIGRATABLE", _condition_status("LiveMigratable"), wide=True),
+        Column("PAUSED", _condition_status("Paused"), wide=True),
     ),
     admit=admit,
     created=lambda meta, manifest: VMICreated(meta=meta, manifest=manifest),
