@@ -245,6 +245,10 @@ def up(
                     "--identity",
                     f"controller-{i}",
                     *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
+                    # a node of an earlier run that this one does not start is not coming
+                    # back: it gets no grace from the controller's start
+                    "--cluster-nodes",
+                    ",".join(node_names),
                 ),
                 metrics_url=f"http://127.0.0.1:{cport}/metrics",
                 env=bus.env("controller") if bus else {},
