@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from events.quantity import parse_quantity
+from projections import claims
 from services.launcher import images
 from services.launcher.images import KernelBoot
 
@@ -136,7 +137,8 @@ def _prepare_volume(
         namespace = (vmi.get("metadata") or {}).get("namespace") or "default"
         path = claim_path(str(directory.parent), namespace, claim)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return _blank(path, default_size)
+        # the size its VM's dataVolumeTemplate requests (the pod's annotation), else 1Gi
+        return _blank(path, claims.sizes_of(dict(vmi)).get(claim, default_size))
     if "emptyDisk" in volume:
         return _blank(overlay, str((volume["emptyDisk"] or {}).get("capacity") or default_size))
     if "hostDisk" in volume and (volume["hostDisk"] or {}).get("path"):
