@@ -17,8 +17,8 @@ from typing import Any
 
 from events.catalog import Event, PodScheduled, Taint, Unschedulable
 from events.envelope import Context
-from projections.allocation import node_allocated, vmi_requests
 from projections import claims
+from projections.allocation import node_allocated, vmi_requests
 from projections.cluster import Cluster, key
 from projections.views import NodeView, VMIView
 from services.controller import emit
