@@ -611,6 +611,52 @@ _guest_verb("unpause", "Unpause a VM's (or a VMI's) guest.")
 _guest_verb("softreboot", "Soft-reboot a VMI's guest (ACPI).")
 
 
+@app.command()
+def addvolume(
+    vmi: str = typer.Argument(..., metavar="VMI", help="the running VMI"),
+    volume_name: str = typer.Option(
+        ..., "--volume-name", help="the PersistentVolumeClaim (or DataVolume) to hot-plug"
+    ),
+    disk_type: str = typer.Option("disk", "--disk-type", help="disk or lun"),
+    bus: str = typer.Option("scsi", "--bus", help="scsi or virtio (a lun: scsi)"),
+    serial: str = typer.Option("", "--serial", help="the disk's serial (default: its name)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="check only, change nothing"),
+    namespace: str | None = Namespace,
+) -> None:
+    """Hot-plug a volume into a running VMI (virtctl addvolume)."""
+    if disk_type == "disk" and bus not in ("scsi", "virtio"):
+        raise error(f"Invalid bus type '{bus}' for disk. Only 'scsi' and 'virtio' are supported.")
+    if disk_type == "lun" and bus != "scsi":
+        raise error(f"Invalid bus type '{bus}' for LUN disk. Only 'scsi' bus is supported.")
+    if disk_type not in ("disk", "lun"):
+        raise error(f"Invalid disk type '{disk_type}'. Only LUN and Disk are supported.")
+    options = {
+        "name": volume_name,
+        "disk": {disk_type: {"bus": bus}, "serial": serial or volume_name},
+        "volumeSource": {
+            "persistentVolumeClaim": {"claimName": volume_name, "hotpluggable": True}
+        },
+        **({"dryRun": ["All"]} if dry_run else {}),
+    }
+    _action(
+        lambda c: c.add_volume(vmi, options, _ns(namespace)),
+        f"Successfully submitted add volume request to VM {vmi} for volume {volume_name}",
+    )
+
+
+@app.command()
+def removevolume(
+    vmi: str = typer.Argument(..., metavar="VMI", help="the running VMI"),
+    volume_name: str = typer.Option(..., "--volume-name", help="the hot-plugged volume"),
+    namespace: str | None = Namespace,
+) -> None:
+    """Unplug a hot-plugged volume from a running VMI (virtctl removevolume)."""
+    _action(
+        lambda c: c.remove_volume(vmi, volume_name, _ns(namespace)),
+        f"Successfully submitted remove volume request to VM {vmi} for volume {volume_name}",
+    )
+
+
 NodeArg = typer.Argument(..., metavar="NODE", help="NODE or node/NODE")
 
 

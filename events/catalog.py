@@ -226,6 +226,31 @@ class DomainStopped(Event, tag="DomainStopped", frozen=True):
     message: str = ""
 
 
+class VMIVolumeAdded(Event, tag="VMIVolumeAdded", frozen=True):
+    """addvolume: the VMI's spec gains a hotpluggable volume and its disk (KubeVirt's
+    virt-api patches the VMI's spec); routed to the VMI's node, whose handler attaches it."""
+
+    volume: Manifest
+    disk: Manifest
+
+
+class VMIVolumeRemoved(Event, tag="VMIVolumeRemoved", frozen=True):
+    """removevolume: the hotplugged volume and its disk leave the VMI's spec."""
+
+    name: str
+
+
+class VolumeAttached(Event, tag="VolumeAttached", frozen=True):
+    """The handler: the hotplugged volume is attached to the running domain as `target`."""
+
+    name: str
+    target: str
+
+
+class VolumeDetached(Event, tag="VolumeDetached", frozen=True):
+    name: str
+
+
 class VMIWarning(Event, tag="VMIWarning", frozen=True):
     """What KubeVirt records as a Warning event on the VMI (virt-handler's and
     virt-launcher's recorder): GuestPanicked, SyncFailed (a command the domain kept
@@ -463,6 +488,10 @@ VMIEvent = (
     | DomainSoftRebooted
     | DomainStopped
     | VMIWarning
+    | VMIVolumeAdded
+    | VMIVolumeRemoved
+    | VolumeAttached
+    | VolumeDetached
     | LauncherExited
 )
 MigrationEvent = (

@@ -1,5 +1,5 @@
 """VirtualMachineInstance: its registry entry and its own intents (delete; the pause,
-unpause and softreboot subresources)."""
+unpause and softreboot subresources; addvolume and removevolume in `vmi_volumes.py`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from events.manifest import load
 from events.meta import Kind
 from events.objects import VirtualMachineInstance
 from kinds import columns as col
+from kinds import vmi_volumes
 from kinds.spec import CallArgs, Column, KindSpec, PrinterColumn, Subresource
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_vmi
@@ -154,6 +155,8 @@ SPEC = KindSpec(
         Subresource("pause", _pause, code=200, reads_body=False),
         Subresource("unpause", _unpause, code=200, reads_body=False),
         Subresource("softreboot", _softreboot, code=200, reads_body=False),
+        Subresource("addvolume", vmi_volumes.addvolume, code=202),
+        Subresource("removevolume", vmi_volumes.removevolume, code=202),
     ),
     streams=("console", "vnc", "vnc/screenshot"),
     printer_columns=(

@@ -58,7 +58,7 @@ KERNEL_ALIASES = {"alpine-ext-kernel-boot-demo": ("boot/vmlinuz-virt", "boot/ini
 #: The kernel's modules the guest loads (their dependencies are added): virtio devices, ISO
 #: 9660 (the cloud-init seed), the panic devices (a guest's panic reaches the host: ISA's
 #: is an ACPI device, pvpanic-mmio's), the ACPI power button and the input events acpid
-#: reads it from.
+#: reads it from, SCSI disks on virtio-scsi (where hotplugged volumes go).
 MODULES = (
     "virtio_pci",
     "virtio_blk",
@@ -70,6 +70,8 @@ MODULES = (
     "pvpanic_pci",
     "button",
     "evdev",
+    "virtio_scsi",
+    "sd_mod",
 )
 #: What the boot loader passes: both consoles, the serial one last (it is /dev/console).
 CMDLINE = "console=tty0 console=ttyS0 quiet panic=-1"

@@ -68,6 +68,8 @@ from events.catalog import (
     VMIRemoved,
     VMISoftRebootRequested,
     VMIUnpauseRequested,
+    VMIVolumeAdded,
+    VMIVolumeRemoved,
     VMIWarning,
     VMRestartRequested,
     VMRevisionRecorded,
@@ -78,10 +80,13 @@ from events.catalog import (
     VMStateChangeRequestsCleared,
     VMStopRequested,
     VMUpdated,
+    VolumeAttached,
+    VolumeDetached,
     VolumesCopied,
     VolumesCopyRequested,
 )
 from events.envelope import Stored
+from projections import volumes
 from projections.views import (
     MigrationView,
     NodeView,
@@ -244,6 +249,15 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
             return replace(v, paused=False, pause_reason="", sync_failure="")
         case VMIWarning(reason=why, message=msg):
             return replace(v, sync_failure=msg) if why == SYNC_FAILED else v
+        case VMIVolumeAdded(volume=volume, disk=disk):
+            return replace(v, manifest_json=volumes.added(v.manifest_json, volume, disk))
+        case VMIVolumeRemoved(name=name):
+            return replace(v, manifest_json=volumes.removed(v.manifest_json, name))
+        case VolumeAttached(name=name, target=target):
+            kept = tuple(t for t in v.volume_targets if t[0] != name)
+            return replace(v, volume_targets=(*kept, (name, target)))
+        case VolumeDetached(name=name):
+            return replace(v, volume_targets=tuple(t for t in v.volume_targets if t[0] != name))
         case DomainStopped(reason=reason, grace_period_expired=expired, message=msg):
             if v.final or reason is StopReason.MIGRATED:
                 return v

@@ -12,6 +12,7 @@ from typing import Any, assert_never
 
 from events.catalog import ERR_IMAGE_PULL, SYNC_FAILED_CONDITION
 from events.meta import Kind
+from projections import volumes
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
 from projections.migratability import live_migratable
@@ -209,6 +210,9 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
         status[DOMAIN_STATUS_KEY] = domain_status(vmi)
     if vmi.active_pods:
         status["activePods"] = dict(vmi.active_pods)
+    hotplugged = volumes.volume_status(obj.get("spec") or {}, vmi.volume_targets, vmi.pod_name)
+    if hotplugged:
+        status["volumeStatus"] = hotplugged
     mig = cluster.migrations.get(f"{vmi.namespace}/{vmi.migration}") if vmi.migration else None
     if mig is not None:
         status["migrationState"] = migration_state(mig)

@@ -110,6 +110,8 @@ class VMIView(PhasedView, frozen=True, kw_only=True):
     #: the handler gave up on the domain (VMIWarning SyncFailed): KubeVirt's Synchronized
     #: False condition, until the domain is heard from again
     sync_failure: str = ""
+    #: hotplugged volumes attached to the domain: (name, target)
+    volume_targets: tuple[tuple[str, str], ...] = ()
     ever_running: bool = False
     unschedulable: str = ""  # the scheduler's message while no node fits
     deletion_requested_at: float | None = None

@@ -10,6 +10,8 @@ produces the same ids and JetStream drops the duplicate.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from events.catalog import (
@@ -27,12 +29,16 @@ from events.catalog import (
     Manifest,
     StopReason,
     VMIWarning,
+    VolumeAttached,
+    VolumeDetached,
 )
 from events.meta import Actor, Aggregate, Kind, Meta
 from services.handler.state import VMIRecord
 from services.launcher.domain_state import ACTIVE_STATES, DomainState, StateReason
 from services.launcher.protocol import (
+    AttachVolume,
     Command,
+    DetachVolume,
     DomainStatus,
     Pause,
     Resume,
@@ -318,6 +324,9 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
         out.extend(_commands(r, o, s, now))
         for gave_up_warning in gave_up(r, o, s, node, now):
             emit(gave_up_warning)
+        if active:
+            for volume_event in volume_events(r, s, node, now):
+                emit(volume_event)
     if final is not None and not r.stopped:
         warning = crash_warning(final)
         if warning is not None:
@@ -393,7 +402,40 @@ def wanted(r: VMIRecord, o: Observed, s: DomainStatus) -> Command | None:
         return Pause()
     if s.state is DomainState.PAUSED and r.want_paused is False and r.paused:
         return Resume()
+    if s.state in (DomainState.RUNNING, DomainState.PAUSED):
+        wanted_names = {name for name, _, _ in r.hotplug}
+        for name, volume, disk in r.hotplug:
+            if name not in s.volumes:
+                return AttachVolume(name=name, volume=_as_json(volume), disk=_as_json(disk))
+        for name in s.volumes:
+            if name not in wanted_names:
+                return DetachVolume(name=name)
     return None
+
+
+_json_dict = msgspec.json.Decoder(dict[str, Any])
+
+
+def _as_json(raw: bytes) -> dict[str, Any]:
+    return _json_dict.decode(raw)
+
+
+def volume_events(r: VMIRecord, s: DomainStatus, node: str, now: float) -> list[Event]:
+    """VolumeAttached for a hotplugged volume the launcher reports attached (or at another
+    target), VolumeDetached for one it no longer has that the spec no longer holds."""
+    out: list[Event] = []
+    n = r.volume_events + 1
+    attached = dict(r.attached)
+    for name, target in s.volumes.items():
+        if attached.get(name) != target:
+            meta = handler_meta(r, node, f"VolumeAttached/{name}/{n}", now)
+            out.append(VolumeAttached(meta=meta, name=name, target=target))
+    wanted_names = {name for name, _, _ in r.hotplug}
+    for name in attached:
+        if name not in s.volumes and name not in wanted_names:
+            meta = handler_meta(r, node, f"VolumeDetached/{name}/{n}", now)
+            out.append(VolumeDetached(meta=meta, name=name))
+    return out
 
 
 def gave_up(r: VMIRecord, o: Observed, s: DomainStatus, node: str, now: float) -> list[Event]:

@@ -109,6 +109,11 @@ class Hypervisor(Protocol):
         """Ask the guest to power off (ACPI); returns before the guest acts."""
 
     def destroy(self) -> None: ...
+    def live_xml(self) -> str: ...
+    def attach_device(self, xml: str) -> None:
+        """Hot-plug a device into the running domain (live only)."""
+
+    def detach_device(self, xml: str) -> None: ...
     def state(self) -> tuple[DomainState, StateReason]: ...
     def stuck(self) -> str | None:
         """Why the paused guest cannot run again (QEMU's run state needs a reset), from
@@ -283,6 +288,19 @@ class LibvirtHypervisor:
 
     def destroy(self) -> None:
         self._call(self._domain().destroy)
+
+    def live_xml(self) -> str:
+        return str(self._call(self._domain().XMLDesc, 0))
+
+    def attach_device(self, xml: str) -> None:
+        if self._is_test:
+            return  # the test driver has no device hotplug (and its guests no disks to see)
+        self._call(self._domain().attachDeviceFlags, xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+
+    def detach_device(self, xml: str) -> None:
+        if self._is_test:
+            return
+        self._call(self._domain().detachDeviceFlags, xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
 
     def state(self) -> tuple[DomainState, StateReason]:
         if self._dom is None:

@@ -18,7 +18,7 @@ reply, which carries the error and the state after the call, is decided here too
 from __future__ import annotations
 
 import enum
-from typing import Literal, assert_never
+from typing import Any, Literal, assert_never
 
 import msgspec
 from msgspec.structs import replace
@@ -26,9 +26,11 @@ from msgspec.structs import replace
 from services.launcher.domain_state import ACTIVE_STATES, DomainEvent, DomainState, StateReason
 from services.launcher.protocol import (
     AbortMigration,
+    AttachVolume,
     Command,
     CommandResult,
     Crash,
+    DetachVolume,
     DomainStatus,
     Hello,
     MigrateTo,
@@ -174,6 +176,21 @@ class DestroyDomain(msgspec.Struct, frozen=True, kw_only=True):
     reply_to: ReplyTo | None = None
 
 
+class AttachDisk(msgspec.Struct, frozen=True, kw_only=True):
+    """Prepare the volume's disk file and attach it live; → CallReturned with the target."""
+
+    name: str
+    volume: dict[str, Any]
+    disk: dict[str, Any]
+    reply_to: ReplyTo
+
+
+class DetachDisk(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    target: str
+    reply_to: ReplyTo
+
+
 class AbortJob(msgspec.Struct, frozen=True, kw_only=True):
     #: The AbortMigration command to answer; None: a timeout or a stop aborts it.
     reply_to: ReplyTo | None = None
@@ -203,6 +220,8 @@ HypervisorCall = (
     | RebootDomain
     | ShutdownDomain
     | DestroyDomain
+    | AttachDisk
+    | DetachDisk
     | AbortJob
     | SwitchToPostCopy
 )
@@ -312,6 +331,8 @@ class CommandReceived(msgspec.Struct, frozen=True, kw_only=True):
 class CallReturned(msgspec.Struct, frozen=True, kw_only=True):
     call: HypervisorCall
     error: CallError | None = None
+    #: What the call gave back: an attached disk's target.
+    result: str = ""
     #: Queried after the call returned.
     seen: Seen
 
@@ -417,6 +438,8 @@ class LauncherState(msgspec.Struct, frozen=True, kw_only=True):
     #: This launcher deletes the domain's disks when it exits: not the source's after the
     #: guest moved away, not a target's before the guest arrived.
     owns_disks: bool = False
+    #: Hot-plugged volumes attached now: (name, target), in the order they came.
+    volumes: tuple[tuple[str, str], ...] = ()
     setup_failed: bool = False
     final: DomainStatus | None = None
     exited: bool = False
@@ -492,6 +515,7 @@ def _status(
         final=final,
         message=message,
         grace_period_expired=s.grace_expired if final else False,
+        volumes=dict(s.volumes) if state in ACTIVE_STATES else {},
     )
     return replace(s, seq=seq), status
 
@@ -641,6 +665,17 @@ def _command(s: LauncherState, inp: CommandReceived) -> Decision:
                 return _reply(s, to, seen, "no migration is running")
             s = _with_abort(s, s.migration, "aborted on request")
             return s, [AbortJob(reply_to=to)]
+        case AttachVolume(name=name, volume=volume, disk=disk):
+            if any(n == name for n, _ in s.volumes):
+                return _reply(s, to, seen)  # attached already: a repeat changes nothing
+            if not seen.active or s.shutdown is not None or s.final is not None:
+                return _reply(s, to, seen, "the domain is not running")
+            return s, [AttachDisk(name=name, volume=volume, disk=disk, reply_to=to)]
+        case DetachVolume(name=name):
+            target = next((t for n, t in s.volumes if n == name), None)
+            if target is None:
+                return _reply(s, to, seen)  # not attached: nothing to do
+            return s, [DetachDisk(name=name, target=target, reply_to=to)]
         case _:
             assert_never(command)
 
@@ -649,6 +684,14 @@ def _call_returned(s: LauncherState, inp: CallReturned) -> Decision:
     call, error = inp.call, inp.error
     match call:
         case StartDomain() | SuspendDomain() | ResumeDomain() | RebootDomain():
+            return _reply(s, call.reply_to, inp.seen, _message(error))
+        case AttachDisk(name=name):
+            if error is None:
+                s = replace(s, volumes=(*s.volumes, (name, inp.result)))
+            return _reply(s, call.reply_to, inp.seen, _message(error))
+        case DetachDisk(name=name):
+            if error is None:
+                s = replace(s, volumes=tuple(v for v in s.volumes if v[0] != name))
             return _reply(s, call.reply_to, inp.seen, _message(error))
         case ShutdownDomain():
             name = s.settings.domain_name

@@ -37,9 +37,11 @@ from services.launcher.domain_xml import (
     DEFAULT_DISK_DIR,
     DomainType,
     build_domain_xml,
+    disk_xml_of,
     domain_name,
     firmware_uuid,
     guest_memory_bytes,
+    hotplug_disk_xml,
 )
 from services.launcher.hypervisor import (
     TEST_URI,
@@ -251,6 +253,8 @@ class Launcher:
                 | lc.RebootDomain()
                 | lc.ShutdownDomain()
                 | lc.DestroyDomain()
+                | lc.AttachDisk()
+                | lc.DetachDisk()
                 | lc.AbortJob()
                 | lc.SwitchToPostCopy()
             ):
@@ -336,6 +340,7 @@ class Launcher:
     def _call(self, call: lc.HypervisorCall) -> None:
         hv = self._hv
         error: lc.CallError | None = None
+        result = ""
         try:
             match call:
                 case lc.StartDomain(paused=paused):
@@ -350,15 +355,32 @@ class Launcher:
                     hv.shutdown()
                 case lc.DestroyDomain():
                     hv.destroy()
+                case lc.AttachDisk(volume=volume, disk=disk):
+                    result = self._attach(volume, disk)
+                case lc.DetachDisk(target=target):
+                    found = disk_xml_of(hv.live_xml(), target)
+                    if found is not None:
+                        hv.detach_device(found)
                 case lc.AbortJob():
                     hv.abort_job()
                 case lc.SwitchToPostCopy():
                     hv.switch_to_post_copy()
                 case _:
                     assert_never(call)
-        except HypervisorError as exc:
+        except (HypervisorError, ValueError, OSError) as exc:
             error = lc.CallError(type(exc).__name__, str(exc))
-        self._feed(lc.CallReturned(call=call, error=error, seen=self._seen()))
+        self._feed(lc.CallReturned(call=call, error=error, result=result, seen=self._seen()))
+
+    def _attach(self, volume: dict[str, Any], disk: dict[str, Any]) -> str:
+        """Prepare a hot-plugged volume's file and attach it; returns its target."""
+        config = self._config
+        path = storage.hotplug_volume(
+            config.vmi, volume, self._domain_name, config.disk_dir,
+            default_size=config.default_disk_size,
+        )  # fmt: skip
+        xml, target = hotplug_disk_xml(disk, path, self._hv.live_xml())
+        self._hv.attach_device(xml)
+        return target
 
     def _on_event(self, event: DomainEvent, reason: StateReason) -> None:
         stuck = self._hv.stuck() if event is DomainEvent.SUSPENDED else None

@@ -116,6 +116,24 @@ def prepare_disks(
     return paths
 
 
+def hotplug_volume(
+    vmi: Mapping[str, Any],
+    volume: Mapping[str, Any],
+    domain: str,
+    disk_dir: str,
+    *,
+    default_size: str = DEFAULT_DISK_SIZE,
+) -> str:
+    """The file of a volume hot-plugged into the running domain (a claim's qcow2, created
+    blank on first use as at start)."""
+    if not claim_name(volume):
+        raise ValueError(f"volume {volume.get('name')} is not a PVC or DataVolume")
+    directory = Path(disk_dir) / domain
+    path = _prepare_volume(volume, str(volume.get("name")), directory, vmi, default_size)
+    assert path is not None
+    return str(path)
+
+
 def skipped_disks(vmi: Mapping[str, Any], paths: Mapping[str, str]) -> list[str]:
     disks = ((vmi.get("spec") or {}).get("domain") or {}).get("devices") or {}
     return [d["name"] for d in disks.get("disks") or [] if d["name"] not in paths]

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -25,8 +27,10 @@ import httpx
 import libvirt
 import pytest
 import yaml
+from websockets.sync.client import ClientConnection, connect
 
 from cli.up import live_launchers
+from client import credentials
 from ops import guest_images
 from ops.nats_server import free_port
 from ops.node_libvirtd import connect_uri, processes_in_namespace, read_state
@@ -42,7 +46,8 @@ EXAMPLES = REPO / "examples" / "kubevirt"
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
 VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
 SUB_VM = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines"
-BOOT_TIMEOUT = 60.0  # a TCG boot takes ~3-5 s alone; the machine is shared
+SUB_VMI = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances"
+BOOT_TIMEOUT = 120.0  # a TCG boot takes ~3-5 s alone; the machine is shared (and may be busy)
 
 
 class Cluster:
@@ -145,9 +150,44 @@ class Cluster:
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "VIRTSTREAM_SERVER": f"http://127.0.0.1:{self.port}"}
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", *args],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    def console_ws(self, name: str) -> ClientConnection:
+        """The VMI's serial console through the api (as `virtstream console` opens it)."""
+        creds = credentials.for_api(f"http://127.0.0.1:{self.port}")
+        url = creds.server.replace("http", "ws", 1) + f"{SUB_VMI}/{name}/console"
+        verify = creds.verify()
+        return connect(
+            url,
+            subprotocols=["plain.kubevirt.io"],  # type: ignore[list-item]
+            max_size=None,
+            additional_headers=creds.headers(),
+            ssl=verify if isinstance(verify, ssl.SSLContext) and url.startswith("wss") else None,
+        )
+
     def delete_vmi(self, name: str) -> None:
         self.http.delete(f"{VMIS}/{name}", params={"gracePeriodSeconds": 0})
         until(lambda: self.http.get(f"{VMIS}/{name}").status_code == 404, what=f"{name} gone")
+
+
+def shell(ws: ClientConnection, command: str, seconds: float = 20.0) -> str:
+    """Type a command on the guest's console; what came back until a marker the command
+    echoes (so the echo of the typed line does not count) or `seconds`."""
+    mark = f"{random.randrange(10**6):06d}"
+    ws.send(f"\r{command}; echo done-$((1000000+{mark}))\r".encode())
+    out, end = "", time.monotonic() + seconds
+    while f"done-{1000000 + int(mark)}" not in out and time.monotonic() < end:
+        try:
+            data = ws.recv(timeout=max(0.1, end - time.monotonic()))
+        except TimeoutError:
+            break
+        out += data.decode(errors="replace") if isinstance(data, bytes) else data
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -321,3 +361,72 @@ def test_a_stop_with_a_grace_period_ends_as_the_guest_powers_off(cluster: Cluste
     assert "virtstream-guest: power button: powering off" in log
     assert "reboot: Power down" in log
     assert cluster.http.delete(f"{VMS}/graceful").is_success
+
+
+def test_volumes_are_sized_as_written_and_hot_plugged_into_the_running_guest(
+    cluster: Cluster,
+) -> None:
+    """A dataVolumeTemplate's size is its disk's; `virtstream addvolume` attaches a claim
+    to the running guest (status.volumeStatus Ready, its disk seen by the guest's kernel)
+    and `removevolume` takes it away again."""
+    vm = yaml.safe_load(CIRROS.read_text())
+    vm["metadata"]["name"] = "volumes"
+    vm["spec"]["runStrategy"] = "Always"
+    vm["spec"]["dataVolumeTemplates"] = [
+        {"metadata": {"name": "volumes-data"},
+         "spec": {"storage": {"resources": {"requests": {"storage": "2Gi"}}}}}
+    ]  # fmt: skip
+    template = vm["spec"]["template"]["spec"]
+    template["domain"]["devices"]["disks"].append({"name": "data", "disk": {"bus": "virtio"}})
+    template["volumes"].append({"name": "data", "dataVolume": {"name": "volumes-data"}})
+    assert cluster.http.post(VMS, json=vm).is_success
+    cluster.phase("volumes", "Running")
+    cluster.console_shows("volumes", r"^volumes:~# ")
+    claim = cluster.data_dir / "disks" / "volumes" / "default" / "volumes-data.qcow2"
+    info = json.loads(
+        subprocess.check_output(["qemu-img", "info", "-U", "--output=json", str(claim)])
+    )
+    assert info["virtual-size"] == 2 * 2**30
+    with cluster.console_ws("volumes") as ws:
+        # vda the image, vdb the cloud-init seed, vdc the claim: 2 GiB in 512-byte sectors
+        assert "sectors=4194304" in shell(ws, "echo sectors=$(cat /sys/block/vdc/size)")
+        out = cluster.cli("addvolume", "volumes", "--volume-name", "hot-data")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == (
+            "Successfully submitted add volume request to VM volumes for volume hot-data"
+        )
+
+        def ready() -> dict[str, Any] | None:
+            entries = cluster.vmi("volumes")["status"].get("volumeStatus") or []
+            found = [e for e in entries if e["name"] == "hot-data" and e["phase"] == "Ready"]
+            return found[0] if found else None
+
+        entry = until(ready, timeout=60, what="the hotplugged volume Ready")
+        assert entry["target"] == "sda"
+        spec = cluster.vmi("volumes")["spec"]
+        assert {"name": "hot-data", "persistentVolumeClaim": {
+            "claimName": "hot-data", "hotpluggable": True}} in spec["volumes"]  # fmt: skip
+        # the guest's kernel found the SCSI disk: 1 GiB (a claim no template sizes)
+        seen = until(
+            lambda: (
+                "sectors=2097152" in (t := shell(ws, "echo sectors=$(cat /sys/block/sda/size)"))
+                and t
+            ),
+            timeout=30,
+            what="sda in the guest",
+        )
+        assert seen
+        out = cluster.cli("removevolume", "volumes", "--volume-name", "hot-data")
+        assert out.returncode == 0, out.stderr
+        until(
+            lambda: not cluster.vmi("volumes")["status"].get("volumeStatus"),
+            timeout=60,
+            what="the volume detached",
+        )
+        until(
+            lambda: "no-sda" in shell(ws, "[ -e /sys/block/sda ] && echo has-sda || echo no-sda"),
+            timeout=30,
+            what="sda gone from the guest",
+        )
+    assert cluster.http.put(f"{SUB_VM}/volumes/stop", json={}).is_success
+    until(lambda: cluster.http.get(f"{VMIS}/volumes").status_code == 404, what="stopped")

@@ -61,6 +61,15 @@ class AcpiDeafHypervisor:
     def stuck(self) -> str | None:
         return None
 
+    def live_xml(self) -> str:
+        return "<domain/>"
+
+    def attach_device(self, xml: str) -> None:
+        pass
+
+    def detach_device(self, xml: str) -> None:
+        pass
+
     def shutdown(self) -> None:
         self.acpi_requests.append(asyncio.get_running_loop().time())
 
