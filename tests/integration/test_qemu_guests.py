@@ -354,7 +354,7 @@ def test_a_stop_with_a_grace_period_ends_as_the_guest_powers_off(cluster: Cluste
     until(lambda: cluster.http.get(f"{VMIS}/graceful").status_code == 404, timeout=60,
           what="the VMI gone")  # fmt: skip
     stopped = [e["data"] for e in cluster.events("graceful") if e["type"] == "DomainStopped"]
-    assert [(s["reason"], s.get("grace_period_expired", False)) for s in stopped] == [
+    assert [(s["reason"], s.get("gracePeriodExpired", False)) for s in stopped] == [
         ("Shutdown", False)
     ]
     log = console.read_text(errors="replace")
