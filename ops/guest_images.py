@@ -229,6 +229,10 @@ def _initramfs(root: Path, kernel_release: str, out: Path) -> None:
         os.chmod(tree / target, 0o755)
     (tree / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
     (tree / "etc" / "group").write_text("root:x:0:\n")
+    # root has no password (the consoles' shells need none); cloud-init may set one
+    (tree / "etc" / "shadow").write_text("root:*:0:0:99999:7:::\n")
+    os.chmod(tree / "etc" / "shadow", 0o600)
+    (tree / "home").mkdir(exist_ok=True)
     # busybox's own cpio (the cpio command is not on these machines), newc as the kernel wants
     names = sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
     listing = ("\n".join([".", *names]) + "\n").encode()

@@ -40,7 +40,7 @@ from typing import Any
 
 from events.quantity import parse_quantity
 from projections import claims
-from services.launcher import images
+from services.launcher import cloud_config, images
 from services.launcher.images import KernelBoot
 
 log = logging.getLogger("virtstream.launcher.storage")
@@ -81,7 +81,10 @@ def _container_images(volumes: Mapping[str, Any], image_dir: str | None) -> dict
 
 
 def iso_tool() -> str | None:
-    for tool in ("cloud-localds", "genisoimage", "mkisofs", "xorriso"):
+    """What builds the seed ISO: genisoimage, mkisofs or xorriso take a directory (the
+    ConfigDrive layout, the rendered cloud-config); cloud-localds alone only NoCloud's
+    three files."""
+    for tool in ("genisoimage", "mkisofs", "xorriso", "cloud-localds"):
         if shutil.which(tool):
             return tool
     return None
@@ -163,7 +166,10 @@ def _prepare_volume(
         return Path(volume["hostDisk"]["path"])
     for key in ("cloudInitNoCloud", "cloudInitConfigDrive"):
         if key in volume:
-            return _nocloud_iso(volume[key] or {}, directory / f"{name}.iso", name, vmi)
+            config_drive = key == "cloudInitConfigDrive"
+            return _nocloud_iso(
+                volume[key] or {}, directory / f"{name}.iso", name, vmi, config_drive
+            )
     return _blank(overlay, default_size)
 
 
@@ -226,8 +232,42 @@ def _decoded(source: Mapping[str, Any], key: str) -> str:
     return base64.b64decode(encoded).decode() if encoded else ""
 
 
+def seed_files(
+    source: Mapping[str, Any], vmi: Mapping[str, Any], config_drive: bool
+) -> dict[str, str]:
+    """The seed disk's files (path → content): NoCloud's `user-data`, `meta-data` (KubeVirt's
+    `instance-id: <name>.<namespace>`, `local-hostname`) and `network-config`, or
+    ConfigDrive's `openstack/latest/{user_data,meta_data.json,network_data.json}`; with a
+    `#cloud-config`, also the scripts the guest runs for it (`cloud_config.py`)."""
+    meta = vmi.get("metadata") or {}
+    vmi_name, namespace = meta.get("name") or "", meta.get("namespace") or "default"
+    hostname = (vmi.get("spec") or {}).get("hostname") or vmi_name
+    user_data = _decoded(source, "userData")
+    network = _decoded(source, "networkData")
+    if config_drive:
+        instance = {"uuid": f"{vmi_name}.{namespace}", "hostname": hostname, "name": vmi_name}
+        files = {
+            "openstack/latest/user_data": user_data,
+            "openstack/latest/meta_data.json": json.dumps(instance) + "\n",
+        }
+        if network:
+            files["openstack/latest/network_data.json"] = network
+    else:
+        files = {
+            "user-data": user_data,
+            "meta-data": f"instance-id: {vmi_name}.{namespace}\nlocal-hostname: {hostname}\n",
+        }
+        if network:
+            files["network-config"] = network
+    if cloud_config.is_cloud_config(user_data):
+        boot, final = cloud_config.render(cloud_config.parse(user_data))
+        files["virtstream/boot.sh"] = boot
+        files["virtstream/final.sh"] = final
+    return files
+
+
 def _nocloud_iso(
-    source: Mapping[str, Any], path: Path, name: str, vmi: Mapping[str, Any]
+    source: Mapping[str, Any], path: Path, name: str, vmi: Mapping[str, Any], config_drive: bool
 ) -> Path | None:
     tool = iso_tool()
     if tool is None:
@@ -235,29 +275,29 @@ def _nocloud_iso(
             "cloud-init disk %s skipped: no cloud-localds, genisoimage, mkisofs or xorriso", name
         )
         return None
-    meta = vmi.get("metadata") or {}
-    vmi_name, namespace = meta.get("name") or path.parent.name, meta.get("namespace") or "default"
-    hostname = (vmi.get("spec") or {}).get("hostname") or vmi_name
-    files = {
-        "user-data": _decoded(source, "userData"),
-        "meta-data": f"instance-id: {vmi_name}.{namespace}\nlocal-hostname: {hostname}\n",
-    }
-    if network := _decoded(source, "networkData"):
-        files["network-config"] = network
-    with tempfile.TemporaryDirectory(prefix="vs-nocloud-") as tmp:
+    files = seed_files(source, vmi, config_drive)
+    label = "config-2" if config_drive else "cidata"
+    with tempfile.TemporaryDirectory(prefix="vs-seed-") as tmp:
+        tree = Path(tmp) / "seed"
         for file_name, content in files.items():
-            (Path(tmp) / file_name).write_text(content)
-        seed = [str(Path(tmp) / n) for n in files]
+            (tree / file_name).parent.mkdir(parents=True, exist_ok=True)
+            (tree / file_name).write_text(content)
         match tool:
             case "cloud-localds":
+                if config_drive or any("/" in f for f in files):
+                    raise ValueError(
+                        f"cloud-init disk {name}: cloud-localds makes NoCloud seeds of plain "
+                        "user-data only (install genisoimage: bash ops/install.sh --qemu)"
+                    )
+                seed = [str(tree / n) for n in files]
                 net = ["--network-config", seed[2]] if len(seed) > 2 else []
                 command = ["cloud-localds", *net, str(path), seed[0], seed[1]]
             case "xorriso":
                 command = ["xorriso", "-as", "mkisofs", "-quiet", "-output", str(path),
-                           "-volid", "cidata", "-joliet", "-rock", *seed]  # fmt: skip
+                           "-volid", label, "-joliet", "-rock", str(tree)]  # fmt: skip
             case _:
-                command = [tool, "-quiet", "-output", str(path), "-volid", "cidata",
-                           "-joliet", "-rock", *seed]  # fmt: skip
+                command = [tool, "-quiet", "-output", str(path), "-volid", label,
+                           "-joliet", "-rock", str(tree)]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise ValueError(f"{tool} failed for cloud-init disk {name}: {done.stderr.strip()}")

@@ -229,24 +229,68 @@ def test_vm_cirros_boots_to_the_guests_prompt_on_its_serial_console(cluster: Clu
     until(lambda: not cluster.qemus(), timeout=30, what="QEMU gone")
 
 
-def test_nocloud_user_data_sets_the_hostname(cluster: Cluster) -> None:
+KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl t@x"
+
+
+def test_nocloud_cloud_config_sets_hostname_users_keys_files_and_commands(
+    cluster: Cluster,
+) -> None:
     vmi = example("vmi-nocloud.yaml")
     for volume in vmi["spec"]["volumes"]:
         if "cloudInitNoCloud" in volume:
             volume["cloudInitNoCloud"]["userData"] = (
-                "#cloud-config\nhostname: nocloud-guest\nruncmd:\n"
-                '  - echo "runcmd ran as $(id -un)"\n'
+                "#cloud-config\nhostname: nocloud-guest\n"
+                "users:\n  - default\n  - name: alice\n    ssh_authorized_keys:\n"
+                f"      - {KEY}\n"
+                f"ssh_authorized_keys:\n  - {KEY}\n"
+                "write_files:\n  - path: /etc/greeting\n    content: hello from write_files\n"
+                "bootcmd:\n  - echo bootcmd ran\n"
+                'runcmd:\n  - echo "runcmd ran as $(id -un)"\n'
             )
     assert cluster.http.post(VMIS, json=vmi).is_success
     cluster.phase("vmi-nocloud", "Running")
     cluster.console_shows(
         "vmi-nocloud",
+        r"^cloud-init: NoCloud seed on ",
+        r"^bootcmd ran",
+        r"^cloud-init: user alice",
         r"^cloud-init: hostname nocloud-guest",
         r"^runcmd ran as root",
         r"^virtstream-guest: eth0 10\.0\.2\.15/24",  # DHCP on the NIC
         r"^nocloud-guest:~# ",
     )
+    with cluster.console_ws("vmi-nocloud") as ws:
+        out = shell(
+            ws,
+            "cat /etc/greeting /root/.ssh/authorized_keys /home/alice/.ssh/authorized_keys; "
+            "grep alice /etc/passwd",
+        )
+    assert "hello from write_files" in out
+    assert out.count(KEY) == 2  # root's and alice's (the typed line does not hold it)
+    assert "alice:x:" in out and "/home/alice" in out
     cluster.delete_vmi("vmi-nocloud")
+
+
+def test_config_drive_names_the_guest_and_runs_its_user_data(cluster: Cluster) -> None:
+    vmi = example("vmi-nocloud.yaml")
+    vmi["metadata"]["name"] = "configdrive"
+    vmi["spec"]["hostname"] = "drive-host"
+    for volume in vmi["spec"]["volumes"]:
+        if "cloudInitNoCloud" in volume:
+            volume["cloudInitConfigDrive"] = {
+                "userData": "#cloud-config\nruncmd:\n  - echo config drive runcmd\n"
+            }
+            del volume["cloudInitNoCloud"]
+    assert cluster.http.post(VMIS, json=vmi).is_success
+    cluster.phase("configdrive", "Running")
+    cluster.console_shows(
+        "configdrive",
+        r"^cloud-init: ConfigDrive seed on ",
+        r"^cloud-init: hostname drive-host",
+        r"^config drive runcmd",
+        r"^drive-host:~# ",
+    )
+    cluster.delete_vmi("configdrive")
 
 
 def test_a_kernel_boot_vmi_boots_its_kernel_and_initrd(cluster: Cluster) -> None:
