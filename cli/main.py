@@ -633,9 +633,7 @@ def addvolume(
     options = {
         "name": volume_name,
         "disk": {disk_type: {"bus": bus}, "serial": serial or volume_name},
-        "volumeSource": {
-            "persistentVolumeClaim": {"claimName": volume_name, "hotpluggable": True}
-        },
+        "volumeSource": {"persistentVolumeClaim": {"claimName": volume_name, "hotpluggable": True}},
         **({"dryRun": ["All"]} if dry_run else {}),
     }
     _action(

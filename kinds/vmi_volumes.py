@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.context import Append, Outcome, RequestContext
+from core.errors import ApiError, Resource, bad_request, conflict, not_found
+from core.kind import CallArgs
 from events.catalog import VMIVolumeAdded, VMIVolumeRemoved
 from events.meta import Kind
 from events.objects import Status, StatusCause, StatusDetails
-from kinds.spec import CallArgs
 from projections import volumes
 from projections.cluster import Cluster, key
 from projections.views import VMIView
-from services.api.errors import ApiError, Resource, bad_request, conflict, not_found
-from services.api.intents import Append, Outcome, RequestContext
 
 JSON = dict[str, Any]
 RES = Resource("virtualmachineinstances", "kubevirt.io", "VirtualMachineInstance")
@@ -144,9 +144,7 @@ def removevolume(
             found = existing
             break
     if found is None:
-        raise conflict(
-            RES, name, f"Unable to remove volume [{vol_name}] because it does not exist"
-        )
+        raise conflict(RES, name, f"Unable to remove volume [{vol_name}] because it does not exist")
     if not volumes.hotpluggable(found):
         raise conflict(
             RES,

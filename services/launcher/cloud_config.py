@@ -124,7 +124,7 @@ def _keys(user: str, home: str, keys: Iterable[object]) -> list[str]:
         f"mkdir -p {_q(ssh)}",
         f"echo {body} | base64 -d >> {_q(ssh)}/authorized_keys",
         f"chmod 700 {_q(ssh)}; chmod 600 {_q(ssh)}/authorized_keys",
-        f"chown -R \"$(id -u {_q(user)}):$(id -g {_q(user)})\" {_q(ssh)} 2>/dev/null",
+        f'chown -R "$(id -u {_q(user)}):$(id -g {_q(user)})" {_q(ssh)} 2>/dev/null',
         "echo " + _q(f"cloud-init: {len(lines)} ssh key(s) for {user}"),
     ]
 

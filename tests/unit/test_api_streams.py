@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from core.errors import ApiError, bad_request, unavailable
 from events.catalog import (
     DomainStarted,
     DomainStopped,
@@ -22,7 +23,6 @@ from events.envelope import Stored
 from events.meta import Kind
 from projections.cluster import Cluster
 from services.api import streams
-from services.api.errors import ApiError, bad_request, unavailable
 from services.api.streams import target
 from tests.factories import meta, vmi_manifest
 

@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 
+from core import context as intents
+from core.errors import ApiError
+from core.kind import CallArgs
 from events.catalog import (
     DomainStarted,
     Event,
@@ -22,11 +25,8 @@ from events.catalog import (
 from events.envelope import Stored
 from events.meta import Kind
 from kinds import vmi_volumes
-from kinds.spec import CallArgs
 from projections.cluster import Cluster
 from projections.render import render_vmi
-from services.api import intents
-from services.api.errors import ApiError
 from services.handler.planner import Append, Send, plan
 from services.launcher import lifecycle as lc
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
