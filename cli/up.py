@@ -225,6 +225,8 @@ def up(
                 "--port",
                 str(port),
                 *(secured.api_args() if secured else ()),
+                # the web console's charts ask the api, which relays to Prometheus
+                *(("--prometheus-url", f"http://127.0.0.1:{prometheus_port}") if metrics else ()),
             ),
             metrics_url=f"{api_url}/metrics",
             env=bus.env("api") if bus else {},

@@ -52,6 +52,7 @@ from services.api.guard import middleware as guard_middleware
 from services.api.ids import new_id
 from services.api.metrics import REQUEST_SECONDS, REQUESTS
 from services.api.service import ApiService
+from services.api.web import WEB_ROUTES
 
 JSON = dict[str, Any]
 CORRELATION_HEADER = "x-correlation-id"
@@ -691,6 +692,7 @@ def create_app(api: ApiService, guard: Guard | None = None) -> Litestar:
             *discovery_routes(kinds),
             *openapi_routes(kinds),
             ssar_route(guard),
+            *WEB_ROUTES,
         ],
         middleware=[
             lambda app: observe(app, api),
