@@ -32,6 +32,9 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+
 from services.launcher.images import default_image_dir
 
 GUEST = "virtstream-linux"
@@ -76,6 +79,30 @@ MODULES = (
 #: What the boot loader passes: both consoles, the serial one last (it is /dev/console).
 CMDLINE = "console=tty0 console=ttyS0 quiet panic=-1"
 PACKAGES = ("busybox-static", "syslinux", "syslinux-common", "mtools")
+#: The QEMU guest agent and the shared libraries it runs with (busybox is static; qemu-ga
+#: is not): its NEEDED closure goes into the initramfs with the dynamic loader.
+AGENT_PACKAGES = (
+    "qemu-guest-agent",
+    "libc6",
+    "libglib2.0-0",
+    "libffi8",
+    "libmount1",
+    "libblkid1",
+    "libselinux1",
+    "libpcre2-8-0",
+    "zlib1g",
+    "libnuma1",
+    "libudev1",
+    "liburing2",
+)
+AGENT = "usr/sbin/qemu-ga"
+LIB_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu")
+LOADER = "ld-linux-x86-64.so.2"
+#: What the agent's guest-get-osinfo reads.
+OS_RELEASE = (
+    'NAME="virtstream guest"\nID=virtstream\nVERSION_ID="1"\nVERSION="1"\n'
+    'PRETTY_NAME="virtstream guest 1 (busybox, Debian\'s cloud kernel)"\n'
+)
 KERNEL_META = "linux-image-cloud-amd64"
 DISK_BYTES = 32 * 1024 * 1024
 
@@ -118,8 +145,9 @@ def build(image_dir: Path, log: Log = print) -> None:
     with tempfile.TemporaryDirectory(prefix="vs-guest-") as tmp:
         work = Path(tmp)
         kernel_pkg = _kernel_package()
-        log(f"guest image: fetching {kernel_pkg} {' '.join(PACKAGES)}")
-        root = _unpack(_download((kernel_pkg, *PACKAGES), work / "debs"), work / "root")
+        log(f"guest image: fetching {kernel_pkg} {' '.join(PACKAGES + AGENT_PACKAGES)}")
+        debs = _download((kernel_pkg, *PACKAGES, *AGENT_PACKAGES), work / "debs")
+        root = _unpack(debs, work / "root")
         kernel = next((root / "boot").glob("vmlinuz-*"))
         initrd = work / "initrd.img"
         _initramfs(root, kernel.name.removeprefix("vmlinuz-"), initrd)
@@ -127,7 +155,10 @@ def build(image_dir: Path, log: Log = print) -> None:
         _boot_disk(root, kernel, initrd, disk)
         _install(image_dir, kernel, initrd, disk)
         (image_dir / STAMP).write_text(
-            json.dumps({"recipe": recipe(), "kernel": kernel_pkg, "packages": PACKAGES}) + "\n"
+            json.dumps(
+                {"recipe": recipe(), "kernel": kernel_pkg, "packages": PACKAGES + AGENT_PACKAGES}
+            )
+            + "\n"
         )
     log(f"guest image: {image_dir / GUEST}.raw and {image_dir / KERNEL_DIR}/boot/")
 
@@ -233,6 +264,8 @@ def _initramfs(root: Path, kernel_release: str, out: Path) -> None:
     (tree / "etc" / "shadow").write_text("root:*:0:0:99999:7:::\n")
     os.chmod(tree / "etc" / "shadow", 0o600)
     (tree / "home").mkdir(exist_ok=True)
+    (tree / "etc" / "os-release").write_text(OS_RELEASE)
+    _agent(root, tree)
     # busybox's own cpio (the cpio command is not on these machines), newc as the kernel wants
     names = sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
     listing = ("\n".join([".", *names]) + "\n").encode()
@@ -242,6 +275,41 @@ def _initramfs(root: Path, kernel_release: str, out: Path) -> None:
     if done.returncode != 0:
         raise GuestBuildError(f"cpio failed: {done.stderr.decode().strip()}")
     out.write_bytes(gzip.compress(done.stdout, compresslevel=6))
+
+
+def needed(path: Path) -> list[str]:
+    """The shared libraries an ELF file names (its DT_NEEDED entries)."""
+    with path.open("rb") as f:
+        dynamic = ELFFile(f).get_section_by_name(".dynamic")
+        if not isinstance(dynamic, DynamicSection):
+            return []
+        # pyelftools sets a DT_NEEDED tag's `needed` attribute to the name it points to
+        return [str(vars(tag)["needed"]) for tag in dynamic.iter_tags("DT_NEEDED")]
+
+
+def _agent(root: Path, tree: Path) -> None:
+    """qemu-ga, its libraries (their NEEDED closure, found in the unpacked packages) and
+    the dynamic loader, where the loader looks (/lib64, /lib/x86_64-linux-gnu)."""
+    libs = {p.name: p for d in LIB_DIRS for p in (root / d).glob("*.so*") if p.is_file()}
+    wanted: set[str] = set()
+    todo = needed(root / AGENT)
+    while todo:
+        name = todo.pop()
+        if name in wanted:
+            continue
+        if name not in libs:
+            raise GuestBuildError(f"{AGENT} needs {name}, not in {', '.join(AGENT_PACKAGES)}")
+        wanted.add(name)
+        todo += needed(libs[name].resolve())
+    target = tree / "lib" / "x86_64-linux-gnu"
+    target.mkdir(parents=True, exist_ok=True)
+    for name in sorted(wanted | {LOADER}):
+        shutil.copyfile(libs[name].resolve(), target / name)
+        os.chmod(target / name, 0o755)
+    (tree / "lib64").mkdir(exist_ok=True)
+    os.symlink(f"../lib/x86_64-linux-gnu/{LOADER}", tree / "lib64" / LOADER)
+    (tree / "usr" / "sbin").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(root / AGENT, tree / AGENT)
 
 
 def _boot_disk(root: Path, kernel: Path, initrd: Path, out: Path) -> None:

@@ -20,6 +20,14 @@ done < /lib/modules/load-order
 # The ACPI power button powers the guest off (/etc/acpi/PWRF/00000080): a stop with a grace
 # period ends as soon as the guest has shut down.
 acpid -l /dev/null
+# The QEMU guest agent on its virtio-serial port (the domain's org.qemu.guest_agent.0
+# channel; busybox has no udev to name /dev/virtio-ports/, so the port is found by name).
+mkdir -p /var/run /var/log
+for port in /sys/class/virtio-ports/*; do
+  [ "$(cat "$port/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] || continue
+  /usr/sbin/qemu-ga -d -m virtio-serial -p "/dev/${port##*/}" -f /var/run/qemu-ga.pid \
+    && echo "virtstream-guest: guest agent on /dev/${port##*/}"
+done
 
 hostname virtstream
 /etc/cloud-init.sh
