@@ -251,6 +251,13 @@ class VolumeDetached(Event, tag="VolumeDetached", frozen=True):
     name: str
 
 
+class GuestAgentChanged(Event, tag="GuestAgentChanged", frozen=True):
+    """The handler: the guest agent connected to its channel (KubeVirt's AgentConnected
+    condition), or went away."""
+
+    connected: bool
+
+
 class VMIWarning(Event, tag="VMIWarning", frozen=True):
     """What KubeVirt records as a Warning event on the VMI (virt-handler's and
     virt-launcher's recorder): GuestPanicked, SyncFailed (a command the domain kept
@@ -492,6 +499,7 @@ VMIEvent = (
     | VMIVolumeRemoved
     | VolumeAttached
     | VolumeDetached
+    | GuestAgentChanged
     | LauncherExited
 )
 MigrationEvent = (

@@ -21,6 +21,7 @@ from events.catalog import (
     DomainSoftRebooted,
     DomainStarted,
     DomainStopped,
+    GuestAgentChanged,
     LauncherExited,
     LauncherStarted,
     MigrationAborted,
@@ -258,6 +259,8 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
             return replace(v, volume_targets=(*kept, (name, target)))
         case VolumeDetached(name=name):
             return replace(v, volume_targets=tuple(t for t in v.volume_targets if t[0] != name))
+        case GuestAgentChanged(connected=connected):
+            return replace(v, agent_connected=connected and not v.final)
         case DomainStopped(reason=reason, grace_period_expired=expired, message=msg):
             if v.final or reason is StopReason.MIGRATED:
                 return v
@@ -269,7 +272,9 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
             if failed and msg.startswith(IMAGE_PULL_PREFIX):
                 # the launcher could not find the disk's image (KubeVirt's reason)
                 why, msg = ERR_IMAGE_PULL, msg.removeprefix(IMAGE_PULL_PREFIX)
-            return _phase(v, phase, at, reason=why, message=msg, paused=False)
+            return _phase(
+                v, phase, at, reason=why, message=msg, paused=False, agent_connected=False
+            )
         case VMIFailed(reason=reason, message=msg):
             if v.final:
                 return v

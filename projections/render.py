@@ -195,6 +195,8 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
             _condition("Synchronized", False, SYNC_FAILED_CONDITION, vmi.sync_failure)
         )
     conditions.append(_condition("LiveMigratable", *live_migratable(obj)))
+    if vmi.agent_connected and vmi.phase == "Running":
+        conditions.append(_condition("AgentConnected", True, ""))
     if vmi.domain_type == "qemu":
         conditions.append(
             _condition(

@@ -112,6 +112,7 @@ class VMIView(PhasedView, frozen=True, kw_only=True):
     sync_failure: str = ""
     #: hotplugged volumes attached to the domain: (name, target)
     volume_targets: tuple[tuple[str, str], ...] = ()
+    agent_connected: bool = False  # GuestAgentChanged: KubeVirt's AgentConnected condition
     ever_running: bool = False
     unschedulable: str = ""  # the scheduler's message while no node fits
     deletion_requested_at: float | None = None

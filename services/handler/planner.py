@@ -24,6 +24,7 @@ from events.catalog import (
     DomainStarted,
     DomainStopped,
     Event,
+    GuestAgentChanged,
     LauncherExited,
     LauncherStarted,
     Manifest,
@@ -327,6 +328,13 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
         if active:
             for volume_event in volume_events(r, s, node, now):
                 emit(volume_event)
+        if active and s.agent_connected != r.agent_connected:
+            emit(
+                GuestAgentChanged(
+                    meta=handler_meta(r, node, f"GuestAgentChanged/{r.agent_events + 1}", now),
+                    connected=s.agent_connected,
+                )
+            )
     if final is not None and not r.stopped:
         warning = crash_warning(final)
         if warning is not None:

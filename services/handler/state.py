@@ -19,6 +19,7 @@ from events.catalog import (
     DomainStarted,
     DomainStopped,
     Event,
+    GuestAgentChanged,
     LauncherExited,
     LauncherStarted,
     Manifest,
@@ -81,6 +82,8 @@ class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
     hotplug: tuple[tuple[str, bytes, bytes], ...] = ()
     attached: tuple[tuple[str, str], ...] = ()
     volume_events: int = 0  # VolumeAttached/Detached folded: their event ids count them
+    agent_connected: bool = False  # GuestAgentChanged
+    agent_events: int = 0
 
     @property
     def key(self) -> str:
@@ -189,6 +192,10 @@ def evolve(state: NodeState, event: Event) -> NodeState:
             kept_targets = tuple(a for a in r.attached if a[0] != name)
             r = msgspec.structs.replace(
                 r, attached=(*kept_targets, (name, target)), volume_events=r.volume_events + 1
+            )
+        case GuestAgentChanged(connected=connected):
+            r = msgspec.structs.replace(
+                r, agent_connected=connected, agent_events=r.agent_events + 1
             )
         case VolumeDetached(name=name):
             r = msgspec.structs.replace(

@@ -21,6 +21,7 @@ METADATA_NS = "urn:virtstream:launcher:1"
 SMBIOS_MANUFACTURER = "virtstream"
 DEFAULT_DISK_DIR = "/var/lib/virtstream/disks"
 DEFAULT_MACHINE = "q35"
+GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
 
 ET.register_namespace("virtstream", METADATA_NS)
 
@@ -148,8 +149,12 @@ def build_domain_xml(
     disks = [d for d in devices_spec.get("disks") or [] if d["name"] not in omit_disks]
     _add_disks(devices, disks, name, disk_dir, disk_paths or {})
     if domain_type is not DomainType.TEST:
-        # as KubeVirt's domains: a virtio-scsi controller, where hot-plugged volumes go
+        # as KubeVirt's domains: a virtio-scsi controller, where hot-plugged volumes go, and
+        # the guest agent's virtio-serial channel (libvirt picks the socket's path)
         ET.SubElement(devices, "controller", type="scsi", index="0", model="virtio-scsi")
+        channel = ET.SubElement(devices, "channel", type="unix")
+        ET.SubElement(channel, "source", mode="bind")
+        ET.SubElement(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
     _add_interfaces(devices, devices_spec.get("interfaces") or [])
     serial = ET.SubElement(devices, "serial", type="pty")
     if console_log:

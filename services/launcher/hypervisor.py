@@ -110,6 +110,10 @@ class Hypervisor(Protocol):
 
     def destroy(self) -> None: ...
     def live_xml(self) -> str: ...
+    def watch_agent(self, on_agent: Callable[[bool], None]) -> None:
+        """Call `on_agent(connected)` when the domain's guest agent comes or goes."""
+
+    def agent_connected(self) -> bool: ...
     def attach_device(self, xml: str) -> None:
         """Hot-plug a device into the running domain (live only)."""
 
@@ -241,6 +245,7 @@ class LibvirtHypervisor:
         self._uuid: str | None = None
         self._on_event: EventCallback | None = None
         self._callback_id: int | None = None
+        self._agent_callback: int | None = None
 
     def open(self, on_event: EventCallback) -> None:
         _register_event_impl()
@@ -291,6 +296,28 @@ class LibvirtHypervisor:
 
     def live_xml(self) -> str:
         return str(self._call(self._domain().XMLDesc, 0))
+
+    def watch_agent(self, on_agent: Callable[[bool], None]) -> None:
+        if self._is_test or self._conn is None:
+            return  # the test driver's guests have no agent
+
+        def dispatch(_c: Any, dom: Any, state: int, _reason: int, _o: Any) -> None:
+            if self._uuid is not None and dom.UUIDString() == self._uuid:
+                on_agent(state == libvirt.VIR_CONNECT_DOMAIN_EVENT_AGENT_LIFECYCLE_STATE_CONNECTED)
+
+        self._agent_callback = self._conn.domainEventRegisterAny(
+            None, libvirt.VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE, dispatch, None
+        )
+
+    def agent_connected(self) -> bool:
+        """From the live XML: the agent channel's target state (libvirt tracks it)."""
+        if self._is_test or self._dom is None:
+            return False
+        try:
+            xml = self.live_xml()
+        except HypervisorError:
+            return False
+        return 'name="org.qemu.guest_agent.0" state="connected"' in xml.replace("'", '"')
 
     def attach_device(self, xml: str) -> None:
         if self._is_test:
@@ -408,8 +435,9 @@ class LibvirtHypervisor:
         if conn is None:
             return
         try:
-            if self._callback_id is not None:
-                conn.domainEventDeregisterAny(self._callback_id)
+            for callback in (self._callback_id, self._agent_callback):
+                if callback is not None:
+                    conn.domainEventDeregisterAny(callback)
             if self._dom is not None and not self._dom.isActive():
                 self._dom.undefine()
         except libvirt.libvirtError:

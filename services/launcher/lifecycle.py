@@ -316,6 +316,13 @@ class DomainEventSeen(msgspec.Struct, frozen=True, kw_only=True):
     stuck: str | None = None
 
 
+class AgentSeen(msgspec.Struct, frozen=True, kw_only=True):
+    """The guest agent connected to its channel, or went away."""
+
+    connected: bool
+    seen: Seen
+
+
 class Connected(msgspec.Struct, frozen=True, kw_only=True):
     client: int
     seen: Seen
@@ -377,6 +384,7 @@ Input = (
     Boot
     | SetupDone
     | DomainEventSeen
+    | AgentSeen
     | Connected
     | CommandReceived
     | CallReturned
@@ -440,6 +448,7 @@ class LauncherState(msgspec.Struct, frozen=True, kw_only=True):
     owns_disks: bool = False
     #: Hot-plugged volumes attached now: (name, target), in the order they came.
     volumes: tuple[tuple[str, str], ...] = ()
+    agent_connected: bool = False
     setup_failed: bool = False
     final: DomainStatus | None = None
     exited: bool = False
@@ -462,6 +471,12 @@ def step(s: LauncherState, inp: Input) -> Decision:
             return _setup_done(s, inp)
         case DomainEventSeen():
             return _domain_event(s, inp)
+        case AgentSeen(connected=connected, seen=seen):
+            if connected == s.agent_connected or s.final is not None:
+                return s, []
+            s = replace(s, agent_connected=connected)
+            s, status = _status(s, seen.state, seen.reason, None, seen)
+            return s, [Broadcast(status)]
         case Connected():
             return _connected(s, inp)
         case CommandReceived():
@@ -516,6 +531,7 @@ def _status(
         message=message,
         grace_period_expired=s.grace_expired if final else False,
         volumes=dict(s.volumes) if state in ACTIVE_STATES else {},
+        agent_connected=s.agent_connected and state in ACTIVE_STATES,
     )
     return replace(s, seq=seq), status
 

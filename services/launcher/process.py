@@ -291,6 +291,7 @@ class Launcher:
         arrived = False
         try:
             self._hv.open(self._on_event)
+            self._hv.watch_agent(self._on_agent)
             if isinstance(action, lc.AttachIncoming):
                 arrived = self._hv.attach(firmware_uuid(self._config.vmi))
             else:
@@ -385,6 +386,12 @@ class Launcher:
     def _on_event(self, event: DomainEvent, reason: StateReason) -> None:
         stuck = self._hv.stuck() if event is DomainEvent.SUSPENDED else None
         self._feed(lc.DomainEventSeen(event=event, reason=reason, seen=self._seen(), stuck=stuck))
+        if event is DomainEvent.RESUMED and reason is StateReason.MIGRATED:
+            # arrived by migration: the agent's channel may be up already (no event for it)
+            self._on_agent(self._hv.agent_connected())
+
+    def _on_agent(self, connected: bool) -> None:
+        self._feed(lc.AgentSeen(connected=connected, seen=self._seen()))
 
     async def _migrate(self, action: lc.MigrateDomain) -> None:
         command = action.command

@@ -154,6 +154,8 @@ class DomainStatus(msgspec.Struct, tag="DomainStatus", kw_only=True):
     domain_pid: int | None = None
     #: The hot-plugged volumes attached now: name → the disk's target (sda, vdc, ...).
     volumes: dict[str, str] = msgspec.field(default_factory=dict)
+    #: The guest agent answers on its channel (libvirt's agent lifecycle).
+    agent_connected: bool = False
 
 
 class Hello(msgspec.Struct, tag="Hello", kw_only=True):

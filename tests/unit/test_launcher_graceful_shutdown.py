@@ -70,6 +70,12 @@ class AcpiDeafHypervisor:
     def detach_device(self, xml: str) -> None:
         pass
 
+    def watch_agent(self, on_agent: object) -> None:
+        pass
+
+    def agent_connected(self) -> bool:
+        return False
+
     def shutdown(self) -> None:
         self.acpi_requests.append(asyncio.get_running_loop().time())
 
