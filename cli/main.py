@@ -656,6 +656,25 @@ def removevolume(
     )
 
 
+def _agent_verb(verb: str, what: str, summary: str) -> None:
+    """guestosinfo, userlist, fslist: virtctl's guest agent reports, as JSON."""
+
+    def command(
+        vmi: str = typer.Argument(..., metavar="VMI", help="the running VMI"),
+        namespace: str | None = Namespace,
+    ) -> None:
+        with client() as c:
+            _out(json.dumps(c.guest_agent(vmi, what, _ns(namespace)), indent=2))
+
+    command.__doc__ = summary
+    app.command(name=verb)(command)
+
+
+_agent_verb("guestosinfo", "guestosinfo", "What the VMI's guest agent says of its guest OS.")
+_agent_verb("userlist", "userlist", "The users logged in to the VMI's guest (its guest agent).")
+_agent_verb("fslist", "filesystemlist", "The VMI's guest's file systems (its guest agent).")
+
+
 NodeArg = typer.Argument(..., metavar="NODE", help="NODE or node/NODE")
 
 

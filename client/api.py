@@ -424,6 +424,10 @@ class Client:
         """The VMI's addvolume (KubeVirt's AddVolumeOptions: name, disk, volumeSource)."""
         _json(self.http.put(self.r.vmi_sub(name, "addvolume", namespace), json=options))
 
+    def guest_agent(self, name: str, what: str, namespace: str | None = None) -> Any:
+        """The VMI's guestosinfo, userlist or filesystemlist (KubeVirt's JSON)."""
+        return _json(self.http.get(self.r.vmi_sub(name, what, namespace)))
+
     def remove_volume(self, name: str, volume: str, namespace: str | None = None) -> None:
         body = {"name": volume}
         _json(self.http.put(self.r.vmi_sub(name, "removevolume", namespace), json=body))

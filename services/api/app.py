@@ -457,6 +457,18 @@ async def vnc_screenshot(request: Request[Any, Any, Any]) -> Response[bytes]:
     return Response(png, media_type="image/png")
 
 
+def _agent_route(channel: str) -> Any:
+    @get(
+        f"{VMI_SUBRESOURCES}/{{name:str}}/{channel}", include_in_schema=False, name=f"vmi-{channel}"
+    )
+    async def guest_agent(request: Request[Any, Any, Any]) -> Response[bytes]:
+        ns, name = request.path_params["ns"], request.path_params["name"]
+        body = await streams.agent(streams.agent_target(_api(request).cluster, ns, name, channel))
+        return Response(body, media_type="application/json")
+
+    return guest_agent
+
+
 STREAM_ROUTES = [
     asgi(
         f"{VMI_SUBRESOURCES}/{{name:str}}/console",
@@ -468,6 +480,7 @@ STREAM_ROUTES = [
         _stream("vnc")
     ),
     vnc_screenshot,
+    *(_agent_route(channel) for channel in streams.AGENT_CHANNELS),
 ]
 
 

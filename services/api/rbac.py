@@ -200,8 +200,13 @@ def cluster_roles(kinds: Registry) -> dict[str, tuple[Rule, ...]]:
             _subs(spec, (s.name for s in spec.subresources if s.name != MIGRATE_SUBRESOURCE))
         )
         if spec.streams:  # console, vnc: editors' (a viewer could type into a guest)
-            streams = tuple(f"{spec.plural}/{name}" for name in spec.streams)
+            streams = tuple(
+                f"{spec.plural}/{n}" for n in spec.streams if n not in INFO_SUBRESOURCES
+            )
             edit.append(Rule(("get",), (spec.subresource_group,), streams))
+            info = tuple(f"{spec.plural}/{n}" for n in spec.streams if n in INFO_SUBRESOURCES)
+            if info:  # the guest agent's reports: a viewer's, as in KubeVirt's view role
+                view.append(Rule(("get",), (spec.subresource_group,), info))
         migrate.extend(
             _subs(spec, (s.name for s in spec.subresources if s.name == MIGRATE_SUBRESOURCE))
         )

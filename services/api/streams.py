@@ -85,6 +85,39 @@ def _upstream_error(code: int, body: bytes) -> ApiError:
     return internal(message)
 
 
+AGENT_CHANNELS = ("guestosinfo", "userlist", "filesystemlist")
+NO_AGENT = "VMI does not have guest agent connected"
+
+
+def agent_target(cluster: Cluster, ns: str, name: str, channel: str) -> Target:
+    """Where the VMI's guest agent answers `channel`, or virt-api's refusal (pure): 409
+    while the VMI does not run or its agent is not connected (no AgentConnected)."""
+    vmi = cluster.vmis.get(key(ns, name))
+    if vmi is None:
+        raise not_found(VMI_RESOURCE, name)
+    if vmi.phase != "Running" or not vmi.node:
+        raise conflict(VMI_RESOURCE, name, "VMI is not running")
+    if not vmi.agent_connected:
+        raise conflict(VMI_RESOURCE, name, NO_AGENT)
+    node = cluster.nodes.get(vmi.node)
+    if node is None or not node.console_port:
+        raise conflict(VMI_RESOURCE, name, NO_AGENT)
+    path = f"/v1/namespaces/{ns}/virtualmachineinstances/{name}/{channel}"
+    return Target(f"http://{node.address or '127.0.0.1'}:{node.console_port}{path}")
+
+
+async def agent(t: Target) -> bytes:
+    """The node's answer for the guest agent (KubeVirt's JSON), or ApiError."""
+    async with httpx.AsyncClient(timeout=30) as http:
+        try:
+            r = await http.get(t.url)
+        except httpx.HTTPError as e:
+            raise unavailable(f"the node's console server: {e}") from None
+    if r.status_code != 200:
+        raise _upstream_error(r.status_code, r.content)
+    return r.content
+
+
 async def screenshot(t: Target) -> bytes:
     async with httpx.AsyncClient(timeout=30) as http:
         try:

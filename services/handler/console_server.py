@@ -9,6 +9,9 @@ relays its client's WebSocket to it.
 - `.../vnc`: WebSocket, binary frames, the bytes of a TCP connection to the domain's VNC
   server (libvirt's autoport on loopback, read from the live XML): RFB as is.
 - `.../screenshot`: plain GET, `virDomainScreenshot` (PPM from QEMU) converted to PNG.
+- `.../guestosinfo`, `.../userlist`, `.../filesystemlist`: plain GET, what the guest agent
+  says (`virDomainGetGuestInfo`, `guest-info`, `guest-fsfreeze-status`) as KubeVirt's JSON
+  (`agent_info.py`); the agent's error (not connected, ...) is a 500 with its message.
 
 One client per guest and channel: a new connection closes the previous one with 1001
 "close by another connection", as virt-handler does. The domain is looked up by name on
@@ -36,12 +39,15 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from services.handler import agent_info
+
 log = structlog.get_logger()
 
 PATH = re.compile(
     r"^/v1/namespaces/(?P<ns>[^/]+)/virtualmachineinstances/(?P<name>[^/]+)/"
-    r"(?P<channel>console|vnc|screenshot)$"
+    r"(?P<channel>console|vnc|screenshot|guestosinfo|userlist|filesystemlist)$"
 )
+AGENT_CHANNELS = ("guestosinfo", "userlist", "filesystemlist")
 CHUNK = 64 * 1024
 
 
@@ -84,6 +90,41 @@ def _domain_xml(uri: str, domain: str) -> str:
         if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
             raise NoDomain(domain) from None
         raise
+    finally:
+        conn.close()
+
+
+def agent_json(uri: str, domain: str, channel: str) -> bytes:
+    """What the domain's guest agent says for `channel`, as KubeVirt's JSON."""
+    import json
+
+    import libvirt_qemu
+
+    conn = libvirt.open(uri)
+    try:
+        try:
+            dom = conn.lookupByName(domain)
+        except libvirt.libvirtError as e:
+            if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                raise NoDomain(domain) from None
+            raise
+        if not dom.isActive():
+            raise NoDomain(domain)
+        if channel == "userlist":
+            return json.dumps(
+                agent_info.user_list(dom.guestInfo(libvirt.VIR_DOMAIN_GUEST_INFO_USERS, 0))
+            ).encode()
+        if channel == "filesystemlist":
+            params = dom.guestInfo(libvirt.VIR_DOMAIN_GUEST_INFO_FILESYSTEM, 0)
+            return json.dumps(agent_info.filesystem_list(params)).encode()
+        params = dom.guestInfo(0, 0)  # every kind of information the agent has
+        agent = json.loads(
+            libvirt_qemu.qemuAgentCommand(dom, '{"execute":"guest-info"}', 10, 0)
+        ).get("return", {})
+        frozen = json.loads(
+            libvirt_qemu.qemuAgentCommand(dom, '{"execute":"guest-fsfreeze-status"}', 10, 0)
+        ).get("return", "")
+        return json.dumps(agent_info.guest_os_info(params, agent, str(frozen))).encode()
     finally:
         conn.close()
 
@@ -163,6 +204,11 @@ class ConsoleServer:
                 headers = Headers([("Content-Type", "image/png"),
                                    ("Content-Length", str(len(png)))])  # fmt: skip
                 return Response(200, "OK", headers, png)
+            if m["channel"] in AGENT_CHANNELS:
+                body = await asyncio.to_thread(agent_json, self.uri, domain, m["channel"])
+                headers = Headers([("Content-Type", "application/json"),
+                                   ("Content-Length", str(len(body)))])  # fmt: skip
+                return Response(200, "OK", headers, body)
             ends = endpoints_of(await asyncio.to_thread(_domain_xml, self.uri, domain))
         except NoDomain:
             return _text(HTTPStatus.NOT_FOUND, f"the domain {domain} is not running on this node")

@@ -225,6 +225,21 @@ def test_vm_cirros_boots_to_the_guests_prompt_on_its_serial_console(cluster: Clu
         r"^vm-cirros:~# ",  # busybox's shell on ttyS0; the hostname from meta-data
     )
     assert "SYSLINUX" in text  # booted from the containerDisk through its boot loader
+    # the guest agent: KubeVirt's AgentConnected condition, and what it says of the guest
+    until(
+        lambda: any(
+            c["type"] == "AgentConnected" and c["status"] == "True"
+            for c in cluster.vmi("vm-cirros")["status"]["conditions"]
+        ),
+        timeout=BOOT_TIMEOUT,
+        what="AgentConnected",
+    )
+    out = cluster.cli("guestosinfo", "vm-cirros")
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert info["hostname"] == "vm-cirros" and info["guestAgentVersion"]
+    assert info["os"]["id"] == "virtstream" and info["os"]["kernelRelease"].endswith("cloud-amd64")
+    assert json.loads(cluster.cli("userlist", "vm-cirros").stdout)["items"] == []  # no login
     assert cluster.http.put(f"{SUB_VM}/vm-cirros/stop", json={}).is_success
     until(lambda: not cluster.qemus(), timeout=30, what="QEMU gone")
 
@@ -406,6 +421,18 @@ def test_volumes_are_sized_as_written_and_hot_plugged_into_the_running_guest(
     with cluster.console_ws("volumes") as ws:
         # vda the image, vdb the cloud-init seed, vdc the claim: 2 GiB in 512-byte sectors
         assert "sectors=4194304" in shell(ws, "echo sectors=$(cat /sys/block/vdc/size)")
+        # a file system on it, mounted: the guest agent lists it (KubeVirt's fslist)
+        shell(ws, "mke2fs -q /dev/vdc && mkdir -p /data && mount /dev/vdc /data", seconds=60)
+        fslist = until(
+            lambda: [
+                fs
+                for fs in json.loads(cluster.cli("fslist", "volumes").stdout)["items"]
+                if fs["mountPoint"] == "/data"
+            ],
+            timeout=30,
+            what="/data in fslist",
+        )
+        assert fslist[0]["diskName"] == "vdc" and fslist[0]["totalBytes"] > 0
         out = cluster.cli("addvolume", "volumes", "--volume-name", "hot-data")
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == (
