@@ -24,6 +24,7 @@ import yaml
 from rich.markup import escape
 
 from cli.settings import DEFAULT_SERVER
+from client import apply as client_apply
 from client import credentials
 from client.api import Client
 from services.launcher.rundir import guest_console_log
@@ -220,7 +221,9 @@ def _tour(
         f"apply -f examples/kubevirt/{EXAMPLE.name}",
         f"the api appends VMCreated; runStrategy {strategy}: a VM object, no VMI yet",
     )
-    r = http.post(VMS, json=manifest)
+    # as `apply` creates it: with the last-applied annotation, so a later apply of the same
+    # file finds nothing to change
+    r = http.post(VMS, json=client_apply.modified(manifest, "default"))
     if r.status_code == 409:
         say(f"  {name} exists already (this data dir was used before): reusing it")
     elif not r.is_success:

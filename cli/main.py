@@ -32,7 +32,7 @@ from cli.settings import DEFAULT_SERVER, settings
 from cli.tables import WatchPrinter, has_table, header_and_rows, render
 from cli.ui import ui
 from cli.up import up
-from client.api import ApiError, Client, resource
+from client.api import ApiError, ApplyOptions, Client, resource
 from events.manifest import ManifestError, yaml_documents
 from kinds.registry import REGISTRY
 
@@ -221,15 +221,37 @@ def apply(
         metavar="SECONDS",
         help="How long a migration waits for its VMI to be Running (0: no wait)",
     ),
+    server_side: bool = typer.Option(
+        False, "--server-side", help="Server-side apply: the api merges and tracks field owners"
+    ),
+    field_manager: str = typer.Option(
+        "", "--field-manager", help="Who owns the applied fields (server-side: virtstream)"
+    ),
+    force_conflicts: bool = typer.Option(
+        False, "--force-conflicts", help="Server-side: take the fields other managers own"
+    ),
 ) -> None:
-    """Create or update the objects in the manifests (kubectl: every document is tried,
-    errors are printed, the exit code is 1 if any failed)."""
-    _apply_documents(_documents(filename, "apply"), namespace, _validation(validate), timeout)
+    """Create or update the objects in the manifests as kubectl apply does: a three-way
+    merge with the configuration last applied (kept in the
+    kubectl.kubernetes.io/last-applied-configuration annotation), so fields the manifest
+    does not name are left as others set them; or server-side apply. Every document is
+    tried, errors are printed, the exit code is 1 if any failed."""
+    if force_conflicts and not server_side:
+        raise error("--force-conflicts only works with --server-side")
+    how = ApplyOptions(server_side=server_side, field_manager=field_manager or None)
+    if force_conflicts:
+        how["force"] = True
+    _apply_documents(_documents(filename, "apply"), namespace, _validation(validate), timeout, how)
 
 
 def _apply_documents(
-    docs: list[tuple[str, JSON]], namespace: str | None, mode: str, timeout: float
+    docs: list[tuple[str, JSON]],
+    namespace: str | None,
+    mode: str,
+    timeout: float,
+    how: ApplyOptions | None = None,
 ) -> None:
+    how = how or ApplyOptions()
     with client() as c:
         failed = False
         for source, doc in docs:
@@ -237,7 +259,8 @@ def _apply_documents(
                 current = _current(c, doc, namespace)
                 if current is None and doc.get("kind") in _AFTER_THE_REST:
                     _wait_for_vmi(c, doc, namespace, timeout)
-                obj = c.apply(doc, _ns(namespace), raw=True, field_validation=mode)
+                opts: ApplyOptions = {**how, "raw": True, "field_validation": mode}
+                obj = c.apply(doc, _ns(namespace), **opts)
             except ApiError as exc:
                 failed = True
                 _server_error(exc)
@@ -246,7 +269,9 @@ def _apply_documents(
                 failed = True
                 err.print(f"error: {source}: {exc}", markup=False)
                 continue
-            if current is None:
+            if how.get("server_side"):
+                action = "serverside-applied"
+            elif current is None:
                 action = "created"
             elif _rv(obj) == _rv(current):
                 action = "unchanged"

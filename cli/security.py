@@ -5,6 +5,9 @@
 - `auth.yaml`: the api's users and role bindings (`services/api/auth.py`), written once
   with the admin's token; the operator edits it afterwards (the api re-reads it);
 - `credentials/admin-token`: the admin's bearer token, also in `kubeconfig`;
+- `credentials/prometheus-token`: the bearer token Prometheus scrapes /metrics with; every
+  service takes it as `--metrics-token-file` (the api: user `prometheus` in group
+  `system:monitoring`, which may read /metrics and nothing else);
 - `credentials/nats-<user>`: each NATS user's password (`ops/nats_auth.py`); each service
   gets only its own, through its environment.
 
@@ -31,6 +34,7 @@ class Secured:
     pki: pki_.Pki
     auth_file: Path
     admin_token: str
+    metrics_token_file: Path
 
     def api_args(self) -> tuple[str, ...]:
         return (
@@ -42,10 +46,42 @@ class Secured:
             str(self.pki.server_key),
             "--client-ca",
             str(self.pki.ca),
+            # the nodes' console servers serve only this certificate (mutual TLS)
+            "--console-cert",
+            str(self.pki.handler_client_cert),
+            "--console-key",
+            str(self.pki.handler_client_key),
+            "--console-ca",
+            str(self.pki.ca),
+            # Prometheus's token: user `prometheus`, group `system:monitoring`
+            "--metrics-token-file",
+            str(self.metrics_token_file),
+        )
+
+    def metrics_args(self) -> tuple[str, ...]:
+        """The controller's and handlers' /metrics: HTTPS, Prometheus's token only."""
+        return (
+            "--metrics-token-file",
+            str(self.metrics_token_file),
+            "--metrics-tls-cert",
+            str(self.pki.server_cert),
+            "--metrics-tls-key",
+            str(self.pki.server_key),
+        )
+
+    def console_args(self) -> tuple[str, ...]:
+        """A handler's console server: the api's client certificate only."""
+        return (
+            "--console-tls-cert",
+            str(self.pki.handler_server_cert),
+            "--console-tls-key",
+            str(self.pki.handler_server_key),
+            "--console-client-ca",
+            str(self.pki.ca),
         )
 
 
-def _private(path: Path, text: str) -> None:
+def private(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.touch(mode=0o600, exist_ok=True)
     path.chmod(0o600)
@@ -58,27 +94,35 @@ def auth_document(admin_token: str) -> str:
         "clusterRoleBindings": [],
         "roleBindings": [],
     }
-    head = (
-        "# The api's users and role bindings (services/api/auth.py has the format).\n"
-        "# Roles: kubevirt.io:view, kubevirt.io:edit, kubevirt.io:admin, kubevirt.io:migrate,\n"
-        "# cluster-admin. Changes apply within a second, without a restart.\n"
-    )
-    return head + yaml.safe_dump(doc, sort_keys=False)
+    return AUTH_HEAD + yaml.safe_dump(doc, sort_keys=False)
+
+
+AUTH_HEAD = (
+    "# The api's users and role bindings (services/api/auth.py has the format).\n"
+    "# Roles: kubevirt.io:view, kubevirt.io:edit, kubevirt.io:admin, kubevirt.io:migrate,\n"
+    "# cluster-admin. Changes apply within a second, without a restart.\n"
+)
+
+
+def _token(path: Path) -> str:
+    if path.exists():
+        return path.read_text().strip()
+    token = secrets.token_urlsafe(32)
+    private(path, token + "\n")
+    return token
 
 
 def prepare(data_dir: Path) -> Secured:
-    """The PKI, the auth file and the admin token (each created when missing)."""
+    """The PKI, the auth file, the admin's and Prometheus's tokens (each created when
+    missing)."""
     pki = pki_.ensure(data_dir / "pki")
-    token_file = data_dir / "credentials" / "admin-token"
-    if token_file.exists():
-        token = token_file.read_text().strip()
-    else:
-        token = secrets.token_urlsafe(32)
-        _private(token_file, token + "\n")
+    token = _token(data_dir / "credentials" / "admin-token")
+    metrics_file = data_dir / "credentials" / "prometheus-token"
+    _token(metrics_file)
     auth_file = data_dir / "auth.yaml"
     if not auth_file.exists():
-        _private(auth_file, auth_document(token))
-    return Secured(pki, auth_file, token)
+        private(auth_file, auth_document(token))
+    return Secured(pki, auth_file, token, metrics_file)
 
 
 @dataclass(frozen=True)
@@ -111,6 +155,6 @@ def nats_users(data_dir: Path, nodes: list[str], pki: pki_.Pki | None) -> Bus:
     users = {u.name: u for u in nats_auth.users(nodes, passwords)}
     for u in users.values():
         if passwords.get(u.name) != u.password:
-            _private(creds / f"nats-{u.name}", u.password + "\n")
+            private(creds / f"nats-{u.name}", u.password + "\n")
     tls = (pki.server_cert, pki.server_key) if pki else None
     return Bus(users, pki.ca if pki else None, tls)

@@ -10,8 +10,11 @@ dir (`.virtstream-demo`) so that a later plain `up` does not pick its objects up
 `--hypervisor qemu`: before the handlers, one libvirtd per node (ops.node_libvirtd, in
 `<data-dir>/nodes/<node>/`); its URI goes to the node's handler. Ctrl-C stops them after the
 handlers (unless --keep-vms: then they and their guests live on, and the next `up` adopts
-them). A previous `up` that was killed leaves its services running: they are recorded in
-`<data-dir>/up.json` and stopped on the next start; node dirs no longer in use are cleaned.
+them). One `up` runs on a data dir at a time (`ops/run_lock.py`): a killed one's reaper
+(`ops/up_reaper.py`) stops what it left (services, and launchers unless --keep-vms) before
+the next starts, which waits for it and says so. The services are recorded in
+`<data-dir>/up.json`, so what a killed reaper did not stop is stopped on the next start;
+node dirs no longer in use are cleaned.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import msgspec
@@ -30,10 +34,11 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli import kubeconfig, security
+from cli import external_nats, kubeconfig, security
 from client import credentials
+from eventstore import connection
 from kinds.registry import REGISTRY
-from ops import guest_images, node_libvirtd, up_reaper
+from ops import guest_images, node_libvirtd, run_lock, up_reaper
 from ops.nats_config import local_cluster
 from ops.nats_server import NatsServer
 from ops.node_libvirtd import NodeRuntime
@@ -135,15 +140,6 @@ def up(
     if not nats_url and nats_cluster == 2:
         console.print("[red]error[/]: --nats-cluster 2 cannot keep a quorum: use 1, 3 or 5")
         raise typer.Exit(2)
-    ports = {"NATS (--nats-port)": 0 if nats_url else nats_port, "API (--port)": port}
-    if metrics:
-        ports["Prometheus (--prometheus-port)"] = prometheus_port
-    if busy := taken(ports):
-        console.print(
-            f"[red]error[/]: {', '.join(busy)} already in use on 127.0.0.1 (another "
-            "`virtstream up`? pick free ones with the options named)"
-        )
-        raise typer.Exit(1)
     if hypervisor not in ("test", "qemu"):
         console.print(f"[red]error[/]: --hypervisor must be test or qemu, not {hypervisor!r}")
         raise typer.Exit(2)
@@ -155,8 +151,26 @@ def up(
     data_dir.chmod(0o700)  # the event log, logs and sockets are the owner's alone
     run_dir = data_dir / "run"
     state_file = data_dir / "up.json"
-    if leftovers := stop_recorded(state_file):
+    # before anything is read or started: a killed run's reaper finishes first
+    try:
+        lock = run_lock.take(data_dir, console.print, stopped=stop.is_set)
+    except run_lock.RunLockError as e:
+        console.print(f"[red]error[/]: {e}")
+        raise typer.Exit(1) from None
+    reaped = up_reaper.take_report(data_dir)
+    if leftovers := stop_recorded(state_file):  # its reaper was killed too
         console.print(f"stopped what a killed previous run left: {', '.join(leftovers)}")
+    # after the previous run's processes are gone: they no longer hold its ports
+    ports = {"NATS (--nats-port)": 0 if nats_url else nats_port, "API (--port)": port}
+    if metrics:
+        ports["Prometheus (--prometheus-port)"] = prometheus_port
+    if busy := taken(ports):
+        console.print(
+            f"[red]error[/]: {', '.join(busy)} already in use on 127.0.0.1 (another "
+            "`virtstream up`? pick free ones with the options named)"
+        )
+        raise typer.Exit(1)
+    _say_previous_vms(reaped, len(live_launchers(run_dir)))
     if len(str(run_dir)) > 60:
         console.print(
             f"[yellow]warning[/]: {run_dir} is long; launcher socket paths may exceed the "
@@ -164,15 +178,24 @@ def up(
         )
     node_names = [f"node-{i}" for i in range(1, nodes + 1)]
     secured = None if insecure else security.prepare(data_dir)
-    # the bus's users: only with the embedded server (another is configured by its owner)
+    # the bus's users: the embedded server gets them in its config; an external one from
+    # its owner, who includes the file written here (checked before anything starts)
     bus = (
-        security.nats_users(data_dir, node_names, secured.pki if nats_tls else None)
-        if secured is not None and not nats_url
+        security.nats_users(
+            data_dir, node_names, secured.pki if nats_tls and not nats_url else None
+        )
+        if secured is not None
         else None
     )
+    if bus is not None and nats_url:
+        include = external_nats.write(data_dir, bus)
+        if problem := external_nats.check(nats_url, bus, include):
+            console.print(f"[red]error[/]: {problem}")
+            raise typer.Exit(1)
     sup = Supervisor(data_dir / "logs", console.print, state_file=state_file)
     # stops the launchers should this process die without its `finally` (SIGKILL)
-    reaper = up_reaper.start(data_dir, keep_vms)
+    reaper = up_reaper.start(data_dir, keep_vms, lock)
+    run_lock.note_reaper(lock, reaper.pid)
     servers: list[NatsServer] = []
     if not nats_url:
         try:
@@ -232,6 +255,8 @@ def up(
             env=bus.env("api") if bus else {},
         )
     ]
+    metrics_args = secured.metrics_args() if secured else ()
+    scheme = "https" if secured else "http"  # the controller's and handlers' /metrics
     for i in range(1, controllers + 1):
         cport = free_port()
         specs.append(
@@ -251,8 +276,9 @@ def up(
                     # back: it gets no grace from the controller's start
                     "--cluster-nodes",
                     ",".join(node_names),
+                    *metrics_args,
                 ),
-                metrics_url=f"http://127.0.0.1:{cport}/metrics",
+                metrics_url=f"{scheme}://127.0.0.1:{cport}/metrics",
                 env=bus.env("controller") if bus else {},
             )
         )
@@ -279,8 +305,10 @@ def up(
                     # (half of it) and heartbeat interval follow from it
                     *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
                     *handler_extra[node],
+                    *metrics_args,
+                    *(secured.console_args() if secured and hypervisor == "qemu" else ()),
                 ),
-                metrics_url=f"http://127.0.0.1:{hport}/metrics",
+                metrics_url=f"{scheme}://127.0.0.1:{hport}/metrics",
                 env=bus.env(f"handler-{node}") if bus else {},
             )
         )
@@ -294,8 +322,12 @@ def up(
         ca_pem=secured.pki.ca.read_bytes() if secured else b"",
     )
     credentials.record("api", port, data_dir)
-    for server in servers:
-        credentials.record("nats", server.port, data_dir)
+    # the debug commands and scripts find the bus's credentials by its port
+    nats_ports = [s.port for s in servers] or [
+        urlsplit(u).port or 4222 for u in connection.servers(nats_url)
+    ]
+    for nats_port_in_use in nats_ports:
+        credentials.record("nats", nats_port_in_use, data_dir)
     console.print(f"kubectl: KUBECONFIG={kube} kubectl get vms")
     if secured is None:
         console.print("[yellow]--insecure[/]: the api has no TLS and no authentication")
@@ -308,10 +340,13 @@ def up(
             prometheus_port,
             scrape_interval,
             ca_file=secured.pki.ca if secured else None,
+            token_file=secured.metrics_token_file if secured else None,
         )
         if metrics
         else None
     )
+    if prom is not None and prom.proc is not None:  # for the reaper, should `up` be killed
+        sup.record("prometheus", prom.proc.pid, prom.command())
 
     result: list[bool] = []
     if demo:
@@ -345,14 +380,35 @@ def up(
             stop_node_runtimes(runtimes)
         if prom is not None:
             prom.stop_sync()
-        for server in servers:
-            credentials.forget("nats", server.port, data_dir)
+        for nats_port_in_use in nats_ports:
+            credentials.forget("nats", nats_port_in_use, data_dir)
         credentials.forget("api", port, data_dir)
         sup.forget()
         up_reaper.finish(reaper)
+        os.close(lock)  # the data dir is free for the next `up`
         console.print("stopped")
     if demo and not (result and result[0]):
         raise typer.Exit(1)
+
+
+def _say_previous_vms(reaped: up_reaper.Reaped | None, running: int) -> None:
+    """What became of the previous run's VMs, when it was killed or kept them."""
+    if reaped is not None:
+        stopped = f" and {reaped.vms_stopped} VM(s)" if reaped.vms_stopped else ""
+        services = ", ".join(reaped.services) or "no service"
+        console.print(
+            f"the previous run was killed; its reaper stopped {services}{stopped} "
+            f"in {reaped.seconds} s"
+        )
+        if reaped.vms_stopped:
+            console.print(
+                f"its {reaped.vms_stopped} VM(s) were shut down: each starts again as its "
+                "run strategy says (a standalone VMI ends Failed)"
+            )
+    if running:  # --keep-vms
+        console.print(
+            f"{running} VM(s) of the previous run kept running: the handlers re-attach to them"
+        )
 
 
 def _message(r: httpx.Response) -> str:
@@ -443,6 +499,7 @@ def _start_prometheus(
     port: int,
     scrape_interval: str = "5s",
     ca_file: Path | None = None,
+    token_file: Path | None = None,
 ) -> PrometheusServer | None:
     """Prometheus on loopback with a config rendered from what this `up` started
     (ops/prometheus/, dashboards in ops/grafana/). A restarted service keeps its port, so
@@ -461,6 +518,7 @@ def _start_prometheus(
             port=port,
             scrape_interval=scrape_interval,
             ca_file=ca_file,
+            token_file=token_file,
         )
     console.print(f"[green]Prometheus[/] {prom.url}  (Grafana data source: Prometheus, {prom.url})")
     console.print("  dashboards to import: ops/grafana/dashboards/*.json")

@@ -16,8 +16,9 @@ import httpx
 import msgspec
 from typing_extensions import Unpack
 
+from client import apply as client_apply
 from client.credentials import ApiCredentials, for_api
-from events.manifest import OBJECT_TYPES, api_group, dump, load
+from events.manifest import api_group, dump, load
 from events.objects import Status
 from kinds.registry import REGISTRY, Registry
 from kinds.spec import KindSpec
@@ -29,6 +30,12 @@ JSON = dict[str, Any]
 class WriteOptions(TypedDict, total=False):
     raw: bool  # the server's JSON instead of a typed object
     field_validation: str | None  # Strict, Warn (the server's default) or Ignore
+
+
+class ApplyOptions(WriteOptions, total=False):
+    server_side: bool  # server-side apply instead of kubectl's client-side three-way merge
+    field_manager: str | None  # who owns what is applied (server-side: "virtstream")
+    force: bool  # server-side: take the fields other managers own
 
 
 class ReadOptions(TypedDict, total=False):
@@ -57,6 +64,11 @@ class Req(NamedTuple):
     path: str
     params: dict[str, str]
     body: Any = None
+    content_type: str = ""  # a PATCH's: merge patch, apply patch
+
+
+CLIENT_SIDE_MANAGER = "virtstream-client-side-apply"  # kubectl's is kubectl-client-side-apply
+SERVER_SIDE_MANAGER = "virtstream"  # kubectl's is kubectl
 
 
 class ApiError(Exception):
@@ -80,13 +92,7 @@ def resource(kind: str, kinds: Registry = REGISTRY) -> KindSpec:
 
 def typed(obj: JSON, kinds: Registry = REGISTRY) -> Any:
     """The typed object for a server document (unknown kinds stay dicts)."""
-    group, kind = api_group(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))
-    spec = kinds.get(kind) if kind else None
-    t = (
-        spec.object_type
-        if spec is not None and spec.group == group
-        else OBJECT_TYPES.get((group, kind))
-    )
+    t = kinds.types.get((api_group(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))))
     return load(obj, t) if t is not None else obj
 
 
@@ -229,13 +235,36 @@ class _Requests:
         coll = info.collection_path(ns if info.namespaced else None)
         return coll, f"{coll}/{meta.get('name', '')}", str(meta.get("name", ""))
 
-    def create(self, doc: JSON, namespace: str | None, opts: WriteOptions) -> Req:
+    def create(
+        self, doc: JSON, namespace: str | None, opts: WriteOptions, manager: str = ""
+    ) -> Req:
         coll, _, _ = self.object_target(doc, namespace)
-        return Req("POST", coll, self.write_params(opts.get("field_validation")), doc)
+        params = self.write_params(opts.get("field_validation"))
+        if manager:
+            params["fieldManager"] = manager
+        return Req("POST", coll, params, doc)
 
     def update(self, doc: JSON, namespace: str | None, opts: WriteOptions) -> Req:
         _, item, _ = self.object_target(doc, namespace)
         return Req("PUT", item, self.write_params(opts.get("field_validation")), doc)
+
+    def applied(self, doc: JSON, namespace: str | None) -> JSON:
+        """The configuration as client-side apply sends it (namespace, last-applied)."""
+        info = self.resource(str(doc.get("kind", "")))
+        return client_apply.modified(doc, self.ns(namespace) if info.namespaced else None)
+
+    def merge_patch(self, item: str, patch: JSON, opts: ApplyOptions) -> Req:
+        params = self.write_params(opts.get("field_validation"))
+        params["fieldManager"] = opts.get("field_manager") or CLIENT_SIDE_MANAGER
+        return Req("PATCH", item, params, patch, "application/merge-patch+json")
+
+    def server_side_apply(self, doc: JSON, namespace: str | None, opts: ApplyOptions) -> Req:
+        _, item, _ = self.object_target(doc, namespace)
+        params = self.write_params(opts.get("field_validation"))
+        params["fieldManager"] = opts.get("field_manager") or SERVER_SIDE_MANAGER
+        if opts.get("force"):
+            params["force"] = "true"
+        return Req("PATCH", item, params, doc, "application/apply-patch+yaml")
 
     def get(self, kind: str, name: str, namespace: str | None, opts: ReadOptions) -> Req:
         at = opts.get("at")
@@ -264,10 +293,23 @@ class _Requests:
         return Req("GET", path, params)
 
 
-def _with_version(doc: JSON, current: JSON) -> JSON:
-    """`apply` updates the existing object on its current resourceVersion."""
-    rv = current["metadata"]["resourceVersion"]
-    return {**doc, "metadata": {**doc.get("metadata", {}), "resourceVersion": rv}}
+def _apply_patch(
+    r: _Requests, config: JSON, item: str, current: JSON, on_warning: Callable[[str], None] | None
+) -> JSON:
+    """kubectl's three-way merge patch of a live object (empty: nothing to send)."""
+    last = client_apply.original(current)
+    if last is None and on_warning is not None:
+        meta = current.get("metadata") or {}
+        plural = r.resource(str(config.get("kind", ""))).plural
+        on_warning(client_apply.MISSING.format(resource=f"{plural}/{meta.get('name', '')}"))
+    return client_apply.three_way(last, config, current)
+
+
+def _body(req: Req) -> dict[str, Any]:
+    """httpx's arguments for a request's body."""
+    if not req.content_type:
+        return {"json": req.body}
+    return {"content": msgspec.json.encode(req.body), "headers": {"Content-Type": req.content_type}}
 
 
 def _events(lines: Iterator[str]) -> Iterator[tuple[str, JSON]]:
@@ -293,6 +335,7 @@ class Client:
         credentials: ApiCredentials | None = None,
     ) -> None:
         self.seen = Seen()
+        self.on_warning = on_warning
         hooks: dict[str, list[Callable[..., Any]]] = {
             "request": [self.seen.ask],
             "response": [self.seen.record, *([_warning_hook(on_warning)] if on_warning else [])],
@@ -315,7 +358,7 @@ class Client:
         return body if raw or not isinstance(body, dict) else typed(body, self.r.kinds)
 
     def _send(self, req: Req) -> Any:
-        return _json(self.http.request(req.method, req.path, params=req.params, json=req.body))
+        return _json(self.http.request(req.method, req.path, params=req.params, **_body(req)))
 
     # ------------------------------------------------------------- objects
     def create(self, obj: Any, namespace: str | None = None, **opts: Unpack[WriteOptions]) -> Any:
@@ -324,14 +367,25 @@ class Client:
     def update(self, obj: Any, namespace: str | None = None, **opts: Unpack[WriteOptions]) -> Any:
         return self._out(self._send(self.r.update(as_dict(obj), namespace, opts)), opts)
 
-    def apply(self, obj: Any, namespace: str | None = None, **opts: Unpack[WriteOptions]) -> Any:
-        """Create, or update the existing object (on its current resourceVersion); an
-        unchanged object keeps its resourceVersion and generation."""
+    def apply(self, obj: Any, namespace: str | None = None, **opts: Unpack[ApplyOptions]) -> Any:
+        """`kubectl apply`: create the object with the last-applied annotation, or send
+        the three-way merge patch (`client/apply.py`; nothing when it is empty, so an
+        unchanged object keeps its resourceVersion). `server_side=True`: server-side apply
+        (`field_manager`, `force`)."""
         doc = as_dict(obj)
-        current = self.http.get(self.r.object_target(doc, namespace)[1])
-        if current.status_code == 404:
-            return self.create(doc, namespace, **opts)
-        return self.update(_with_version(doc, _json(current)), namespace, **opts)
+        if opts.get("server_side"):
+            return self._out(self._send(self.r.server_side_apply(doc, namespace, opts)), opts)
+        config = self.r.applied(doc, namespace)
+        item = self.r.object_target(config, namespace)[1]
+        got = self.http.get(item)
+        if got.status_code == 404:
+            req = self.r.create(config, namespace, opts, CLIENT_SIDE_MANAGER)
+            return self._out(self._send(req), opts)
+        current = _json(got)
+        patch = _apply_patch(self.r, config, item, current, self.on_warning)
+        if not patch:
+            return self._out(current, opts)
+        return self._out(self._send(self.r.merge_patch(item, patch, opts)), opts)
 
     def get(
         self, kind: str, name: str, namespace: str | None = None, **opts: Unpack[ReadOptions]
@@ -456,6 +510,7 @@ class AsyncClient:
         credentials: ApiCredentials | None = None,
     ) -> None:
         self.seen = Seen()
+        self.on_warning = on_warning
         hooks: dict[str, list[Callable[..., Any]]] = {
             "request": [self.seen.ask_async],
             "response": [
@@ -481,9 +536,7 @@ class AsyncClient:
         return body if raw or not isinstance(body, dict) else typed(body, self.r.kinds)
 
     async def _send(self, req: Req) -> Any:
-        return _json(
-            await self.http.request(req.method, req.path, params=req.params, json=req.body)
-        )
+        return _json(await self.http.request(req.method, req.path, params=req.params, **_body(req)))
 
     async def create(
         self, obj: Any, namespace: str | None = None, **opts: Unpack[WriteOptions]
@@ -496,13 +549,24 @@ class AsyncClient:
         return self._out(await self._send(self.r.update(as_dict(obj), namespace, opts)), opts)
 
     async def apply(
-        self, obj: Any, namespace: str | None = None, **opts: Unpack[WriteOptions]
+        self, obj: Any, namespace: str | None = None, **opts: Unpack[ApplyOptions]
     ) -> Any:
+        """`Client.apply`'s."""
         doc = as_dict(obj)
-        current = await self.http.get(self.r.object_target(doc, namespace)[1])
-        if current.status_code == 404:
-            return await self.create(doc, namespace, **opts)
-        return await self.update(_with_version(doc, _json(current)), namespace, **opts)
+        if opts.get("server_side"):
+            req = self.r.server_side_apply(doc, namespace, opts)
+            return self._out(await self._send(req), opts)
+        config = self.r.applied(doc, namespace)
+        item = self.r.object_target(config, namespace)[1]
+        got = await self.http.get(item)
+        if got.status_code == 404:
+            req = self.r.create(config, namespace, opts, CLIENT_SIDE_MANAGER)
+            return self._out(await self._send(req), opts)
+        current = _json(got)
+        patch = _apply_patch(self.r, config, item, current, self.on_warning)
+        if not patch:
+            return self._out(current, opts)
+        return self._out(await self._send(self.r.merge_patch(item, patch, opts)), opts)
 
     async def get(
         self, kind: str, name: str, namespace: str | None = None, **opts: Unpack[ReadOptions]

@@ -106,7 +106,8 @@ class Update(Write):
 
 @dataclass(frozen=True, kw_only=True)
 class Patch(Write):
-    """A JSON, merge or strategic merge patch of the object as served."""
+    """A JSON or merge patch of the object as served (strategic merge: a built-in
+    kind's only)."""
 
     raw: bytes
     content_type: str
@@ -200,7 +201,8 @@ def decode(req: Request) -> Command:
                 manager=_manager(req), warnings=warnings,
             )  # fmt: skip
         case Verb.PATCH:
-            if patch.check_type(req.content_type) == patch.APPLY:  # 415 before anything
+            # 415 before anything; KubeVirt's kinds are custom resources: no strategic merge
+            if patch.check_type(req.content_type, strategic=not spec.group) == patch.APPLY:
                 return _apply(req)
             validation = checked_mode(_validation(p))  # the patched object is checked later
             dry = dryrun.requested(p)
@@ -223,7 +225,7 @@ def decode(req: Request) -> Command:
             if sub is None:
                 raise unknown_resource()
             if req.method == "PATCH" and sub.shape is not None:
-                patch.check_type(req.content_type)
+                patch.check_type(req.content_type, strategic=not spec.group)
                 return Call(
                     spec=spec, namespace=ns, name=name, dry_run=dryrun.requested(p), sub=sub,
                     args=CallArgs(body={}, query=p), raw=req.body, content_type=req.content_type,
@@ -291,7 +293,7 @@ def decide(
         case Call(sub=sub, args=args, raw=raw):
             if raw is not None and sub.shape is not None:
                 shaped = sub.shape(_served(cluster, spec, ns, name, ctx.now))
-                body = patch.apply(shaped, raw, command.content_type)
+                body = patch.apply(shaped, raw, command.content_type, strategic=not spec.group)
                 args = CallArgs(body=body, query=args.query)
             return sub.act(cluster, ns, name, args, ctx)
         case _:
@@ -319,7 +321,9 @@ def _patch(
     warnings: list[str] = []
 
     def change(current: JSON) -> JSON:
-        patched = patch.apply(current, command.raw, command.content_type)
+        patched = patch.apply(
+            current, command.raw, command.content_type, strategic=not command.spec.group
+        )
         written = {k: v for k, v in patched.items() if k != "status"}
         warnings[:] = field_warnings(command.spec, written, command.validation)
         return patched

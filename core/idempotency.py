@@ -1,7 +1,10 @@
 """`Idempotency-Key`: a client's key for a write, and the ids a keyed write decides with.
 A retry of the same request with the same key is answered with the first one's result; the
-same key with another request is refused. Pure: the shell remembers the keys it answered
-(`services/api/service.py`) and hands the clock in."""
+same key with another request is refused. Pure: the shell keeps what each key decided (a
+record: the request's fingerprint and its `Outcome`, in a bucket every api replica shares;
+`services/api/service.py`, `eventstore/keyed.py`) and hands the clock in. Keys are their
+user's own: the record's key and the ids a keyed request decides with are derived from
+(user, key)."""
 
 from __future__ import annotations
 
@@ -9,9 +12,14 @@ import hashlib
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
-from core.context import RequestContext
+import msgspec
+
+from core.context import Append, Outcome, RequestContext
 from core.errors import bad_request
+from events.catalog import AnyEvent
+from events.meta import KindToken
 
 HEADER = "Idempotency-Key"
 KEY_MAX = 256
@@ -57,3 +65,42 @@ def keyed_context(correlation_id: str, key: str, now: float) -> RequestContext:
         new_id=lambda: derived("id")[:32],
         suffix=suffix,
     )
+
+
+def scoped(user: str, key: str) -> str:
+    """A user's key as the record's key and the ids' basis (hex: KV keys allow few
+    characters, and neither the user's name nor the key need be readable in the bucket)."""
+    return hashlib.sha256(f"{user}\x00{key}".encode()).hexdigest()
+
+
+class _Append(msgspec.Struct, frozen=True):
+    event: AnyEvent
+    expected: int | None
+
+
+class _Record(msgspec.Struct, frozen=True):
+    fingerprint: str
+    appends: tuple[_Append, ...]
+    kind: KindToken
+    key: str
+    code: int
+    warnings: tuple[str, ...] = ()
+
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder(_Record)
+
+
+def encode_record(fingerprint: str, outcome: Outcome) -> bytes:
+    """What a key decided: the request's fingerprint and the outcome, events included."""
+    appends = tuple(_Append(cast(AnyEvent, a.event), a.expected) for a in outcome.appends)
+    record = _Record(
+        fingerprint, appends, outcome.kind, outcome.key, outcome.code, outcome.warnings
+    )
+    return _encoder.encode(record)
+
+
+def decode_record(data: bytes) -> tuple[str, Outcome]:
+    r = _decoder.decode(data)
+    appends = tuple(Append(a.event, a.expected) for a in r.appends)
+    return r.fingerprint, Outcome(appends, r.kind, r.key, r.code, r.warnings)

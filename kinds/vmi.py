@@ -3,7 +3,6 @@ unpause and softreboot subresources; addvolume and removevolume in `vmi_volumes.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from core import admission
@@ -21,9 +20,8 @@ from events.catalog import (
 from events.manifest import load
 from events.meta import Kind
 from events.objects import VirtualMachineInstance
-from kinds import columns as col
 from kinds import vmi_volumes
-from kinds.spec import Column, KindSpec, PrinterColumn
+from kinds.spec import KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_vmi
 from projections.render import render_vmi
@@ -123,24 +121,6 @@ def _softreboot(c: Cluster, ns: str, name: str, _: CallArgs, ctx: RequestContext
     return softreboot(c, ns, name, ctx)
 
 
-def _ip(obj: JSON) -> str:
-    """kubectl's `.status.interfaces[0].ipAddress`: the first interface's."""
-    interfaces = col.status(obj).get("interfaces") or []
-    return str(interfaces[0].get("ipAddress") or "") if interfaces else ""
-
-
-def _condition_status(ctype: str) -> Callable[[JSON], str]:
-    """kubectl's `.status.conditions[?(@.type=='X')].status`: empty without one."""
-
-    def cell(obj: JSON) -> str:
-        for c in col.status(obj).get("conditions") or []:
-            if c.get("type") == ctype:
-                return str(c.get("status", ""))
-        return ""
-
-    return cell
-
-
 # ------------------------------------------------------------------ registry
 SPEC = KindSpec(
     group="kubevirt.io",
@@ -176,17 +156,6 @@ SPEC = KindSpec(
         PrinterColumn(
             "Paused", "string", ".status.conditions[?(@.type=='Paused')].status", priority=1
         ),
-    ),
-    columns=(
-        Column("NAME", col.name),
-        Column("AGE", col.age),
-        Column("PHASE", lambda o: str(col.status(o).get("phase", ""))),
-        Column("IP", _ip),
-        Column("NODENAME", lambda o: str(col.status(o).get("nodeName", ""))),
-        Column("READY", col.ready),
-        # KubeVirt's priority-1 printer columns: what `kubectl get vmi -o wide` adds
-        Column("LIVE-MIGRATABLE", _condition_status("LiveMigratable"), wide=True),
-        Column("PAUSED", _condition_status("Paused"), wide=True),
     ),
     admit=admit,
     created=lambda meta, manifest: VMICreated(meta=meta, manifest=manifest),

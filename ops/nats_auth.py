@@ -3,7 +3,8 @@
 
 One user per service (docs/SECURITY.md has the table and how to use it in a real install):
 - `api`: appends any event (it is where intents become events), serves the NATS intents
-  (`virt-api.>`, answering any requester), owns the streams and the snapshot bucket;
+  (`virt-api.>`, answering any requester), owns the streams, the snapshot bucket and the
+  idempotency keys' bucket;
 - `controller`: appends any event; its consumer, the dead-letter subject, heartbeats read,
   the active/standby lease;
 - `handler-<node>`: appends only VMI events routed to its node, its node's own events,
@@ -29,7 +30,7 @@ from collections.abc import Iterable
 import msgspec
 
 from events.subjects import token
-from eventstore import heartbeats, lease
+from eventstore import heartbeats, keyed, lease
 
 JS = "$JS.API"
 # what no service needs: removing streams, messages or other services' consumers
@@ -83,7 +84,16 @@ def api_user(password: str, stream: str = "VIRT") -> NatsUser:
     return NatsUser(
         "api",
         password,
-        Permissions(("virt.>", f"{JS}.>", "$KV.virt-snapshots.>", "$JS.FC.>", "$JS.ACK.>")),
+        Permissions(
+            (
+                "virt.>",
+                f"{JS}.>",
+                "$KV.virt-snapshots.>",
+                f"$KV.{keyed.BUCKET}.>",  # the idempotency keys every api replica shares
+                "$JS.FC.>",
+                "$JS.ACK.>",
+            )
+        ),
         Permissions((INTENTS, "$SRV.>", _own_inbox("api"))),  # $SRV: service discovery
         allow_responses=True,
     )

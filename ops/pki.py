@@ -4,7 +4,11 @@
 - `ca.crt`/`ca.key`: a CA for this cluster alone (ECDSA P-256, 10 years);
 - `server.crt`/`server.key`: the api's and nats-server's certificate for localhost,
   127.0.0.1 and ::1, signed by the CA;
-- `admin.crt`/`admin.key`: a client certificate for `admin` in group `system:masters`.
+- `admin.crt`/`admin.key`: a client certificate for `admin` in group `system:masters`;
+- `handler-server.crt`/`.key`: the nodes' console servers (`kubevirt.io:system:node:
+  virt-handler`, as KubeVirt names virt-handler's), and `handler-client.crt`/`.key`: the
+  api's client certificate for them (`kubevirt.io:system:client:virt-handler`). Each side
+  checks the other's Common Name as KubeVirt's virt-handler and virt-api do.
 
 Existing files are kept, so a restarted `up` serves the same CA its clients trust."""
 
@@ -21,6 +25,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from services.runtime.mtls import CLIENT_CN as HANDLER_CLIENT_CN
+from services.runtime.mtls import SERVER_CN as HANDLER_SERVER_CN
 
 VALID_DAYS = 3650
 HOSTS = ("localhost",)
@@ -54,6 +61,22 @@ class Pki:
     @property
     def admin_key(self) -> Path:
         return self.dir / "admin.key"
+
+    @property
+    def handler_server_cert(self) -> Path:
+        return self.dir / "handler-server.crt"
+
+    @property
+    def handler_server_key(self) -> Path:
+        return self.dir / "handler-server.key"
+
+    @property
+    def handler_client_cert(self) -> Path:
+        return self.dir / "handler-client.crt"
+
+    @property
+    def handler_client_key(self) -> Path:
+        return self.dir / "handler-client.key"
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -94,7 +117,10 @@ def _issue(
     subject: x509.Name,
     *,
     server: bool,
+    client: bool = True,
 ) -> tuple[x509.Certificate, ec.EllipticCurvePrivateKey]:
+    """A server certificate (for HOSTS and ADDRESSES; also a client one unless `client` is
+    false) or a client certificate."""
     key = ec.generate_private_key(ec.SECP256R1())
     builder = _builder(subject, ca_cert.subject, key).add_extension(
         x509.BasicConstraints(ca=False, path_length=None), critical=True
@@ -103,7 +129,9 @@ def _issue(
         sans: list[x509.GeneralName] = [x509.DNSName(h) for h in HOSTS]
         sans += [x509.IPAddress(ipaddress.ip_address(a)) for a in ADDRESSES]
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        usage = [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+        usage = [ExtendedKeyUsageOID.SERVER_AUTH]
+        if client:  # the handlers' is server only: it cannot pass for the api's client
+            usage.append(ExtendedKeyUsageOID.CLIENT_AUTH)
     else:
         usage = [ExtendedKeyUsageOID.CLIENT_AUTH]
     builder = builder.add_extension(x509.ExtendedKeyUsage(usage), critical=False)
@@ -143,15 +171,19 @@ def ensure(directory: Path) -> Pki:
         )
         _write(pki.ca_key, _key_pem(ca_key))
         _write(pki.ca, ca_cert.public_bytes(serialization.Encoding.PEM))
-        for stale in (pki.server_cert, pki.admin_cert):  # signed by a CA that is gone
+        # signed by a CA that is gone
+        for stale in (pki.server_cert, pki.admin_cert, pki.handler_server_cert,
+                      pki.handler_client_cert):  # fmt: skip
             stale.unlink(missing_ok=True)
-    for cert_path, key_path, subject, server in (
-        (pki.server_cert, pki.server_key, _name("virtstream"), True),
-        (pki.admin_cert, pki.admin_key, _name("admin", ("system:masters",)), False),
+    for cert_path, key_path, subject, server, client in (
+        (pki.server_cert, pki.server_key, _name("virtstream"), True, True),
+        (pki.admin_cert, pki.admin_key, _name("admin", ("system:masters",)), False, True),
+        (pki.handler_server_cert, pki.handler_server_key, _name(HANDLER_SERVER_CN), True, False),
+        (pki.handler_client_cert, pki.handler_client_key, _name(HANDLER_CLIENT_CN), False, True),
     ):
         if cert_path.exists() and key_path.exists():
             continue
-        cert, key = _issue(ca_cert, ca_key, subject, server=server)
+        cert, key = _issue(ca_cert, ca_key, subject, server=server, client=client)
         _write(key_path, _key_pem(key))
         _write(cert_path, cert.public_bytes(serialization.Encoding.PEM))
     return pki

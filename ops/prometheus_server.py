@@ -29,6 +29,7 @@ PROMETHEUS_DIR = Path(__file__).resolve().parent / "prometheus"
 TEMPLATE = PROMETHEUS_DIR / "prometheus.yml"
 ALERTS = PROMETHEUS_DIR / "alerts.yml"
 DEFAULT_PORT = 9090
+SELF_JOB = "prometheus"
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,12 @@ def render_config(
     rule_files: Sequence[Path] = (ALERTS,),
     self_url: str | None = None,
     ca_file: Path | None = None,
+    token_file: Path | None = None,
 ) -> str:
     """The template with `scrape_configs` built from `targets` (one job per job name, one
     static config per distinct path/labels) and absolute `rule_files`. `self_url` adds a
-    job scraping Prometheus itself; `ca_file` verifies https targets (the api's TLS)."""
+    job scraping Prometheus itself; `ca_file` verifies https targets (the api's TLS);
+    `token_file` is the bearer token every target but Prometheus itself is scraped with."""
     cfg: dict[str, Any] = yaml.safe_load(TEMPLATE.read_text())
     if scrape_interval:
         cfg["global"]["scrape_interval"] = scrape_interval
@@ -73,7 +76,7 @@ def render_config(
     cfg["rule_files"] = [str(Path(p).resolve()) for p in rule_files]
     all_targets = list(targets)
     if self_url:
-        all_targets.append(Target("prometheus", self_url.rstrip("/") + "/metrics"))
+        all_targets.append(Target(SELF_JOB, self_url.rstrip("/") + "/metrics"))
     jobs: dict[tuple[str, str, str], dict[str, Any]] = {}
     for t in all_targets:
         u = urlsplit(t.url)
@@ -102,6 +105,11 @@ def render_config(
                 **(
                     {"tls_config": {"ca_file": str(ca_file)}}
                     if ca_file and job["scheme"] == "https"
+                    else {}
+                ),
+                **(
+                    {"authorization": {"type": "Bearer", "credentials_file": str(token_file)}}
+                    if token_file and name != SELF_JOB
                     else {}
                 ),
             }
@@ -251,6 +259,7 @@ def start_for_cluster(
     port: int = DEFAULT_PORT,
     scrape_interval: str = "5s",
     ca_file: Path | None = None,
+    token_file: Path | None = None,
 ) -> PrometheusServer:
     """Write `data_dir/prometheus.yml` for `targets` (plus Prometheus itself) and start
     Prometheus on 127.0.0.1:`port` (0 = a free port). The caller stops it (`stop_sync`)."""
@@ -260,7 +269,11 @@ def start_for_cluster(
     server = PrometheusServer(config, data, port)
     config.write_text(
         render_config(
-            targets, scrape_interval=scrape_interval, self_url=server.url, ca_file=ca_file
+            targets,
+            scrape_interval=scrape_interval,
+            self_url=server.url,
+            ca_file=ca_file,
+            token_file=token_file,
         )
     )
     server.start_sync()

@@ -22,7 +22,7 @@ from events import subjects
 from events.catalog import Event
 from events.codec import event_type
 from events.envelope import Stored
-from events.meta import CLUSTER_SCOPED, Aggregate, Kind
+from events.meta import CLUSTER_SCOPED, Aggregate, Kind, KindToken
 from projections.cluster import Cluster, view_key
 from projections.render import render_view
 from projections.views import MigrationView
@@ -187,7 +187,7 @@ def gone(view: object) -> bool:
     return isinstance(view, MigrationView) and view.deleted and view.final
 
 
-def render_object(cluster: Cluster, kind: Kind, k: str, now: float) -> JSON | None:
+def render_object(cluster: Cluster, kind: KindToken, k: str, now: float) -> JSON | None:
     """The object as the api would serve it from this cluster (None when it does not exist)."""
     view = cluster.table(kind).get(k)
     if view is None or gone(view):

@@ -208,7 +208,7 @@ async def why(store: EventLog, agg: Aggregate, *, anchor_seq: int | None = None)
     """The chain behind `agg`'s state (or behind the event at `anchor_seq`)."""
     filters = (
         related_filters(agg)
-        if agg.kind is not Kind.NODE
+        if agg.kind != Kind.NODE
         else [subjects.aggregate_filter(Kind.NODE, CLUSTER_SCOPE, agg.name)]
     )
     events = await read(store, filters)

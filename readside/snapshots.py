@@ -11,16 +11,12 @@ stream, or newer than the stream (a stream that was recreated), is ignored."""
 
 from __future__ import annotations
 
-import contextlib
 import zlib
 
 import msgspec
-from nats.js.api import KeyValueConfig, StorageType
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
-from nats.js.kv import KeyValue
 
-from events.meta import Kind
-from eventstore.jetstream import JetStreamStore
+from events.meta import KindToken
+from eventstore.port import Bucket, EventLog
 from projections.cluster import Cluster
 from projections.views import (
     MigrationView,
@@ -42,7 +38,7 @@ class Views(msgspec.Struct, frozen=True):
     migrations: dict[str, MigrationView]
     nodes: dict[str, NodeView]
     policies: dict[str, PolicyView]
-    resources: dict[Kind, dict[str, ResourceView]] = {}
+    resources: dict[KindToken, dict[str, ResourceView]] = {}
 
 
 class Head(msgspec.Struct, frozen=True):
@@ -89,29 +85,17 @@ def decode_views(data: bytes) -> Cluster:
 
 
 # ------------------------------------------------------------------ bucket
-async def bucket(store: JetStreamStore, name: str = BUCKET) -> KeyValue:
-    try:
-        return await store.js.key_value(name)
-    except BucketNotFoundError:
-        storage = StorageType.FILE if store.settings.storage == "file" else StorageType.MEMORY
-        return await store.js.create_key_value(
-            KeyValueConfig(
-                bucket=name,
-                history=1,
-                storage=storage,
-                replicas=store.settings.replicas,
-                description="projection snapshots (virtstream)",
-            )
-        )
+async def bucket(store: EventLog, name: str = BUCKET) -> Bucket:
+    made = await store.bucket(name, description="projection snapshots (virtstream)")
+    assert made is not None, "a bucket asked to be created exists"
+    return made
 
 
 def _chunk_key(name: str, seq: int, i: int) -> str:
     return f"{name}.{seq}.{i}"
 
 
-async def save(
-    store: JetStreamStore, name: str, cluster: Cluster, *, bucket_name: str = BUCKET
-) -> Head:
+async def save(store: EventLog, name: str, cluster: Cluster, *, bucket_name: str = BUCKET) -> Head:
     """Write a snapshot of `cluster` under `name`; returns its head record."""
     kv = await bucket(store, bucket_name)
     body = zlib.compress(encode_views(cluster), 1)
@@ -130,29 +114,24 @@ async def save(
     await kv.put(name, msgspec.json.encode(head))
     if old is not None and old.last_seq != seq:
         for i in range(old.chunks):
-            with contextlib.suppress(KeyNotFoundError, NotFoundError):
-                await kv.purge(_chunk_key(name, old.last_seq, i))
+            await kv.purge(_chunk_key(name, old.last_seq, i))
     return head
 
 
-async def _head(kv: KeyValue, name: str) -> Head | None:
-    try:
-        entry = await kv.get(name)
-    except (KeyNotFoundError, NotFoundError):
-        return None
-    if not entry.value:
+async def _head(kv: Bucket, name: str) -> Head | None:
+    value = await kv.get(name)
+    if not value:
         return None
     try:
-        return _head_decoder.decode(entry.value)
+        return _head_decoder.decode(value)
     except msgspec.DecodeError:
         return None
 
 
-async def load(store: JetStreamStore, name: str, *, bucket_name: str = BUCKET) -> Cluster | None:
+async def load(store: EventLog, name: str, *, bucket_name: str = BUCKET) -> Cluster | None:
     """The latest usable snapshot, or None."""
-    try:
-        kv = await store.js.key_value(bucket_name)
-    except BucketNotFoundError:
+    kv = await store.bucket(bucket_name, create=False)
+    if kv is None:
         return None
     head = await _head(kv, name)
     if head is None or head.stream != store.stream:
@@ -161,11 +140,10 @@ async def load(store: JetStreamStore, name: str, *, bucket_name: str = BUCKET) -
         return None  # the stream was recreated under the snapshot
     parts = []
     for i in range(head.chunks):
-        try:
-            entry = await kv.get(_chunk_key(name, head.last_seq, i))
-        except (KeyNotFoundError, NotFoundError):
+        part = await kv.get(_chunk_key(name, head.last_seq, i))
+        if part is None:
             return None
-        parts.append(entry.value or b"")
+        parts.append(part)
     body = b"".join(parts)
     if len(body) != head.size or zlib.crc32(body) != head.crc32:
         return None
@@ -181,7 +159,7 @@ class Loaded(msgspec.Struct, frozen=True):
 
 
 async def load_cluster(
-    store: JetStreamStore,
+    store: EventLog,
     name: str,
     *,
     until_seq: int | None = None,

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from events.envelope import Stored
 from events.meta import Aggregate
-from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from projections.cluster import Cluster
 from projections.replay import Point, Step, related_filters, replay_steps
@@ -33,7 +32,7 @@ async def read(
 
 
 async def cluster_at(
-    store: JetStreamStore,
+    store: EventLog,
     seq: int | None = None,
     time: float | None = None,
     *,
@@ -59,7 +58,7 @@ async def cluster_at(
 
 
 async def aggregate_replay(
-    store: JetStreamStore, agg: Aggregate, until: Point | None = None
+    store: EventLog, agg: Aggregate, until: Point | None = None
 ) -> list[Step]:
     """`virtstream replay`: the steps of one aggregate up to a point."""
     until_seq = await resolve(store, until)

@@ -2,8 +2,12 @@
 // Create a VM, start it and wait until its VMI is Running, over NATS alone (the `nats`
 // npm package):
 //
-//     npm install nats && NATS_URL=nats://127.0.0.1:4222 node start_vm.mjs --name demo
+//     npm install nats && NATS_URL=nats://127.0.0.1:4222 VIRTSTREAM_TOKEN=... \
+//         node start_vm.mjs --name demo
 //
+// The intents carry `Authorization: Bearer $VIRTSTREAM_TOKEN` (an api token, e.g.
+// <data-dir>/credentials/admin-token): the api refuses an intent without one unless its
+// auth file names who such intents are (natsIntents).
 // Intents go to the api's request-reply endpoints (virt-api.v1.<ns>.<plural>.<name>.<verb>);
 // the outcome is read from the event stream with an ordered consumer on the VMI's subjects
 // (virt.vmi.<ns>.<name>.>), from the sequence the start's reply names. Exit 0 when Running.
@@ -17,6 +21,7 @@ const { values: args } = parseArgs({
     namespace: { type: "string", default: "default" },
     name: { type: "string", default: "script-vm" },
     timeout: { type: "string", default: "60" },
+    token: { type: "string", default: process.env.VIRTSTREAM_TOKEN ?? "" },
   },
 });
 const ns = args.namespace;
@@ -44,6 +49,7 @@ async function request(nc, subject, body, key) {
   const h = headers();
   h.set("Idempotency-Key", key);
   h.set("X-Correlation-Id", key);
+  if (args.token) h.set("Authorization", `Bearer ${args.token}`);
   let msg;
   for (let attempt = 0; ; attempt++) {
     try {

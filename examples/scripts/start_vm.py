@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Create a VM, start it and wait until its VMI is Running, over NATS alone (nats-py).
 
-    python examples/scripts/start_vm.py --nats-url nats://127.0.0.1:4222 --name demo
+    VIRTSTREAM_TOKEN=... python examples/scripts/start_vm.py --nats-url nats://127.0.0.1:4222 \
+        --name demo
+
+The intents carry `Authorization: Bearer <token>` (`--token`, else $VIRTSTREAM_TOKEN: an api
+token such as <data-dir>/credentials/admin-token); the api refuses an intent without one
+unless its auth file names who such intents are (`natsIntents`).
 
 Intents go to the api's request-reply endpoints (`virt-api.v1.<ns>.<plural>.<name>.<verb>`);
 the outcome is read from the event stream with an ordered consumer on the VMI's subjects
@@ -42,9 +47,13 @@ def vm(name: str) -> dict[str, object]:
     }
 
 
-async def request(nc: nats.NATS, subject: str, body: object, key: str) -> tuple[int, int]:
+async def request(
+    nc: nats.NATS, subject: str, body: object, key: str, token: str
+) -> tuple[int, int]:
     """One intent; retried with the same Idempotency-Key on a timeout (applied once)."""
     headers = {"Idempotency-Key": key, "X-Correlation-Id": key}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     for attempt in range(5):
         try:
             msg = await nc.request(subject, json.dumps(body).encode(), 10, headers=headers)
@@ -65,15 +74,16 @@ async def main() -> int:
     p.add_argument("--namespace", default="default")
     p.add_argument("--name", default="script-vm")
     p.add_argument("--timeout", type=float, default=60)
+    p.add_argument("--token", default=os.environ.get("VIRTSTREAM_TOKEN", ""))
     args = p.parse_args()
     ns, name = args.namespace, args.name
     nc = await nats.connect(args.nats_url)
     try:
         api = f"virt-api.v1.{ns}.virtualmachines.{name}"
         run = uuid.uuid4().hex
-        code, _ = await request(nc, f"{api}.create", vm(name), f"{run}-create")
+        code, _ = await request(nc, f"{api}.create", vm(name), f"{run}-create", args.token)
         print(f"created {ns}/{name} ({code})")
-        code, seq = await request(nc, f"{api}.start", {}, f"{run}-start")
+        code, seq = await request(nc, f"{api}.start", {}, f"{run}-start", args.token)
         print(f"start requested ({code}), event #{seq}")
 
         js = nc.jetstream()

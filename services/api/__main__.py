@@ -7,11 +7,13 @@ import argparse
 from pathlib import Path
 
 import uvicorn
+from nats.js.api import StorageType
 
 from core.names import SOCKET_NAME_MAX
 from eventstore import connection
 from eventstore.connection import ConnectOptions, connect_service
 from eventstore.jetstream import JetStreamStore
+from eventstore.keyed import JetStreamKeyedRecords
 from eventstore.settings import StreamSettings
 from kinds.registry import REGISTRY
 from readside.runner import WATCH_HISTORY, ProjectionRunner
@@ -24,6 +26,8 @@ from services.api.server import Tls
 from services.api.server import config as server_config
 from services.api.service import ApiService
 from services.runtime import loop
+from services.runtime.metrics_access import MetricsAccess
+from services.runtime.mtls import TlsFiles
 
 
 async def serve(
@@ -38,19 +42,36 @@ async def serve(
     auth_file: Path | None = None,
     tls: Tls | None = None,
     nats_options: ConnectOptions | None = None,
+    console_tls: TlsFiles | None = None,
+    metrics: MetricsAccess | None = None,
     prometheus_url: str = "",
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM. With an
     `auth_file`, every request is authenticated and authorized by it."""
-    guard = Guard.of(Authenticator(auth_file), REGISTRY) if auth_file is not None else None
+    guard = (
+        Guard.of(Authenticator(auth_file, metrics=metrics), REGISTRY)
+        if auth_file is not None
+        else None
+    )
     nc = await connect_service(nats_url, "virt-api", nats_options)
-    store = JetStreamStore(nc, settings or StreamSettings.from_env())
+    settings = settings or StreamSettings.from_env()
+    store = JetStreamStore(nc, settings)
     await store.ensure()
     # the api and its read replicas fold the same views: one shared snapshot name
     runner = ProjectionRunner(store, history=watch_history, snapshot_name="cluster-views")
     await runner.start()
-    api = ApiService(runner, None if read_only else store, socket_name_max=socket_name_max)
-    app = create_app(api, guard)
+    # idempotency keys in a bucket every api replica shares, kept as long as JetStream
+    # drops a re-appended event as a duplicate
+    keys = JetStreamKeyedRecords(
+        nc.jetstream(),
+        settings.duplicate_window_seconds,
+        replicas=settings.replicas,
+        storage=StorageType.MEMORY if settings.storage == "memory" else StorageType.FILE,
+    )
+    api = ApiService(
+        runner, None if read_only else store, socket_name_max=socket_name_max, keys=keys
+    )
+    app = create_app(api, guard, console_tls=console_tls.client_context() if console_tls else None)
     app.state[prometheus_proxy.STATE_KEY] = prometheus_url  # the web console's charts
     # the same intents over NATS request-reply (writers only: a replica in the queue
     # group would be handed writes it must refuse)
@@ -99,6 +120,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tls-key", type=Path, help="the certificate's key")
     parser.add_argument("--client-ca", type=Path, help="CA of the client certificates accepted")
     parser.add_argument(
+        "--console-cert",
+        type=Path,
+        help="the api's client certificate for the nodes' console servers (mutual TLS)",
+    )
+    parser.add_argument("--console-key", type=Path, help="its key")
+    parser.add_argument("--console-ca", type=Path, help="the CA of the nodes' certificates")
+    parser.add_argument(
+        "--metrics-token-file",
+        type=Path,
+        help="bearer tokens (one per line) of the user `prometheus` in group "
+        "system:monitoring, which may read /metrics (with --auth-file)",
+    )
+    parser.add_argument(
         "--prometheus-url",
         default="",
         help="a Prometheus whose query API the api relays at /prometheus/api/v1/ (charts)",
@@ -110,11 +144,18 @@ def main(argv: list[str] | None = None) -> None:
     if bool(args.tls_cert) != bool(args.tls_key):
         parser.error("--tls-cert and --tls-key go together")
     tls = Tls(args.tls_cert, args.tls_key, args.client_ca) if args.tls_cert else None
+    console_files = (args.console_cert, args.console_key, args.console_ca)
+    if any(console_files) and not all(console_files):
+        parser.error("--console-cert, --console-key and --console-ca go together")
     if args.auth_file is not None:
         try:
             Authenticator(args.auth_file)
         except AuthFileError as exc:
             parser.exit(1, f"error: {exc}\n")
+    try:
+        metrics = MetricsAccess.load(args.metrics_token_file)
+    except ValueError as exc:
+        parser.exit(1, f"error: {exc}\n")
     loop.run(
         serve(
             args.nats_url,
@@ -125,6 +166,8 @@ def main(argv: list[str] | None = None) -> None:
             socket_name_max=args.max_socket_name,
             auth_file=args.auth_file,
             tls=tls,
+            console_tls=TlsFiles(*console_files) if all(console_files) else None,
+            metrics=metrics,
             prometheus_url=args.prometheus_url,
         ),
         "virt-api",

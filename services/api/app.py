@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ssl
 import time
 from typing import Any
 
@@ -38,14 +39,24 @@ from core.errors import (
     unknown_resource,
 )
 from core.idempotency import HEADER as IDEMPOTENCY_HEADER
-from events.meta import Kind
+from events.meta import KindToken
 from kinds.registry import Registry
 from kinds.spec import KindSpec
 from projections import replay
 from projections.cluster import Cluster
 from readside import timetravel
 from readside.watch import Selector, SelectorError, TooOldResourceVersion
-from services.api import discovery, openapi_k8s, pagination, streams, table, watch_stream, writes
+from services.api import (
+    discovery,
+    openapi_k8s,
+    pagination,
+    protowire,
+    reviews,
+    streams,
+    table,
+    watch_stream,
+    writes,
+)
 from services.api import openapi as openapi_doc
 from services.api.guard import Guard, ssar_route
 from services.api.guard import middleware as guard_middleware
@@ -160,7 +171,7 @@ def _command_request(
 
 
 # ------------------------------------------------------------- read side
-def _selector(request: Request[Any, Any, Any], kind: Kind, namespace: str) -> Selector:
+def _selector(request: Request[Any, Any, Any], kind: KindToken, namespace: str) -> Selector:
     q = request.query_params
     try:
         return Selector.parse(kind, namespace, q.get("labelSelector"), q.get("fieldSelector"))
@@ -439,11 +450,13 @@ def _stream(channel: streams.Channel) -> Any:
             return
         params = scope["path_params"]
         api: ApiService = scope["app"].state["api"]
+        tls = scope["app"].state.get("console_tls")
         await streams.relay(
             scope,
             receive,
             send,
-            lambda: streams.target(api.cluster, params["ns"], params["name"], channel),
+            lambda: streams.target(api.cluster, params["ns"], params["name"], channel, bool(tls)),
+            tls,
             follow=channel == "console",  # a VNC session's RFB state cannot move along
         )
 
@@ -453,7 +466,9 @@ def _stream(channel: streams.Channel) -> Any:
 @get(f"{VMI_SUBRESOURCES}/{{name:str}}/vnc/screenshot", include_in_schema=False)
 async def vnc_screenshot(request: Request[Any, Any, Any]) -> Response[bytes]:
     ns, name = request.path_params["ns"], request.path_params["name"]
-    png = await streams.screenshot(streams.target(_api(request).cluster, ns, name, "screenshot"))
+    tls = request.app.state.get("console_tls")
+    where = streams.target(_api(request).cluster, ns, name, "screenshot", bool(tls))
+    png = await streams.get(where, tls)
     return Response(png, media_type="image/png")
 
 
@@ -463,8 +478,9 @@ def _agent_route(channel: str) -> Any:
     )
     async def guest_agent(request: Request[Any, Any, Any]) -> Response[bytes]:
         ns, name = request.path_params["ns"], request.path_params["name"]
-        body = await streams.agent(streams.agent_target(_api(request).cluster, ns, name, channel))
-        return Response(body, media_type="application/json")
+        tls = request.app.state.get("console_tls")
+        where = streams.agent_target(_api(request).cluster, ns, name, channel, bool(tls))
+        return Response(await streams.get(where, tls), media_type="application/json")
 
     return guest_agent
 
@@ -571,8 +587,9 @@ def _static(path: str, body: JSON) -> HTTPRouteHandler:
 
 
 def openapi_routes(kinds: Registry) -> list[HTTPRouteHandler]:
-    """`/openapi/v3` and its per group/version documents, `/openapi/v2` (JSON only: a
-    client asking for protobuf alone is told 406), built once: the kinds do not change."""
+    """`/openapi/v3` and its per group/version documents, `/openapi/v2` (JSON; kubectl's
+    protobuf request gets a document without definitions, `protowire.openapi_v2`), built
+    once: the kinds do not change."""
     documents: dict[str, bytes] = {}
     for group, version in openapi_k8s.group_versions(kinds):
         doc = openapi_k8s.v3_document(kinds, group, version)
@@ -585,9 +602,14 @@ def openapi_routes(kinds: Registry) -> list[HTTPRouteHandler]:
     ]
     out.append(_static("/openapi/v3", openapi_k8s.v3_index(documents)))
     v2 = _json.encode(openapi_k8s.v2_document(kinds))
+    v2_proto = protowire.openapi_v2("Kubernetes", discovery.VERSION["gitVersion"])
 
     async def openapi_v2(request: Request[Any, Any, Any]) -> Response[bytes]:
         accept = request.headers.get("accept", "")
+        if protowire.OPENAPI_V2 in accept and "json" not in accept:
+            # served as octet-stream, as kube-openapi does: Go's mime parser refuses the
+            # `@` of the requested type
+            return Response(v2_proto, media_type="application/octet-stream")
         if accept and "json" not in accept and "*/*" not in accept:
             err = bad_request("only application/json is served")
             err.status.code, err.status.reason = 406, "NotAcceptable"
@@ -689,9 +711,12 @@ def observe(app: ASGIApp, api: ApiService | None = None) -> ASGIApp:
     return middleware
 
 
-def create_app(api: ApiService, guard: Guard | None = None) -> Litestar:
+def create_app(
+    api: ApiService, guard: Guard | None = None, *, console_tls: ssl.SSLContext | None = None
+) -> Litestar:
     """The app for `api`; its kinds (`api.kinds`, the registry by default) give the routes.
-    With a `guard`, every request is authenticated and authorized (`services/api/guard.py`)."""
+    With a `guard`, every request is authenticated and authorized (`services/api/guard.py`);
+    with `console_tls`, the nodes' console servers are dialled with it (mutual TLS)."""
     kinds: Registry = api.kinds
     return Litestar(
         route_handlers=[
@@ -705,6 +730,7 @@ def create_app(api: ApiService, guard: Guard | None = None) -> Litestar:
             *discovery_routes(kinds),
             *openapi_routes(kinds),
             ssar_route(guard),
+            *reviews.routes(guard),
             *WEB_ROUTES,
         ],
         middleware=[
@@ -714,6 +740,6 @@ def create_app(api: ApiService, guard: Guard | None = None) -> Litestar:
         exception_handlers={ApiError: _api_error_handler, HTTPException: _http_error_handler},
         openapi_config=OpenAPIConfig(title="virtstream", version="0.1.0"),
         request_max_body_size=bodies.MAX_BODY_BYTES,
-        state=State({"api": api}),
+        state=State({"api": api, "console_tls": console_tls}),
         debug=False,
     )

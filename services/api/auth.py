@@ -19,6 +19,12 @@ The file (YAML; `virtstream up` writes one in its data dir, mode 0600):
         namespace: dev
         roleRef: {kind: ClusterRole, name: kubevirt.io:edit}
         subjects: [{kind: User, name: alice}]
+    natsIntents:                 # optional: who an intent over NATS without a token is
+      user: nightly-jobs
+      groups: [automation]
+
+Without `natsIntents`, an intent over NATS that carries no token is refused (401), as an
+anonymous HTTP request is; with it, it runs as that user, under the same RBAC.
 
 A client certificate signed by the api's client CA authenticates as its Common Name, with
 its Organizations as groups (as Kubernetes reads one). Every authenticated user is also in
@@ -39,7 +45,8 @@ from typing import Any
 import msgspec
 import yaml
 
-from services.api.rbac import AUTHENTICATED, Binding, Subject, User
+from services.api.rbac import AUTHENTICATED, MONITORING, Binding, Subject, User
+from services.runtime.metrics_access import MetricsAccess
 
 RELOAD_SECONDS = 1.0
 # Kubernetes' WebSocket token: a browser cannot set a WebSocket's Authorization header, so
@@ -75,10 +82,16 @@ class _Binding(msgspec.Struct, frozen=True, rename="camel"):
     namespace: str = ""
 
 
+class _Identity(msgspec.Struct, frozen=True):
+    user: str
+    groups: tuple[str, ...] = ()
+
+
 class _File(msgspec.Struct, frozen=True, rename="camel"):
     tokens: tuple[_Token, ...] = ()
     role_bindings: tuple[_Binding, ...] = ()
     cluster_role_bindings: tuple[_Binding, ...] = ()
+    nats_intents: _Identity | None = None
 
 
 def _digest(token: str) -> bytes:
@@ -92,6 +105,8 @@ class AuthConfig:
 
     tokens: dict[bytes, User] = field(default_factory=dict)
     bindings: tuple[Binding, ...] = ()
+    #: who an intent over NATS without a token is (None: refused)
+    nats_user: User | None = None
 
     @classmethod
     def parse(cls, data: Any) -> AuthConfig:
@@ -109,7 +124,11 @@ class AuthConfig:
             subjects = tuple(Subject(s.kind, s.name) for s in b.subjects)
             ns = b.namespace if namespaced else ""
             bindings.append(Binding(b.role_ref.name, subjects, ns, b.name))
-        return cls(tokens, tuple(bindings))
+        nats = raw.nats_intents
+        if nats is not None and not nats.user:
+            raise AuthFileError("invalid auth file: natsIntents has no user")
+        nats_user = User(nats.user, tuple(nats.groups)) if nats else None
+        return cls(tokens, tuple(bindings), nats_user)
 
     @classmethod
     def load(cls, path: Path) -> AuthConfig:
@@ -128,7 +147,7 @@ class AuthConfig:
 
 def with_authenticated(user: User) -> User:
     groups = user.groups if AUTHENTICATED in user.groups else (*user.groups, AUTHENTICATED)
-    return User(user.name, groups)
+    return msgspec.structs.replace(user, groups=groups)
 
 
 def from_certificate(peercert: dict[str, Any] | None) -> User | None:
@@ -145,12 +164,23 @@ def from_certificate(peercert: dict[str, Any] | None) -> User | None:
     return User(name, tuple(groups)) if name else None
 
 
+# who a metrics token (`--metrics-token-file`, Prometheus's) authenticates as: Kubernetes'
+# system:monitoring group may read /metrics and the health paths, nothing else
+MONITORING_USER = User("prometheus", (MONITORING,))
+
+
 class Authenticator:
     """The auth file, re-read when its modification time changes (checked at most once
-    per second)."""
+    per second), and the metrics tokens (`MONITORING_USER`)."""
 
-    def __init__(self, path: Path | None = None, config: AuthConfig | None = None) -> None:
+    def __init__(
+        self,
+        path: Path | None = None,
+        config: AuthConfig | None = None,
+        metrics: MetricsAccess | None = None,
+    ) -> None:
         self.path = path
+        self.metrics = metrics if metrics is not None and metrics.guarded else None
         self._config = config if config is not None else AuthConfig()
         self._mtime = 0.0
         self._checked = 0.0
@@ -178,6 +208,8 @@ class Authenticator:
         scheme, _, token = authorization.partition(" ")
         if scheme.lower() == "bearer" and token.strip():
             user = self.config.by_token(token.strip())
+            if user is None and self.metrics is not None and self.metrics.allows(authorization):
+                user = MONITORING_USER
             return (with_authenticated(user) if user else None), True
         if authorization:
             return None, True

@@ -5,8 +5,10 @@ Per request: authenticate (bearer token, else a verified client certificate); wi
 credentials the request is anonymous (`system:anonymous`, group
 `system:unauthenticated`), which only the public paths allow (/healthz, /readyz, /livez,
 /version), anything else is 401; wrong credentials are 401 everywhere. Then RBAC on the
-request's attributes (`services/api/rbac.py`): 403 with the API server's message. The
-user is put in `CURRENT_USER` for the events the request appends (their actor).
+request's attributes (`services/api/rbac.py`): 403 with the API server's message.
+`Impersonate-User`/`-Group` headers make the request the impersonated user's once the
+`impersonate` verb allows it (`services/api/impersonation.py`). The user is put in
+`CURRENT_USER` for the events the request appends (their actor).
 
 `SelfSubjectAccessReview` (authorization.k8s.io/v1) answers what the same decision would
 be for the asking user, so `kubectl auth can-i` works."""
@@ -26,7 +28,8 @@ from events.objects import Status, StatusDetails
 from kinds.registry import Registry
 from kinds.spec import KindSpec
 from services.api import protowire
-from services.api.auth import Authenticator, websocket_bearer
+from services.api.auth import Authenticator, websocket_bearer, with_authenticated
+from services.api.impersonation import impersonate
 from services.api.rbac import (
     ANONYMOUS,
     UNAUTHENTICATED,
@@ -91,7 +94,8 @@ def middleware(guard: Guard) -> Any:
             if scope["type"] not in ("http", "websocket"):
                 await app(scope, receive, send)
                 return
-            headers = dict(scope.get("headers") or [])
+            raw_headers = scope.get("headers") or []
+            headers = dict(raw_headers)
             authorization = headers.get(b"authorization", b"").decode("latin-1")
             if scope["type"] == "websocket" and not authorization:  # a browser's
                 ws: Any = scope
@@ -106,6 +110,14 @@ def middleware(guard: Guard) -> Any:
             query = (scope.get("query_string") or b"").decode("latin-1")
             a = attributes(method, scope.get("path", "/"), query)
             who = user or ANONYMOUS_USER
+            try:  # `Impersonate-*`: from here on the request is the impersonated user's
+                acting = impersonate(who, raw_headers, guard.allows)
+            except ApiError as err:
+                body = _json.encode(msgspec.to_builtins(err.status))
+                await _answer(send, err.code, body, scope["type"])
+                return
+            if acting is not None:
+                user = who = acting
             if not guard.allows(who, a):
                 if user is None:
                     unauthorized = _status(401, "Unauthorized", "Unauthorized")
@@ -143,12 +155,18 @@ def intent_attributes(spec: KindSpec, namespace: str, name: str, verb: str) -> A
 
 def check_intent(guard: Guard, authorization: str, a: Attributes) -> tuple[str, ApiError | None]:
     """(user name, refusal): an intent with a bearer token is authenticated and authorized
-    as over HTTP; one without is the NATS user's (trusted as the `scripts` user is)."""
+    as over HTTP; one without runs as the auth file's `natsIntents` identity, under the
+    same RBAC, and is refused (401, as an anonymous request) when there is none."""
+    unauthorized = ApiError(Status(message="Unauthorized", reason="Unauthorized", code=401))
     if not authorization:
-        return "", None
-    user, _ = guard.authenticator.authenticate(authorization, None)
+        identity = guard.authenticator.config.nats_user
+        if identity is None:
+            return "", unauthorized
+        user: User | None = with_authenticated(identity)
+    else:
+        user, _ = guard.authenticator.authenticate(authorization, None)
     if user is None:
-        return "", ApiError(Status(message="Unauthorized", reason="Unauthorized", code=401))
+        return "", unauthorized
     if not guard.allows(user, a):
         details = StatusDetails(name=a.name or None, group=a.api_group, kind=a.resource)
         status = Status(

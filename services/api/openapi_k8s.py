@@ -15,39 +15,11 @@ import msgspec
 
 from kinds.registry import Registry
 from kinds.spec import KindSpec
-from services.api import discovery
+from services.api import descriptions, discovery
 
 JSON = dict[str, Any]
 V3_REF = "#/components/schemas/{name}"
 V2_REF = "#/definitions/{name}"
-# KubeVirt's field documentation (api/core/v1/types.go) for what `kubectl explain` shows.
-DESCRIPTIONS: dict[str, dict[str, str]] = {
-    "VirtualMachine": {
-        "": "VirtualMachine handles the VirtualMachines that are not running or are in a "
-        "stopped state The VirtualMachine contains the template to create the "
-        "VirtualMachineInstance. It also mirrors the running state of the created "
-        "VirtualMachineInstance in its status.",
-        "spec": "Spec contains the specification of VirtualMachineInstance created",
-        "status": "Status holds the current state of the controller and brief information "
-        "about its associated VirtualMachineInstance",
-    },
-    "VirtualMachineSpec": {
-        "": "VirtualMachineSpec describes how the proper VirtualMachine should look like",
-        "running": "Running controls whether the associatied VirtualMachineInstance is "
-        "created or not Mutually exclusive with RunStrategy Deprecated: VirtualMachineInstance "
-        'field "Running" is now deprecated, please use RunStrategy instead.',
-        "runStrategy": "Running state indicates the requested running state of the "
-        "VirtualMachineInstance mutually exclusive with Running",
-        "template": "Template is the direct specification of VirtualMachineInstance",
-    },
-    "VirtualMachineInstance": {
-        "": "VirtualMachineInstance is *the* VirtualMachineInstance Definition. It represents "
-        "a virtual machine in the runtime environment of kubernetes.",
-        "spec": "VirtualMachineInstance Spec contains the VirtualMachineInstance specification.",
-        "status": "Status is the high level overview of how the VirtualMachineInstance is "
-        "doing. It contains information available to controllers and users.",
-    },
-}
 FIELD_VALIDATION = "fieldValidation"
 
 
@@ -76,21 +48,32 @@ def _gvk(spec: KindSpec) -> JSON:
     return {"group": spec.group, "version": spec.version, "kind": spec.kind}
 
 
-def schemas(specs: list[KindSpec], ref_template: str) -> JSON:
-    """The components of the kinds' object types, described and tagged with their GVK."""
+def _components(specs: list[KindSpec], ref_template: str) -> JSON:
     _, components = msgspec.json.schema_components(
         [s.object_type for s in specs], ref_template=ref_template
     )
     out: JSON = _clean(components)
-    for name, fields in DESCRIPTIONS.items():
-        schema = out.get(name)
-        if schema is None:
-            continue
-        if "" in fields:
-            schema["description"] = fields[""]
-        for field, text in fields.items():
-            if field and field in schema.get("properties", {}):
-                schema["properties"][field]["description"] = text
+    return out
+
+
+def schemas(
+    specs: list[KindSpec],
+    ref_template: str,
+    *,
+    describe: bool = True,
+    served: list[KindSpec] | None = None,
+) -> JSON:
+    """The components of the kinds' object types, tagged with their GVK and described
+    with KubeVirt's documentation (`services/api/descriptions.py`; paired over every
+    `served` kind, `specs` by default)."""
+    out = _components(specs, ref_template)
+    if describe:
+        served = served or specs
+        descriptions.describe(
+            out,
+            _components(served, ref_template) if served is not specs else out,
+            {s.object_type.__name__: f"{s.group}/{s.version}/{s.kind}" for s in served},
+        )
     for spec in specs:
         schema = out.get(spec.object_type.__name__)
         if schema is not None:
@@ -162,7 +145,7 @@ def v3_document(kinds: Registry, group: str, version: str) -> JSON | None:
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": discovery.VERSION["gitVersion"]},
         "paths": _paths(specs, False, V3_REF),
-        "components": {"schemas": schemas(specs, V3_REF)},
+        "components": {"schemas": schemas(specs, V3_REF, served=list(kinds))},
     }
 
 

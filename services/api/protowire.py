@@ -1,5 +1,6 @@
-"""The one protobuf body the api reads: kubectl sends `SelfSubjectAccessReview` (a
-built-in Kubernetes type) as `application/vnd.kubernetes.protobuf`, with no JSON fallback.
+"""The protobuf bodies the api reads: kubectl sends `SelfSubjectAccessReview` and
+`SelfSubjectRulesReview` (built-in Kubernetes types) as `application/vnd.kubernetes.protobuf`,
+with no JSON fallback.
 Kubernetes' generated protobuf types are not packaged for Python, so this reads the wire
 format (varints and length-delimited fields, all this message uses) into the same JSON
 shape the JSON body has."""
@@ -71,3 +72,45 @@ def access_review(body: bytes) -> dict[str, Any]:
     if 2 in spec:
         out["nonResourceAttributes"] = _strings(spec[2], NON_RESOURCE_FIELDS)
     return {"spec": out}
+
+
+def rules_review_namespace(body: bytes) -> str:
+    """A protobuf SelfSubjectRulesReview's `spec.namespace` (its spec's only field)."""
+    if not body.startswith(MAGIC):
+        raise ProtoError("not a Kubernetes protobuf message")
+    raw = fields(body[len(MAGIC) :]).get(2, b"")
+    spec = fields(fields(raw).get(2, b""))
+    return spec.get(1, b"").decode()
+
+
+# --------------------------------------------------------------- writing
+OPENAPI_V2 = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
+
+
+def _key(number: int, wire: int) -> bytes:
+    return _encode_varint((number << 3) | wire)
+
+
+def _encode_varint(value: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = value & 0x7F
+        value >>= 7
+        if value:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _bytes_field(number: int, data: bytes) -> bytes:
+    return _key(number, 2) + _encode_varint(len(data)) + data
+
+
+def openapi_v2(title: str, version: str) -> bytes:
+    """An OpenAPI v2 document as gnostic's protobuf (`openapi_v2.Document`: swagger = 1,
+    info = 2 with title = 1 and version = 2), without paths or definitions: what kubectl
+    reads when the OpenAPI v3 documents lack a kind (`--validate` then skips the kind
+    it cannot find, and the kind's mapping says `no matches for kind`)."""
+    info = _bytes_field(1, title.encode()) + _bytes_field(2, version.encode())
+    return _bytes_field(1, b"2.0") + _bytes_field(2, info)

@@ -48,18 +48,11 @@ VIEW, EDIT, ADMIN, MIGRATE = (
 )
 CLUSTER_ADMIN = "cluster-admin"
 # Kubernetes' system:public-info-viewer (anyone) and system:discovery (any authenticated
-# user). /metrics is public here so a Prometheus scrape needs no credentials; /ui/ is the
-# web console's static files (they hold no data: the page asks with its user's token).
-PUBLIC_PATHS = (
-    "/healthz",
-    "/livez",
-    "/readyz",
-    "/version",
-    "/version/",
-    "/metrics",
-    "/ui",
-    "/ui/*",
-)
+# user); /metrics is the API server's system:monitoring's (the group of that name); /ui/ is
+# the web console's static files (they hold no data: the page asks with its user's token).
+PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version", "/version/", "/ui", "/ui/*")
+MONITORING = "system:monitoring"
+MONITORING_PATHS = ("/healthz", "/livez", "/readyz", "/metrics", "/metrics/slis")
 HISTORY_GROUP = "debug.virtstream.io"  # services/api/history.py
 HISTORY_SUBRESOURCES = ("history", "why")
 PROMETHEUS_PATHS = ("/prometheus/api/v1/*",)  # services/api/prometheus_proxy.py
@@ -106,6 +99,8 @@ class Binding(msgspec.Struct, frozen=True):
 class User(msgspec.Struct, frozen=True):
     name: str
     groups: tuple[str, ...] = ()
+    uid: str = ""
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()  # (key, values), as UserInfo's
 
 
 # ----------------------------------------------------------- request info
@@ -160,7 +155,7 @@ def _kubevirt(spec: KindSpec) -> bool:
 
 
 def _is_migration(spec: KindSpec) -> bool:
-    return spec.event_kind is Kind.MIGRATION
+    return spec.event_kind == Kind.MIGRATION
 
 
 def _subs(spec: KindSpec, keep: Iterable[str]) -> tuple[Rule, ...]:
@@ -236,8 +231,14 @@ def cluster_roles(kinds: Registry) -> dict[str, tuple[Rule, ...]]:
 SYSTEM_ROLES: dict[str, tuple[Rule, ...]] = {
     "system:public-info-viewer": (Rule(("get",), non_resource_urls=PUBLIC_PATHS),),
     "system:discovery": (Rule(("get",), non_resource_urls=DISCOVERY_PATHS),),
+    MONITORING: (Rule(("get",), non_resource_urls=MONITORING_PATHS),),
     "system:basic-user": (
-        Rule(("create",), ("authorization.k8s.io",), ("selfsubjectaccessreviews",)),
+        Rule(
+            ("create",),
+            ("authorization.k8s.io",),
+            ("selfsubjectaccessreviews", "selfsubjectrulesreviews"),
+        ),
+        Rule(("create",), ("authentication.k8s.io",), ("selfsubjectreviews",)),
     ),
 }
 SYSTEM_BINDINGS: tuple[Binding, ...] = (
@@ -248,6 +249,7 @@ SYSTEM_BINDINGS: tuple[Binding, ...] = (
     Binding("system:discovery", (Subject("Group", AUTHENTICATED),)),
     Binding("system:basic-user", (Subject("Group", AUTHENTICATED),)),
     Binding(CLUSTER_ADMIN, (Subject("Group", MASTERS),)),
+    Binding(MONITORING, (Subject("Group", MONITORING),)),
 )
 
 
@@ -284,7 +286,7 @@ def rule_allows(rule: Rule, a: Attributes) -> bool:
     return _url_match(rule.non_resource_urls, a.path)
 
 
-def _subject_is(subject: Subject, user: User) -> bool:
+def subject_is(subject: Subject, user: User) -> bool:
     if subject.kind == "Group":
         return subject.name in user.groups
     return subject.kind == "User" and subject.name == user.name
@@ -302,7 +304,7 @@ def allowed(
     for binding in (*SYSTEM_BINDINGS, *bindings):
         if binding.namespace and (not a.resource_request or binding.namespace != a.namespace):
             continue
-        if not any(_subject_is(s, user) for s in binding.subjects):
+        if not any(subject_is(s, user) for s in binding.subjects):
             continue
         rules = roles.get(binding.role) or SYSTEM_ROLES.get(binding.role, ())
         if any(rule_allows(rule, a) for rule in rules):

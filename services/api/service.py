@@ -8,14 +8,10 @@ import asyncio
 import dataclasses
 import secrets
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
 
 import msgspec
-import nats.errors
-import nats.js.errors
 
 from core.context import Append, Outcome, RequestContext
 from core.errors import (
@@ -25,11 +21,12 @@ from core.errors import (
     timeout,
     unavailable,
 )
-from core.idempotency import ALNUM, Idempotency, keyed_context
+from core.idempotency import ALNUM, Idempotency, decode_record, encode_record, keyed_context, scoped
 from core.names import SOCKET_NAME_MAX
 from events.codec import event_type
-from events.envelope import Appended, ConcurrencyConflict
-from eventstore.port import EventLog
+from events.envelope import Appended
+from eventstore.keyed import KeyedRecords, MemoryKeyedRecords
+from eventstore.port import ConcurrencyConflict, EventLog, EventLogError, Unavailable
 from kinds.registry import REGISTRY, Registry
 from projections.cluster import Cluster
 from readside.runner import ProjectionRunner
@@ -42,31 +39,11 @@ CURRENT_USER: ContextVar[str] = ContextVar("virtstream_user", default="")
 WAIT_SECONDS = 10.0
 APPEND_SECONDS = 10.0  # how long a write keeps retrying an append whose outcome is unknown
 READY_SECONDS = 2.0
-IDEMPOTENCY_KEYS = 10_000  # completed keyed requests remembered (oldest forgotten first)
 IDEMPOTENCY_SECONDS = 120.0  # JetStream's duplicate window: a key is honoured this long
 
-# An append that ended with one of these may or may not have been stored: the same
-# event (same Nats-Msg-Id) is appended again, which the stream stores once.
-AMBIGUOUS: tuple[type[BaseException], ...] = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.OutboundBufferLimitError,
-    nats.errors.StaleConnectionError,
-    nats.errors.UnexpectedEOF,
-    nats.js.errors.ServiceUnavailableError,
-    nats.js.errors.NoStreamResponseError,
-    OSError,
-)
 
-
-@dataclass
-class _Keyed:
-    fingerprint: str
-    outcome: Outcome
-    at: float
-    done: bool = False
+# the idempotency bucket did not answer: the request is refused before anything is appended
+KEYS_UNREACHABLE: tuple[type[BaseException], ...] = (EventLogError,)
 
 
 def random_suffix(n: int = 5) -> str:
@@ -92,12 +69,15 @@ class ApiService:
         kinds: Registry = REGISTRY,
         *,
         socket_name_max: int = SOCKET_NAME_MAX,
+        keys: KeyedRecords | None = None,
     ) -> None:
+        """`keys`: where idempotency keys are kept (a JetStream bucket every replica shares,
+        `eventstore/keyed.py`); this process's memory when None."""
         self.runner = runner
         self.store = store
         self.kinds = kinds
         self.socket_name_max = socket_name_max
-        self._keyed: OrderedDict[str, _Keyed] = OrderedDict()
+        self.keys: KeyedRecords = keys or MemoryKeyedRecords(IDEMPOTENCY_SECONDS)
 
     @property
     def cluster(self) -> Cluster:
@@ -105,8 +85,7 @@ class ApiService:
 
     # ------------------------------------------------------------- readiness
     def _connected(self) -> bool:
-        nc = getattr(self.runner.store, "nc", None)
-        return nc is None or bool(nc.is_connected)
+        return self.runner.store.connected
 
     async def ready(self) -> bool:
         """Ready = connected, JetStream answers, and the projection has folded everything
@@ -122,29 +101,49 @@ class ApiService:
 
     # ------------------------------------------------------------------ writes
     def _context(self, correlation_id: str, idem: Idempotency | None) -> RequestContext:
-        if idem is not None:
-            ctx = keyed_context(correlation_id, idem.key, time.time())
+        user = CURRENT_USER.get()
+        if idem is not None:  # ids from the user's key: two users' keys never share one
+            ctx = keyed_context(correlation_id, scoped(user, idem.key), time.time())
         else:
             ctx = request_context(correlation_id)
-        user = CURRENT_USER.get()
         if self.socket_name_max != ctx.socket_name_max or user:
             ctx = dataclasses.replace(ctx, socket_name_max=self.socket_name_max, user=user)
         return ctx
 
-    def _remembered(self, idem: Idempotency) -> _Keyed | None:
-        now = time.monotonic()
-        while self._keyed:  # forget keys past the duplicate window, oldest first
-            oldest = next(iter(self._keyed.values()))
-            if now - oldest.at <= IDEMPOTENCY_SECONDS and len(self._keyed) <= IDEMPOTENCY_KEYS:
-                break
-            self._keyed.popitem(last=False)
-        found = self._keyed.get(idem.key)
-        if found is not None and found.fingerprint != idem.fingerprint:
+    @staticmethod
+    def _same_request(idem: Idempotency, found: bytes) -> Outcome:
+        fingerprint, outcome = decode_record(found)
+        if fingerprint != idem.fingerprint:
             raise invalid_request(
                 "the Idempotency-Key was already used for a different request; "
                 "use a new key for a new request"
             )
-        return found
+        return outcome
+
+    async def _remembered(self, idem: Idempotency) -> Outcome | None:
+        """What the first request with this user's key decided, on any replica."""
+        try:
+            found = await self.keys.get(scoped(CURRENT_USER.get(), idem.key))
+        except KEYS_UNREACHABLE:
+            raise unavailable("the idempotency keys cannot be read: retry the request") from None
+        return None if found is None else self._same_request(idem, found)
+
+    async def _remember(self, idem: Idempotency, outcome: Outcome, replace: bool) -> Outcome:
+        """Keep this decision under the user's key, unless another replica kept one first:
+        then that one is the answer. `replace`: the decision kept before never landed (its
+        append conflicted), so this one takes its place."""
+        record = encode_record(idem.fingerprint, outcome)
+        key = scoped(CURRENT_USER.get(), idem.key)
+        try:
+            if replace:
+                await self.keys.put(key, record)
+                return outcome
+            found = await self.keys.create(key, record)
+        except KEYS_UNREACHABLE:
+            raise unavailable(
+                "the idempotency key cannot be stored: the request was not applied"
+            ) from None
+        return outcome if found is None else self._same_request(idem, found)
 
     async def execute(
         self,
@@ -176,15 +175,15 @@ class ApiService:
         already answered (or whose append outcome was unknown) is answered from its first
         decision, whose events are appended again: the stream keeps one copy."""
         assert self.store is not None
-        if idem is not None and (earlier := self._remembered(idem)) is not None:
+        replace = False  # a decision kept under the key never landed: the next replaces it
+        if idem is not None and (earlier := await self._remembered(idem)) is not None:
             try:
-                last = await self._append(earlier.outcome)
+                last = await self._append(earlier)
             except ConcurrencyConflict:
-                pass  # it never landed, and the aggregate moved on: decide anew below
+                replace = True  # it never landed, and the aggregate moved on: decide anew
             else:
-                earlier.done = True
                 await self._folded(last)
-                return earlier.outcome, last
+                return earlier, last
         history = 0  # the last sequence of a name whose object is gone (see below)
         for attempt in range(2):
             outcome = decide(self.cluster, self._context(correlation_id, idem))
@@ -195,11 +194,14 @@ class ApiService:
                 first = msgspec.structs.replace(outcome.appends[0], expected=history)
                 outcome = msgspec.structs.replace(outcome, appends=(first, *outcome.appends[1:]))
             if idem is not None:
-                self._keyed[idem.key] = _Keyed(idem.fingerprint, outcome, time.monotonic())
+                # kept before it is appended: a retry of a write whose outcome was unknown
+                # appends the same events again, on whichever replica it reaches
+                outcome = await self._remember(idem, outcome, replace)
             try:
                 last = await self._append(outcome)
             except ConcurrencyConflict as exc:
                 CONFLICTS.inc()
+                replace = True
                 if attempt:
                     res = self.kinds.of(outcome.kind).resource
                     raise stale(res, outcome.key.rsplit("/", 1)[-1]) from None
@@ -208,8 +210,6 @@ class ApiService:
                     history = exc.actual
                 await self.runner.wait_for(actual, WAIT_SECONDS)
                 continue
-            if idem is not None:
-                self._keyed[idem.key].done = True
             await self._folded(last)
             return outcome, last
         raise internal("unreachable")
@@ -242,7 +242,7 @@ class ApiService:
                 try:
                     sent = True
                     return await self.store.append(append.event, expected=append.expected)
-                except AMBIGUOUS:
+                except Unavailable:  # it may have been stored: the same event id again
                     pass
             if time.monotonic() + delay > deadline:
                 if sent:

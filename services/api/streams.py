@@ -1,15 +1,21 @@
-"""The VMI's stream subresources: `console` and `vnc` (WebSockets) and `vnc/screenshot`.
+"""The VMI's stream subresources: `console` and `vnc` (WebSockets), `vnc/screenshot`, and the
+guest agent's `guestosinfo`, `userlist` and `filesystemlist` (plain GETs).
 
 virt-api's part as KubeVirt has it: check the VMI (`target`, pure, KubeVirt's answers),
 dial the console server of the node's handler (its address and `console_port` from
 NodeJoined), and only once that answered accept the client's WebSocket (subprotocol
 `plain.kubevirt.io`) and copy binary frames both ways. A refusal before the upgrade is a
-plain HTTP answer with a `Status` body, as the API server gives (`virtctl` prints it)."""
+plain HTTP answer with a `Status` body, as the API server gives (`virtctl` prints it).
+
+With the api's client certificate for the nodes (`virtstream up` gives it) the dial is
+mutual TLS (`services/runtime/mtls.py`): the node's server must present the handlers'
+certificate of the cluster's CA, and it serves only the api's."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,6 +35,7 @@ from core.errors import (
     unavailable,
 )
 from projections.cluster import Cluster, key
+from services.runtime.mtls import SERVER_CN, PeerRefused, check_peer
 
 SUBPROTOCOL = "plain.kubevirt.io"
 VMI_RESOURCE = Resource("virtualmachineinstances", "kubevirt.io", "VirtualMachineInstance")
@@ -52,8 +59,9 @@ class Target:
     url: str
 
 
-def target(cluster: Cluster, ns: str, name: str, channel: Channel) -> Target:
-    """Where a VMI's console, VNC or screen is, or KubeVirt's refusal (pure)."""
+def target(cluster: Cluster, ns: str, name: str, channel: Channel, secure: bool = False) -> Target:
+    """Where a VMI's console, VNC or screen is (`secure`: over TLS), or KubeVirt's refusal
+    (pure)."""
     vmi = cluster.vmis.get(key(ns, name))
     if vmi is None:
         raise not_found(VMI_RESOURCE, name)
@@ -72,7 +80,9 @@ def target(cluster: Cluster, ns: str, name: str, channel: Channel) -> Target:
         what = "serial consoles" if channel == "console" else "graphics devices"
         raise bad_request(f"No {what} are present.")
     path = f"/v1/namespaces/{ns}/virtualmachineinstances/{name}/{channel}"
-    scheme = "http" if channel == "screenshot" else "ws"
+    scheme = ("https" if secure else "http") if channel == "screenshot" else "ws"
+    if secure and scheme == "ws":
+        scheme = "wss"
     return Target(f"{scheme}://{node.address or '127.0.0.1'}:{node.console_port}{path}")
 
 
@@ -89,9 +99,12 @@ AGENT_CHANNELS = ("guestosinfo", "userlist", "filesystemlist")
 NO_AGENT = "VMI does not have guest agent connected"
 
 
-def agent_target(cluster: Cluster, ns: str, name: str, channel: str) -> Target:
-    """Where the VMI's guest agent answers `channel`, or virt-api's refusal (pure): 409
-    while the VMI does not run or its agent is not connected (no AgentConnected)."""
+def agent_target(
+    cluster: Cluster, ns: str, name: str, channel: str, secure: bool = False
+) -> Target:
+    """Where the VMI's guest agent answers `channel` (`secure`: over TLS), or virt-api's
+    refusal (pure): 409 while the VMI does not run or its agent is not connected (no
+    AgentConnected)."""
     vmi = cluster.vmis.get(key(ns, name))
     if vmi is None:
         raise not_found(VMI_RESOURCE, name)
@@ -103,30 +116,27 @@ def agent_target(cluster: Cluster, ns: str, name: str, channel: str) -> Target:
     if node is None or not node.console_port:
         raise conflict(VMI_RESOURCE, name, NO_AGENT)
     path = f"/v1/namespaces/{ns}/virtualmachineinstances/{name}/{channel}"
-    return Target(f"http://{node.address or '127.0.0.1'}:{node.console_port}{path}")
+    scheme = "https" if secure else "http"
+    return Target(f"{scheme}://{node.address or '127.0.0.1'}:{node.console_port}{path}")
 
 
-async def agent(t: Target) -> bytes:
-    """The node's answer for the guest agent (KubeVirt's JSON), or ApiError."""
-    async with httpx.AsyncClient(timeout=30) as http:
+async def get(t: Target, tls: ssl.SSLContext | None = None) -> bytes:
+    """A plain GET of the node's console server (the screen, the guest agent's answers)
+    with the api's client certificate: the body, or ApiError."""
+    async with httpx.AsyncClient(timeout=30, verify=tls or True) as http:
         try:
-            r = await http.get(t.url)
+            async with http.stream("GET", t.url) as r:
+                if tls is not None:
+                    stream = r.extensions["network_stream"]
+                    check_peer(stream.get_extra_info("ssl_object").getpeercert(), SERVER_CN)
+                content = await r.aread()
         except httpx.HTTPError as e:
             raise unavailable(f"the node's console server: {e}") from None
-    if r.status_code != 200:
-        raise _upstream_error(r.status_code, r.content)
-    return r.content
-
-
-async def screenshot(t: Target) -> bytes:
-    async with httpx.AsyncClient(timeout=30) as http:
-        try:
-            r = await http.get(t.url)
-        except httpx.HTTPError as e:
+        except PeerRefused as e:
             raise unavailable(f"the node's console server: {e}") from None
     if r.status_code != 200:
-        raise _upstream_error(r.status_code, r.content)
-    return r.content
+        raise _upstream_error(r.status_code, content)
+    return content
 
 
 async def _refuse(send: Send, err: ApiError) -> None:
@@ -141,15 +151,24 @@ def _subprotocol(scope: Scope) -> str | None:
     return SUBPROTOCOL if SUBPROTOCOL in offered else (offered[0] if offered else None)
 
 
-async def _dial(resolve: Callable[[], Target]) -> ClientConnection:
+async def _dial(resolve: Callable[[], Target], tls: ssl.SSLContext | None) -> ClientConnection:
     """The node's stream for the VMI, or ApiError (KubeVirt's refusal, or 503)."""
+    t = resolve()
     try:
-        t = resolve()
-        return await connect(t.url, max_size=None, compression=None, open_timeout=DIAL_SECONDS)
+        upstream = await connect(
+            t.url, max_size=None, compression=None, open_timeout=DIAL_SECONDS, ssl=tls
+        )
     except InvalidStatus as e:
         raise _upstream_error(e.response.status_code, bytes(e.response.body or b"")) from None
-    except (OSError, TimeoutError, InvalidHandshake) as e:
+    except (OSError, TimeoutError, InvalidHandshake, ssl.SSLError) as e:
         raise unavailable(f"the node's console server: {e}") from None
+    if tls is not None:
+        try:
+            check_peer(upstream.transport.get_extra_info("peercert"), SERVER_CN)
+        except PeerRefused as e:
+            await upstream.close()
+            raise unavailable(f"the node's console server: {e}") from None
+    return upstream
 
 
 async def relay(
@@ -157,26 +176,30 @@ async def relay(
     receive: Receive,
     send: Send,
     resolve: Callable[[], Target],
+    tls: ssl.SSLContext | None = None,
     *,
     follow: bool = False,
 ) -> None:
-    """Serve one WebSocket: `resolve()` gives the Target or raises ApiError. With `follow`
-    (the serial console) the client's WebSocket outlives the node's: when the guest's side
-    ends while the VMI still runs (a live migration's handover), the stream is dialled
-    again where the VMI is now, and the client stays attached."""
+    """Serve one WebSocket: `resolve()` gives the Target or raises ApiError; `tls` is the
+    api's client context for the nodes' console servers. With `follow` (the serial
+    console) the client's WebSocket outlives the node's: when the guest's side ends while
+    the VMI still runs (a live migration's handover), the stream is dialled again where the
+    VMI is now, and the client stays attached."""
     if (await receive())["type"] != "websocket.connect":
         return
     try:
-        upstream = await _dial(resolve)
+        upstream = await _dial(resolve, tls)
     except ApiError as err:
         await _refuse(send, err)
         return
     await send({"type": "websocket.accept", "subprotocol": _subprotocol(scope)})
-    await _copy(receive, send, upstream, resolve if follow else None)
+    await _copy(receive, send, upstream, resolve if follow else None, tls)
 
 
 async def follow_guest(
-    resolve: Callable[[], Target], seconds: float = FOLLOW_SECONDS
+    resolve: Callable[[], Target],
+    tls: ssl.SSLContext | None = None,
+    seconds: float = FOLLOW_SECONDS,
 ) -> ClientConnection | tuple[int, str]:
     """The stream dialled again while the VMI runs but its domain is between nodes (the
     source's server answers 404 → 503 until the fold names the target); else the close
@@ -185,7 +208,7 @@ async def follow_guest(
     deadline = asyncio.get_running_loop().time() + seconds
     while True:
         try:
-            return await _dial(resolve)
+            return await _dial(resolve, tls)
         except ApiError as err:
             if err.code != 503:
                 return 1000, err.status.message
@@ -200,6 +223,7 @@ async def _copy(
     send: Send,
     upstream: ClientConnection,
     resolve: Callable[[], Target] | None,
+    tls: ssl.SSLContext | None,
 ) -> None:
     current = [upstream]
     attached = asyncio.Event()
@@ -240,7 +264,7 @@ async def _copy(
             if resolve is None or code != 1000:
                 break  # not followed, or ended on purpose (another connection took it)
             attached.clear()
-            following = await follow_guest(resolve)
+            following = await follow_guest(resolve, tls)
             if isinstance(following, tuple):
                 code, reason = following
                 break

@@ -1,26 +1,25 @@
 """`Accept: application/json;as=Table;v=v1;g=meta.k8s.io`: objects as a meta.k8s.io/v1
 Table with the kind's printer columns, as the API server's CRD table convertor builds it
 (a Name column, then KubeVirt's additionalPrinterColumns; Name and Age when a kind has
-none), so `kubectl get` prints KubeVirt's columns. Pure."""
+none), so `kubectl get` prints KubeVirt's columns. Nodes, a built-in kind, get the API
+server's own node columns (Status, Roles, Age, Version; with `-o wide` Internal-IP,
+External-IP, OS-Image, Kernel-Version, Container-Runtime). Pure."""
 
 from __future__ import annotations
 
 import datetime as dt
-import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from kinds.spec import KindSpec, PrinterColumn
+from kinds.columns import PrinterColumn, lookup
+from kinds.spec import KindSpec
 
 JSON = dict[str, Any]
 NAME_DESCRIPTION = (
     "Name must be unique within a namespace. Is required when creating resources, "
     "although some resources may allow a client to request the generation of an "
     "appropriate name automatically."
-)
-_DEFAULT = (PrinterColumn("Age", "date", ".metadata.creationTimestamp"),)
-# `.a.b`, `[0]`, `[?(@.type=='Ready')]`: the simple JSONPath CRD printer columns use.
-_STEP = re.compile(
-    r"\.([A-Za-z0-9_-]+)|\[(\d+)\]|\[\?\(@\.([A-Za-z0-9_-]+)==['\"]([^'\"]*)['\"]\)\]"
 )
 
 
@@ -34,28 +33,6 @@ def wants_table(accept: str) -> bool:
         if fields[0] in ("application/json", "*/*"):
             return False
     return False
-
-
-def lookup(obj: Any, path: str) -> Any:
-    """The first value `path` selects in `obj`, or None."""
-    values = [obj]
-    pos = 0
-    while pos < len(path):
-        m = _STEP.match(path, pos)
-        if m is None:
-            return None
-        pos = m.end()
-        field, index, key, want = m.groups()
-        nxt: list[Any] = []
-        for v in values:
-            if field is not None and isinstance(v, dict) and field in v:
-                nxt.append(v[field])
-            elif index is not None and isinstance(v, list) and int(index) < len(v):
-                nxt.append(v[int(index)])
-            elif key is not None and isinstance(v, list):
-                nxt.extend(i for i in v if isinstance(i, dict) and str(i.get(key)) == want)
-        values = nxt
-    return values[0] if values else None
 
 
 def human_duration(seconds: float) -> str:
@@ -99,7 +76,81 @@ def _age(value: Any, now: float | None) -> Any:
     return human_duration(now - then)
 
 
-def _cell(column: PrinterColumn, obj: JSON, now: float | None = None) -> Any:
+@dataclass(frozen=True)
+class Computed:
+    """A column a built-in kind's printer computes (not a JSONPath)."""
+
+    name: str
+    value: Callable[[JSON], Any]
+    priority: int = 0
+    type: str = "string"
+    description: str = ""
+
+
+TableColumn = PrinterColumn | Computed
+
+
+def _node_status(obj: JSON) -> str:
+    """kubectl's node STATUS: the Ready condition, then SchedulingDisabled if cordoned."""
+    ready = lookup(obj, ".status.conditions[?(@.type=='Ready')].status")
+    status = {"True": "Ready", "False": "NotReady"}.get(str(ready), "Unknown")
+    if (obj.get("spec") or {}).get("unschedulable"):
+        status += ",SchedulingDisabled"
+    return status
+
+
+ROLE_PREFIX = "node-role.kubernetes.io/"
+
+
+def _node_roles(obj: JSON) -> str:
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    roles = sorted(
+        {k[len(ROLE_PREFIX) :] for k in labels if k.startswith(ROLE_PREFIX) and k != ROLE_PREFIX}
+        | ({labels["kubernetes.io/role"]} if labels.get("kubernetes.io/role") else set())
+    )
+    return ",".join(roles) or "<none>"
+
+
+def _address(kind: str) -> Callable[[JSON], str]:
+    def cell(obj: JSON) -> str:
+        found = lookup(obj, f".status.addresses[?(@.type=='{kind}')].address")
+        return str(found) if found else "<none>"
+
+    return cell
+
+
+def _node_info(field: str) -> Callable[[JSON], str]:
+    def cell(obj: JSON) -> str:
+        return str(lookup(obj, f".status.nodeInfo.{field}") or "<unknown>")
+
+    return cell
+
+
+NODE_COLUMNS: tuple[TableColumn, ...] = (
+    Computed("Status", _node_status, description="The status of the node"),
+    Computed("Roles", _node_roles, description="The roles of the node"),
+    PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+    Computed(
+        "Version",
+        lambda o: str(lookup(o, ".status.nodeInfo.kubeletVersion") or ""),
+        description="Kubelet Version reported by the node.",
+    ),
+    Computed("Internal-IP", _address("InternalIP"), 1, description="List of internal IPs."),
+    Computed("External-IP", _address("ExternalIP"), 1, description="List of external IPs."),
+    Computed("OS-Image", _node_info("osImage"), 1, description="OS Image reported by the node."),
+    Computed("Kernel-Version", _node_info("kernelVersion"), 1, description="Kernel Version."),
+    Computed(
+        "Container-Runtime",
+        _node_info("containerRuntimeVersion"),
+        1,
+        description="Container Runtime Version reported by the node.",
+    ),
+)
+
+
+def _cell(column: TableColumn, obj: JSON, now: float | None = None) -> Any:
+    if isinstance(column, Computed):
+        return column.value(obj)
     value = lookup(obj, column.json_path)
     if value is None or column.type == "date":
         return _age(value, now)  # without a clock: the timestamp itself
@@ -114,12 +165,14 @@ NAMESPACE_COLUMNS = (
 )
 
 
-def columns(spec: KindSpec) -> tuple[PrinterColumn, ...]:
-    return spec.printer_columns or _DEFAULT
+def columns(spec: KindSpec) -> tuple[TableColumn, ...]:
+    if not spec.group and spec.kind == "Node":
+        return NODE_COLUMNS
+    return spec.shown_printer_columns
 
 
 def table(
-    cols: tuple[PrinterColumn, ...],
+    cols: tuple[TableColumn, ...],
     items: list[JSON],
     resource_version: str = "",
     now: float | None = None,

@@ -15,7 +15,7 @@ from services.controller.node_health import DEFAULT_NODE_TIMEOUT
 from services.controller.policy import MigrationConfig
 from services.controller.reactor import Controller
 from services.controller.service import LeaseLost, serve
-from services.runtime import logs, loop
+from services.runtime import logs, loop, metrics_access
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     connection.add_arguments(p)
     p.add_argument("--metrics-port", type=int, default=None)
+    metrics_access.add_arguments(p)
     p.add_argument(
         "--node-timeout",
         type=float,
@@ -61,6 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = p.parse_args(argv)
     connection.from_arguments(args)
+    access = metrics_access.from_arguments(p, args)
     logs.configure()
     controller = Controller(
         node_timeout=args.node_timeout,
@@ -84,6 +86,7 @@ def main(argv: list[str] | None = None) -> None:
                 metrics_port=args.metrics_port,
                 identity=args.identity,
                 lease_ttl=args.lease_ttl,
+                metrics_access=access,
             ),
             "virt-controller",
         )

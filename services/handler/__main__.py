@@ -14,9 +14,10 @@ from eventstore.settings import StreamSettings
 from services.handler.node_info import LaunchSettings, NodeConfig, qemu_pid_dir_of
 from services.handler.service import Fenced, HandlerConfig, serve
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
-from services.launcher.hypervisor import TEST_URI
 from services.launcher.kvm_probe import domain_type as probe_domain_type
-from services.runtime import logs, loop, timeouts
+from services.launcher.uris import TEST_URI
+from services.runtime import logs, loop, metrics_access, timeouts
+from services.runtime.mtls import TlsFiles
 
 
 def launch_settings(a: argparse.Namespace) -> LaunchSettings:
@@ -64,6 +65,15 @@ def main(argv: list[str] | None = None) -> None:
         "--console-port", type=int, default=0, help="qemu: console/VNC server (0: any free)"
     )
     p.add_argument("--metrics-port", type=int, default=None)
+    metrics_access.add_arguments(p)
+    p.add_argument(
+        "--console-tls-cert",
+        type=Path,
+        help="qemu: the console server's certificate; with it only a client certificate of "
+        "--console-client-ca named kubevirt.io:system:client:virt-handler (the api) is served",
+    )
+    p.add_argument("--console-tls-key", type=Path, help="the certificate's key")
+    p.add_argument("--console-client-ca", type=Path, help="the CA of the api's certificate")
     p.add_argument(
         "--node-timeout",
         type=float,
@@ -77,6 +87,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--storage", default="", choices=["", "file", "memory"])
     a = p.parse_args(argv)
     connection.from_arguments(a)
+    access = metrics_access.from_arguments(p, a)
+    console_files = (a.console_tls_cert, a.console_tls_key, a.console_client_ca)
+    if any(console_files) and not all(console_files):
+        p.error("--console-tls-cert, --console-tls-key and --console-client-ca go together")
     logs.configure()
     cfg = HandlerConfig(
         node=NodeConfig(
@@ -91,6 +105,8 @@ def main(argv: list[str] | None = None) -> None:
         nats_url=a.nats_url,
         run_dir=a.run_dir,
         metrics_port=a.metrics_port,
+        metrics_access=access,
+        console_tls=TlsFiles(*console_files) if all(console_files) else None,
         heartbeat_interval=a.heartbeat_interval or timeouts.heartbeat_interval(a.node_timeout),
         fence_timeout=0.0 if a.no_fence else timeouts.fence_timeout(a.node_timeout),
         settings=StreamSettings.from_env(

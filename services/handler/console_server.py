@@ -13,6 +13,12 @@ relays its client's WebSocket to it.
   says (`virDomainGetGuestInfo`, `guest-info`, `guest-fsfreeze-status`) as KubeVirt's JSON
   (`agent_info.py`); the agent's error (not connected, ...) is a 500 with its message.
 
+With TLS files (`virtstream up` gives them) the server accepts only the api: mutual TLS
+with the cluster's CA and the api's Common Name (`services/runtime/mtls.py`, as KubeVirt's
+virt-handler accepts only virt-api); a connection without that certificate ends in the TLS
+handshake, one with another certificate of the CA is answered 403. Without them it serves
+plain WebSockets on loopback (`--insecure`).
+
 One client per guest and channel: a new connection closes the previous one with 1001
 "close by another connection", as virt-handler does. The domain is looked up by name on
 each request, so after a live migration the target node's server finds the guest there
@@ -25,6 +31,7 @@ import contextlib
 import io
 import os
 import re
+import ssl
 import termios
 import tty
 import xml.etree.ElementTree as ET
@@ -40,6 +47,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
 from services.handler import agent_info
+from services.runtime.mtls import CLIENT_CN, PeerRefused, TlsFiles, check_peer
 
 log = structlog.get_logger()
 
@@ -168,19 +176,23 @@ def _text(status: HTTPStatus, message: str) -> Response:
 
 
 class ConsoleServer:
-    """The server on `host:port` (0: any free port) for the domains of libvirt `uri`."""
+    """The server on `host:port` (0: any free port) for the domains of libvirt `uri`;
+    with `tls`, for the api's client certificate alone."""
 
-    def __init__(self, uri: str, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, uri: str, host: str = "127.0.0.1", port: int = 0, tls: TlsFiles | None = None
+    ) -> None:
         self.uri = uri
         self.host = host
         self.port = port
+        self.ssl: ssl.SSLContext | None = tls.server_context() if tls else None
         self._server: Server | None = None
         self._active: dict[tuple[str, str, str], ServerConnection] = {}
         self._endpoints: dict[ServerConnection, Endpoints] = {}  # handshake → session
 
     async def start(self) -> int:
         self._server = await serve(
-            self._session, self.host, self.port,
+            self._session, self.host, self.port, ssl=self.ssl,
             process_request=self._process_request, max_size=CHUNK * 4, compression=None,
         )  # fmt: skip
         self.port = next(iter(self._server.sockets)).getsockname()[1]
@@ -194,6 +206,12 @@ class ConsoleServer:
                     await self._server.wait_closed()
 
     async def _process_request(self, conn: ServerConnection, request: Request) -> Response | None:
+        if self.ssl is not None:
+            try:
+                check_peer(conn.transport.get_extra_info("peercert"), CLIENT_CN)
+            except PeerRefused as e:
+                log.warning("console client refused", reason=str(e))
+                return _text(HTTPStatus.FORBIDDEN, str(e))
         m = PATH.match(request.path.split("?", 1)[0])
         if m is None:
             return _text(HTTPStatus.NOT_FOUND, "not found")

@@ -26,6 +26,7 @@ import pexpect
 import pytest
 import yaml
 from PIL import Image
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
 from cli.up import live_launchers
@@ -160,6 +161,28 @@ def test_console_answers_a_command_typed_through_the_cli(cluster: Cluster) -> No
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+def test_the_nodes_console_server_refuses_anyone_but_the_api(cluster: Cluster) -> None:
+    """What the api reaches: a local process dialling the node's port itself gets nothing,
+    not even with the admin's certificate (mutual TLS, the api's name only)."""
+    node = cluster.http.get(f"/api/v1/nodes/{cluster.vmi('vm-cirros')['status']['nodeName']}")
+    port = node.json()["status"]["daemonEndpoints"]["consoleEndpoint"]["Port"]
+    path = "/v1/namespaces/default/virtualmachineinstances/vm-cirros/console"
+    with pytest.raises((OSError, InvalidHandshake)):  # plain: nothing speaks it
+        connect(f"ws://127.0.0.1:{port}{path}", open_timeout=5).close()
+    pki = cluster.data_dir / "pki"
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    ctx.check_hostname = False
+    ctx.load_verify_locations(cafile=pki / "ca.crt")
+    # no client certificate: under TLS 1.3 the server's alert may come after the client's
+    # side of the handshake, as the opening handshake's connection closing
+    with pytest.raises((OSError, InvalidHandshake, ConnectionClosed)):
+        connect(f"wss://127.0.0.1:{port}{path}", ssl=ctx, open_timeout=5).close()
+    ctx.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+    with pytest.raises(InvalidStatus) as refused:  # the CA's, but not the api's
+        connect(f"wss://127.0.0.1:{port}{path}", ssl=ctx, open_timeout=5).close()
+    assert refused.value.response.status_code == 403
 
 
 def test_console_of_a_missing_vmi_is_one_line_and_a_404(cluster: Cluster) -> None:

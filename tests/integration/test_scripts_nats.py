@@ -1,6 +1,7 @@
 """The script examples against a real `virtstream up`: each creates a VM, starts it and
 waits for its VMI to be Running through NATS alone (Python with nats-py; Node with the
-`nats` npm package, installed into a temporary directory)."""
+`nats` npm package, installed into a temporary directory), with the admin's api token on
+its intents (an intent without one is refused: `tests/integration/test_doors.py`)."""
 
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ def _ready(nats_url: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    """`virtstream up` on free ports; yields its NATS URL."""
+def cluster() -> Iterator[tuple[str, str]]:
+    """`virtstream up` on free ports; yields its NATS URL and the admin's api token."""
     with tempfile.TemporaryDirectory(prefix="vs-scripts-") as d:
         port, nats_port = free_port(), free_port()
         up = subprocess.Popen(
@@ -59,7 +60,7 @@ def cluster() -> Iterator[str]:
             password = (Path(d) / "credentials" / "nats-scripts").read_text().strip()
             url = f"nats://scripts:{password}@127.0.0.1:{nats_port}"
             until(lambda: _ready(url), timeout=30)
-            yield url
+            yield url, (Path(d) / "credentials" / "admin-token").read_text().strip()
         finally:
             interrupt(up, 60)
             for pid in live_launchers(Path(d) / "run"):
@@ -72,16 +73,19 @@ def _check(out: subprocess.CompletedProcess[str], name: str) -> None:
     assert "DomainStarted" in out.stdout
 
 
-def test_python_script_starts_a_vm(cluster: str) -> None:
+def test_python_script_starts_a_vm(cluster: tuple[str, str]) -> None:
+    url, token = cluster
     out = subprocess.run(
-        [sys.executable, str(SCRIPTS / "start_vm.py"), "--nats-url", cluster, "--name", "py-vm"],
+        [sys.executable, str(SCRIPTS / "start_vm.py"), "--nats-url", url, "--name", "py-vm"],
         capture_output=True, text=True, timeout=120,
+        env={**os.environ, "VIRTSTREAM_TOKEN": token},
     )  # fmt: skip
     _check(out, "py-vm")
 
 
 @pytest.mark.skipif(not (shutil.which("node") and shutil.which("npm")), reason="needs Node")
-def test_node_script_starts_a_vm(cluster: str, tmp_path: Path) -> None:
+def test_node_script_starts_a_vm(cluster: tuple[str, str], tmp_path: Path) -> None:
+    url, token = cluster
     install = subprocess.run(
         ["npm", "install", "--silent", "--no-audit", "--no-fund", "nats@2"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300,
@@ -91,6 +95,7 @@ def test_node_script_starts_a_vm(cluster: str, tmp_path: Path) -> None:
     shutil.copy(SCRIPTS / "start_vm.mjs", script)
     out = subprocess.run(
         ["node", str(script), "--name", "node-vm"],
-        capture_output=True, text=True, timeout=120, env={**os.environ, "NATS_URL": cluster},
+        capture_output=True, text=True, timeout=120,
+        env={**os.environ, "NATS_URL": url, "VIRTSTREAM_TOKEN": token},
     )  # fmt: skip
     _check(out, "node-vm")

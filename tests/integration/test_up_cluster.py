@@ -203,7 +203,16 @@ def test_up_demo_stays_up_in_its_own_data_dir(data_dir: Path) -> None:
         assert (data_dir / ".virtstream-demo").is_dir() and not (data_dir / ".virtstream").exists()
         logs = [p.name for p in (data_dir / ".virtstream-demo" / "logs").iterdir()]
         assert "handler-node-1.log" in logs and not [n for n in logs if " " in n]
-        # still up for the README's commands; a running VM is stopped on Ctrl-C, in words
+        # still up for the README's commands: its first, an apply of the toured file, finds
+        # nothing to change; a running VM is stopped on Ctrl-C, in words
+        applied = subprocess.run(
+            [sys.executable, "-m", "cli.main", "--server", f"https://127.0.0.1:{port}",
+             "apply", "-f", "examples/kubevirt/vm-cirros.yaml"],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert applied.stdout.strip() == "virtualmachine.kubevirt.io/vm-cirros unchanged", (
+            applied.stderr
+        )
         with up_client(port, timeout=5) as http:
             assert http.put(f"{SUB}/vm-cirros/start", json={}).is_success
             until(lambda: (v := _vmi(http, "vm-cirros")) and v["status"].get("phase") == "Running")

@@ -3,6 +3,7 @@ ready and its nodes registered; stopped with SIGINT (as Ctrl-C) and no launcher 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -38,9 +39,16 @@ class RunningUp:
 
 
 @contextmanager
-def running_up(prefix: str, nodes: int, *extra: str) -> Iterator[RunningUp]:
+def running_up(
+    prefix: str, nodes: int, *extra: str, data_dir: Path | None = None
+) -> Iterator[RunningUp]:
+    """`data_dir`: the test's own (kept afterwards), else a temporary one."""
     port, nats_port = free_port(), free_port()
-    with tempfile.TemporaryDirectory(prefix=prefix) as d:
+    with (
+        contextlib.nullcontext(str(data_dir))
+        if data_dir is not None
+        else tempfile.TemporaryDirectory(prefix=prefix)
+    ) as d:
         proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "up", "--data-dir", d, "--port", str(port),
              "--nats-port", str(nats_port), "--nodes", str(nodes), *extra],

@@ -16,13 +16,13 @@ from events.catalog import (
     Resources,
     VMICreated,
 )
-from events.envelope import Stored
+from events.envelope import Decision, Stored
 from events.meta import Kind
 from projections.cluster import Cluster
 from projections.render import render_vmi
 from services.api import streams
 from services.handler import agent_info
-from services.handler.planner import Append, plan
+from services.handler.planner import plan
 from services.launcher import lifecycle as lc
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
 from services.launcher.protocol import DomainStatus, Hello
@@ -126,8 +126,8 @@ def test_the_agent_condition_and_virt_apis_refusals() -> None:
 def test_the_handler_reports_the_agent_as_the_launcher_sees_it() -> None:
     r = record(launcher_pid=42, started=True)
     o = observed()
-    o.update(DomainStatus(state=DomainState.RUNNING, seq=2, agent_connected=True))
-    (changed,) = [a.event for a in plan(KEY, r, o, "n1", 0.0) if isinstance(a, Append)]
+    o = o.updated(DomainStatus(state=DomainState.RUNNING, seq=2, agent_connected=True), 0.0)
+    (changed,) = [a.event for a in plan(KEY, r, o, "n1", 0.0) if isinstance(a, Decision)]
     assert isinstance(changed, GuestAgentChanged) and changed.connected
     assert changed.meta.event_id == "virt-handler-n1/u1/GuestAgentChanged/1"
     import msgspec

@@ -27,9 +27,9 @@ from events.catalog import (
 )
 from events.envelope import Decision
 from services.handler.decider import HandlerState
-from services.handler.effects import Launch, LauncherSeen, Release
+from services.handler.effects import Cleanup, Launch, LauncherSeen, Observed, Release, Send
 from services.handler.migration import TARGET_GONE_GRACE, TargetOver
-from services.handler.planner import MAX_ATTEMPTS, Cleanup, Observed, Send, rejected
+from services.handler.planner import MAX_ATTEMPTS, rejected
 from services.launcher.domain_state import DomainState
 from services.launcher.protocol import Resume, Start
 from services.runtime.reactor import Note

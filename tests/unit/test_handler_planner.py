@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import msgspec
+from msgspec.structs import replace
 
 from events.catalog import (
     DomainPaused,
@@ -15,16 +15,9 @@ from events.catalog import (
     StopReason,
     VMIWarning,
 )
-from services.handler.planner import (
-    MAX_ATTEMPTS,
-    Append,
-    Cleanup,
-    Observed,
-    Rejection,
-    Send,
-    Spawn,
-    plan,
-)
+from events.envelope import Decision
+from services.handler.effects import Cleanup, Launch, Observed, Rejection, Send
+from services.handler.planner import MAX_ATTEMPTS, launch_manifest, plan
 from services.handler.state import VMIRecord
 from services.launcher.domain_state import DomainState, StateReason
 from services.launcher.protocol import DomainStatus, Pause, Resume, Shutdown, Start
@@ -44,18 +37,20 @@ def record(**kw: object) -> VMIRecord:
 def observed(state: DomainState | None = None, **kw: object) -> Observed:
     o = Observed(uid="u1", pid=42, connected=True, domain_name="default_vm1")
     if state is not None:
-        o.update(DomainStatus(state=state, seq=1))
-    for k, v in kw.items():
-        setattr(o, k, v)
-    return o
+        o = o.updated(DomainStatus(state=state, seq=1), 0.0)
+    return replace(o, **kw)
 
 
 def events(actions: Sequence[object]) -> list[object]:
-    return [a.event for a in actions if isinstance(a, Append)]
+    appends = [a for a in actions if isinstance(a, Decision)]
+    assert not any(a.occ for a in appends)  # the handler sees only its node's events
+    return [a.event for a in appends]
 
 
 def test_scheduled_without_launcher_spawns() -> None:
-    assert plan(KEY, record(), None, "n1", 0.0) == [Spawn(key=KEY)]
+    r = record()
+    manifest = launch_manifest(r.manifest, KEY, "u1")
+    assert plan(KEY, r, None, "n1", 0.0) == [Launch(KEY, "u1", manifest)]
 
 
 def test_defined_domain_reports_launcher_and_starts() -> None:
@@ -93,7 +88,8 @@ def test_pause_wanted() -> None:
 def test_final_status_and_exit() -> None:
     r = record(launcher_pid=42, started=True)
     o = observed(DomainState.RUNNING, gone=True)
-    o.update(DomainStatus(state=DomainState.SHUTOFF, reason=StateReason.CRASHED, seq=2, final=True))
+    final = DomainStatus(state=DomainState.SHUTOFF, reason=StateReason.CRASHED, seq=2, final=True)
+    o = o.updated(final, 0.0)
     warned, stopped, exited = events(plan(KEY, r, o, "n1", 0.0))
     assert isinstance(warned, VMIWarning)
     assert (warned.reason, warned.message) == ("Stopped", "The VirtualMachineInstance crashed.")
@@ -104,8 +100,8 @@ def test_final_status_and_exit() -> None:
 def test_a_guest_panic_is_a_crash_with_kubevirts_warning() -> None:
     r = record(launcher_pid=42, started=True)
     o = observed(DomainState.RUNNING)
-    o.update(
-        DomainStatus(state=DomainState.CRASHED, reason=StateReason.PANICKED, seq=2, final=True)
+    o = o.updated(
+        DomainStatus(state=DomainState.CRASHED, reason=StateReason.PANICKED, seq=2, final=True), 0.0
     )
     warned, stopped = events(plan(KEY, r, o, "n1", 0.0))
     assert isinstance(warned, VMIWarning) and warned.reason == "GuestPanicked"
@@ -119,10 +115,11 @@ def test_a_domain_destroyed_as_irrecoverable_is_a_sync_failure() -> None:
     r = record(launcher_pid=42, started=True)
     o = observed(DomainState.RUNNING)
     why = "KVM internal error. Suberror: 1 (emulation failure)"
-    o.update(
+    o = o.updated(
         DomainStatus(
             state=DomainState.SHUTOFF, reason=StateReason.CRASHED, seq=2, final=True, message=why
-        )
+        ),
+        0.0,
     )
     warned, stopped = events(plan(KEY, r, o, "n1", 0.0))
     assert isinstance(warned, VMIWarning) and warned.reason == "SyncFailed"
@@ -138,7 +135,7 @@ def test_a_pause_carries_the_domains_reason_never_a_made_up_user() -> None:
         (StateReason.UNKNOWN, "Unknown"),
     ):
         o = observed()
-        o.update(DomainStatus(state=DomainState.PAUSED, reason=reason, seq=1))
+        o = o.updated(DomainStatus(state=DomainState.PAUSED, reason=reason, seq=1), 0.0)
         (paused,) = events(plan(KEY, r, o, "n1", 0.0))
         assert isinstance(paused, DomainPaused) and paused.reason == expected
 
@@ -186,7 +183,7 @@ def test_after_the_last_attempt_the_handler_gives_up_and_says_so_once() -> None:
     )  # fmt: skip
     assert plan(KEY, folded, o, "n1", 600.0) == []
     # a new request (another unpause) earns new attempts
-    again = msgspec.structs.replace(folded, causation_id="c2")
+    again = replace(folded, causation_id="c2")
     assert plan(KEY, again, o, "n1", 600.0) == [Send(KEY, Resume(), cause="c2")]
 
 

@@ -22,12 +22,13 @@ from events.catalog import (
     VolumeAttached,
     VolumeDetached,
 )
-from events.envelope import Stored
+from events.envelope import Decision, Stored
 from events.meta import Kind
 from kinds import vmi_volumes
 from projections.cluster import Cluster
 from projections.render import render_vmi
-from services.handler.planner import Append, Send, plan
+from services.handler.effects import Send
+from services.handler.planner import plan
 from services.launcher import lifecycle as lc
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
 from services.launcher.domain_xml import disk_xml_of, hotplug_disk_xml
@@ -163,8 +164,8 @@ def test_the_handler_attaches_what_the_spec_holds_and_reports_what_the_launcher_
     assert isinstance(send, Send) and isinstance(send.command, AttachVolume)
     assert send.command.name == "data" and send.command.disk["disk"] == {"bus": "scsi"}
     o = observed()
-    o.update(DomainStatus(state=DomainState.RUNNING, seq=2, volumes={"data": "sda"}))
-    (attached,) = [a.event for a in plan(KEY, r, o, "n1", 0.0) if isinstance(a, Append)]
+    o = o.updated(DomainStatus(state=DomainState.RUNNING, seq=2, volumes={"data": "sda"}), 0.0)
+    (attached,) = [a.event for a in plan(KEY, r, o, "n1", 0.0) if isinstance(a, Decision)]
     assert isinstance(attached, VolumeAttached) and attached.target == "sda"
     done = msgspec.structs.replace(r, attached=(("data", "sda"),), volume_events=1)
     assert plan(KEY, done, o, "n1", 0.0) == []
@@ -172,7 +173,8 @@ def test_the_handler_attaches_what_the_spec_holds_and_reports_what_the_launcher_
     (send,) = plan(KEY, unplugged, o, "n1", 0.0)
     assert isinstance(send, Send) and send.command == DetachVolume(name="data")
     gone = observed(DomainState.RUNNING)
-    (detached,) = [a.event for a in plan(KEY, unplugged, gone, "n1", 0.0) if isinstance(a, Append)]
+    planned = plan(KEY, unplugged, gone, "n1", 0.0)
+    (detached,) = [a.event for a in planned if isinstance(a, Decision)]
     assert isinstance(detached, VolumeDetached)
     assert detached.meta.event_id == "virt-handler-n1/u1/VolumeDetached/data/2"
 
