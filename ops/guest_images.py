@@ -3,8 +3,9 @@
 A small Linux guest: Debian's cloud kernel (`linux-image-cloud-amd64`) and an initramfs
 holding busybox-static, the virtio/ISO 9660 modules the kernel has as modules, and the init
 in `ops/guest/` (serial console on ttyS0 and tty1, NoCloud cloud-init from the `cidata`
-disk, DHCP with udhcpc). The packages are fetched with `apt-get download` and unpacked with
-`dpkg-deb -x` into a scratch dir: nothing is installed on the host. Two forms:
+disk, DHCP with udhcpc, the QEMU guest agent, dropbear's SSH server). The packages are
+fetched with `apt-get download` and unpacked with `dpkg-deb -x` into a scratch dir:
+nothing is installed on the host. Two forms:
 
 - `virtstream-linux.raw`: a bootable disk (a FAT file system holding kernel, initrd and
   SYSLINUX, whose boot sector SeaBIOS runs; syslinux's installer works on the image through
@@ -79,10 +80,16 @@ MODULES = (
 #: What the boot loader passes: both consoles, the serial one last (it is /dev/console).
 CMDLINE = "console=tty0 console=ttyS0 quiet panic=-1"
 PACKAGES = ("busybox-static", "syslinux", "syslinux-common", "mtools")
-#: The QEMU guest agent and the shared libraries it runs with (busybox is static; qemu-ga
-#: is not): its NEEDED closure goes into the initramfs with the dynamic loader.
+#: The QEMU guest agent, dropbear's SSH server and the shared libraries they run with
+#: (busybox is static; they are not): their NEEDED closure goes into the initramfs with the
+#: dynamic loader.
 AGENT_PACKAGES = (
     "qemu-guest-agent",
+    "dropbear-bin",
+    "libcrypt1",
+    "libtomcrypt1",
+    "libtommath1",
+    "libgmp10",
     "libc6",
     "libglib2.0-0",
     "libffi8",
@@ -95,7 +102,7 @@ AGENT_PACKAGES = (
     "libudev1",
     "liburing2",
 )
-AGENT = "usr/sbin/qemu-ga"
+PROGRAMS = ("usr/sbin/qemu-ga", "usr/sbin/dropbear")
 LIB_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu")
 LOADER = "ld-linux-x86-64.so.2"
 #: What the agent's guest-get-osinfo reads.
@@ -265,7 +272,7 @@ def _initramfs(root: Path, kernel_release: str, out: Path) -> None:
     os.chmod(tree / "etc" / "shadow", 0o600)
     (tree / "home").mkdir(exist_ok=True)
     (tree / "etc" / "os-release").write_text(OS_RELEASE)
-    _agent(root, tree)
+    _programs(root, tree)
     # busybox's own cpio (the cpio command is not on these machines), newc as the kernel wants
     names = sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
     listing = ("\n".join([".", *names]) + "\n").encode()
@@ -287,18 +294,18 @@ def needed(path: Path) -> list[str]:
         return [str(vars(tag)["needed"]) for tag in dynamic.iter_tags("DT_NEEDED")]
 
 
-def _agent(root: Path, tree: Path) -> None:
-    """qemu-ga, its libraries (their NEEDED closure, found in the unpacked packages) and
-    the dynamic loader, where the loader looks (/lib64, /lib/x86_64-linux-gnu)."""
+def _programs(root: Path, tree: Path) -> None:
+    """qemu-ga and dropbear, their libraries (their NEEDED closure, found in the unpacked
+    packages) and the dynamic loader, where the loader looks (/lib64, /lib/x86_64-linux-gnu)."""
     libs = {p.name: p for d in LIB_DIRS for p in (root / d).glob("*.so*") if p.is_file()}
     wanted: set[str] = set()
-    todo = needed(root / AGENT)
+    todo = [name for program in PROGRAMS for name in needed(root / program)]
     while todo:
         name = todo.pop()
         if name in wanted:
             continue
         if name not in libs:
-            raise GuestBuildError(f"{AGENT} needs {name}, not in {', '.join(AGENT_PACKAGES)}")
+            raise GuestBuildError(f"the guest's programs need {name}, not in the packages")
         wanted.add(name)
         todo += needed(libs[name].resolve())
     target = tree / "lib" / "x86_64-linux-gnu"
@@ -309,7 +316,8 @@ def _agent(root: Path, tree: Path) -> None:
     (tree / "lib64").mkdir(exist_ok=True)
     os.symlink(f"../lib/x86_64-linux-gnu/{LOADER}", tree / "lib64" / LOADER)
     (tree / "usr" / "sbin").mkdir(parents=True, exist_ok=True)
-    shutil.copy2(root / AGENT, tree / AGENT)
+    for program in PROGRAMS:
+        shutil.copy2(root / program, tree / program)
 
 
 def _boot_disk(root: Path, kernel: Path, initrd: Path, out: Path) -> None:

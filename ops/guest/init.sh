@@ -41,6 +41,10 @@ for nic in /sys/class/net/*; do
     && echo "virtstream-guest: $nic $(ip -4 -o addr show dev "$nic" | awk '{print $4}')"
 done
 ip link set lo up
+# SSH (dropbear; host keys made at the first connection): what `virtstream ssh` reaches
+# through the VMI's portforward subresource.
+mkdir -p /etc/dropbear
+/usr/sbin/dropbear -R -p 22 && echo "virtstream-guest: ssh on port 22"
 
 /etc/user-data.sh
 echo "virtstream-guest: $(hostname) ready (Linux $(uname -r))"
