@@ -26,6 +26,7 @@ from cli.debug import register as register_debug
 from cli.guest_io import register as register_guest_io
 from cli.help import use_plain_help
 from cli.images import app as images_app
+from cli.port_forward import register as register_port_forward
 from cli.serve import SETTINGS as SERVE_SETTINGS
 from cli.serve import serve
 from cli.settings import DEFAULT_SERVER, settings
@@ -818,6 +819,7 @@ def instancetypes_install() -> None:
 
 register_debug(app)
 register_guest_io(app)
+register_port_forward(app)
 app.command(context_settings=CONTEXT)(ui)
 app.add_typer(images_app, name="images")
 app.add_typer(instancetypes_app, name="instancetypes")

@@ -140,7 +140,15 @@ SPEC = KindSpec(
         Subresource("addvolume", vmi_volumes.addvolume, code=202),
         Subresource("removevolume", vmi_volumes.removevolume, code=202),
     ),
-    streams=("console", "vnc", "vnc/screenshot", "guestosinfo", "userlist", "filesystemlist"),
+    streams=(
+        "console",
+        "vnc",
+        "vnc/screenshot",
+        "portforward",
+        "guestosinfo",
+        "userlist",
+        "filesystemlist",
+    ),
     printer_columns=(
         PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
         PrinterColumn("Phase", "string", ".status.phase"),

@@ -12,7 +12,7 @@ this module:
   as the api relays it (`/prometheus/api/v1/*`, services/api/prometheus_proxy.py);
 - `kubevirt.io:edit`: view, plus create, update, patch, delete on every namespaced
   KubeVirt kind and every subresource, except migrations (read only) and `migrate`;
-  get on the consoles (console, vnc, vnc/screenshot);
+  get on the consoles (console, vnc, vnc/screenshot) and portforward;
 - `kubevirt.io:admin`: edit plus deletecollection;
 - `kubevirt.io:migrate`: migrations (every verb) and the `migrate` subresources;
 - `cluster-admin`: everything (Kubernetes' own).
@@ -129,6 +129,8 @@ def attributes(method: str, path: str, query: str = "") -> Attributes:
     resource = rest[0]
     name = rest[1] if len(rest) > 1 else ""
     subresource = "/".join(rest[2:])
+    if subresource.startswith("portforward/"):  # its port and protocol are arguments
+        subresource = "portforward"
     q = parse_qs(query)
     if method == "GET":
         watch = q.get("watch", [""])[0].lower() in ("true", "1")

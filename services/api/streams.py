@@ -95,6 +95,33 @@ def _upstream_error(code: int, body: bytes) -> ApiError:
     return internal(message)
 
 
+def forward_target(
+    cluster: Cluster, ns: str, name: str, port: int, protocol: str = "tcp", secure: bool = False
+) -> Target:
+    """Where the VMI's `portforward` to `port` is served (its node's console server), or
+    virt-api's refusal (pure): 409 while paused, 400 unless it runs."""
+    vmi = cluster.vmis.get(key(ns, name))
+    if vmi is None:
+        raise not_found(VMI_RESOURCE, name)
+    if protocol != "tcp":
+        raise bad_request(f"unsupported protocol {protocol}: only tcp is forwarded")
+    if not 0 < port < 65536:
+        raise bad_request(f"invalid port {port}")
+    if vmi.paused:
+        raise conflict(VMI_RESOURCE, name, "VMI is paused")
+    node = cluster.nodes.get(vmi.node) if vmi.node else None
+    if vmi.phase != "Running" or node is None:
+        raise bad_request(
+            "Unable to connect to VirtualMachineInstance because phase is "
+            f"{vmi.phase} instead of Running"
+        )
+    if not node.console_port:  # the test driver's guests have no network
+        raise bad_request("no network interfaces are present")
+    path = f"/v1/namespaces/{ns}/virtualmachineinstances/{name}/portforward/{port}/tcp"
+    scheme = "wss" if secure else "ws"
+    return Target(f"{scheme}://{node.address or '127.0.0.1'}:{node.console_port}{path}")
+
+
 AGENT_CHANNELS = ("guestosinfo", "userlist", "filesystemlist")
 NO_AGENT = "VMI does not have guest agent connected"
 

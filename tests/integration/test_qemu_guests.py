@@ -13,6 +13,7 @@ import os
 import random
 import re
 import signal
+import socket
 import ssl
 import subprocess
 import sys
@@ -157,6 +158,13 @@ class Cluster:
             cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
 
+    def popen_cli(self, *args: str) -> subprocess.Popen[str]:
+        env = {**os.environ, "VIRTSTREAM_SERVER": f"http://127.0.0.1:{self.port}"}
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", *args], cwd=REPO, env=env, text=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+
     def console_ws(self, name: str) -> ClientConnection:
         """The VMI's serial console through the api (as `virtstream console` opens it)."""
         creds = credentials.for_api(f"http://127.0.0.1:{self.port}")
@@ -244,20 +252,30 @@ def test_vm_cirros_boots_to_the_guests_prompt_on_its_serial_console(cluster: Clu
     until(lambda: not cluster.qemus(), timeout=30, what="QEMU gone")
 
 
-KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl t@x"
+@pytest.fixture(scope="module")
+def ssh_key() -> Iterator[Path]:
+    """A key pair for the guests' users (`<dir>/id`, `<dir>/id.pub`)."""
+    with tempfile.TemporaryDirectory(prefix="vs-key-") as d:
+        key = Path(d) / "id"
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "t@x", "-f", str(key)],
+            check=True,
+        )
+        yield key
 
 
 def test_nocloud_cloud_config_sets_hostname_users_keys_files_and_commands(
-    cluster: Cluster,
+    cluster: Cluster, ssh_key: Path
 ) -> None:
+    key = ssh_key.with_suffix(".pub").read_text().strip()
     vmi = example("vmi-nocloud.yaml")
     for volume in vmi["spec"]["volumes"]:
         if "cloudInitNoCloud" in volume:
             volume["cloudInitNoCloud"]["userData"] = (
                 "#cloud-config\nhostname: nocloud-guest\n"
                 "users:\n  - default\n  - name: alice\n    ssh_authorized_keys:\n"
-                f"      - {KEY}\n"
-                f"ssh_authorized_keys:\n  - {KEY}\n"
+                f"      - {key}\n"
+                f"ssh_authorized_keys:\n  - {key}\n"
                 "write_files:\n  - path: /etc/greeting\n    content: hello from write_files\n"
                 "bootcmd:\n  - echo bootcmd ran\n"
                 'runcmd:\n  - echo "runcmd ran as $(id -un)"\n'
@@ -281,8 +299,39 @@ def test_nocloud_cloud_config_sets_hostname_users_keys_files_and_commands(
             "grep alice /etc/passwd",
         )
     assert "hello from write_files" in out
-    assert out.count(KEY) == 2  # root's and alice's (the typed line does not hold it)
+    assert out.count(key) == 2  # root's and alice's (the typed line does not hold it)
     assert "alice:x:" in out and "/home/alice" in out
+    # in by SSH with the key cloud-init gave root and alice: `virtstream ssh` runs the local
+    # ssh client through `virtstream port-forward --stdio` (the portforward subresource)
+    for user in ("root", "alice"):
+        done = cluster.cli(
+            "ssh", f"{user}@vmi/vmi-nocloud", "-i", str(ssh_key),
+            "--known-hosts", str(ssh_key.parent / "known_hosts"),
+            "-t", "-o StrictHostKeyChecking=accept-new", "-t", "-o BatchMode=yes",
+            "-c", "echo $(hostname) $(id -un) $(cat /etc/greeting)",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"nocloud-guest {user} hello from write_files"
+    # port-forward: a local port whose connections reach the guest's SSH server
+    forward = cluster.popen_cli("port-forward", "vmi/vmi-nocloud", "0:22")
+    try:
+        assert forward.stderr is not None
+        line = forward.stderr.readline()
+        m = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) -> 22", line)
+        assert m, line
+        for _ in range(2):  # a connection each, one WebSocket each
+            with socket.create_connection(("127.0.0.1", int(m[1])), timeout=30) as conn:
+                assert conn.recv(64).startswith(b"SSH-2.0-dropbear")
+    finally:
+        forward.send_signal(signal.SIGINT)
+        forward.wait(timeout=10)
+    # a VMI that is not there: virt-api's answer, in one line
+    missing = cluster.cli("port-forward", "vmi/nope", "22")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == (
+        "error: Can't connect to websocket (404): "
+        'virtualmachineinstances.kubevirt.io "nope" not found'
+    )
     cluster.delete_vmi("vmi-nocloud")
 
 
