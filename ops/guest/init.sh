@@ -23,6 +23,7 @@ acpid -l /dev/null
 # The QEMU guest agent on its virtio-serial port (the domain's org.qemu.guest_agent.0
 # channel; busybox has no udev to name /dev/virtio-ports/, so the port is found by name).
 mkdir -p /var/run /var/log
+syslogd  # /var/log/messages: what the agent and the SSH server report (a freeze, a login)
 for port in /sys/class/virtio-ports/*; do
   [ "$(cat "$port/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] || continue
   /usr/sbin/qemu-ga -d -m virtio-serial -p "/dev/${port##*/}" -f /var/run/qemu-ga.pid \
