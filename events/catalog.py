@@ -258,6 +258,21 @@ class GuestAgentChanged(Event, tag="GuestAgentChanged", frozen=True):
     connected: bool
 
 
+class InterfaceStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One of the VMI's interfaces as the guest sees it (KubeVirt's status.interfaces[])."""
+
+    name: str  # the VMI's interface
+    mac: str
+    interface_name: str = ""  # the guest's name for the NIC (eth0)
+    ip_addresses: tuple[str, ...] = ()
+
+
+class GuestInterfacesChanged(Event, tag="GuestInterfacesChanged", frozen=True):
+    """The handler: the guest's NICs and their addresses changed, as its agent reports them."""
+
+    interfaces: tuple[InterfaceStatus, ...] = ()
+
+
 class VMIWarning(Event, tag="VMIWarning", frozen=True):
     """What KubeVirt records as a Warning event on the VMI (virt-handler's and
     virt-launcher's recorder): GuestPanicked, SyncFailed (a command the domain kept
@@ -500,6 +515,7 @@ VMIEvent = (
     | VolumeAttached
     | VolumeDetached
     | GuestAgentChanged
+    | GuestInterfacesChanged
     | LauncherExited
 )
 MigrationEvent = (

@@ -22,6 +22,7 @@ from events.catalog import (
     DomainStarted,
     DomainStopped,
     GuestAgentChanged,
+    GuestInterfacesChanged,
     LauncherExited,
     LauncherStarted,
     MigrationAborted,
@@ -261,6 +262,8 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
             return replace(v, volume_targets=tuple(t for t in v.volume_targets if t[0] != name))
         case GuestAgentChanged(connected=connected):
             return replace(v, agent_connected=connected and not v.final)
+        case GuestInterfacesChanged(interfaces=interfaces):
+            return v if v.final else replace(v, interfaces=interfaces)
         case DomainStopped(reason=reason, grace_period_expired=expired, message=msg):
             if v.final or reason is StopReason.MIGRATED:
                 return v
@@ -273,7 +276,14 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
                 # the launcher could not find the disk's image (KubeVirt's reason)
                 why, msg = ERR_IMAGE_PULL, msg.removeprefix(IMAGE_PULL_PREFIX)
             return _phase(
-                v, phase, at, reason=why, message=msg, paused=False, agent_connected=False
+                v,
+                phase,
+                at,
+                reason=why,
+                message=msg,
+                paused=False,
+                agent_connected=False,
+                interfaces=(),
             )
         case VMIFailed(reason=reason, message=msg):
             if v.final:

@@ -10,7 +10,7 @@ import functools
 import math
 from typing import Any, assert_never
 
-from events.catalog import ERR_IMAGE_PULL, SYNC_FAILED_CONDITION
+from events.catalog import ERR_IMAGE_PULL, SYNC_FAILED_CONDITION, InterfaceStatus
 from events.meta import Kind, KindToken, own_kind
 from projections import volumes
 from projections.allocation import node_allocated
@@ -151,6 +151,20 @@ def _revision_refs(obj: JSON, vm: VMView, status: JSON) -> None:
 
 
 # ------------------------------------------------------------------------ VMI
+def _interface(i: InterfaceStatus) -> JSON:
+    """KubeVirt's VirtualMachineInstanceNetworkInterface: the domain's NIC, with what the
+    guest agent says of it (its name in the guest, its addresses; IPv4 first)."""
+    out: JSON = {"name": i.name, "mac": i.mac, "infoSource": "domain"}
+    if i.interface_name:
+        out["interfaceName"] = i.interface_name
+        out["infoSource"] = "domain, guest-agent"
+    ips = sorted(i.ip_addresses, key=lambda a: ":" in a)  # stable: IPv4 before IPv6
+    if ips:
+        out["ipAddress"] = ips[0]
+        out["ipAddresses"] = ips
+    return out
+
+
 def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
     obj = vmi.manifest  # a fresh decode: ours to change
     obj["metadata"] = _metadata(
@@ -215,6 +229,8 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
     hotplugged = volumes.volume_status(obj.get("spec") or {}, vmi.volume_targets, vmi.pod_name)
     if hotplugged:
         status["volumeStatus"] = hotplugged
+    if vmi.interfaces and not vmi.final:
+        status["interfaces"] = [_interface(i) for i in vmi.interfaces]
     mig = cluster.migrations.get(f"{vmi.namespace}/{vmi.migration}") if vmi.migration else None
     if mig is not None:
         status["migrationState"] = migration_state(mig)

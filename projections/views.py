@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from events.catalog import Resources, Taint
+from events.catalog import InterfaceStatus, Resources, Taint
 
 Manifest = dict[str, Any]
 
@@ -113,6 +113,7 @@ class VMIView(PhasedView, frozen=True, kw_only=True):
     #: hotplugged volumes attached to the domain: (name, target)
     volume_targets: tuple[tuple[str, str], ...] = ()
     agent_connected: bool = False  # GuestAgentChanged: KubeVirt's AgentConnected condition
+    interfaces: tuple[InterfaceStatus, ...] = ()  # GuestInterfacesChanged: status.interfaces
     ever_running: bool = False
     unschedulable: str = ""  # the scheduler's message while no node fits
     deletion_requested_at: float | None = None

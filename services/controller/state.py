@@ -17,6 +17,7 @@ from events.catalog import (
     DomainStarted,
     DomainStopped,
     GuestAgentChanged,
+    GuestInterfacesChanged,
     LauncherExited,
     LauncherStarted,
     MigrationAbortRequested,
@@ -104,6 +105,7 @@ def evolve(state: ControllerState, s: Stored) -> ControllerState:
                     | VolumeAttached()
                     | VolumeDetached()
                     | GuestAgentChanged()
+                    | GuestInterfacesChanged()
                 ):
                     pass  # the cluster's fold has it all
                 case _:

@@ -26,6 +26,8 @@ from events.catalog import (
     DomainStopped,
     Event,
     GuestAgentChanged,
+    GuestInterfacesChanged,
+    InterfaceStatus,
     LauncherExited,
     LauncherStarted,
     Manifest,
@@ -260,6 +262,15 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
         if active:
             for volume_event in volume_events(r, s, node, now):
                 emit(volume_event)
+        seen_interfaces = interface_statuses(s)
+        if active and s.interfaces and seen_interfaces != r.interfaces:
+            n = r.interface_events + 1
+            emit(
+                GuestInterfacesChanged(
+                    meta=handler_meta(r, node, f"GuestInterfacesChanged/{n}", now),
+                    interfaces=seen_interfaces,
+                )
+            )
         if active and s.agent_connected != r.agent_connected:
             emit(
                 GuestAgentChanged(
@@ -301,6 +312,15 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
                 )
             )
     return out
+
+
+def interface_statuses(s: DomainStatus) -> tuple[InterfaceStatus, ...]:
+    """The launcher's report of the guest's NICs as the event carries them."""
+    return tuple(
+        InterfaceStatus(name=i.name, mac=i.mac, interface_name=i.interface_name,
+                        ip_addresses=i.ip_addresses)
+        for i in s.interfaces
+    )  # fmt: skip
 
 
 def released(r: VMIRecord | None, o: Observed) -> bool:

@@ -20,6 +20,8 @@ from events.catalog import (
     DomainStopped,
     Event,
     GuestAgentChanged,
+    GuestInterfacesChanged,
+    InterfaceStatus,
     LauncherExited,
     LauncherStarted,
     Manifest,
@@ -88,6 +90,8 @@ class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
     volume_events: int = 0  # VolumeAttached/Detached folded: their event ids count them
     agent_connected: bool = False  # GuestAgentChanged
     agent_events: int = 0
+    interfaces: tuple[InterfaceStatus, ...] = ()  # GuestInterfacesChanged
+    interface_events: int = 0
 
     @property
     def key(self) -> str:
@@ -200,6 +204,10 @@ def evolve(state: NodeState, event: Event) -> NodeState:
         case GuestAgentChanged(connected=connected):
             r = msgspec.structs.replace(
                 r, agent_connected=connected, agent_events=r.agent_events + 1
+            )
+        case GuestInterfacesChanged(interfaces=interfaces):
+            r = msgspec.structs.replace(
+                r, interfaces=interfaces, interface_events=r.interface_events + 1
             )
         case VolumeDetached(name=name):
             r = msgspec.structs.replace(

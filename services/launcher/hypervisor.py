@@ -114,6 +114,9 @@ class Hypervisor(Protocol):
         """Call `on_agent(connected)` when the domain's guest agent comes or goes."""
 
     def agent_connected(self) -> bool: ...
+    def guest_addresses(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """What the guest agent says of the guest's NICs: MAC → (its name, addresses)."""
+
     def attach_device(self, xml: str) -> None:
         """Hot-plug a device into the running domain (live only)."""
 
@@ -318,6 +321,20 @@ class LibvirtHypervisor:
         except HypervisorError:
             return False
         return 'name="org.qemu.guest_agent.0" state="connected"' in xml.replace("'", '"')
+
+    def guest_addresses(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        if self._is_test or self._dom is None:
+            return {}
+        source = libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT
+        found = self._call(self._dom.interfaceAddresses, source, 0) or {}
+        return {
+            str(nic["hwaddr"]).lower(): (
+                str(name),
+                tuple(str(a["addr"]) for a in nic.get("addrs") or []),
+            )
+            for name, nic in found.items()
+            if nic.get("hwaddr") and name != "lo"
+        }
 
     def attach_device(self, xml: str) -> None:
         if self._is_test:

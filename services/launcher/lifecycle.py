@@ -32,6 +32,7 @@ from services.launcher.protocol import (
     Crash,
     DetachVolume,
     DomainStatus,
+    GuestInterface,
     Hello,
     MigrateTo,
     MigrationProgress,
@@ -323,6 +324,13 @@ class AgentSeen(msgspec.Struct, frozen=True, kw_only=True):
     seen: Seen
 
 
+class InterfacesSeen(msgspec.Struct, frozen=True, kw_only=True):
+    """What the guest agent said of the guest's NICs (polled while it is connected)."""
+
+    interfaces: tuple[GuestInterface, ...]
+    seen: Seen
+
+
 class Connected(msgspec.Struct, frozen=True, kw_only=True):
     client: int
     seen: Seen
@@ -385,6 +393,7 @@ Input = (
     | SetupDone
     | DomainEventSeen
     | AgentSeen
+    | InterfacesSeen
     | Connected
     | CommandReceived
     | CallReturned
@@ -449,6 +458,7 @@ class LauncherState(msgspec.Struct, frozen=True, kw_only=True):
     #: Hot-plugged volumes attached now: (name, target), in the order they came.
     volumes: tuple[tuple[str, str], ...] = ()
     agent_connected: bool = False
+    interfaces: tuple[GuestInterface, ...] = ()
     setup_failed: bool = False
     final: DomainStatus | None = None
     exited: bool = False
@@ -475,6 +485,12 @@ def step(s: LauncherState, inp: Input) -> Decision:
             if connected == s.agent_connected or s.final is not None:
                 return s, []
             s = replace(s, agent_connected=connected)
+            s, status = _status(s, seen.state, seen.reason, None, seen)
+            return s, [Broadcast(status)]
+        case InterfacesSeen(interfaces=interfaces, seen=seen):
+            if interfaces == s.interfaces or s.final is not None:
+                return s, []
+            s = replace(s, interfaces=interfaces)
             s, status = _status(s, seen.state, seen.reason, None, seen)
             return s, [Broadcast(status)]
         case Connected():
@@ -532,6 +548,7 @@ def _status(
         grace_period_expired=s.grace_expired if final else False,
         volumes=dict(s.volumes) if state in ACTIVE_STATES else {},
         agent_connected=s.agent_connected and state in ACTIVE_STATES,
+        interfaces=s.interfaces if state in ACTIVE_STATES else (),
     )
     return replace(s, seq=seq), status
 

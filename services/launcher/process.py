@@ -43,6 +43,7 @@ from services.launcher.domain_xml import (
     guest_memory_bytes,
     hotplug_disk_xml,
 )
+from services.launcher.guest_network import guest_interfaces
 from services.launcher.hypervisor import (
     TEST_URI,
     Hypervisor,
@@ -63,6 +64,8 @@ log = logging.getLogger("virtstream.launcher")
 # Where the setup's failure is reported instead of raised (the VMI fails, with this message).
 _SETUP_ERRORS = (HypervisorError, ValueError, KeyError, TypeError, OSError)
 _LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+#: How often the guest agent is asked for the guest's addresses while it is connected.
+INTERFACE_POLL_SECONDS = 3.0
 
 
 class LauncherConfig(msgspec.Struct, kw_only=True):
@@ -182,6 +185,8 @@ class Launcher:
         server: asyncio.Server | None = None
         try:
             self._feed(lc.Boot())  # connects and defines (or attaches) synchronously
+            if self._config.domain_type is not DomainType.TEST:
+                self._spawn(self._poll_interfaces())
             server = await asyncio.start_unix_server(self._serve, sock=listener)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
@@ -392,6 +397,21 @@ class Launcher:
 
     def _on_agent(self, connected: bool) -> None:
         self._feed(lc.AgentSeen(connected=connected, seen=self._seen()))
+
+    async def _poll_interfaces(self) -> None:
+        """While the guest agent is connected, what it says of the guest's NICs (KubeVirt's
+        virt-launcher polls its agent as well: no event says an address came)."""
+        while not self._exited.is_set():
+            await asyncio.sleep(INTERFACE_POLL_SECONDS)
+            if not self._state.agent_connected or self._state.final is not None:
+                continue
+            try:
+                xml = await asyncio.to_thread(self._hv.live_xml)
+                found = await asyncio.to_thread(self._hv.guest_addresses)
+            except HypervisorError:
+                continue  # the agent went away, or the domain: its events say so
+            interfaces = guest_interfaces(xml, found)
+            self._feed(lc.InterfacesSeen(interfaces=interfaces, seen=self._seen()))
 
     async def _migrate(self, action: lc.MigrateDomain) -> None:
         command = action.command

@@ -156,6 +156,17 @@ class DomainStatus(msgspec.Struct, tag="DomainStatus", kw_only=True):
     volumes: dict[str, str] = msgspec.field(default_factory=dict)
     #: The guest agent answers on its channel (libvirt's agent lifecycle).
     agent_connected: bool = False
+    #: The guest's NICs with their addresses, as its agent last reported them.
+    interfaces: tuple[GuestInterface, ...] = ()
+
+
+class GuestInterface(msgspec.Struct, frozen=True, kw_only=True):
+    """One NIC of the guest as its agent reports it, matched to the VMI's interface by MAC."""
+
+    name: str  # the VMI's interface (spec.domain.devices.interfaces[].name)
+    mac: str
+    interface_name: str = ""  # the guest's name for it (eth0)
+    ip_addresses: tuple[str, ...] = ()
 
 
 class Hello(msgspec.Struct, tag="Hello", kw_only=True):

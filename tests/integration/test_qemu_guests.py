@@ -248,6 +248,20 @@ def test_vm_cirros_boots_to_the_guests_prompt_on_its_serial_console(cluster: Clu
     assert info["hostname"] == "vm-cirros" and info["guestAgentVersion"]
     assert info["os"]["id"] == "virtstream" and info["os"]["kernelRelease"].endswith("cloud-amd64")
     assert json.loads(cluster.cli("userlist", "vm-cirros").stdout)["items"] == []  # no login
+    # the guest's address, as its agent reports it: status.interfaces and the IP column
+    (nic,) = until(
+        lambda: [
+            i
+            for i in cluster.vmi("vm-cirros")["status"].get("interfaces", [])
+            if i.get("ipAddress")
+        ],
+        timeout=30,
+        what="an IP in status.interfaces",
+    )
+    assert (nic["name"], nic["interfaceName"], nic["ipAddress"]) == ("default", "eth0", "10.0.2.15")
+    assert nic["infoSource"] == "domain, guest-agent"
+    table = cluster.cli("get", "vmi", "vm-cirros").stdout.splitlines()
+    assert table[0].split()[3] == "IP" and table[1].split()[3] == "10.0.2.15", table
     assert cluster.http.put(f"{SUB_VM}/vm-cirros/stop", json={}).is_success
     until(lambda: not cluster.qemus(), timeout=30, what="QEMU gone")
 

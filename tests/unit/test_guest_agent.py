@@ -149,3 +149,87 @@ def test_the_launcher_reports_the_agent_coming_and_going() -> None:
     assert isinstance(sent, lc.Broadcast) and isinstance(sent.report, DomainStatus)
     assert sent.report.agent_connected and sent.report.state is DomainState.RUNNING
     assert lc.step(s, lc.AgentSeen(connected=True, seen=up))[1] == []  # no change, no report
+
+
+LIVE_XML = """<domain><devices>
+  <interface type='user'><mac address='52:54:00:AB:CD:01'/><alias name='ua-default'/></interface>
+  <interface type='user'><mac address='52:54:00:ab:cd:02'/><alias name='ua-second'/></interface>
+  <channel type='unix'><alias name='channel0'/></channel>
+</devices></domain>"""
+
+
+def test_the_guests_nics_are_the_vmis_interfaces_by_mac() -> None:
+    from services.launcher.guest_network import guest_interfaces
+    from services.launcher.protocol import GuestInterface
+
+    found: dict[str, tuple[str, tuple[str, ...]]] = {
+        "52:54:00:ab:cd:01": ("eth0", ("fe80::1", "10.0.2.15"))
+    }
+    assert guest_interfaces(LIVE_XML, found) == (
+        GuestInterface(name="default", mac="52:54:00:ab:cd:01", interface_name="eth0",
+                       ip_addresses=("fe80::1", "10.0.2.15")),
+        GuestInterface(name="second", mac="52:54:00:ab:cd:02"),
+    )  # fmt: skip
+
+
+def test_the_interfaces_reach_status_interfaces_and_the_ip_column() -> None:
+    from events.catalog import DomainStopped, GuestInterfacesChanged, InterfaceStatus, StopReason
+    from kinds.columns import lookup
+
+    c = Cluster()
+    m = lambda: meta(Kind.VMI, "vm1", node="n1")  # noqa: E731
+    manifest = {"metadata": {"name": "vm1", "namespace": "default", "uid": "u"}, "spec": {}}
+    fold(
+        c,
+        NodeJoined(meta=meta(Kind.NODE, "n1"), node="n1", console_port=7000,
+                   capacity=Resources(cpu_millis=1000, memory_bytes=2**30)),
+        VMICreated(meta=m(), manifest=manifest),
+        PodScheduled(meta=m(), node="n1", pod_name="p", pod_uid="pu", manifest=manifest),
+        LauncherStarted(meta=m(), node="n1", pod_uid="pu", pid=1),
+        DomainStarted(meta=m(), node="n1", domain="default_vm1"),
+        GuestInterfacesChanged(meta=m(), interfaces=(
+            InterfaceStatus(name="default", mac="52:54:00:ab:cd:01", interface_name="eth0",
+                            ip_addresses=("fe80::1", "10.0.2.15")),
+        )),
+    )  # fmt: skip
+    obj = render_vmi(c, c.vmis["default/vm1"])
+    assert obj["status"]["interfaces"] == [
+        {"name": "default", "mac": "52:54:00:ab:cd:01", "infoSource": "domain, guest-agent",
+         "interfaceName": "eth0", "ipAddress": "10.0.2.15",
+         "ipAddresses": ["10.0.2.15", "fe80::1"]},
+    ]  # fmt: skip
+    assert lookup(obj, ".status.interfaces[0].ipAddress") == "10.0.2.15"  # kubectl's IP column
+    fold(c, DomainStopped(meta=m(), reason=StopReason.SHUTDOWN))
+    assert "interfaces" not in render_vmi(c, c.vmis["default/vm1"])["status"]
+
+
+def test_the_launcher_and_the_handler_report_the_guests_addresses() -> None:
+    from events.catalog import GuestInterfacesChanged
+    from services.launcher.protocol import GuestInterface
+
+    settings = lc.Settings(
+        domain_name="default_vm1", hello=Hello(vmi_uid="u1", domain_name="default_vm1", pid=1)
+    )
+    s = lc.initial(settings)
+    up = lc.Seen(state=DomainState.RUNNING, reason=StateReason.BOOTED, pid=7)
+    s, _ = lc.step(
+        s, lc.DomainEventSeen(event=DomainEvent.STARTED, reason=StateReason.BOOTED, seen=up)
+    )
+    nic = GuestInterface(
+        name="default", mac="m", interface_name="eth0", ip_addresses=("10.0.2.15",)
+    )
+    s, (sent,) = lc.step(s, lc.InterfacesSeen(interfaces=(nic,), seen=up))
+    assert isinstance(sent, lc.Broadcast) and isinstance(sent.report, DomainStatus)
+    assert sent.report.interfaces == (nic,)
+    assert lc.step(s, lc.InterfacesSeen(interfaces=(nic,), seen=up))[1] == []
+
+    r = record(launcher_pid=42, started=True)
+    o = observed().updated(sent.report, 0.0)
+    (changed,) = [a.event for a in plan(KEY, r, o, "n1", 0.0) if isinstance(a, Decision)]
+    assert isinstance(changed, GuestInterfacesChanged)
+    assert changed.interfaces[0].ip_addresses == ("10.0.2.15",)
+    assert changed.meta.event_id == "virt-handler-n1/u1/GuestInterfacesChanged/1"
+    import msgspec
+
+    folded = msgspec.structs.replace(r, interfaces=changed.interfaces, interface_events=1)
+    assert plan(KEY, folded, o, "n1", 0.0) == []

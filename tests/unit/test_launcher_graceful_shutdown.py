@@ -76,6 +76,9 @@ class AcpiDeafHypervisor:
     def agent_connected(self) -> bool:
         return False
 
+    def guest_addresses(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        return {}
+
     def shutdown(self) -> None:
         self.acpi_requests.append(asyncio.get_running_loop().time())
 
