@@ -2,7 +2,8 @@
 
 Polls the VMIs still on the node and the migrations moving them, printing a line whenever
 something changes, until no non-final VMI is left (exit 0). A VMI that leaves the node is
-reported as what happened to it: migrated to another node, or deleted (a drain deletes the
+reported as what happened to it: migrated to another node (the same VMI, live-migrated),
+restarted on another node (deleted and recreated by its VM), or deleted (a drain deletes the
 VMIs it cannot migrate, as KubeVirt's eviction does). VMIs a drain cannot move
 (evictionStrategy LiveMigrate but not live-migratable) are reported with KubeVirt's reason;
 when only those are left, or on timeout, it stops with exit 1 (the node stays cordoned)."""
@@ -45,11 +46,18 @@ def _on(vmi: JSON, node: str) -> bool:
     return status.get("nodeName") == node and status.get("phase") not in FINAL
 
 
+def _uid(obj: JSON | None) -> str:
+    return str(((obj or {}).get("metadata") or {}).get("uid") or "")
+
+
 def _left(key: str, last: JSON, now: JSON | None, node: str) -> str:
-    """What became of a VMI that is no longer on the node."""
+    """What became of a VMI that is no longer on the node: the same VMI (its uid) runs
+    elsewhere only after a live migration; a new one of that name is its VM's restart."""
     status = (now or {}).get("status") or {}
     if now is not None and status.get("phase") not in FINAL and status.get("nodeName"):
-        return f"{key}: migrated to {status['nodeName']}"
+        if _uid(now) == _uid(last):
+            return f"{key}: migrated to {status['nodeName']}"
+        return f"{key}: restarted on {status['nodeName']} (a new VMI of its VM)"
     strategy = (last.get("spec") or {}).get("evictionStrategy") or "None"
     if strategy == "LiveMigrate":
         return f"{key}: left {node}"

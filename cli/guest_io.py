@@ -120,6 +120,7 @@ def _attach(ws: ClientConnection, name: str) -> None:
     err.print(f"Successfully connected to {name} console. The escape sequence is ^]", markup=False)
     closed = threading.Event()
     why: list[str] = []
+    ended: list[str] = []
 
     def guest_to_stdout() -> None:
         try:
@@ -131,6 +132,8 @@ def _attach(ws: ClientConnection, name: str) -> None:
         finally:
             if ws.close_code not in (None, 1000):
                 why.append(f"{ws.close_code} {ws.close_reason}".strip())
+            elif ws.close_reason:  # the guest stopped: the api says why (a migration is followed)
+                ended.append(ws.close_reason)
             closed.set()
 
     reader = threading.Thread(target=guest_to_stdout, daemon=True)
@@ -166,6 +169,8 @@ def _attach(ws: ClientConnection, name: str) -> None:
     if not left and why:
         raise _fail(f"the console connection closed: {why[0]}")
     err.print("", markup=False)
+    if not left and ended:
+        err.print(f"the console closed: {ended[0]}", markup=False)
 
 
 def screenshot(

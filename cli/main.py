@@ -26,6 +26,7 @@ from cli.debug import register as register_debug
 from cli.guest_io import register as register_guest_io
 from cli.help import use_plain_help
 from cli.images import app as images_app
+from cli.port_forward import register as register_port_forward
 from cli.serve import SETTINGS as SERVE_SETTINGS
 from cli.serve import serve
 from cli.settings import DEFAULT_SERVER, settings
@@ -637,6 +638,69 @@ _guest_verb("unpause", "Unpause a VM's (or a VMI's) guest.")
 _guest_verb("softreboot", "Soft-reboot a VMI's guest (ACPI).")
 
 
+@app.command()
+def addvolume(
+    vmi: str = typer.Argument(..., metavar="VMI", help="the running VMI"),
+    volume_name: str = typer.Option(
+        ..., "--volume-name", help="the PersistentVolumeClaim (or DataVolume) to hot-plug"
+    ),
+    disk_type: str = typer.Option("disk", "--disk-type", help="disk or lun"),
+    bus: str = typer.Option("scsi", "--bus", help="scsi or virtio (a lun: scsi)"),
+    serial: str = typer.Option("", "--serial", help="the disk's serial (default: its name)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="check only, change nothing"),
+    namespace: str | None = Namespace,
+) -> None:
+    """Hot-plug a volume into a running VMI (virtctl addvolume)."""
+    if disk_type == "disk" and bus not in ("scsi", "virtio"):
+        raise error(f"Invalid bus type '{bus}' for disk. Only 'scsi' and 'virtio' are supported.")
+    if disk_type == "lun" and bus != "scsi":
+        raise error(f"Invalid bus type '{bus}' for LUN disk. Only 'scsi' bus is supported.")
+    if disk_type not in ("disk", "lun"):
+        raise error(f"Invalid disk type '{disk_type}'. Only LUN and Disk are supported.")
+    options = {
+        "name": volume_name,
+        "disk": {disk_type: {"bus": bus}, "serial": serial or volume_name},
+        "volumeSource": {"persistentVolumeClaim": {"claimName": volume_name, "hotpluggable": True}},
+        **({"dryRun": ["All"]} if dry_run else {}),
+    }
+    _action(
+        lambda c: c.add_volume(vmi, options, _ns(namespace)),
+        f"Successfully submitted add volume request to VM {vmi} for volume {volume_name}",
+    )
+
+
+@app.command()
+def removevolume(
+    vmi: str = typer.Argument(..., metavar="VMI", help="the running VMI"),
+    volume_name: str = typer.Option(..., "--volume-name", help="the hot-plugged volume"),
+    namespace: str | None = Namespace,
+) -> None:
+    """Unplug a hot-plugged volume from a running VMI (virtctl removevolume)."""
+    _action(
+        lambda c: c.remove_volume(vmi, volume_name, _ns(namespace)),
+        f"Successfully submitted remove volume request to VM {vmi} for volume {volume_name}",
+    )
+
+
+def _agent_verb(verb: str, what: str, summary: str) -> None:
+    """guestosinfo, userlist, fslist: virtctl's guest agent reports, as JSON."""
+
+    def command(
+        vmi: str = typer.Argument(..., metavar="VMI", help="the running VMI"),
+        namespace: str | None = Namespace,
+    ) -> None:
+        with client() as c:
+            _out(json.dumps(c.guest_agent(vmi, what, _ns(namespace)), indent=2))
+
+    command.__doc__ = summary
+    app.command(name=verb)(command)
+
+
+_agent_verb("guestosinfo", "guestosinfo", "What the VMI's guest agent says of its guest OS.")
+_agent_verb("userlist", "userlist", "The users logged in to the VMI's guest (its guest agent).")
+_agent_verb("fslist", "filesystemlist", "The VMI's guest's file systems (its guest agent).")
+
+
 NodeArg = typer.Argument(..., metavar="NODE", help="NODE or node/NODE")
 
 
@@ -755,6 +819,7 @@ def instancetypes_install() -> None:
 
 register_debug(app)
 register_guest_io(app)
+register_port_forward(app)
 app.command(context_settings=CONTEXT)(ui)
 app.add_typer(images_app, name="images")
 app.add_typer(instancetypes_app, name="instancetypes")

@@ -272,6 +272,10 @@ def up(
                     "--identity",
                     f"controller-{i}",
                     *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
+                    # a node of an earlier run that this one does not start is not coming
+                    # back: it gets no grace from the controller's start
+                    "--cluster-nodes",
+                    ",".join(node_names),
                     *metrics_args,
                 ),
                 metrics_url=f"{scheme}://127.0.0.1:{cport}/metrics",
@@ -468,17 +472,20 @@ def qemu_handler_args(
 ) -> dict[str, tuple[str, ...]]:
     from services.launcher.kvm_probe import domain_type
 
-    with console.status("probing KVM"):
-        probe = domain_type()  # once for all handlers (cached per boot)
-    if str(probe.domain_type) == "qemu":
-        console.print(f"domain type qemu (software emulation): {probe.reason}")
-    common: tuple[str, ...] = ("--domain-type", str(probe.domain_type), "--disk-dir", str(disk_dir))
     image_dir = (image_dir or default_image_dir()).resolve()
     try:
         with console.status(f"guest images in {image_dir}"):
             guest_images.ensure_images(image_dir, log=console.print)  # once; then a no-op
     except guest_images.GuestBuildError as exc:
         console.print(f"[yellow]warning[/]: no built guest image ({exc}); only added images boot")
+    first = next(iter(runtimes.values()))
+    # once for all handlers: the guest image booted under KVM (and TCG) on the first node;
+    # cached per host and image
+    with console.status("probing KVM and TCG with the guest image"):
+        probe = domain_type(first.uri, image_dir)
+    kind = "kvm" if str(probe.domain_type) == "kvm" else "qemu (software emulation, TCG)"
+    console.print(f"domain type {kind}: {probe.reason}")
+    common: tuple[str, ...] = ("--domain-type", str(probe.domain_type), "--disk-dir", str(disk_dir))
     common += ("--image-dir", str(image_dir))
     return {
         n: ("--libvirt-uri", r.uri, "--qemu-pid-dir", str(r.qemu_pid_dir), *common)

@@ -474,6 +474,18 @@ class Client:
     def softreboot(self, name: str, namespace: str | None = None) -> None:
         _json(self.http.put(self.r.vmi_sub(name, "softreboot", namespace), json={}))
 
+    def add_volume(self, name: str, options: dict[str, Any], namespace: str | None = None) -> None:
+        """The VMI's addvolume (KubeVirt's AddVolumeOptions: name, disk, volumeSource)."""
+        _json(self.http.put(self.r.vmi_sub(name, "addvolume", namespace), json=options))
+
+    def guest_agent(self, name: str, what: str, namespace: str | None = None) -> Any:
+        """The VMI's guestosinfo, userlist or filesystemlist (KubeVirt's JSON)."""
+        return _json(self.http.get(self.r.vmi_sub(name, what, namespace)))
+
+    def remove_volume(self, name: str, volume: str, namespace: str | None = None) -> None:
+        body = {"name": volume}
+        _json(self.http.put(self.r.vmi_sub(name, "removevolume", namespace), json=body))
+
     def cordon(self, node: str) -> Any:
         return self._out(_json(self.http.put(self.r.node_sub(node, "cordon"))), {})
 

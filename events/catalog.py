@@ -61,6 +61,10 @@ class StopReason(StrEnum):
 #: condition says ErrImagePull, as KubeVirt's does).
 ERR_IMAGE_PULL = "ErrImagePull"
 IMAGE_PULL_PREFIX = f"{ERR_IMAGE_PULL}: "
+#: KubeVirt's Warning event reasons (VMIWarning) and the Synchronized condition's reason
+SYNC_FAILED = "SyncFailed"
+GUEST_PANICKED = "GuestPanicked"
+SYNC_FAILED_CONDITION = "Synchronizing with the Domain failed."
 
 
 # ---------------------------------------------------------------- VirtualMachine (api)
@@ -204,6 +208,7 @@ class DomainMigratedIn(Event, tag="DomainMigratedIn", frozen=True):
 
 
 class DomainPaused(Event, tag="DomainPaused", frozen=True):
+    #: KubeVirt's: PausedByUser, PausedIOError; else libvirt's state reason (Unknown, ...)
     reason: str = "PausedByUser"
 
 
@@ -219,6 +224,62 @@ class DomainStopped(Event, tag="DomainStopped", frozen=True):
     reason: StopReason
     grace_period_expired: bool = False
     message: str = ""
+
+
+class VMIVolumeAdded(Event, tag="VMIVolumeAdded", frozen=True):
+    """addvolume: the VMI's spec gains a hotpluggable volume and its disk (KubeVirt's
+    virt-api patches the VMI's spec); routed to the VMI's node, whose handler attaches it."""
+
+    volume: Manifest
+    disk: Manifest
+
+
+class VMIVolumeRemoved(Event, tag="VMIVolumeRemoved", frozen=True):
+    """removevolume: the hotplugged volume and its disk leave the VMI's spec."""
+
+    name: str
+
+
+class VolumeAttached(Event, tag="VolumeAttached", frozen=True):
+    """The handler: the hotplugged volume is attached to the running domain as `target`."""
+
+    name: str
+    target: str
+
+
+class VolumeDetached(Event, tag="VolumeDetached", frozen=True):
+    name: str
+
+
+class GuestAgentChanged(Event, tag="GuestAgentChanged", frozen=True):
+    """The handler: the guest agent connected to its channel (KubeVirt's AgentConnected
+    condition), or went away."""
+
+    connected: bool
+
+
+class InterfaceStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """One of the VMI's interfaces as the guest sees it (KubeVirt's status.interfaces[])."""
+
+    name: str  # the VMI's interface
+    mac: str
+    interface_name: str = ""  # the guest's name for the NIC (eth0)
+    ip_addresses: tuple[str, ...] = ()
+
+
+class GuestInterfacesChanged(Event, tag="GuestInterfacesChanged", frozen=True):
+    """The handler: the guest's NICs and their addresses changed, as its agent reports them."""
+
+    interfaces: tuple[InterfaceStatus, ...] = ()
+
+
+class VMIWarning(Event, tag="VMIWarning", frozen=True):
+    """What KubeVirt records as a Warning event on the VMI (virt-handler's and
+    virt-launcher's recorder): GuestPanicked, SyncFailed (a command the domain kept
+    refusing, given up; a domain destroyed as irrecoverable), Stopped (a crash)."""
+
+    reason: str
+    message: str
 
 
 class LauncherExited(Event, tag="LauncherExited", frozen=True):
@@ -448,6 +509,13 @@ VMIEvent = (
     | DomainResumed
     | DomainSoftRebooted
     | DomainStopped
+    | VMIWarning
+    | VMIVolumeAdded
+    | VMIVolumeRemoved
+    | VolumeAttached
+    | VolumeDetached
+    | GuestAgentChanged
+    | GuestInterfacesChanged
     | LauncherExited
 )
 MigrationEvent = (

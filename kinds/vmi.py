@@ -1,5 +1,5 @@
 """VirtualMachineInstance: its registry entry and its own intents (delete; the pause,
-unpause and softreboot subresources)."""
+unpause and softreboot subresources; addvolume and removevolume in `vmi_volumes.py`)."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from events.catalog import (
 from events.manifest import load
 from events.meta import Kind
 from events.objects import VirtualMachineInstance
+from kinds import vmi_volumes
 from kinds.spec import KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_vmi
@@ -136,8 +137,18 @@ SPEC = KindSpec(
         Subresource("pause", _pause, code=200, reads_body=False),
         Subresource("unpause", _unpause, code=200, reads_body=False),
         Subresource("softreboot", _softreboot, code=200, reads_body=False),
+        Subresource("addvolume", vmi_volumes.addvolume, code=202),
+        Subresource("removevolume", vmi_volumes.removevolume, code=202),
     ),
-    streams=("console", "vnc", "vnc/screenshot"),
+    streams=(
+        "console",
+        "vnc",
+        "vnc/screenshot",
+        "portforward",
+        "guestosinfo",
+        "userlist",
+        "filesystemlist",
+    ),
     printer_columns=(
         PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
         PrinterColumn("Phase", "string", ".status.phase"),

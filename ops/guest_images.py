@@ -3,8 +3,9 @@
 A small Linux guest: Debian's cloud kernel (`linux-image-cloud-amd64`) and an initramfs
 holding busybox-static, the virtio/ISO 9660 modules the kernel has as modules, and the init
 in `ops/guest/` (serial console on ttyS0 and tty1, NoCloud cloud-init from the `cidata`
-disk, DHCP with udhcpc). The packages are fetched with `apt-get download` and unpacked with
-`dpkg-deb -x` into a scratch dir: nothing is installed on the host. Two forms:
+disk, DHCP with udhcpc, the QEMU guest agent, dropbear's SSH server). The packages are
+fetched with `apt-get download` and unpacked with `dpkg-deb -x` into a scratch dir:
+nothing is installed on the host. Two forms:
 
 - `virtstream-linux.raw`: a bootable disk (a FAT file system holding kernel, initrd and
   SYSLINUX, whose boot sector SeaBIOS runs; syslinux's installer works on the image through
@@ -32,6 +33,9 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from elftools.elf.dynamic import DynamicSection
+from elftools.elf.elffile import ELFFile
+
 from services.launcher.images import default_image_dir
 
 GUEST = "virtstream-linux"
@@ -55,11 +59,57 @@ DISK_ALIASES = (
 )
 #: kernelBoot containers: name → (kernelPath, initrdPath) inside it.
 KERNEL_ALIASES = {"alpine-ext-kernel-boot-demo": ("boot/vmlinuz-virt", "boot/initramfs-virt")}
-#: The kernel's modules the guest loads (their dependencies are added).
-MODULES = ("virtio_pci", "virtio_blk", "virtio_net", "virtio_console", "virtio-rng", "isofs")
+#: The kernel's modules the guest loads (their dependencies are added): virtio devices, ISO
+#: 9660 (the cloud-init seed), the panic devices (a guest's panic reaches the host: ISA's
+#: is an ACPI device, pvpanic-mmio's), the ACPI power button and the input events acpid
+#: reads it from, SCSI disks on virtio-scsi (where hotplugged volumes go).
+MODULES = (
+    "virtio_pci",
+    "virtio_blk",
+    "virtio_net",
+    "virtio_console",
+    "virtio-rng",
+    "isofs",
+    "pvpanic_mmio",
+    "pvpanic_pci",
+    "button",
+    "evdev",
+    "virtio_scsi",
+    "sd_mod",
+)
 #: What the boot loader passes: both consoles, the serial one last (it is /dev/console).
 CMDLINE = "console=tty0 console=ttyS0 quiet panic=-1"
 PACKAGES = ("busybox-static", "syslinux", "syslinux-common", "mtools")
+#: The QEMU guest agent, dropbear's SSH server and the shared libraries they run with
+#: (busybox is static; they are not): their NEEDED closure goes into the initramfs with the
+#: dynamic loader.
+AGENT_PACKAGES = (
+    "qemu-guest-agent",
+    "dropbear-bin",
+    "libcrypt1",
+    "libtomcrypt1",
+    "libtommath1",
+    "libgmp10",
+    "libc6",
+    "libglib2.0-0",
+    "libffi8",
+    "libmount1",
+    "libblkid1",
+    "libselinux1",
+    "libpcre2-8-0",
+    "zlib1g",
+    "libnuma1",
+    "libudev1",
+    "liburing2",
+)
+PROGRAMS = ("usr/sbin/qemu-ga", "usr/sbin/dropbear")
+LIB_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu")
+LOADER = "ld-linux-x86-64.so.2"
+#: What the agent's guest-get-osinfo reads.
+OS_RELEASE = (
+    'NAME="virtstream guest"\nID=virtstream\nVERSION_ID="1"\nVERSION="1"\n'
+    'PRETTY_NAME="virtstream guest 1 (busybox, Debian\'s cloud kernel)"\n'
+)
 KERNEL_META = "linux-image-cloud-amd64"
 DISK_BYTES = 32 * 1024 * 1024
 
@@ -102,8 +152,9 @@ def build(image_dir: Path, log: Log = print) -> None:
     with tempfile.TemporaryDirectory(prefix="vs-guest-") as tmp:
         work = Path(tmp)
         kernel_pkg = _kernel_package()
-        log(f"guest image: fetching {kernel_pkg} {' '.join(PACKAGES)}")
-        root = _unpack(_download((kernel_pkg, *PACKAGES), work / "debs"), work / "root")
+        log(f"guest image: fetching {kernel_pkg} {' '.join(PACKAGES + AGENT_PACKAGES)}")
+        debs = _download((kernel_pkg, *PACKAGES, *AGENT_PACKAGES), work / "debs")
+        root = _unpack(debs, work / "root")
         kernel = next((root / "boot").glob("vmlinuz-*"))
         initrd = work / "initrd.img"
         _initramfs(root, kernel.name.removeprefix("vmlinuz-"), initrd)
@@ -111,7 +162,10 @@ def build(image_dir: Path, log: Log = print) -> None:
         _boot_disk(root, kernel, initrd, disk)
         _install(image_dir, kernel, initrd, disk)
         (image_dir / STAMP).write_text(
-            json.dumps({"recipe": recipe(), "kernel": kernel_pkg, "packages": PACKAGES}) + "\n"
+            json.dumps(
+                {"recipe": recipe(), "kernel": kernel_pkg, "packages": PACKAGES + AGENT_PACKAGES}
+            )
+            + "\n"
         )
     log(f"guest image: {image_dir / GUEST}.raw and {image_dir / KERNEL_DIR}/boot/")
 
@@ -204,12 +258,21 @@ def _initramfs(root: Path, kernel_release: str, out: Path) -> None:
         "etc/udhcpc.sh": "udhcpc.sh",
         "etc/inittab": "inittab",
         "etc/profile": "profile",
+        # busybox acpid runs /etc/acpi/<action>/<event> for the power button's event
+        "etc/acpi/PWRF/00000080": "power-button.sh",
     }
     for target, source in files.items():
+        (tree / target).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(GUEST_FILES / source, tree / target)
         os.chmod(tree / target, 0o755)
     (tree / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/sh\n")
     (tree / "etc" / "group").write_text("root:x:0:\n")
+    # root has no password (the consoles' shells need none); cloud-init may set one
+    (tree / "etc" / "shadow").write_text("root:*:0:0:99999:7:::\n")
+    os.chmod(tree / "etc" / "shadow", 0o600)
+    (tree / "home").mkdir(exist_ok=True)
+    (tree / "etc" / "os-release").write_text(OS_RELEASE)
+    _programs(root, tree)
     # busybox's own cpio (the cpio command is not on these machines), newc as the kernel wants
     names = sorted(str(p.relative_to(tree)) for p in tree.rglob("*"))
     listing = ("\n".join([".", *names]) + "\n").encode()
@@ -219,6 +282,42 @@ def _initramfs(root: Path, kernel_release: str, out: Path) -> None:
     if done.returncode != 0:
         raise GuestBuildError(f"cpio failed: {done.stderr.decode().strip()}")
     out.write_bytes(gzip.compress(done.stdout, compresslevel=6))
+
+
+def needed(path: Path) -> list[str]:
+    """The shared libraries an ELF file names (its DT_NEEDED entries)."""
+    with path.open("rb") as f:
+        dynamic = ELFFile(f).get_section_by_name(".dynamic")
+        if not isinstance(dynamic, DynamicSection):
+            return []
+        # pyelftools sets a DT_NEEDED tag's `needed` attribute to the name it points to
+        return [str(vars(tag)["needed"]) for tag in dynamic.iter_tags("DT_NEEDED")]
+
+
+def _programs(root: Path, tree: Path) -> None:
+    """qemu-ga and dropbear, their libraries (their NEEDED closure, found in the unpacked
+    packages) and the dynamic loader, where the loader looks (/lib64, /lib/x86_64-linux-gnu)."""
+    libs = {p.name: p for d in LIB_DIRS for p in (root / d).glob("*.so*") if p.is_file()}
+    wanted: set[str] = set()
+    todo = [name for program in PROGRAMS for name in needed(root / program)]
+    while todo:
+        name = todo.pop()
+        if name in wanted:
+            continue
+        if name not in libs:
+            raise GuestBuildError(f"the guest's programs need {name}, not in the packages")
+        wanted.add(name)
+        todo += needed(libs[name].resolve())
+    target = tree / "lib" / "x86_64-linux-gnu"
+    target.mkdir(parents=True, exist_ok=True)
+    for name in sorted(wanted | {LOADER}):
+        shutil.copyfile(libs[name].resolve(), target / name)
+        os.chmod(target / name, 0o755)
+    (tree / "lib64").mkdir(exist_ok=True)
+    os.symlink(f"../lib/x86_64-linux-gnu/{LOADER}", tree / "lib64" / LOADER)
+    (tree / "usr" / "sbin").mkdir(parents=True, exist_ok=True)
+    for program in PROGRAMS:
+        shutil.copy2(root / program, tree / program)
 
 
 def _boot_disk(root: Path, kernel: Path, initrd: Path, out: Path) -> None:

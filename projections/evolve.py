@@ -14,12 +14,15 @@ from msgspec.structs import replace
 from events.catalog import (
     ERR_IMAGE_PULL,
     IMAGE_PULL_PREFIX,
+    SYNC_FAILED,
     DomainMigratedIn,
     DomainPaused,
     DomainResumed,
     DomainSoftRebooted,
     DomainStarted,
     DomainStopped,
+    GuestAgentChanged,
+    GuestInterfacesChanged,
     LauncherExited,
     LauncherStarted,
     MigrationAborted,
@@ -67,6 +70,9 @@ from events.catalog import (
     VMIRemoved,
     VMISoftRebootRequested,
     VMIUnpauseRequested,
+    VMIVolumeAdded,
+    VMIVolumeRemoved,
+    VMIWarning,
     VMRestartRequested,
     VMRevisionRecorded,
     VMRunStrategyChanged,
@@ -76,10 +82,13 @@ from events.catalog import (
     VMStateChangeRequestsCleared,
     VMStopRequested,
     VMUpdated,
+    VolumeAttached,
+    VolumeDetached,
     VolumesCopied,
     VolumesCopyRequested,
 )
 from events.envelope import Stored
+from projections import volumes
 from projections.views import (
     MigrationView,
     NodeView,
@@ -225,19 +234,36 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
                 "Running",
                 at,
                 paused=paused,
+                pause_reason="PausedByUser" if paused else "",
                 ever_running=True,
                 qemu_pid=qpid,
                 domain_type=dtype or v.domain_type,
+                sync_failure="",
             )
         case DomainMigratedIn(qemu_pid=qpid, domain_type=dtype):
             # the target's domain after a live migration: no phase change (Running throughout)
             if v.final:
                 return v
             return replace(v, qemu_pid=qpid, domain_type=dtype or v.domain_type)
-        case DomainPaused():
-            return replace(v, paused=True)
+        case DomainPaused(reason=why):
+            return replace(v, paused=True, pause_reason=why, sync_failure="")
         case DomainResumed():
-            return replace(v, paused=False)
+            return replace(v, paused=False, pause_reason="", sync_failure="")
+        case VMIWarning(reason=why, message=msg):
+            return replace(v, sync_failure=msg) if why == SYNC_FAILED else v
+        case VMIVolumeAdded(volume=volume, disk=disk):
+            return replace(v, manifest_json=volumes.added(v.manifest_json, volume, disk))
+        case VMIVolumeRemoved(name=name):
+            return replace(v, manifest_json=volumes.removed(v.manifest_json, name))
+        case VolumeAttached(name=name, target=target):
+            kept = tuple(t for t in v.volume_targets if t[0] != name)
+            return replace(v, volume_targets=(*kept, (name, target)))
+        case VolumeDetached(name=name):
+            return replace(v, volume_targets=tuple(t for t in v.volume_targets if t[0] != name))
+        case GuestAgentChanged(connected=connected):
+            return replace(v, agent_connected=connected and not v.final)
+        case GuestInterfacesChanged(interfaces=interfaces):
+            return v if v.final else replace(v, interfaces=interfaces)
         case DomainStopped(reason=reason, grace_period_expired=expired, message=msg):
             if v.final or reason is StopReason.MIGRATED:
                 return v
@@ -249,7 +275,16 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
             if failed and msg.startswith(IMAGE_PULL_PREFIX):
                 # the launcher could not find the disk's image (KubeVirt's reason)
                 why, msg = ERR_IMAGE_PULL, msg.removeprefix(IMAGE_PULL_PREFIX)
-            return _phase(v, phase, at, reason=why, message=msg, paused=False)
+            return _phase(
+                v,
+                phase,
+                at,
+                reason=why,
+                message=msg,
+                paused=False,
+                agent_connected=False,
+                interfaces=(),
+            )
         case VMIFailed(reason=reason, message=msg):
             if v.final:
                 return v

@@ -28,6 +28,8 @@ from events.catalog import (
     DomainStarted,
     DomainStopped,
     Event,
+    GuestAgentChanged,
+    GuestInterfacesChanged,
     LauncherExited,
     LauncherStarted,
     MigrationAborted,
@@ -69,6 +71,9 @@ from events.catalog import (
     VMIRemoved,
     VMISoftRebootRequested,
     VMIUnpauseRequested,
+    VMIVolumeAdded,
+    VMIVolumeRemoved,
+    VMIWarning,
     VMRestartRequested,
     VMRevisionRecorded,
     VMRunStrategyChanged,
@@ -78,6 +83,8 @@ from events.catalog import (
     VMStateChangeRequestsCleared,
     VMStopRequested,
     VMUpdated,
+    VolumeAttached,
+    VolumeDetached,
     VolumesCopied,
     VolumesCopyRequested,
 )
@@ -346,6 +353,8 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             me = _of(agg, "VirtualMachineInstanceMigration", KUBEVIRT, cluster)
             msg = "Migration is ready to be canceled by virt-handler."
             return [Note(me, NORMAL, "SuccessfulAbortMigration", msg, CONTROLLER)]
+        case VMIWarning(reason=reason, message=message):  # the handler's recorder
+            return _on_node(agg, cluster, WARNING, reason, message)
         # --------------------------------------------------------------------- nodes
         case NodeUnresponsive(message=message):
             it = InvolvedObject("Node", "", agg.name, agg.name, "v1")
@@ -391,6 +400,12 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             | ResourceDeleted()
             | VolumesCopyRequested()
             | VolumesCopied()
+            | VMIVolumeAdded()
+            | VMIVolumeRemoved()
+            | VolumeAttached()
+            | VolumeDetached()
+            | GuestAgentChanged()
+            | GuestInterfacesChanged()
         ):
             return []
         case _:

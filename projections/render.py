@@ -10,8 +10,9 @@ import functools
 import math
 from typing import Any, assert_never
 
-from events.catalog import ERR_IMAGE_PULL
+from events.catalog import ERR_IMAGE_PULL, SYNC_FAILED_CONDITION, InterfaceStatus
 from events.meta import Kind, KindToken, own_kind
+from projections import volumes
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
 from projections.migratability import live_migratable
@@ -112,8 +113,8 @@ def render_vm(cluster: Cluster, vm: VMView, now: float) -> JSON:
             "" if ready else ("PodNotExists" if vmi is None else "GuestNotRunning"),
         )
     ]
-    if vmi is not None and vmi.paused:
-        conditions.append(_condition("Paused", True, "PausedByUser"))
+    if vmi is not None and (paused := paused_condition(vmi)) is not None:
+        conditions.append(_condition("Paused", True, paused[0], paused[1]))
     if vmi is not None and vmi.unschedulable:
         conditions.append(_condition("Failure", True, "Unschedulable", vmi.unschedulable))
     status["conditions"] = conditions
@@ -150,6 +151,20 @@ def _revision_refs(obj: JSON, vm: VMView, status: JSON) -> None:
 
 
 # ------------------------------------------------------------------------ VMI
+def _interface(i: InterfaceStatus) -> JSON:
+    """KubeVirt's VirtualMachineInstanceNetworkInterface: the domain's NIC, with what the
+    guest agent says of it (its name in the guest, its addresses; IPv4 first)."""
+    out: JSON = {"name": i.name, "mac": i.mac, "infoSource": "domain"}
+    if i.interface_name:
+        out["interfaceName"] = i.interface_name
+        out["infoSource"] = "domain, guest-agent"
+    ips = sorted(i.ip_addresses, key=lambda a: ":" in a)  # stable: IPv4 before IPv6
+    if ips:
+        out["ipAddress"] = ips[0]
+        out["ipAddresses"] = ips
+    return out
+
+
 def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
     obj = vmi.manifest  # a fresh decode: ours to change
     obj["metadata"] = _metadata(
@@ -183,13 +198,19 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
             ),
         )
     ]
-    if vmi.paused:
-        conditions.append(_condition("Paused", True, "PausedByUser", "VMI was paused by user"))
+    if (paused := paused_condition(vmi)) is not None:
+        conditions.append(_condition("Paused", True, *paused))
     if vmi.unschedulable:
         conditions.append(_condition("PodScheduled", False, "Unschedulable", vmi.unschedulable))
     if vmi.reason == ERR_IMAGE_PULL:
         conditions.append(_condition("Synchronized", False, ERR_IMAGE_PULL, vmi.message))
+    elif vmi.sync_failure:
+        conditions.append(
+            _condition("Synchronized", False, SYNC_FAILED_CONDITION, vmi.sync_failure)
+        )
     conditions.append(_condition("LiveMigratable", *live_migratable(obj)))
+    if vmi.agent_connected and vmi.phase == "Running":
+        conditions.append(_condition("AgentConnected", True, ""))
     if vmi.domain_type == "qemu":
         conditions.append(
             _condition(
@@ -205,6 +226,11 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
         status[DOMAIN_STATUS_KEY] = domain_status(vmi)
     if vmi.active_pods:
         status["activePods"] = dict(vmi.active_pods)
+    hotplugged = volumes.volume_status(obj.get("spec") or {}, vmi.volume_targets, vmi.pod_name)
+    if hotplugged:
+        status["volumeStatus"] = hotplugged
+    if vmi.interfaces and not vmi.final:
+        status["interfaces"] = [_interface(i) for i in vmi.interfaces]
     mig = cluster.migrations.get(f"{vmi.namespace}/{vmi.migration}") if vmi.migration else None
     if mig is not None:
         status["migrationState"] = migration_state(mig)
@@ -214,6 +240,21 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
         status.pop("activePods", None)
     obj["status"] = status
     return obj
+
+
+#: KubeVirt's Paused conditions (virt-handler's calculatePausedCondition); a domain paused
+#: for another reason (libvirt could not name it, ...) gets none
+PAUSED_CONDITIONS = {
+    "PausedByUser": "VMI was paused by user",
+    "PausedIOError": "VMI was paused, low-level IO error detected",
+}
+
+
+def paused_condition(vmi: VMIView) -> tuple[str, str] | None:
+    """(reason, message) of the VMI's Paused condition; None when it has none."""
+    if not vmi.paused or vmi.pause_reason not in PAUSED_CONDITIONS:
+        return None
+    return vmi.pause_reason, PAUSED_CONDITIONS[vmi.pause_reason]
 
 
 #: virtstream's extra: the libvirt domain behind the VMI (KubeVirt's status has no such field)

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from events.catalog import Resources, Taint
+from events.catalog import InterfaceStatus, Resources, Taint
 
 Manifest = dict[str, Any]
 
@@ -106,6 +106,14 @@ class VMIView(PhasedView, frozen=True, kw_only=True):
     qemu_pid: int = 0
     domain_type: str = ""  # DomainStarted's: "qemu" = software emulation (TCG)
     paused: bool = False
+    pause_reason: str = ""  # DomainPaused's (PausedByUser, PausedIOError, Unknown, ...)
+    #: the handler gave up on the domain (VMIWarning SyncFailed): KubeVirt's Synchronized
+    #: False condition, until the domain is heard from again
+    sync_failure: str = ""
+    #: hotplugged volumes attached to the domain: (name, target)
+    volume_targets: tuple[tuple[str, str], ...] = ()
+    agent_connected: bool = False  # GuestAgentChanged: KubeVirt's AgentConnected condition
+    interfaces: tuple[InterfaceStatus, ...] = ()  # GuestInterfacesChanged: status.interfaces
     ever_running: bool = False
     unschedulable: str = ""  # the scheduler's message while no node fits
     deletion_requested_at: float | None = None

@@ -1,14 +1,22 @@
 #!/bin/sh
-# NoCloud, the subset this guest understands: the seed is the disk labelled cidata (an ISO
-# 9660 image); meta-data's local-hostname; user-data either a script (#!) or #cloud-config
-# with hostname/fqdn, bootcmd and runcmd (strings or flow lists). The user's commands are
-# written to /etc/user-data.sh, run once the network is up.
+# cloud-init for this guest: the seed is an ISO 9660 disk, NoCloud (label cidata: meta-data,
+# user-data) or ConfigDrive (label config-2: openstack/latest/{meta_data.json,user_data}).
+# meta-data's local-hostname (ConfigDrive's hostname) names the guest. User-data that is a
+# script (#!) runs once the network is up. #cloud-config has no YAML parser here: the
+# launcher rendered it into virtstream/boot.sh (bootcmd, hostname, users, ssh keys,
+# passwords, write_files) and virtstream/final.sh (deferred write_files, runcmd) on the
+# seed; boot.sh runs now, final.sh (through /etc/user-data.sh) once the network is up.
 seed=""
+kind=""
 for dev in /dev/vd? /dev/sr? /dev/sd?; do
   [ -b "$dev" ] || continue
   if mount -t iso9660 -o ro "$dev" /mnt/cidata 2>/dev/null; then
     if [ -f /mnt/cidata/meta-data ] || [ -f /mnt/cidata/user-data ]; then
-      seed=$dev
+      seed=$dev kind=NoCloud
+      break
+    fi
+    if [ -d /mnt/cidata/openstack/latest ]; then
+      seed=$dev kind=ConfigDrive
       break
     fi
     umount /mnt/cidata
@@ -17,13 +25,18 @@ done
 : > /etc/user-data.sh
 chmod +x /etc/user-data.sh
 [ -n "$seed" ] || { echo "cloud-init: no cidata seed"; exit 0; }
-echo "cloud-init: seed on $seed"
+echo "cloud-init: $kind seed on $seed"
 
-value() {  # value KEY FILE: a top-level "key: value" of a simple YAML file
-  sed -n "s/^$1:[[:space:]]*//p" "$2" 2>/dev/null | head -n1 | tr -d "\"'\r"
-}
-name=$(value local-hostname /mnt/cidata/meta-data)
-data=/mnt/cidata/user-data
+if [ "$kind" = NoCloud ]; then
+  name=$(sed -n 's/^local-hostname:[[:space:]]*//p' /mnt/cidata/meta-data 2>/dev/null \
+    | head -n1 | tr -d "\"'\r")
+  data=/mnt/cidata/user-data
+else
+  name=$(sed -n 's/.*"hostname": *"\([^"]*\)".*/\1/p' /mnt/cidata/openstack/latest/meta_data.json \
+    2>/dev/null | head -n1)
+  data=/mnt/cidata/openstack/latest/user_data
+fi
+[ -n "$name" ] && hostname "${name%%.*}"
 case "$(head -n1 "$data" 2>/dev/null)" in
   '#!'*)
     cp "$data" /etc/user-script
@@ -31,27 +44,15 @@ case "$(head -n1 "$data" 2>/dev/null)" in
     echo "sh /etc/user-script" > /etc/user-data.sh
     ;;
   '#cloud-config'*)
-    for key in hostname fqdn; do  # fqdn wins, as in cloud-init
-      found=$(value "$key" "$data")
-      [ -n "$found" ] && name=$found
-    done
-    # A list under a top-level key: "- cmd" runs as is, "- [a, b]" joined with spaces.
-    commands() {
-      awk -v key="$1" '
-        /^[^ \t#-]/ { inside = ($0 ~ "^" key ":") ; next }
-        inside && /^[ \t]*-/ {
-          sub(/^[ \t]*-[ \t]*/, "")
-          if ($0 ~ /^\[/) { gsub(/^\[|\][ \t]*$/, ""); gsub(/[ \t]*,[ \t]*/, " "); gsub(/"/, "") }
-          print
-        }' "$data"
-    }
-    commands bootcmd > /etc/boot-commands.sh
-    sh /etc/boot-commands.sh
-    commands runcmd > /etc/user-data.sh
+    if [ -f /mnt/cidata/virtstream/boot.sh ]; then
+      cp /mnt/cidata/virtstream/boot.sh /etc/cloud-boot.sh
+      cp /mnt/cidata/virtstream/final.sh /etc/cloud-final.sh
+      sh /etc/cloud-boot.sh
+      echo "sh /etc/cloud-final.sh" > /etc/user-data.sh
+    else
+      echo "cloud-init: #cloud-config without its rendered scripts on the seed"
+    fi
     ;;
 esac
-if [ -n "$name" ]; then
-  hostname "${name%%.*}"
-  echo "cloud-init: hostname $(hostname)"
-fi
+echo "cloud-init: hostname $(hostname)"
 umount /mnt/cidata

@@ -17,6 +17,18 @@ echo "virtstream-guest: init at $(cut -d' ' -f1 /proc/uptime)s uptime"
 while read -r module; do
   insmod "/lib/modules/$module.ko" 2>/dev/null
 done < /lib/modules/load-order
+# The ACPI power button powers the guest off (/etc/acpi/PWRF/00000080): a stop with a grace
+# period ends as soon as the guest has shut down.
+acpid -l /dev/null
+# The QEMU guest agent on its virtio-serial port (the domain's org.qemu.guest_agent.0
+# channel; busybox has no udev to name /dev/virtio-ports/, so the port is found by name).
+mkdir -p /var/run /var/log
+syslogd  # /var/log/messages: what the agent and the SSH server report (a freeze, a login)
+for port in /sys/class/virtio-ports/*; do
+  [ "$(cat "$port/name" 2>/dev/null)" = org.qemu.guest_agent.0 ] || continue
+  /usr/sbin/qemu-ga -d -m virtio-serial -p "/dev/${port##*/}" -f /var/run/qemu-ga.pid \
+    && echo "virtstream-guest: guest agent on /dev/${port##*/}"
+done
 
 hostname virtstream
 /etc/cloud-init.sh
@@ -30,6 +42,10 @@ for nic in /sys/class/net/*; do
     && echo "virtstream-guest: $nic $(ip -4 -o addr show dev "$nic" | awk '{print $4}')"
 done
 ip link set lo up
+# SSH (dropbear; host keys made at the first connection): what `virtstream ssh` reaches
+# through the VMI's portforward subresource.
+mkdir -p /etc/dropbear
+/usr/sbin/dropbear -R -p 22 && echo "virtstream-guest: ssh on port 22"
 
 /etc/user-data.sh
 echo "virtstream-guest: $(hostname) ready (Linux $(uname -r))"

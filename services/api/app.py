@@ -11,7 +11,7 @@ import asyncio
 import dataclasses
 import ssl
 import time
-from typing import Any
+from typing import Any, Literal
 
 import msgspec
 from litestar import Litestar, Request, Response, asgi, get, route
@@ -441,7 +441,7 @@ def _subresource(spec: KindSpec) -> Any:
 VMI_SUBRESOURCES = "/apis/subresources.kubevirt.io/v1/namespaces/{ns:str}/virtualmachineinstances"
 
 
-def _stream(channel: streams.Channel) -> Any:
+def _stream(channel: streams.Channel | Literal["portforward"]) -> Any:
     async def stream(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "websocket":  # KubeVirt's answer to a request without an upgrade
             body = _json.encode(msgspec.to_builtins(bad_request("websocket expected").status))
@@ -452,12 +452,21 @@ def _stream(channel: streams.Channel) -> Any:
         params = scope["path_params"]
         api: ApiService = scope["app"].state["api"]
         tls = scope["app"].state.get("console_tls")
+        ns, name = params["ns"], params["name"]
+
+        def resolve() -> streams.Target:
+            if channel == "portforward":  # one TCP connection to PORT of the guest
+                port, protocol = params["port"], params.get("protocol", "tcp")
+                return streams.forward_target(api.cluster, ns, name, port, protocol, bool(tls))
+            return streams.target(api.cluster, ns, name, channel, bool(tls))
+
         await streams.relay(
             scope,
             receive,
             send,
-            lambda: streams.target(api.cluster, params["ns"], params["name"], channel, bool(tls)),
+            resolve,
             tls,
+            follow=channel == "console",  # a VNC session's RFB state cannot move along
         )
 
     return stream
@@ -468,8 +477,21 @@ async def vnc_screenshot(request: Request[Any, Any, Any]) -> Response[bytes]:
     ns, name = request.path_params["ns"], request.path_params["name"]
     tls = request.app.state.get("console_tls")
     where = streams.target(_api(request).cluster, ns, name, "screenshot", bool(tls))
-    png = await streams.screenshot(where, tls)
+    png = await streams.get(where, tls)
     return Response(png, media_type="image/png")
+
+
+def _agent_route(channel: str) -> Any:
+    @get(
+        f"{VMI_SUBRESOURCES}/{{name:str}}/{channel}", include_in_schema=False, name=f"vmi-{channel}"
+    )
+    async def guest_agent(request: Request[Any, Any, Any]) -> Response[bytes]:
+        ns, name = request.path_params["ns"], request.path_params["name"]
+        tls = request.app.state.get("console_tls")
+        where = streams.agent_target(_api(request).cluster, ns, name, channel, bool(tls))
+        return Response(await streams.get(where, tls), media_type="application/json")
+
+    return guest_agent
 
 
 STREAM_ROUTES = [
@@ -482,7 +504,17 @@ STREAM_ROUTES = [
     asgi(f"{VMI_SUBRESOURCES}/{{name:str}}/vnc", is_mount=False, copy_scope=False, name="vmi-vnc")(
         _stream("vnc")
     ),
+    *(
+        asgi(
+            f"{VMI_SUBRESOURCES}/{{name:str}}/portforward/{path}",
+            is_mount=False,
+            copy_scope=False,
+            name=f"vmi-portforward-{i}",
+        )(_stream("portforward"))
+        for i, path in enumerate(("{port:int}", "{port:int}/{protocol:str}"))
+    ),
     vnc_screenshot,
+    *(_agent_route(channel) for channel in streams.AGENT_CHANNELS),
 ]
 
 

@@ -12,7 +12,7 @@ this module:
   as the api relays it (`/prometheus/api/v1/*`, services/api/prometheus_proxy.py);
 - `kubevirt.io:edit`: view, plus create, update, patch, delete on every namespaced
   KubeVirt kind and every subresource, except migrations (read only) and `migrate`;
-  get on the consoles (console, vnc, vnc/screenshot);
+  get on the consoles (console, vnc, vnc/screenshot) and portforward;
 - `kubevirt.io:admin`: edit plus deletecollection;
 - `kubevirt.io:migrate`: migrations (every verb) and the `migrate` subresources;
 - `cluster-admin`: everything (Kubernetes' own).
@@ -132,6 +132,8 @@ def attributes(method: str, path: str, query: str = "") -> Attributes:
     resource = rest[0]
     name = rest[1] if len(rest) > 1 else ""
     subresource = "/".join(rest[2:])
+    if subresource.startswith("portforward/"):  # its port and protocol are arguments
+        subresource = "portforward"
     q = parse_qs(query)
     if method == "GET":
         watch = q.get("watch", [""])[0].lower() in ("true", "1")
@@ -208,8 +210,13 @@ def cluster_roles(kinds: Registry) -> dict[str, tuple[Rule, ...]]:
             _subs(spec, (s.name for s in spec.subresources if s.name != MIGRATE_SUBRESOURCE))
         )
         if spec.streams:  # console, vnc: editors' (a viewer could type into a guest)
-            streams = tuple(f"{spec.plural}/{name}" for name in spec.streams)
+            streams = tuple(
+                f"{spec.plural}/{n}" for n in spec.streams if n not in INFO_SUBRESOURCES
+            )
             edit.append(Rule(("get",), (spec.subresource_group,), streams))
+            info = tuple(f"{spec.plural}/{n}" for n in spec.streams if n in INFO_SUBRESOURCES)
+            if info:  # the guest agent's reports: a viewer's, as in KubeVirt's view role
+                view.append(Rule(("get",), (spec.subresource_group,), info))
         migrate.extend(
             _subs(spec, (s.name for s in spec.subresources if s.name == MIGRATE_SUBRESOURCE))
         )

@@ -33,6 +33,14 @@ def main(argv: list[str] | None = None) -> None:
         help="seconds without a heartbeat before a node is unresponsive",
     )
     p.add_argument(
+        "--cluster-nodes",
+        default=None,
+        metavar="NAMES",
+        help="the nodes this cluster runs, comma-separated (virtstream up gives them): a "
+        "node of the log not among them is unresponsive once the node timeout has passed "
+        "since its last heartbeat, without the grace a restarted controller gives the others",
+    )
+    p.add_argument(
         "--max-backoff", type=float, default=300.0, help="cap of the crash-loop backoff, seconds"
     )
     p.add_argument("--parallel-migrations", type=int, default=5, help="per cluster")
@@ -58,6 +66,11 @@ def main(argv: list[str] | None = None) -> None:
     logs.configure()
     controller = Controller(
         node_timeout=args.node_timeout,
+        cluster_nodes=(
+            frozenset(n for n in args.cluster_nodes.split(",") if n)
+            if args.cluster_nodes is not None
+            else None
+        ),
         backoff_config=BackoffConfig(max_delay=args.max_backoff),
         migration_config=MigrationConfig(
             parallel_migrations_per_cluster=args.parallel_migrations,

@@ -55,15 +55,30 @@ def observe(state: ControllerState, obs: Observation) -> ControllerState:
     return state
 
 
-def last_seen(state: ControllerState, node: NodeView) -> float:
-    return max(state.heartbeats.get(node.name, 0.0), node.last_heartbeat, state.heartbeats_since)
+def last_seen(state: ControllerState, node: NodeView, runs: bool = True) -> float:
+    """The node's latest sign of life; for a node whose handler may be starting again
+    (`runs`), at least the moment this controller began watching heartbeats."""
+    beat = max(state.heartbeats.get(node.name, 0.0), node.last_heartbeat)
+    return max(beat, state.heartbeats_since) if runs else beat
 
 
-def check(state: ControllerState, node: NodeView, ctx: Context, timeout: float) -> list[Event]:
-    """NodeUnresponsive / NodeResponsive for one node, from the clock and heartbeats."""
+def check(
+    state: ControllerState,
+    node: NodeView,
+    ctx: Context,
+    timeout: float,
+    cluster_nodes: frozenset[str] | None = None,
+) -> list[Event]:
+    """NodeUnresponsive / NodeResponsive for one node, from the clock and heartbeats.
+    `cluster_nodes`: the nodes the cluster runs (`virtstream up` knows them); one not
+    among them gets no grace from the controller's start: its handler is not coming
+    back, so it is unresponsive once the timeout has passed since its last heartbeat."""
     agg = emit.node_aggregate(node)
     if not node.unresponsive:
-        seen = last_seen(state, node)
+        runs = cluster_nodes is None or node.name in cluster_nodes
+        if not runs and state.heartbeats_since == 0.0:
+            return []  # the heartbeat watch has not started: its last beat is not known yet
+        seen = last_seen(state, node, runs)
         if ctx.now - seen > timeout:
             k = f"unresponsive/{node.name}/{node.version}"
             return [NodeUnresponsive(meta=emit.meta(ctx, agg, k), last_heartbeat=seen)]

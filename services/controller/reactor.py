@@ -53,8 +53,11 @@ class Controller:
         node_timeout: float = node_health.DEFAULT_NODE_TIMEOUT,
         backoff_config: BackoffConfig | None = None,
         migration_config: MigrationConfig | None = None,
+        cluster_nodes: frozenset[str] | None = None,
     ) -> None:
         self.node_timeout = node_timeout
+        #: the nodes the cluster runs, when known (`virtstream up`); None: any may return
+        self.cluster_nodes = cluster_nodes
         self.backoff = backoff_config or BackoffConfig()
         self.migrations = migration_config or MigrationConfig()
 
@@ -114,7 +117,7 @@ class Controller:
             if node is None:
                 continue
             if check_nodes:
-                out += node_health.check(state, node, ctx, self.node_timeout)
+                out += node_health.check(state, node, ctx, self.node_timeout, self.cluster_nodes)
             out += node_health.fail_stranded_vmis(c, node, ctx)
         for k in sorted(scope.vmis):
             vmi = c.vmis.get(k)

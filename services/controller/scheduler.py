@@ -17,8 +17,9 @@ from typing import Any
 
 from events.catalog import Event, PodScheduled, Taint, Unschedulable
 from events.envelope import Context
+from projections import claims
 from projections.allocation import node_allocated, vmi_requests
-from projections.cluster import Cluster
+from projections.cluster import Cluster, key
 from projections.views import NodeView, VMIView
 from services.controller import emit
 from services.controller.placement_index import PlacementIndex
@@ -337,6 +338,15 @@ def pod_name(vmi_name: str, uid: str) -> str:
     return f"virt-launcher-{vmi_name}-{suffix}"
 
 
+def pod_manifest(cluster: Cluster, vmi: VMIView, manifest: JSON) -> JSON:
+    """What the VMI's launcher pod is given: the VMI, with the sizes of the claims its VM's
+    dataVolumeTemplates request (`projections/claims.py`)."""
+    vm = cluster.vms.get(key(vmi.namespace, vmi.name)) if vmi.owner_vm_uid else None
+    if vm is None or vm.uid != vmi.owner_vm_uid:
+        return manifest
+    return claims.with_claim_sizes(manifest, claims.claim_sizes(manifest, vm.manifest))
+
+
 def needs_node(vmi: VMIView) -> bool:
     # Scheduling without a node = its pod is pending, Unschedulable (KubeVirt's phase)
     return (
@@ -376,7 +386,7 @@ def schedule_pending(
                     node=result.node,
                     pod_name=pod_name(vmi.name, vmi.uid),
                     pod_uid=emit.new_uid(ctx, k),
-                    manifest=manifest,
+                    manifest=pod_manifest(cluster, vmi, manifest),
                 )
             )
         elif result.message != vmi.unschedulable:

@@ -82,6 +82,8 @@ INDICATIONS = {
     "quiescing.",
     "NoGuestAgent": "Guest agent was not available. Snapshot is crash-consistent and may not "
     "be application-consistent.",
+    "GuestAgent": "Guest agent was active and attempted to quiesce the filesystem for "
+    "application consistency",
 }
 
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|ms|m|s)")
@@ -271,8 +273,8 @@ def reconcile_snapshot(cluster: Cluster, snap: ResourceView, ctx: Context) -> li
         status["phase"] = "InProgress"
         conds = [("Progressing", "True", LOCKED)]
         vmi = cluster.vmi_of_vm(vm)
-        if vmi is not None and not vmi.final:  # online: no guest agent here
-            names = sorted(INDICATIONS)
+        if vmi is not None and not vmi.final:  # online: the handler freezes with an agent
+            names = ["Online", "GuestAgent" if vmi.agent_connected else "NoGuestAgent"]
             status["indications"] = names
             status["sourceIndications"] = [
                 {"indication": n, "message": INDICATIONS[n]} for n in names

@@ -16,6 +16,8 @@ from events.catalog import (
     DomainSoftRebooted,
     DomainStarted,
     DomainStopped,
+    GuestAgentChanged,
+    GuestInterfacesChanged,
     LauncherExited,
     LauncherStarted,
     MigrationAbortRequested,
@@ -31,6 +33,11 @@ from events.catalog import (
     VMIRemoved,
     VMISoftRebootRequested,
     VMIUnpauseRequested,
+    VMIVolumeAdded,
+    VMIVolumeRemoved,
+    VMIWarning,
+    VolumeAttached,
+    VolumeDetached,
 )
 from events.envelope import Stored
 from events.meta import Kind
@@ -92,6 +99,13 @@ def evolve(state: ControllerState, s: Stored) -> ControllerState:
                     | DomainSoftRebooted()
                     | DomainStopped()
                     | LauncherExited()
+                    | VMIWarning()
+                    | VMIVolumeAdded()
+                    | VMIVolumeRemoved()
+                    | VolumeAttached()
+                    | VolumeDetached()
+                    | GuestAgentChanged()
+                    | GuestInterfacesChanged()
                 ):
                     pass  # the cluster's fold has it all
                 case _:

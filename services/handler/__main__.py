@@ -25,8 +25,14 @@ def launch_settings(a: argparse.Namespace) -> LaunchSettings:
         return LaunchSettings(disk_dir=a.disk_dir)
     if a.libvirt_uri == TEST_URI:
         raise SystemExit("--hypervisor qemu needs --libvirt-uri (the node's libvirtd)")
-    # KVM when a guest really gets past its firmware with it, else TCG (cached per boot)
-    dtype = DomainType(a.domain_type) if a.domain_type else probe_domain_type().domain_type
+    # KVM when the guest image boots with it, else TCG (cached per host and image)
+    dtype = (
+        DomainType(a.domain_type)
+        if a.domain_type
+        else probe_domain_type(
+            a.libvirt_uri, Path(a.image_dir) if a.image_dir else None
+        ).domain_type
+    )
     return LaunchSettings(
         hypervisor_uri=a.libvirt_uri,
         domain_type=dtype,

@@ -9,6 +9,12 @@ relays its client's WebSocket to it.
 - `.../vnc`: WebSocket, binary frames, the bytes of a TCP connection to the domain's VNC
   server (libvirt's autoport on loopback, read from the live XML): RFB as is.
 - `.../screenshot`: plain GET, `virDomainScreenshot` (PPM from QEMU) converted to PNG.
+- `.../portforward/<port>[/tcp]`: WebSocket, binary frames, the bytes of one TCP
+  connection to that port of the guest (`port_forward.py`: through a host forward QEMU's
+  user-mode network holds only while the connection is made). Any number at once.
+- `.../guestosinfo`, `.../userlist`, `.../filesystemlist`: plain GET, what the guest agent
+  says (`virDomainGetGuestInfo`, `guest-info`, `guest-fsfreeze-status`) as KubeVirt's JSON
+  (`agent_info.py`); the agent's error (not connected, ...) is a 500 with its message.
 
 With TLS files (`virtstream up` gives them) the server accepts only the api: mutual TLS
 with the cluster's CA and the api's Common Name (`services/runtime/mtls.py`, as KubeVirt's
@@ -43,14 +49,17 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from services.handler import agent_info, port_forward
 from services.runtime.mtls import CLIENT_CN, PeerRefused, TlsFiles, check_peer
 
 log = structlog.get_logger()
 
 PATH = re.compile(
     r"^/v1/namespaces/(?P<ns>[^/]+)/virtualmachineinstances/(?P<name>[^/]+)/"
-    r"(?P<channel>console|vnc|screenshot)$"
+    r"(?P<channel>console|vnc|screenshot|guestosinfo|userlist|filesystemlist"
+    r"|portforward/(?P<port>\d{1,5})(?:/tcp)?)$"
 )
+AGENT_CHANNELS = ("guestosinfo", "userlist", "filesystemlist")
 CHUNK = 64 * 1024
 
 
@@ -97,6 +106,41 @@ def _domain_xml(uri: str, domain: str) -> str:
         conn.close()
 
 
+def agent_json(uri: str, domain: str, channel: str) -> bytes:
+    """What the domain's guest agent says for `channel`, as KubeVirt's JSON."""
+    import json
+
+    import libvirt_qemu
+
+    conn = libvirt.open(uri)
+    try:
+        try:
+            dom = conn.lookupByName(domain)
+        except libvirt.libvirtError as e:
+            if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                raise NoDomain(domain) from None
+            raise
+        if not dom.isActive():
+            raise NoDomain(domain)
+        if channel == "userlist":
+            return json.dumps(
+                agent_info.user_list(dom.guestInfo(libvirt.VIR_DOMAIN_GUEST_INFO_USERS, 0))
+            ).encode()
+        if channel == "filesystemlist":
+            params = dom.guestInfo(libvirt.VIR_DOMAIN_GUEST_INFO_FILESYSTEM, 0)
+            return json.dumps(agent_info.filesystem_list(params)).encode()
+        params = dom.guestInfo(0, 0)  # every kind of information the agent has
+        agent = json.loads(
+            libvirt_qemu.qemuAgentCommand(dom, '{"execute":"guest-info"}', 10, 0)
+        ).get("return", {})
+        frozen = json.loads(
+            libvirt_qemu.qemuAgentCommand(dom, '{"execute":"guest-fsfreeze-status"}', 10, 0)
+        ).get("return", "")
+        return json.dumps(agent_info.guest_os_info(params, agent, str(frozen))).encode()
+    finally:
+        conn.close()
+
+
 def screenshot_png(uri: str, domain: str) -> bytes:
     """The domain's first screen as PNG (virDomainScreenshot gives QEMU's PPM)."""
     from PIL import Image  # imported here: only screenshots need it
@@ -128,6 +172,14 @@ def screenshot_png(uri: str, domain: str) -> bytes:
         conn.close()
 
 
+#: the guest's port, connected (a portforward's handshake → its session)
+Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+def _not_here(domain: str) -> str:
+    return f"the domain {domain} is not running on this node"
+
+
 def _text(status: HTTPStatus, message: str) -> Response:
     body = message.encode()
     headers = Headers([("Content-Type", "text/plain; charset=utf-8"),
@@ -149,6 +201,7 @@ class ConsoleServer:
         self._server: Server | None = None
         self._active: dict[tuple[str, str, str], ServerConnection] = {}
         self._endpoints: dict[ServerConnection, Endpoints] = {}  # handshake → session
+        self._forwarded: dict[ServerConnection, Streams] = {}  # handshake → session
 
     async def start(self) -> int:
         self._server = await serve(
@@ -176,15 +229,22 @@ class ConsoleServer:
         if m is None:
             return _text(HTTPStatus.NOT_FOUND, "not found")
         domain = f"{m['ns']}_{m['name']}"
+        if m["port"] is not None:
+            return await self._connect_guest(conn, domain, int(m["port"]))
         try:
             if m["channel"] == "screenshot":
                 png = await asyncio.to_thread(screenshot_png, self.uri, domain)
                 headers = Headers([("Content-Type", "image/png"),
                                    ("Content-Length", str(len(png)))])  # fmt: skip
                 return Response(200, "OK", headers, png)
+            if m["channel"] in AGENT_CHANNELS:
+                body = await asyncio.to_thread(agent_json, self.uri, domain, m["channel"])
+                headers = Headers([("Content-Type", "application/json"),
+                                   ("Content-Length", str(len(body)))])  # fmt: skip
+                return Response(200, "OK", headers, body)
             ends = endpoints_of(await asyncio.to_thread(_domain_xml, self.uri, domain))
         except NoDomain:
-            return _text(HTTPStatus.NOT_FOUND, f"the domain {domain} is not running on this node")
+            return _text(HTTPStatus.NOT_FOUND, _not_here(domain))
         except Exception as e:  # libvirtd away, an image it cannot read: one line
             log.warning("console request failed", domain=domain, error=repr(e))
             return _text(HTTPStatus.INTERNAL_SERVER_ERROR, str(e))
@@ -195,7 +255,42 @@ class ConsoleServer:
         self._endpoints[conn] = ends
         return None
 
+    async def _connect_guest(
+        self, conn: ServerConnection, domain: str, port: int
+    ) -> Response | None:
+        if not 0 < port < 65536:
+            return _text(HTTPStatus.BAD_REQUEST, f"invalid port {port}")
+        try:
+            forward = await asyncio.to_thread(port_forward.open_forward, self.uri, domain, port)
+        except libvirt.libvirtError as e:
+            if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+                return _text(HTTPStatus.NOT_FOUND, _not_here(domain))
+            return _text(HTTPStatus.INTERNAL_SERVER_ERROR, str(e))
+        except port_forward.NoNetwork as e:
+            return _text(HTTPStatus.BAD_REQUEST, str(e))
+        try:
+            self._forwarded[conn] = await asyncio.open_connection("127.0.0.1", forward.host_port)
+        except OSError as e:
+            return _text(HTTPStatus.INTERNAL_SERVER_ERROR, f"port {port} of the guest: {e}")
+        finally:
+            await asyncio.to_thread(port_forward.close_forward, self.uri, domain, forward)
+        return None
+
+    async def _forward(self, ws: ServerConnection) -> None:
+        reader, writer = self._forwarded.pop(ws)
+        try:
+            await _pump(lambda: reader.read(CHUNK), ws, writer.write)
+        except (ConnectionClosed, OSError) as e:
+            log.info("port forward ended", reason=repr(e))
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            await ws.close()
+
     async def _session(self, ws: ServerConnection) -> None:
+        if ws in self._forwarded:
+            return await self._forward(ws)
         m = PATH.match(ws.request.path.split("?", 1)[0] if ws.request else "")
         ends = self._endpoints.pop(ws, None)
         if m is None or ends is None:

@@ -27,6 +27,18 @@ from services.launcher.protocol import (
 )
 
 
+class Rejection(msgspec.Struct, frozen=True, kw_only=True):
+    """The launcher refused the same command for the same request `count` times in a row
+    (or did not answer it): the fleet's record, the planner's basis for backing off."""
+
+    command: str  # the command's tag
+    cause: str  # the request it served (Send.cause)
+    error: str
+    count: int
+    since: float  # the first refusal of the streak (wall clock)
+    at: float  # the latest
+
+
 class Observed(msgspec.Struct, frozen=True, kw_only=True):
     """One launcher as the launcher fleet sees it. Immutable: the fleet reports a new one
     for every change, so a decider's state can hold it as it is."""
@@ -49,6 +61,7 @@ class Observed(msgspec.Struct, frozen=True, kw_only=True):
     shutdown_grace: float | None = None  # smallest grace period sent
     reboots_sent: int = 0
     reboots_ok: int = 0
+    rejected: Rejection | None = None  # the last command's refusals; None once one succeeds
 
     def updated(self, status: DomainStatus, now: float) -> Observed:
         """With `status` taken in: the latest unless an older report arrives late, the final
@@ -77,6 +90,9 @@ class Send(msgspec.Struct, frozen=True):
 
     key: str
     command: Command
+    #: the request the command serves (the record's causation id): a new request of the
+    #: same kind earns new attempts after the handler gave up on the last one
+    cause: str = ""
 
 
 class Cleanup(msgspec.Struct, frozen=True):

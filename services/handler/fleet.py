@@ -40,7 +40,7 @@ from services.handler.effects import (
 )
 from services.handler.host import destroy_unowned_domains
 from services.handler.node_info import LaunchSettings
-from services.handler.planner import service_name
+from services.handler.planner import rejected, service_name
 from services.handler.spawn_queue import SpawnQueue
 from services.launcher import rundir
 from services.launcher.client import LauncherClient, LauncherGone
@@ -163,8 +163,8 @@ class LauncherFleet:
         match action:
             case Launch():
                 await self._launch(action)
-            case Send(key=key, command=command):
-                await self._send(key, command)
+            case Send(key=key, command=command, cause=cause):
+                await self._send(key, command, cause)
             case Cleanup(key=key):
                 await self._cleanup(key)
             case Release(key=key):
@@ -225,7 +225,7 @@ class LauncherFleet:
         self.log.info("launcher spawned", key=key, pid=pid, migration_target=a.migration_target)
         self._attach(key, client)
 
-    async def _send(self, key: str, command: Command) -> None:
+    async def _send(self, key: str, command: Command, cause: str = "") -> None:
         o = self.observed.get(key)
         client = self.clients.get(key)
         if o is None or client is None:
@@ -241,10 +241,16 @@ class LauncherFleet:
                 sent = replace(sent, reboots_sent=sent.reboots_sent + 1)
         self._set(key, sent)
         result: CommandResult | None = None
+        error = ""
         try:
             result = await client.call(command, timeout=COMMAND_TIMEOUT)
-        except (LauncherGone, TimeoutError, ConnectionError) as e:
+        except TimeoutError:
+            error = f"no answer within {COMMAND_TIMEOUT:.0f}s"
+            self.log.warning("command failed", key=key, command=tag, error=error)
+        except (LauncherGone, ConnectionError) as e:
             self.log.warning("command failed", key=key, command=tag, error=repr(e))
+        if result is not None and not result.ok:
+            error = result.error or "refused"
         now = self.observed.get(key)
         if now is not None and now.uid == o.uid:
             done = replace(now, in_flight=now.in_flight - {tag})
@@ -252,6 +258,11 @@ class LauncherFleet:
                 done = done.updated(result.status, time.time())
             if result is not None and result.ok and isinstance(command, SoftReboot):
                 done = replace(done, reboots_ok=done.reboots_ok + 1)
+            if error:
+                streak = rejected(done.rejected, tag, cause, error, time.time())
+                done = replace(done, rejected=streak)
+            elif result is not None:
+                done = replace(done, rejected=None)
             self._set(key, done)
         if result is None:
             return

@@ -11,9 +11,13 @@ produces the same ids and JetStream drops the duplicate.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from events.catalog import (
+    GUEST_PANICKED,
+    SYNC_FAILED,
     DomainMigratedIn,
     DomainPaused,
     DomainResumed,
@@ -21,17 +25,26 @@ from events.catalog import (
     DomainStarted,
     DomainStopped,
     Event,
+    GuestAgentChanged,
+    GuestInterfacesChanged,
+    InterfaceStatus,
     LauncherExited,
     LauncherStarted,
     Manifest,
     StopReason,
+    VMIWarning,
+    VolumeAttached,
+    VolumeDetached,
 )
 from events.envelope import Decision
 from events.meta import Actor, Aggregate, Kind, Meta
-from services.handler.effects import Cleanup, Launch, Observed, Send
+from services.handler.effects import Cleanup, Launch, Observed, Rejection, Send
 from services.handler.state import VMIRecord
 from services.launcher.domain_state import ACTIVE_STATES, DomainState, StateReason
 from services.launcher.protocol import (
+    AttachVolume,
+    Command,
+    DetachVolume,
     DomainStatus,
     Pause,
     Resume,
@@ -58,6 +71,61 @@ def stop_reason(status: DomainStatus) -> StopReason:
     if status.state is DomainState.CRASHED:
         return StopReason.CRASHED
     return _STOP_REASONS.get(status.reason, StopReason.SHUTDOWN)
+
+
+#: KubeVirt's Paused condition reasons by the domain's state reason; another reason
+#: (Unknown: libvirt could not name it) is reported as it is, and gets no condition
+_PAUSE_REASONS = {StateReason.USER: "PausedByUser", StateReason.IO_ERROR: "PausedIOError"}
+
+
+def pause_reason(status: DomainStatus) -> str:
+    return _PAUSE_REASONS.get(status.reason, str(status.reason))
+
+
+def crash_warning(final: DomainStatus) -> tuple[str, str] | None:
+    """The Warning KubeVirt records for a domain that crashed: GuestPanicked (a panic
+    reported by the guest's panic device), SyncFailed (a domain that could not run again,
+    destroyed as irrecoverable), Stopped (any other crash)."""
+    if final.state is DomainState.CRASHED or final.reason is StateReason.PANICKED:
+        return GUEST_PANICKED, final.message or "GuestPanicked (details unavailable)"
+    if final.reason is not StateReason.CRASHED:
+        return None
+    if final.message:
+        return SYNC_FAILED, f"VMI is irrecoverable due to {final.message}"
+    return "Stopped", "The VirtualMachineInstance crashed."
+
+
+#: Seconds before the next attempt after the n-th refusal of a command; after the last the
+#: handler gives up on that request (VMIWarning SyncFailed) instead of retrying forever.
+RETRY_BACKOFF_SECONDS = (1.0, 2.0, 4.0, 8.0)
+MAX_ATTEMPTS = len(RETRY_BACKOFF_SECONDS) + 1
+
+
+def _refused(o: Observed, command: Command, cause: str) -> Rejection | None:
+    """The refusals of this command for this request so far (None: none)."""
+    rj = o.rejected
+    if rj is None or rj.command != type(command).__name__ or rj.cause != cause:
+        return None
+    return rj
+
+
+def rejected(prev: Rejection | None, command: str, cause: str, error: str, at: float) -> Rejection:
+    """`prev` with one more refusal of `command` for `cause` (a streak of the same command
+    and request), or a new streak."""
+    if prev is not None and prev.command == command and prev.cause == cause:
+        return msgspec.structs.replace(prev, error=error, count=prev.count + 1, at=at)
+    return Rejection(command=command, cause=cause, error=error, count=1, since=at, at=at)
+
+
+def given_up(rj: Rejection | None) -> bool:
+    return rj is not None and rj.count >= MAX_ATTEMPTS
+
+
+def retry_at(rj: Rejection | None) -> float:
+    """When the command may be sent again (0: now)."""
+    if rj is None:
+        return 0.0
+    return rj.at + RETRY_BACKOFF_SECONDS[min(rj.count, len(RETRY_BACKOFF_SECONDS)) - 1]
 
 
 def service_name(node: str) -> str:
@@ -171,7 +239,10 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
             )
         elif active and paused and not r.paused:
             emit(
-                DomainPaused(meta=handler_meta(r, node, f"DomainPaused/{r.pause_events + 1}", now))
+                DomainPaused(
+                    meta=handler_meta(r, node, f"DomainPaused/{r.pause_events + 1}", now),
+                    reason=pause_reason(s),
+                )
             )
         elif active and s.state is DomainState.RUNNING and r.paused:
             emit(
@@ -185,14 +256,44 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
                     meta=handler_meta(r, node, f"DomainSoftRebooted/{r.soft_reboots + 1}", now)
                 )
             )
-        out.extend(_commands(r, o, s))
+        out.extend(_commands(r, o, s, now))
+        for gave_up_warning in gave_up(r, o, s, node, now):
+            emit(gave_up_warning)
+        if active:
+            for volume_event in volume_events(r, s, node, now):
+                emit(volume_event)
+        seen_interfaces = interface_statuses(s)
+        if active and s.interfaces and seen_interfaces != r.interfaces:
+            n = r.interface_events + 1
+            emit(
+                GuestInterfacesChanged(
+                    meta=handler_meta(r, node, f"GuestInterfacesChanged/{n}", now),
+                    interfaces=seen_interfaces,
+                )
+            )
+        if active and s.agent_connected != r.agent_connected:
+            emit(
+                GuestAgentChanged(
+                    meta=handler_meta(r, node, f"GuestAgentChanged/{r.agent_events + 1}", now),
+                    connected=s.agent_connected,
+                )
+            )
     if final is not None and not r.stopped:
+        warning = crash_warning(final)
+        if warning is not None:
+            emit(
+                VMIWarning(
+                    meta=handler_meta(r, node, f"VMIWarning/{warning[0]}", now),
+                    reason=warning[0],
+                    message=warning[1],
+                )
+            )
         emit(
             DomainStopped(
                 meta=handler_meta(r, node, "DomainStopped", now),
                 reason=stop_reason(final),
                 grace_period_expired=final.grace_period_expired,
-                message=final.message or "",
+                message=final.message or (warning[1] if warning else ""),
             )
         )
     if o.gone:
@@ -213,6 +314,15 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
     return out
 
 
+def interface_statuses(s: DomainStatus) -> tuple[InterfaceStatus, ...]:
+    """The launcher's report of the guest's NICs as the event carries them."""
+    return tuple(
+        InterfaceStatus(name=i.name, mac=i.mac, interface_name=i.interface_name,
+                        ip_addresses=i.ip_addresses)
+        for i in s.interfaces
+    )  # fmt: skip
+
+
 def released(r: VMIRecord | None, o: Observed) -> bool:
     """A launcher that is gone and has nothing left to report: forget it."""
     if o.spawn_error:
@@ -220,7 +330,7 @@ def released(r: VMIRecord | None, o: Observed) -> bool:
     return o.gone and (r is None or r.exited or r.uid != o.uid)
 
 
-def _commands(r: VMIRecord, o: Observed, s: DomainStatus) -> list[Planned]:
+def _commands(r: VMIRecord, o: Observed, s: DomainStatus, now: float) -> list[Planned]:
     if not o.connected:
         return []
     key = r.key
@@ -231,12 +341,72 @@ def _commands(r: VMIRecord, o: Observed, s: DomainStatus) -> list[Planned]:
         return []
     if o.in_flight:
         return []  # one command at a time: the next plan sees its result
-    if not r.started and s.state is DomainState.SHUTOFF and not o.start_sent:
-        return [Send(key, Start(paused=r.start_paused))]
+    command = wanted(r, o, s)
+    if command is None:
+        rebooting = r.soft_reboot_requests > max(r.soft_reboots, o.reboots_sent)
+        return [Send(key, SoftReboot())] if rebooting and s.state in ACTIVE_STATES else []
+    rj = _refused(o, command, r.causation_id)
+    if given_up(rj) or now < retry_at(rj):
+        return []  # backing off, or given up on this request (plan reports it once)
+    return [Send(key, command, cause=r.causation_id)]
+
+
+def wanted(r: VMIRecord, o: Observed, s: DomainStatus) -> Command | None:
+    """The command the VMI's record calls for while the domain is as `s` says."""
+    if not r.started and s.state is DomainState.SHUTOFF:
+        rj = o.rejected
+        if not o.start_sent or (rj is not None and rj.command == "Start"):
+            return Start(paused=r.start_paused)
+        return None
     if s.state is DomainState.RUNNING and r.want_paused is True and not r.paused:
-        return [Send(key, Pause())]
+        return Pause()
     if s.state is DomainState.PAUSED and r.want_paused is False and r.paused:
-        return [Send(key, Resume())]
-    if r.soft_reboot_requests > max(r.soft_reboots, o.reboots_sent) and s.state in ACTIVE_STATES:
-        return [Send(key, SoftReboot())]
-    return []
+        return Resume()
+    if s.state in (DomainState.RUNNING, DomainState.PAUSED):
+        wanted_names = {name for name, _, _ in r.hotplug}
+        for name, volume, disk in r.hotplug:
+            if name not in s.volumes:
+                return AttachVolume(name=name, volume=_as_json(volume), disk=_as_json(disk))
+        for name in s.volumes:
+            if name not in wanted_names:
+                return DetachVolume(name=name)
+    return None
+
+
+_json_dict = msgspec.json.Decoder(dict[str, Any])
+
+
+def _as_json(raw: bytes) -> dict[str, Any]:
+    return _json_dict.decode(raw)
+
+
+def volume_events(r: VMIRecord, s: DomainStatus, node: str, now: float) -> list[Event]:
+    """VolumeAttached for a hotplugged volume the launcher reports attached (or at another
+    target), VolumeDetached for one it no longer has that the spec no longer holds."""
+    out: list[Event] = []
+    n = r.volume_events + 1
+    attached = dict(r.attached)
+    for name, target in s.volumes.items():
+        if attached.get(name) != target:
+            meta = handler_meta(r, node, f"VolumeAttached/{name}/{n}", now)
+            out.append(VolumeAttached(meta=meta, name=name, target=target))
+    wanted_names = {name for name, _, _ in r.hotplug}
+    for name in attached:
+        if name not in s.volumes and name not in wanted_names:
+            meta = handler_meta(r, node, f"VolumeDetached/{name}/{n}", now)
+            out.append(VolumeDetached(meta=meta, name=name))
+    return out
+
+
+def gave_up(r: VMIRecord, o: Observed, s: DomainStatus, node: str, now: float) -> list[Event]:
+    """KubeVirt's SyncFailed Warning, once, when the handler gave up on a request whose
+    command the domain kept refusing (the record still calls for it)."""
+    command = wanted(r, o, s)
+    rj = _refused(o, command, r.causation_id) if command is not None else None
+    if rj is None or not given_up(rj):
+        return []
+    meta = handler_meta(r, node, f"VMIWarning/{SYNC_FAILED}/{rj.command}/{rj.since:.3f}", now)
+    if meta.event_id == r.last_warning:
+        return []
+    message = f"{rj.command} refused {rj.count} times, given up: {rj.error}"
+    return [VMIWarning(meta=meta, reason=SYNC_FAILED, message=message)]

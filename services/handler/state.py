@@ -19,6 +19,9 @@ from events.catalog import (
     DomainStarted,
     DomainStopped,
     Event,
+    GuestAgentChanged,
+    GuestInterfacesChanged,
+    InterfaceStatus,
     LauncherExited,
     LauncherStarted,
     Manifest,
@@ -33,6 +36,11 @@ from events.catalog import (
     VMIRemoved,
     VMISoftRebootRequested,
     VMIUnpauseRequested,
+    VMIVolumeAdded,
+    VMIVolumeRemoved,
+    VMIWarning,
+    VolumeAttached,
+    VolumeDetached,
 )
 from events.meta import Kind
 
@@ -74,6 +82,16 @@ class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
     id_scope: str = ""
     # DomainMigratedIn folded: the target's QEMU pid/domain type went out (once per arrival)
     migrated_in_reported: bool = False
+    last_warning: str = ""  # the event id of the latest VMIWarning (each is reported once)
+    # hotplugged volumes the VMI's spec holds (VMIVolumeAdded/Removed): (name, volume and
+    # disk as compact JSON), and those attached to the domain (VolumeAttached/Detached)
+    hotplug: tuple[tuple[str, bytes, bytes], ...] = ()
+    attached: tuple[tuple[str, str], ...] = ()
+    volume_events: int = 0  # VolumeAttached/Detached folded: their event ids count them
+    agent_connected: bool = False  # GuestAgentChanged
+    agent_events: int = 0
+    interfaces: tuple[InterfaceStatus, ...] = ()  # GuestInterfacesChanged
+    interface_events: int = 0
 
     @property
     def key(self) -> str:
@@ -168,6 +186,35 @@ def evolve(state: NodeState, event: Event) -> NodeState:
             r = msgspec.structs.replace(r, soft_reboots=r.soft_reboots + 1)
         case DomainStopped():
             r = msgspec.structs.replace(r, stopped=True, paused=False)
+        case VMIWarning():
+            r = msgspec.structs.replace(r, last_warning=event.meta.event_id)
+        case VMIVolumeAdded(volume=volume, disk=disk):
+            name = str(volume.get("name"))
+            kept = tuple(h for h in r.hotplug if h[0] != name)
+            entry = (name, msgspec.json.encode(volume), msgspec.json.encode(disk))
+            r = msgspec.structs.replace(r, hotplug=(*kept, entry), **cause)
+        case VMIVolumeRemoved(name=name):
+            kept = tuple(h for h in r.hotplug if h[0] != name)
+            r = msgspec.structs.replace(r, hotplug=kept, **cause)
+        case VolumeAttached(name=name, target=target):
+            kept_targets = tuple(a for a in r.attached if a[0] != name)
+            r = msgspec.structs.replace(
+                r, attached=(*kept_targets, (name, target)), volume_events=r.volume_events + 1
+            )
+        case GuestAgentChanged(connected=connected):
+            r = msgspec.structs.replace(
+                r, agent_connected=connected, agent_events=r.agent_events + 1
+            )
+        case GuestInterfacesChanged(interfaces=interfaces):
+            r = msgspec.structs.replace(
+                r, interfaces=interfaces, interface_events=r.interface_events + 1
+            )
+        case VolumeDetached(name=name):
+            r = msgspec.structs.replace(
+                r,
+                attached=tuple(a for a in r.attached if a[0] != name),
+                volume_events=r.volume_events + 1,
+            )
         case LauncherExited():
             r = msgspec.structs.replace(r, exited=True)
         case VMIDeleteRequested(grace_period_seconds=grace):

@@ -21,6 +21,7 @@ METADATA_NS = "urn:virtstream:launcher:1"
 SMBIOS_MANUFACTURER = "virtstream"
 DEFAULT_DISK_DIR = "/var/lib/virtstream/disks"
 DEFAULT_MACHINE = "q35"
+GUEST_AGENT_CHANNEL = "org.qemu.guest_agent.0"
 
 ET.register_namespace("virtstream", METADATA_NS)
 
@@ -147,6 +148,13 @@ def build_domain_xml(
     devices_spec = domain_spec.get("devices") or {}
     disks = [d for d in devices_spec.get("disks") or [] if d["name"] not in omit_disks]
     _add_disks(devices, disks, name, disk_dir, disk_paths or {})
+    if domain_type is not DomainType.TEST:
+        # as KubeVirt's domains: a virtio-scsi controller, where hot-plugged volumes go, and
+        # the guest agent's virtio-serial channel (libvirt picks the socket's path)
+        ET.SubElement(devices, "controller", type="scsi", index="0", model="virtio-scsi")
+        channel = ET.SubElement(devices, "channel", type="unix")
+        ET.SubElement(channel, "source", mode="bind")
+        ET.SubElement(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
     _add_interfaces(devices, devices_spec.get("interfaces") or [])
     serial = ET.SubElement(devices, "serial", type="pty")
     if console_log:
@@ -157,6 +165,9 @@ def build_domain_xml(
     ET.SubElement(console, "target", type="serial", port="0")
     if domain_type is not DomainType.TEST and devices_spec.get("autoattachGraphicsDevice", True):
         _add_graphics(devices)
+    for panic in devices_spec.get("panicDevices") or []:
+        # KubeVirt's panicDevices: a guest's panic reaches the host (on_crash destroys it)
+        ET.SubElement(devices, "panic", model=str((panic or {}).get("model") or "isa"))
 
     ET.indent(root)
     return ET.tostring(root, encoding="unicode")
@@ -235,6 +246,40 @@ def _target_name(prefix: str, index: int) -> str:
     return prefix + letters
 
 
+def _device_and_bus(disk: Mapping[str, Any]) -> tuple[str, str]:
+    if "cdrom" in disk:
+        return "cdrom", (disk.get("cdrom") or {}).get("bus") or "sata"
+    if "lun" in disk:
+        return "lun", (disk.get("lun") or {}).get("bus") or "scsi"
+    return "disk", (disk.get("disk") or {}).get("bus") or "sata"
+
+
+def _prefix(bus: str, name: str) -> str:
+    prefix = _TARGET_PREFIX.get(bus)
+    if prefix is None:
+        raise ValueError(f"unsupported disk bus {bus!r} for disk {name!r}")
+    return prefix
+
+
+def _disk_element(disk: Mapping[str, Any], path: str | None, target: str) -> ET.Element:
+    name = disk["name"]
+    device, bus = _device_and_bus(disk)
+    el = ET.Element("disk", type="file", device=device)
+    fmt = "qcow2" if path is not None and path.endswith(".qcow2") else "raw"
+    ET.SubElement(el, "driver", name="qemu", type=fmt, cache="none")
+    if path is not None:
+        ET.SubElement(el, "source", file=path)
+    ET.SubElement(el, "target", dev=target, bus=bus)
+    if device == "cdrom" or (disk.get("disk") or {}).get("readonly"):
+        ET.SubElement(el, "readonly")
+    ET.SubElement(el, "alias", name=f"ua-{name}")
+    if disk.get("bootOrder"):
+        ET.SubElement(el, "boot", order=str(int(disk["bootOrder"])))
+    if disk.get("serial"):
+        ET.SubElement(el, "serial").text = str(disk["serial"])
+    return el
+
+
 def _add_disks(
     devices: ET.Element,
     disks: list[Mapping[str, Any]],
@@ -245,34 +290,36 @@ def _add_disks(
     counters: dict[str, int] = {}
     for disk in disks:
         name = disk["name"]
-        if "cdrom" in disk:
-            device, bus = "cdrom", (disk.get("cdrom") or {}).get("bus") or "sata"
-        elif "lun" in disk:
-            device, bus = "lun", (disk.get("lun") or {}).get("bus") or "scsi"
-        else:
-            device, bus = "disk", (disk.get("disk") or {}).get("bus") or "sata"
-        prefix = _TARGET_PREFIX.get(bus)
-        if prefix is None:
-            raise ValueError(f"unsupported disk bus {bus!r} for disk {name!r}")
+        device, bus = _device_and_bus(disk)
+        prefix = _prefix(bus, name)
         index = counters.get(prefix, 0)
         counters[prefix] = index + 1
-
-        el = ET.SubElement(devices, "disk", type="file", device=device)
         path = disk_paths.get(name)
-        fmt = "qcow2" if path is not None and path.endswith(".qcow2") else "raw"
-        ET.SubElement(el, "driver", name="qemu", type=fmt, cache="none")
         if path is None and device != "cdrom":  # an empty CD-ROM tray is valid, a disk is not
             path = f"{disk_dir}/{dom_name}/{name}.img"
-        if path is not None:
-            ET.SubElement(el, "source", file=path)
-        ET.SubElement(el, "target", dev=_target_name(prefix, index), bus=bus)
-        if device == "cdrom" or (disk.get("disk") or {}).get("readonly"):
-            ET.SubElement(el, "readonly")
-        ET.SubElement(el, "alias", name=f"ua-{name}")
-        if disk.get("bootOrder"):
-            ET.SubElement(el, "boot", order=str(int(disk["bootOrder"])))
-        if disk.get("serial"):
-            ET.SubElement(el, "serial").text = str(disk["serial"])
+        devices.append(_disk_element(disk, path, _target_name(prefix, index)))
+
+
+def hotplug_disk_xml(disk: Mapping[str, Any], path: str, live_xml: str) -> tuple[str, str]:
+    """(the disk's XML, its target) to attach `disk` to the running domain whose live XML
+    is `live_xml`: the first target of its bus that no disk uses."""
+    _, bus = _device_and_bus(disk)
+    prefix = _prefix(bus, disk["name"])
+    used = {t.get("dev") for t in ET.fromstring(live_xml).iterfind("./devices/disk/target")}
+    index = 0
+    while _target_name(prefix, index) in used:
+        index += 1
+    target = _target_name(prefix, index)
+    return ET.tostring(_disk_element(disk, path, target), encoding="unicode"), target
+
+
+def disk_xml_of(live_xml: str, target: str) -> str | None:
+    """The live domain's disk element with this target (what a detach names)."""
+    for el in ET.fromstring(live_xml).iterfind("./devices/disk"):
+        found = el.find("target")
+        if found is not None and found.get("dev") == target:
+            return ET.tostring(el, encoding="unicode")
+    return None
 
 
 def _add_interfaces(devices: ET.Element, interfaces: list[Mapping[str, Any]]) -> None:

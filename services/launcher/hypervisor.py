@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import urllib.parse
 from collections.abc import Callable
@@ -24,6 +25,7 @@ import libvirt
 import libvirtaio
 import msgspec
 
+from services.launcher import qemu_log
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
 from services.launcher.uris import TEST_URI
 
@@ -107,7 +109,23 @@ class Hypervisor(Protocol):
         """Ask the guest to power off (ACPI); returns before the guest acts."""
 
     def destroy(self) -> None: ...
+    def live_xml(self) -> str: ...
+    def watch_agent(self, on_agent: Callable[[bool], None]) -> None:
+        """Call `on_agent(connected)` when the domain's guest agent comes or goes."""
+
+    def agent_connected(self) -> bool: ...
+    def guest_addresses(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        """What the guest agent says of the guest's NICs: MAC → (its name, addresses)."""
+
+    def attach_device(self, xml: str) -> None:
+        """Hot-plug a device into the running domain (live only)."""
+
+    def detach_device(self, xml: str) -> None: ...
     def state(self) -> tuple[DomainState, StateReason]: ...
+    def stuck(self) -> str | None:
+        """Why the paused guest cannot run again (QEMU's run state needs a reset), from
+        QEMU's log; None when it can (or is not paused)."""
+
     def info(self) -> DomainInfo: ...
     def pid(self) -> int | None: ...
     def migrate(self, target_uri: str, options: MigrationOptions) -> None:
@@ -230,6 +248,7 @@ class LibvirtHypervisor:
         self._uuid: str | None = None
         self._on_event: EventCallback | None = None
         self._callback_id: int | None = None
+        self._agent_callback: int | None = None
 
     def open(self, on_event: EventCallback) -> None:
         _register_event_impl()
@@ -278,11 +297,78 @@ class LibvirtHypervisor:
     def destroy(self) -> None:
         self._call(self._domain().destroy)
 
+    def live_xml(self) -> str:
+        return str(self._call(self._domain().XMLDesc, 0))
+
+    def watch_agent(self, on_agent: Callable[[bool], None]) -> None:
+        if self._is_test or self._conn is None:
+            return  # the test driver's guests have no agent
+
+        def dispatch(_c: Any, dom: Any, state: int, _reason: int, _o: Any) -> None:
+            if self._uuid is not None and dom.UUIDString() == self._uuid:
+                on_agent(state == libvirt.VIR_CONNECT_DOMAIN_EVENT_AGENT_LIFECYCLE_STATE_CONNECTED)
+
+        self._agent_callback = self._conn.domainEventRegisterAny(
+            None, libvirt.VIR_DOMAIN_EVENT_ID_AGENT_LIFECYCLE, dispatch, None
+        )
+
+    def agent_connected(self) -> bool:
+        """From the live XML: the agent channel's target state (libvirt tracks it)."""
+        if self._is_test or self._dom is None:
+            return False
+        try:
+            xml = self.live_xml()
+        except HypervisorError:
+            return False
+        return 'name="org.qemu.guest_agent.0" state="connected"' in xml.replace("'", '"')
+
+    def guest_addresses(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        if self._is_test or self._dom is None:
+            return {}
+        source = libvirt.VIR_DOMAIN_INTERFACE_ADDRESSES_SRC_AGENT
+        found = self._call(self._dom.interfaceAddresses, source, 0) or {}
+        return {
+            str(nic["hwaddr"]).lower(): (
+                str(name),
+                tuple(str(a["addr"]) for a in nic.get("addrs") or []),
+            )
+            for name, nic in found.items()
+            if nic.get("hwaddr") and name != "lo"
+        }
+
+    def attach_device(self, xml: str) -> None:
+        if self._is_test:
+            return  # the test driver has no device hotplug (and its guests no disks to see)
+        self._call(self._domain().attachDeviceFlags, xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+
+    def detach_device(self, xml: str) -> None:
+        if self._is_test:
+            return
+        self._call(self._domain().detachDeviceFlags, xml, libvirt.VIR_DOMAIN_AFFECT_LIVE)
+
     def state(self) -> tuple[DomainState, StateReason]:
         if self._dom is None:
             return DomainState.NO_STATE, StateReason.UNKNOWN
         code, reason = self._call(self._dom.state)
         return _state(code, reason)
+
+    def stuck(self) -> str | None:
+        if self._is_test or self._dom is None:
+            return None
+        state, reason = self.state()
+        if state is not DomainState.PAUSED or reason is not StateReason.UNKNOWN:
+            return None  # a pause libvirt can name (user, migration, I/O error) is ordinary
+        import libvirt_qemu
+
+        try:
+            reply = libvirt_qemu.qemuMonitorCommand(self._dom, '{"execute":"query-status"}', 0)
+            status = str(json.loads(reply)["return"]["status"])
+        except (libvirt.libvirtError, ValueError, KeyError):
+            return None
+        if status not in qemu_log.NEEDS_RESET:
+            return None
+        text = qemu_log.read_tail(qemu_log.log_path(self.uri, self._dom.name()))
+        return qemu_log.kvm_error(text) or f"QEMU stopped the guest ({status})"
 
     def info(self) -> DomainInfo:
         _state_code, max_mem, mem, vcpus, cpu_time = self._call(self._domain().info)
@@ -366,8 +452,9 @@ class LibvirtHypervisor:
         if conn is None:
             return
         try:
-            if self._callback_id is not None:
-                conn.domainEventDeregisterAny(self._callback_id)
+            for callback in (self._callback_id, self._agent_callback):
+                if callback is not None:
+                    conn.domainEventDeregisterAny(callback)
             if self._dom is not None and not self._dom.isActive():
                 self._dom.undefine()
         except libvirt.libvirtError:

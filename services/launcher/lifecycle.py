@@ -18,7 +18,7 @@ reply, which carries the error and the state after the call, is decided here too
 from __future__ import annotations
 
 import enum
-from typing import Literal, assert_never
+from typing import Any, Literal, assert_never
 
 import msgspec
 from msgspec.structs import replace
@@ -26,10 +26,13 @@ from msgspec.structs import replace
 from services.launcher.domain_state import ACTIVE_STATES, DomainEvent, DomainState, StateReason
 from services.launcher.protocol import (
     AbortMigration,
+    AttachVolume,
     Command,
     CommandResult,
     Crash,
+    DetachVolume,
     DomainStatus,
+    GuestInterface,
     Hello,
     MigrateTo,
     MigrationProgress,
@@ -174,6 +177,21 @@ class DestroyDomain(msgspec.Struct, frozen=True, kw_only=True):
     reply_to: ReplyTo | None = None
 
 
+class AttachDisk(msgspec.Struct, frozen=True, kw_only=True):
+    """Prepare the volume's disk file and attach it live; → CallReturned with the target."""
+
+    name: str
+    volume: dict[str, Any]
+    disk: dict[str, Any]
+    reply_to: ReplyTo
+
+
+class DetachDisk(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    target: str
+    reply_to: ReplyTo
+
+
 class AbortJob(msgspec.Struct, frozen=True, kw_only=True):
     #: The AbortMigration command to answer; None: a timeout or a stop aborts it.
     reply_to: ReplyTo | None = None
@@ -203,6 +221,8 @@ HypervisorCall = (
     | RebootDomain
     | ShutdownDomain
     | DestroyDomain
+    | AttachDisk
+    | DetachDisk
     | AbortJob
     | SwitchToPostCopy
 )
@@ -292,6 +312,23 @@ class DomainEventSeen(msgspec.Struct, frozen=True, kw_only=True):
     event: DomainEvent
     reason: StateReason
     seen: Seen
+    #: A pause the guest cannot leave (QEMU's run state needs a reset: a KVM internal
+    #: error, a panic kept paused): why, from QEMU's log. None: an ordinary pause.
+    stuck: str | None = None
+
+
+class AgentSeen(msgspec.Struct, frozen=True, kw_only=True):
+    """The guest agent connected to its channel, or went away."""
+
+    connected: bool
+    seen: Seen
+
+
+class InterfacesSeen(msgspec.Struct, frozen=True, kw_only=True):
+    """What the guest agent said of the guest's NICs (polled while it is connected)."""
+
+    interfaces: tuple[GuestInterface, ...]
+    seen: Seen
 
 
 class Connected(msgspec.Struct, frozen=True, kw_only=True):
@@ -309,6 +346,8 @@ class CommandReceived(msgspec.Struct, frozen=True, kw_only=True):
 class CallReturned(msgspec.Struct, frozen=True, kw_only=True):
     call: HypervisorCall
     error: CallError | None = None
+    #: What the call gave back: an attached disk's target.
+    result: str = ""
     #: Queried after the call returned.
     seen: Seen
 
@@ -353,6 +392,8 @@ Input = (
     Boot
     | SetupDone
     | DomainEventSeen
+    | AgentSeen
+    | InterfacesSeen
     | Connected
     | CommandReceived
     | CallReturned
@@ -404,6 +445,9 @@ class LauncherState(msgspec.Struct, frozen=True, kw_only=True):
     seq: int = 0
     #: A Crash command destroyed the domain: its Stopped event is reported as Crashed.
     crash_requested: bool = False
+    #: The guest stopped for good (`DomainEventSeen.stuck`) and was destroyed: its Stopped
+    #: event is reported as Crashed with this as the message.
+    crash: str | None = None
     grace_expired: bool = False
     shutdown: GracefulShutdown | None = None
     migration: Migration | None = None
@@ -411,6 +455,10 @@ class LauncherState(msgspec.Struct, frozen=True, kw_only=True):
     #: This launcher deletes the domain's disks when it exits: not the source's after the
     #: guest moved away, not a target's before the guest arrived.
     owns_disks: bool = False
+    #: Hot-plugged volumes attached now: (name, target), in the order they came.
+    volumes: tuple[tuple[str, str], ...] = ()
+    agent_connected: bool = False
+    interfaces: tuple[GuestInterface, ...] = ()
     setup_failed: bool = False
     final: DomainStatus | None = None
     exited: bool = False
@@ -433,6 +481,18 @@ def step(s: LauncherState, inp: Input) -> Decision:
             return _setup_done(s, inp)
         case DomainEventSeen():
             return _domain_event(s, inp)
+        case AgentSeen(connected=connected, seen=seen):
+            if connected == s.agent_connected or s.final is not None:
+                return s, []
+            s = replace(s, agent_connected=connected)
+            s, status = _status(s, seen.state, seen.reason, None, seen)
+            return s, [Broadcast(status)]
+        case InterfacesSeen(interfaces=interfaces, seen=seen):
+            if interfaces == s.interfaces or s.final is not None:
+                return s, []
+            s = replace(s, interfaces=interfaces)
+            s, status = _status(s, seen.state, seen.reason, None, seen)
+            return s, [Broadcast(status)]
         case Connected():
             return _connected(s, inp)
         case CommandReceived():
@@ -486,6 +546,9 @@ def _status(
         final=final,
         message=message,
         grace_period_expired=s.grace_expired if final else False,
+        volumes=dict(s.volumes) if state in ACTIVE_STATES else {},
+        agent_connected=s.agent_connected and state in ACTIVE_STATES,
+        interfaces=s.interfaces if state in ACTIVE_STATES else (),
     )
     return replace(s, seq=seq), status
 
@@ -495,7 +558,7 @@ def _snapshot(s: LauncherState, seen: Seen) -> tuple[LauncherState, DomainStatus
     if s.final is not None:
         return s, s.final
     reason = seen.reason
-    if s.crash_requested and seen.state is DomainState.SHUTOFF:
+    if (s.crash_requested or s.crash is not None) and seen.state is DomainState.SHUTOFF:
         reason = StateReason.CRASHED
     return _status(s, seen.state, reason, None, seen)
 
@@ -560,7 +623,18 @@ def _domain_event(s: LauncherState, inp: DomainEventSeen) -> Decision:
         return s, []  # the domain is already reported gone (e.g. Undefined during cleanup)
     event, reason = inp.event, inp.reason
     state = EVENT_STATES[event]
-    if event is DomainEvent.STOPPED and s.crash_requested:
+    if event is DomainEvent.SUSPENDED and inp.stuck is not None:
+        # QEMU refuses to run this guest again ("Resetting the Virtual Machine is
+        # required"): it crashed, as KubeVirt destroys an irrecoverable domain
+        if s.crash is not None:
+            return s, []
+        note = Log("warning", f"domain {s.settings.domain_name} stopped for good: {inp.stuck}")
+        return replace(s, crash=inp.stuck), [note, DestroyDomain()]
+    if event is DomainEvent.SUSPENDED and inp.seen.state is DomainState.PAUSED:
+        # libvirt's event says "paused" both for a user's pause and for one it cannot name;
+        # the domain's state reason tells them apart
+        reason = inp.seen.reason
+    if event is DomainEvent.STOPPED and (s.crash_requested or s.crash is not None):
         reason = StateReason.CRASHED
     if event is DomainEvent.DEFINED and inp.seen.active:
         return s, []  # a running domain's definition was saved (a migration's target does)
@@ -574,7 +648,7 @@ def _domain_event(s: LauncherState, inp: DomainEventSeen) -> Decision:
         if s.migration is not None:
             deferred = DomainEnd(state, reason, event)
             return replace(s, migration=replace(s.migration, deferred_end=deferred)), []
-        return _finish(s, state, reason, event, inp.seen)
+        return _finish(s, state, reason, event, inp.seen, s.crash)
     s, status = _status(s, state, reason, event, inp.seen)
     return s, [Broadcast(status)]
 
@@ -624,6 +698,17 @@ def _command(s: LauncherState, inp: CommandReceived) -> Decision:
                 return _reply(s, to, seen, "no migration is running")
             s = _with_abort(s, s.migration, "aborted on request")
             return s, [AbortJob(reply_to=to)]
+        case AttachVolume(name=name, volume=volume, disk=disk):
+            if any(n == name for n, _ in s.volumes):
+                return _reply(s, to, seen)  # attached already: a repeat changes nothing
+            if not seen.active or s.shutdown is not None or s.final is not None:
+                return _reply(s, to, seen, "the domain is not running")
+            return s, [AttachDisk(name=name, volume=volume, disk=disk, reply_to=to)]
+        case DetachVolume(name=name):
+            target = next((t for n, t in s.volumes if n == name), None)
+            if target is None:
+                return _reply(s, to, seen)  # not attached: nothing to do
+            return s, [DetachDisk(name=name, target=target, reply_to=to)]
         case _:
             assert_never(command)
 
@@ -632,6 +717,14 @@ def _call_returned(s: LauncherState, inp: CallReturned) -> Decision:
     call, error = inp.call, inp.error
     match call:
         case StartDomain() | SuspendDomain() | ResumeDomain() | RebootDomain():
+            return _reply(s, call.reply_to, inp.seen, _message(error))
+        case AttachDisk(name=name):
+            if error is None:
+                s = replace(s, volumes=(*s.volumes, (name, inp.result)))
+            return _reply(s, call.reply_to, inp.seen, _message(error))
+        case DetachDisk(name=name):
+            if error is None:
+                s = replace(s, volumes=tuple(v for v in s.volumes if v[0] != name))
             return _reply(s, call.reply_to, inp.seen, _message(error))
         case ShutdownDomain():
             name = s.settings.domain_name

@@ -37,10 +37,13 @@ from services.launcher.domain_xml import (
     DEFAULT_DISK_DIR,
     DomainType,
     build_domain_xml,
+    disk_xml_of,
     domain_name,
     firmware_uuid,
     guest_memory_bytes,
+    hotplug_disk_xml,
 )
+from services.launcher.guest_network import guest_interfaces
 from services.launcher.hypervisor import (
     TEST_URI,
     Hypervisor,
@@ -61,6 +64,8 @@ log = logging.getLogger("virtstream.launcher")
 # Where the setup's failure is reported instead of raised (the VMI fails, with this message).
 _SETUP_ERRORS = (HypervisorError, ValueError, KeyError, TypeError, OSError)
 _LOG_LEVELS = {"info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+#: How often the guest agent is asked for the guest's addresses while it is connected.
+INTERFACE_POLL_SECONDS = 3.0
 
 
 class LauncherConfig(msgspec.Struct, kw_only=True):
@@ -180,6 +185,8 @@ class Launcher:
         server: asyncio.Server | None = None
         try:
             self._feed(lc.Boot())  # connects and defines (or attaches) synchronously
+            if self._config.domain_type is not DomainType.TEST:
+                self._spawn(self._poll_interfaces())
             server = await asyncio.start_unix_server(self._serve, sock=listener)
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal, sig)
@@ -251,6 +258,8 @@ class Launcher:
                 | lc.RebootDomain()
                 | lc.ShutdownDomain()
                 | lc.DestroyDomain()
+                | lc.AttachDisk()
+                | lc.DetachDisk()
                 | lc.AbortJob()
                 | lc.SwitchToPostCopy()
             ):
@@ -287,6 +296,7 @@ class Launcher:
         arrived = False
         try:
             self._hv.open(self._on_event)
+            self._hv.watch_agent(self._on_agent)
             if isinstance(action, lc.AttachIncoming):
                 arrived = self._hv.attach(firmware_uuid(self._config.vmi))
             else:
@@ -336,6 +346,7 @@ class Launcher:
     def _call(self, call: lc.HypervisorCall) -> None:
         hv = self._hv
         error: lc.CallError | None = None
+        result = ""
         try:
             match call:
                 case lc.StartDomain(paused=paused):
@@ -350,18 +361,57 @@ class Launcher:
                     hv.shutdown()
                 case lc.DestroyDomain():
                     hv.destroy()
+                case lc.AttachDisk(volume=volume, disk=disk):
+                    result = self._attach(volume, disk)
+                case lc.DetachDisk(target=target):
+                    found = disk_xml_of(hv.live_xml(), target)
+                    if found is not None:
+                        hv.detach_device(found)
                 case lc.AbortJob():
                     hv.abort_job()
                 case lc.SwitchToPostCopy():
                     hv.switch_to_post_copy()
                 case _:
                     assert_never(call)
-        except HypervisorError as exc:
+        except (HypervisorError, ValueError, OSError) as exc:
             error = lc.CallError(type(exc).__name__, str(exc))
-        self._feed(lc.CallReturned(call=call, error=error, seen=self._seen()))
+        self._feed(lc.CallReturned(call=call, error=error, result=result, seen=self._seen()))
+
+    def _attach(self, volume: dict[str, Any], disk: dict[str, Any]) -> str:
+        """Prepare a hot-plugged volume's file and attach it; returns its target."""
+        config = self._config
+        path = storage.hotplug_volume(
+            config.vmi, volume, self._domain_name, config.disk_dir,
+            default_size=config.default_disk_size,
+        )  # fmt: skip
+        xml, target = hotplug_disk_xml(disk, path, self._hv.live_xml())
+        self._hv.attach_device(xml)
+        return target
 
     def _on_event(self, event: DomainEvent, reason: StateReason) -> None:
-        self._feed(lc.DomainEventSeen(event=event, reason=reason, seen=self._seen()))
+        stuck = self._hv.stuck() if event is DomainEvent.SUSPENDED else None
+        self._feed(lc.DomainEventSeen(event=event, reason=reason, seen=self._seen(), stuck=stuck))
+        if event is DomainEvent.RESUMED and reason is StateReason.MIGRATED:
+            # arrived by migration: the agent's channel may be up already (no event for it)
+            self._on_agent(self._hv.agent_connected())
+
+    def _on_agent(self, connected: bool) -> None:
+        self._feed(lc.AgentSeen(connected=connected, seen=self._seen()))
+
+    async def _poll_interfaces(self) -> None:
+        """While the guest agent is connected, what it says of the guest's NICs (KubeVirt's
+        virt-launcher polls its agent as well: no event says an address came)."""
+        while not self._exited.is_set():
+            await asyncio.sleep(INTERFACE_POLL_SECONDS)
+            if not self._state.agent_connected or self._state.final is not None:
+                continue
+            try:
+                xml = await asyncio.to_thread(self._hv.live_xml)
+                found = await asyncio.to_thread(self._hv.guest_addresses)
+            except HypervisorError:
+                continue  # the agent went away, or the domain: its events say so
+            interfaces = guest_interfaces(xml, found)
+            self._feed(lc.InterfacesSeen(interfaces=interfaces, seen=self._seen()))
 
     async def _migrate(self, action: lc.MigrateDomain) -> None:
         command = action.command

@@ -14,6 +14,8 @@ DomainStatus.domain_pid.
 
 from __future__ import annotations
 
+from typing import Any
+
 import msgspec
 
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
@@ -46,6 +48,24 @@ class Shutdown(msgspec.Struct, tag="Shutdown", kw_only=True):
 
     id: int = 0
     grace_period_seconds: float = 30
+
+
+class AttachVolume(msgspec.Struct, tag="AttachVolume", kw_only=True):
+    """Hot-plug a volume into the running domain (KubeVirt's addvolume): its disk file is
+    prepared (a claim's qcow2) and attached live; the reply's status lists it in
+    `volumes` with its target (sda, ...)."""
+
+    id: int = 0
+    name: str
+    volume: dict[str, Any]  # the VMI's volume (persistentVolumeClaim or dataVolume)
+    disk: dict[str, Any]  # the VMI's disk (bus scsi or virtio)
+
+
+class DetachVolume(msgspec.Struct, tag="DetachVolume", kw_only=True):
+    """Unplug a hot-plugged volume (KubeVirt's removevolume); its claim's file stays."""
+
+    id: int = 0
+    name: str
 
 
 class Status(msgspec.Struct, tag="Status", kw_only=True):
@@ -97,7 +117,17 @@ class AbortMigration(msgspec.Struct, tag="AbortMigration", kw_only=True):
 
 
 Command = (
-    Start | Pause | Resume | SoftReboot | Shutdown | Status | Crash | MigrateTo | AbortMigration
+    Start
+    | Pause
+    | Resume
+    | SoftReboot
+    | Shutdown
+    | Status
+    | Crash
+    | MigrateTo
+    | AbortMigration
+    | AttachVolume
+    | DetachVolume
 )
 
 
@@ -122,6 +152,21 @@ class DomainStatus(msgspec.Struct, tag="DomainStatus", kw_only=True):
     message: str | None = None
     #: QEMU's pid while the domain runs (qemu mode); None for the `test` driver.
     domain_pid: int | None = None
+    #: The hot-plugged volumes attached now: name → the disk's target (sda, vdc, ...).
+    volumes: dict[str, str] = msgspec.field(default_factory=dict)
+    #: The guest agent answers on its channel (libvirt's agent lifecycle).
+    agent_connected: bool = False
+    #: The guest's NICs with their addresses, as its agent last reported them.
+    interfaces: tuple[GuestInterface, ...] = ()
+
+
+class GuestInterface(msgspec.Struct, frozen=True, kw_only=True):
+    """One NIC of the guest as its agent reports it, matched to the VMI's interface by MAC."""
+
+    name: str  # the VMI's interface (spec.domain.devices.interfaces[].name)
+    mac: str
+    interface_name: str = ""  # the guest's name for it (eth0)
+    ip_addresses: tuple[str, ...] = ()
 
 
 class Hello(msgspec.Struct, tag="Hello", kw_only=True):

@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from events.quantity import parse_quantity
-from services.launcher import images
+from projections import claims
+from services.launcher import cloud_config, images
 from services.launcher.images import KernelBoot
 
 log = logging.getLogger("virtstream.launcher.storage")
@@ -80,7 +81,10 @@ def _container_images(volumes: Mapping[str, Any], image_dir: str | None) -> dict
 
 
 def iso_tool() -> str | None:
-    for tool in ("cloud-localds", "genisoimage", "mkisofs", "xorriso"):
+    """What builds the seed ISO: genisoimage, mkisofs or xorriso take a directory (the
+    ConfigDrive layout, the rendered cloud-config); cloud-localds alone only NoCloud's
+    three files."""
+    for tool in ("genisoimage", "mkisofs", "xorriso", "cloud-localds"):
         if shutil.which(tool):
             return tool
     return None
@@ -115,6 +119,24 @@ def prepare_disks(
     return paths
 
 
+def hotplug_volume(
+    vmi: Mapping[str, Any],
+    volume: Mapping[str, Any],
+    domain: str,
+    disk_dir: str,
+    *,
+    default_size: str = DEFAULT_DISK_SIZE,
+) -> str:
+    """The file of a volume hot-plugged into the running domain (a claim's qcow2, created
+    blank on first use as at start)."""
+    if not claim_name(volume):
+        raise ValueError(f"volume {volume.get('name')} is not a PVC or DataVolume")
+    directory = Path(disk_dir) / domain
+    path = _prepare_volume(volume, str(volume.get("name")), directory, vmi, default_size)
+    assert path is not None
+    return str(path)
+
+
 def skipped_disks(vmi: Mapping[str, Any], paths: Mapping[str, str]) -> list[str]:
     disks = ((vmi.get("spec") or {}).get("domain") or {}).get("devices") or {}
     return [d["name"] for d in disks.get("disks") or [] if d["name"] not in paths]
@@ -136,14 +158,18 @@ def _prepare_volume(
         namespace = (vmi.get("metadata") or {}).get("namespace") or "default"
         path = claim_path(str(directory.parent), namespace, claim)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return _blank(path, default_size)
+        # the size its VM's dataVolumeTemplate requests (the pod's annotation), else 1Gi
+        return _blank(path, claims.sizes_of(dict(vmi)).get(claim, default_size))
     if "emptyDisk" in volume:
         return _blank(overlay, str((volume["emptyDisk"] or {}).get("capacity") or default_size))
     if "hostDisk" in volume and (volume["hostDisk"] or {}).get("path"):
         return Path(volume["hostDisk"]["path"])
     for key in ("cloudInitNoCloud", "cloudInitConfigDrive"):
         if key in volume:
-            return _nocloud_iso(volume[key] or {}, directory / f"{name}.iso", name, vmi)
+            config_drive = key == "cloudInitConfigDrive"
+            return _nocloud_iso(
+                volume[key] or {}, directory / f"{name}.iso", name, vmi, config_drive
+            )
     return _blank(overlay, default_size)
 
 
@@ -206,8 +232,42 @@ def _decoded(source: Mapping[str, Any], key: str) -> str:
     return base64.b64decode(encoded).decode() if encoded else ""
 
 
+def seed_files(
+    source: Mapping[str, Any], vmi: Mapping[str, Any], config_drive: bool
+) -> dict[str, str]:
+    """The seed disk's files (path → content): NoCloud's `user-data`, `meta-data` (KubeVirt's
+    `instance-id: <name>.<namespace>`, `local-hostname`) and `network-config`, or
+    ConfigDrive's `openstack/latest/{user_data,meta_data.json,network_data.json}`; with a
+    `#cloud-config`, also the scripts the guest runs for it (`cloud_config.py`)."""
+    meta = vmi.get("metadata") or {}
+    vmi_name, namespace = meta.get("name") or "", meta.get("namespace") or "default"
+    hostname = (vmi.get("spec") or {}).get("hostname") or vmi_name
+    user_data = _decoded(source, "userData")
+    network = _decoded(source, "networkData")
+    if config_drive:
+        instance = {"uuid": f"{vmi_name}.{namespace}", "hostname": hostname, "name": vmi_name}
+        files = {
+            "openstack/latest/user_data": user_data,
+            "openstack/latest/meta_data.json": json.dumps(instance) + "\n",
+        }
+        if network:
+            files["openstack/latest/network_data.json"] = network
+    else:
+        files = {
+            "user-data": user_data,
+            "meta-data": f"instance-id: {vmi_name}.{namespace}\nlocal-hostname: {hostname}\n",
+        }
+        if network:
+            files["network-config"] = network
+    if cloud_config.is_cloud_config(user_data):
+        boot, final = cloud_config.render(cloud_config.parse(user_data))
+        files["virtstream/boot.sh"] = boot
+        files["virtstream/final.sh"] = final
+    return files
+
+
 def _nocloud_iso(
-    source: Mapping[str, Any], path: Path, name: str, vmi: Mapping[str, Any]
+    source: Mapping[str, Any], path: Path, name: str, vmi: Mapping[str, Any], config_drive: bool
 ) -> Path | None:
     tool = iso_tool()
     if tool is None:
@@ -215,29 +275,29 @@ def _nocloud_iso(
             "cloud-init disk %s skipped: no cloud-localds, genisoimage, mkisofs or xorriso", name
         )
         return None
-    meta = vmi.get("metadata") or {}
-    vmi_name, namespace = meta.get("name") or path.parent.name, meta.get("namespace") or "default"
-    hostname = (vmi.get("spec") or {}).get("hostname") or vmi_name
-    files = {
-        "user-data": _decoded(source, "userData"),
-        "meta-data": f"instance-id: {vmi_name}.{namespace}\nlocal-hostname: {hostname}\n",
-    }
-    if network := _decoded(source, "networkData"):
-        files["network-config"] = network
-    with tempfile.TemporaryDirectory(prefix="vs-nocloud-") as tmp:
+    files = seed_files(source, vmi, config_drive)
+    label = "config-2" if config_drive else "cidata"
+    with tempfile.TemporaryDirectory(prefix="vs-seed-") as tmp:
+        tree = Path(tmp) / "seed"
         for file_name, content in files.items():
-            (Path(tmp) / file_name).write_text(content)
-        seed = [str(Path(tmp) / n) for n in files]
+            (tree / file_name).parent.mkdir(parents=True, exist_ok=True)
+            (tree / file_name).write_text(content)
         match tool:
             case "cloud-localds":
+                if config_drive or any("/" in f for f in files):
+                    raise ValueError(
+                        f"cloud-init disk {name}: cloud-localds makes NoCloud seeds of plain "
+                        "user-data only (install genisoimage: bash ops/install.sh --qemu)"
+                    )
+                seed = [str(tree / n) for n in files]
                 net = ["--network-config", seed[2]] if len(seed) > 2 else []
                 command = ["cloud-localds", *net, str(path), seed[0], seed[1]]
             case "xorriso":
                 command = ["xorriso", "-as", "mkisofs", "-quiet", "-output", str(path),
-                           "-volid", "cidata", "-joliet", "-rock", *seed]  # fmt: skip
+                           "-volid", label, "-joliet", "-rock", str(tree)]  # fmt: skip
             case _:
-                command = [tool, "-quiet", "-output", str(path), "-volid", "cidata",
-                           "-joliet", "-rock", *seed]  # fmt: skip
+                command = [tool, "-quiet", "-output", str(path), "-volid", label,
+                           "-joliet", "-rock", str(tree)]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise ValueError(f"{tool} failed for cloud-init disk {name}: {done.stderr.strip()}")

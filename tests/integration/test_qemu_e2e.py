@@ -230,7 +230,7 @@ def test_kill9_handler_keeps_the_guest_and_reattaches(up: Up) -> None:
 def test_stop_with_grace_period_ends_qemu(up: Up) -> None:
     vmi = up.running_vmi()
     node, pid = vmi["status"]["nodeName"], qemu_pid(vmi)
-    # the guest does not answer ACPI (no acpid): the grace period runs out, it is destroyed
+    # the guest powers off on the ACPI button, or is destroyed as the second runs out
     assert up.http.put(f"{SUB_VM}/vm-cirros/stop", json={"gracePeriod": 1}).is_success
     until(lambda: up.vmi() is None, what="the VMI gone")
     until(lambda: not pid_alive(pid), what="QEMU gone")

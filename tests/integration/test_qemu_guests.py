@@ -8,12 +8,18 @@ Each test stops its guest (two shared cores). Skipped without the qemu packages 
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import re
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +28,14 @@ import httpx
 import libvirt
 import pytest
 import yaml
+from websockets.sync.client import ClientConnection, connect
 
 from cli.up import live_launchers
+from client import credentials
 from ops import guest_images
 from ops.nats_server import free_port
 from ops.node_libvirtd import connect_uri, processes_in_namespace, read_state
+from services.handler.planner import MAX_ATTEMPTS
 from services.launcher.rundir import guest_console_log
 from tests.integration.polling import until, up_client
 from tests.integration.qemu_support import CIRROS, qemu_marks
@@ -38,31 +47,41 @@ EXAMPLES = REPO / "examples" / "kubevirt"
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
 VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
 SUB_VM = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines"
-BOOT_TIMEOUT = 60.0  # a TCG boot takes ~3-5 s alone; the machine is shared
+SUB_VMI = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances"
+BOOT_TIMEOUT = 120.0  # a TCG boot takes ~3-5 s alone; the machine is shared (and may be busy)
 
 
 class Cluster:
     def __init__(self, data_dir: Path) -> None:
         self.data_dir = data_dir
         self.port = free_port()
+        self.nats_port = free_port()
         self.http = httpx.Client()  # the api's, once `up` wrote its credentials (start)
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: subprocess.Popen[str] | None = None
+        self.output: list[str] = []  # what `up` printed, read as it goes
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "up", "--data-dir", str(self.data_dir),
-             "--port", str(self.port), "--nats-port", str(free_port()),
+             "--port", str(self.port), "--nats-port", str(self.nats_port),
              "--hypervisor", "qemu", "--nodes", "1"],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "COLUMNS": "200"},
         )  # fmt: skip
+        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
         self.http = up_client(self.port, timeout=5)
         until(lambda: self.http.get(VMS).is_success, what="the API")
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            self.output.append(line.rstrip("\n"))
 
     def stop(self) -> None:
         self.http.close()
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
-            self.proc.communicate(timeout=90)
+            self.proc.wait(timeout=90)
         for pid in live_launchers(self.data_dir / "run"):
             os.kill(pid, signal.SIGKILL)
 
@@ -112,9 +131,71 @@ class Cluster:
             if Path(f"/proc/{pid}/comm").read_text().startswith("qemu")
         ]
 
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The VMI's events as `virtstream events -o json` prints them."""
+        done = subprocess.run(
+            [sys.executable, "-m", "cli.main", "events", "-a", f"vmi/default/{name}",
+             "-o", "json", "--nats-url", f"nats://127.0.0.1:{self.nats_port}"],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+    def why(self, name: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "cli.main", "why", f"vmi/default/{name}",
+             "--nats-url", f"nats://127.0.0.1:{self.nats_port}"],
+            cwd=REPO, capture_output=True, text=True, timeout=60,
+            env={**os.environ, "COLUMNS": "250"},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {**os.environ, "VIRTSTREAM_SERVER": f"http://127.0.0.1:{self.port}"}
+        return subprocess.run(
+            [sys.executable, "-m", "cli.main", *args],
+            cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    def popen_cli(self, *args: str) -> subprocess.Popen[str]:
+        env = {**os.environ, "VIRTSTREAM_SERVER": f"http://127.0.0.1:{self.port}"}
+        return subprocess.Popen(
+            [sys.executable, "-m", "cli.main", *args], cwd=REPO, env=env, text=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+
+    def console_ws(self, name: str) -> ClientConnection:
+        """The VMI's serial console through the api (as `virtstream console` opens it)."""
+        creds = credentials.for_api(f"http://127.0.0.1:{self.port}")
+        url = creds.server.replace("http", "ws", 1) + f"{SUB_VMI}/{name}/console"
+        verify = creds.verify()
+        return connect(
+            url,
+            subprotocols=["plain.kubevirt.io"],  # type: ignore[list-item]
+            max_size=None,
+            additional_headers=creds.headers(),
+            ssl=verify if isinstance(verify, ssl.SSLContext) and url.startswith("wss") else None,
+        )
+
     def delete_vmi(self, name: str) -> None:
         self.http.delete(f"{VMIS}/{name}", params={"gracePeriodSeconds": 0})
         until(lambda: self.http.get(f"{VMIS}/{name}").status_code == 404, what=f"{name} gone")
+
+
+def shell(ws: ClientConnection, command: str, seconds: float = 20.0) -> str:
+    """Type a command on the guest's console; what came back until a marker the command
+    echoes (so the echo of the typed line does not count) or `seconds`."""
+    mark = f"{random.randrange(10**6):06d}"
+    ws.send(f"\r{command}; echo done-$((1000000+{mark}))\r".encode())
+    out, end = "", time.monotonic() + seconds
+    while f"done-{1000000 + int(mark)}" not in out and time.monotonic() < end:
+        try:
+            data = ws.recv(timeout=max(0.1, end - time.monotonic()))
+        except TimeoutError:
+            break
+        out += data.decode(errors="replace") if isinstance(data, bytes) else data
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -134,9 +215,17 @@ def example(name: str) -> dict[str, Any]:
 
 
 def test_vm_cirros_boots_to_the_guests_prompt_on_its_serial_console(cluster: Cluster) -> None:
+    # `up` booted the guest image under KVM (and TCG unless KVM was quick) and said which
+    verdicts = [line for line in cluster.output if line.startswith("domain type ")]
+    assert len(verdicts) == 1, cluster.output
+    said = re.match(r"domain type (kvm|qemu)\b.*?: (.+)", verdicts[0])
+    assert said is not None, verdicts[0]
+    # KVM's boot decided: it reached the guest's init, or it could not
+    assert re.search(r"reached its init|KVM cannot run the guest image here", said.group(2))
     assert cluster.http.post(VMS, json=yaml.safe_load(CIRROS.read_text())).is_success
     assert cluster.http.put(f"{SUB_VM}/vm-cirros/start", json={}).is_success
-    cluster.phase("vm-cirros", "Running")
+    status = cluster.phase("vm-cirros", "Running")["status"]
+    assert status["virtstream.io/domain"]["type"] == said.group(1)
     text = cluster.console_shows(
         "vm-cirros",
         r"^virtstream-guest: init",  # the guest's userspace is up
@@ -144,26 +233,118 @@ def test_vm_cirros_boots_to_the_guests_prompt_on_its_serial_console(cluster: Clu
         r"^vm-cirros:~# ",  # busybox's shell on ttyS0; the hostname from meta-data
     )
     assert "SYSLINUX" in text  # booted from the containerDisk through its boot loader
+    # the guest agent: KubeVirt's AgentConnected condition, and what it says of the guest
+    until(
+        lambda: any(
+            c["type"] == "AgentConnected" and c["status"] == "True"
+            for c in cluster.vmi("vm-cirros")["status"]["conditions"]
+        ),
+        timeout=BOOT_TIMEOUT,
+        what="AgentConnected",
+    )
+    out = cluster.cli("guestosinfo", "vm-cirros")
+    assert out.returncode == 0, out.stderr
+    info = json.loads(out.stdout)
+    assert info["hostname"] == "vm-cirros" and info["guestAgentVersion"]
+    assert info["os"]["id"] == "virtstream" and info["os"]["kernelRelease"].endswith("cloud-amd64")
+    assert json.loads(cluster.cli("userlist", "vm-cirros").stdout)["items"] == []  # no login
+    # the guest's address, as its agent reports it: status.interfaces and the IP column
+    (nic,) = until(
+        lambda: [
+            i
+            for i in cluster.vmi("vm-cirros")["status"].get("interfaces", [])
+            if i.get("ipAddress")
+        ],
+        timeout=30,
+        what="an IP in status.interfaces",
+    )
+    assert (nic["name"], nic["interfaceName"], nic["ipAddress"]) == ("default", "eth0", "10.0.2.15")
+    assert nic["infoSource"] == "domain, guest-agent"
+    table = cluster.cli("get", "vmi", "vm-cirros").stdout.splitlines()
+    assert table[0].split()[3] == "IP" and table[1].split()[3] == "10.0.2.15", table
     assert cluster.http.put(f"{SUB_VM}/vm-cirros/stop", json={}).is_success
     until(lambda: not cluster.qemus(), timeout=30, what="QEMU gone")
 
 
-def test_nocloud_user_data_sets_the_hostname(cluster: Cluster) -> None:
+@pytest.fixture(scope="module")
+def ssh_key() -> Iterator[Path]:
+    """A key pair for the guests' users (`<dir>/id`, `<dir>/id.pub`)."""
+    with tempfile.TemporaryDirectory(prefix="vs-key-") as d:
+        key = Path(d) / "id"
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "t@x", "-f", str(key)],
+            check=True,
+        )
+        yield key
+
+
+def test_nocloud_cloud_config_sets_hostname_users_keys_files_and_commands(
+    cluster: Cluster, ssh_key: Path
+) -> None:
+    key = ssh_key.with_suffix(".pub").read_text().strip()
     vmi = example("vmi-nocloud.yaml")
     for volume in vmi["spec"]["volumes"]:
         if "cloudInitNoCloud" in volume:
             volume["cloudInitNoCloud"]["userData"] = (
-                "#cloud-config\nhostname: nocloud-guest\nruncmd:\n"
-                '  - echo "runcmd ran as $(id -un)"\n'
+                "#cloud-config\nhostname: nocloud-guest\n"
+                "users:\n  - default\n  - name: alice\n    ssh_authorized_keys:\n"
+                f"      - {key}\n"
+                f"ssh_authorized_keys:\n  - {key}\n"
+                "write_files:\n  - path: /etc/greeting\n    content: hello from write_files\n"
+                "bootcmd:\n  - echo bootcmd ran\n"
+                'runcmd:\n  - echo "runcmd ran as $(id -un)"\n'
             )
     assert cluster.http.post(VMIS, json=vmi).is_success
     cluster.phase("vmi-nocloud", "Running")
     cluster.console_shows(
         "vmi-nocloud",
+        r"^cloud-init: NoCloud seed on ",
+        r"^bootcmd ran",
+        r"^cloud-init: user alice",
         r"^cloud-init: hostname nocloud-guest",
         r"^runcmd ran as root",
         r"^virtstream-guest: eth0 10\.0\.2\.15/24",  # DHCP on the NIC
         r"^nocloud-guest:~# ",
+    )
+    with cluster.console_ws("vmi-nocloud") as ws:
+        out = shell(
+            ws,
+            "cat /etc/greeting /root/.ssh/authorized_keys /home/alice/.ssh/authorized_keys; "
+            "grep alice /etc/passwd",
+        )
+    assert "hello from write_files" in out
+    assert out.count(key) == 2  # root's and alice's (the typed line does not hold it)
+    assert "alice:x:" in out and "/home/alice" in out
+    # in by SSH with the key cloud-init gave root and alice: `virtstream ssh` runs the local
+    # ssh client through `virtstream port-forward --stdio` (the portforward subresource)
+    for user in ("root", "alice"):
+        done = cluster.cli(
+            "ssh", f"{user}@vmi/vmi-nocloud", "-i", str(ssh_key),
+            "--known-hosts", str(ssh_key.parent / "known_hosts"),
+            "-t", "-o StrictHostKeyChecking=accept-new", "-t", "-o BatchMode=yes",
+            "-c", "echo $(hostname) $(id -un) $(cat /etc/greeting)",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == f"nocloud-guest {user} hello from write_files"
+    # port-forward: a local port whose connections reach the guest's SSH server
+    forward = cluster.popen_cli("port-forward", "vmi/vmi-nocloud", "0:22")
+    try:
+        assert forward.stderr is not None
+        line = forward.stderr.readline()
+        m = re.match(r"Forwarding from 127\.0\.0\.1:(\d+) -> 22", line)
+        assert m, line
+        for _ in range(2):  # a connection each, one WebSocket each
+            with socket.create_connection(("127.0.0.1", int(m[1])), timeout=30) as conn:
+                assert conn.recv(64).startswith(b"SSH-2.0-dropbear")
+    finally:
+        forward.send_signal(signal.SIGINT)
+        forward.wait(timeout=10)
+    # a VMI that is not there: virt-api's answer, in one line
+    missing = cluster.cli("port-forward", "vmi/nope", "22")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == (
+        "error: Can't connect to websocket (404): "
+        'virtualmachineinstances.kubevirt.io "nope" not found'
     )
     cluster.delete_vmi("vmi-nocloud")
 
@@ -194,3 +375,177 @@ def test_an_unknown_image_fails_the_vmi_with_err_image_pull_and_starts_no_qemu(
     assert "default_no-image" not in cluster.domains()
     assert cluster.qemus() == []
     assert not (cluster.data_dir / "disks" / "default_no-image").exists()
+
+
+def test_a_guest_panic_fails_the_vmi_with_kubevirts_warning(cluster: Cluster) -> None:
+    """A ConfigDrive seed names the guest and runs its runcmd, which panics the guest's
+    kernel: its panic device tells QEMU, the VMI fails (Crashed) with the GuestPanicked
+    warning, and `why` shows it."""
+    vmi = example("vmi-nocloud.yaml")
+    vmi["metadata"]["name"] = "panics"
+    vmi["spec"]["hostname"] = "drive-host"
+    vmi["spec"]["domain"]["devices"]["panicDevices"] = [{"model": "isa"}]
+    for volume in vmi["spec"]["volumes"]:
+        if "cloudInitNoCloud" in volume:
+            volume["cloudInitConfigDrive"] = {
+                "userData": "#cloud-config\nruncmd:\n  - echo config drive runcmd\n"
+                "  - echo c > /proc/sysrq-trigger\n"
+            }
+            del volume["cloudInitNoCloud"]
+    assert cluster.http.post(VMIS, json=vmi).is_success
+    status = cluster.phase("panics", "Failed")["status"]
+    assert status["reason"] == "Crashed"
+    console = cluster.console("panics").read_text(errors="replace")
+    for line in (
+        "cloud-init: ConfigDrive seed on ",
+        "cloud-init: hostname drive-host",
+        "config drive runcmd",
+        "Kernel panic",
+    ):
+        assert line in console, console[-2000:]
+    events = cluster.events("panics")
+    warnings = [e["data"] for e in events if e["type"] == "VMIWarning"]
+    assert [(w["reason"], w["message"]) for w in warnings] == [
+        ("GuestPanicked", "GuestPanicked (details unavailable)")
+    ]
+    stopped = next(e["data"] for e in events if e["type"] == "DomainStopped")
+    assert stopped["reason"] == "Crashed"
+    assert "Paused" not in {c["type"] for c in status["conditions"]}  # never PausedByUser
+    why = cluster.why("panics")
+    assert "DomainStopped" in why and "GuestPanicked" in why
+    assert "default_panics" not in cluster.domains()
+    cluster.delete_vmi("panics")
+
+
+def test_a_domain_that_refuses_every_start_is_retried_with_backoff_then_given_up(
+    cluster: Cluster,
+) -> None:
+    """libvirt refuses to start a domain whose host disk does not exist: the handler sends
+    Start MAX_ATTEMPTS times with growing gaps, then records one SyncFailed warning and
+    stops asking; its appends and log lines stay that few while the domain keeps refusing."""
+    vmi = example("vmi-nocloud.yaml")
+    vmi["metadata"]["name"] = "refuses"
+    vmi["spec"]["domain"]["devices"]["disks"].append({"name": "gone", "disk": {"bus": "virtio"}})
+    missing = "/nonexistent/virtstream/refuses.img"
+    vmi["spec"]["volumes"].append({"name": "gone", "hostDisk": {"path": missing, "type": "Disk"}})
+    assert cluster.http.post(VMIS, json=vmi).is_success
+
+    def warnings() -> list[dict[str, Any]]:
+        return [e["data"] for e in cluster.events("refuses") if e["type"] == "VMIWarning"]
+
+    (warning,) = until(warnings, timeout=90, every=2.0, what="the SyncFailed warning")
+    assert warning["reason"] == "SyncFailed"
+    assert warning["message"].startswith(f"Start refused {MAX_ATTEMPTS} times, given up: ")
+    assert missing in warning["message"]
+    time.sleep(4)  # the domain still refuses; the handler asks no more (a loop: hundreds)
+    events = cluster.events("refuses")
+    assert [e["type"] for e in events] == [
+        "VMICreated", "PodScheduled", "LauncherStarted", "VMIWarning"
+    ]  # fmt: skip
+    log = (cluster.data_dir / "logs" / "handler-node-1.log").read_text()
+    rejected = [
+        line
+        for line in log.splitlines()
+        if "command rejected" in line and "default/refuses" in line
+    ]
+    assert len(rejected) == MAX_ATTEMPTS, rejected
+    status = cluster.vmi("refuses")["status"]
+    synced = next(c for c in status["conditions"] if c["type"] == "Synchronized")
+    assert synced["status"] == "False" and synced["message"] == warning["message"]
+    cluster.delete_vmi("refuses")
+
+
+def test_volumes_are_sized_as_written_and_hot_plugged_into_the_running_guest(
+    cluster: Cluster,
+) -> None:
+    """A dataVolumeTemplate's size is its disk's; `virtstream addvolume` attaches a claim
+    to the running guest (status.volumeStatus Ready, its disk seen by the guest's kernel)
+    and `removevolume` takes it away again. Then `stop --grace-period 20`: the guest's
+    acpid powers it off on the ACPI button, so the domain ends shut down, not destroyed at
+    the grace period's end."""
+    vm = yaml.safe_load(CIRROS.read_text())
+    vm["metadata"]["name"] = "volumes"
+    vm["spec"]["runStrategy"] = "Always"
+    vm["spec"]["dataVolumeTemplates"] = [
+        {"metadata": {"name": "volumes-data"},
+         "spec": {"storage": {"resources": {"requests": {"storage": "2Gi"}}}}}
+    ]  # fmt: skip
+    template = vm["spec"]["template"]["spec"]
+    template["domain"]["devices"]["disks"].append({"name": "data", "disk": {"bus": "virtio"}})
+    template["volumes"].append({"name": "data", "dataVolume": {"name": "volumes-data"}})
+    assert cluster.http.post(VMS, json=vm).is_success
+    cluster.phase("volumes", "Running")
+    cluster.console_shows("volumes", r"^volumes:~# ")
+    claim = cluster.data_dir / "disks" / "volumes" / "default" / "volumes-data.qcow2"
+    info = json.loads(
+        subprocess.check_output(["qemu-img", "info", "-U", "--output=json", str(claim)])
+    )
+    assert info["virtual-size"] == 2 * 2**30
+    with cluster.console_ws("volumes") as ws:
+        # vda the image, vdb the cloud-init seed, vdc the claim: 2 GiB in 512-byte sectors
+        assert "sectors=4194304" in shell(ws, "echo sectors=$(cat /sys/block/vdc/size)")
+        # a file system on it, mounted: the guest agent lists it (KubeVirt's fslist)
+        shell(ws, "mke2fs -q /dev/vdc && mkdir -p /data && mount /dev/vdc /data", seconds=60)
+        fslist = until(
+            lambda: [
+                fs
+                for fs in json.loads(cluster.cli("fslist", "volumes").stdout)["items"]
+                if fs["mountPoint"] == "/data"
+            ],
+            timeout=30,
+            what="/data in fslist",
+        )
+        assert fslist[0]["diskName"] == "vdc" and fslist[0]["totalBytes"] > 0
+        out = cluster.cli("addvolume", "volumes", "--volume-name", "hot-data")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == (
+            "Successfully submitted add volume request to VM volumes for volume hot-data"
+        )
+
+        def ready() -> dict[str, Any] | None:
+            entries = cluster.vmi("volumes")["status"].get("volumeStatus") or []
+            found = [e for e in entries if e["name"] == "hot-data" and e["phase"] == "Ready"]
+            return found[0] if found else None
+
+        entry = until(ready, timeout=60, what="the hotplugged volume Ready")
+        assert entry["target"] == "sda"
+        spec = cluster.vmi("volumes")["spec"]
+        assert {"name": "hot-data", "persistentVolumeClaim": {
+            "claimName": "hot-data", "hotpluggable": True}} in spec["volumes"]  # fmt: skip
+        # the guest's kernel found the SCSI disk: 1 GiB (a claim no template sizes)
+        seen = until(
+            lambda: (
+                "sectors=2097152" in (t := shell(ws, "echo sectors=$(cat /sys/block/sda/size)"))
+                and t
+            ),
+            timeout=30,
+            what="sda in the guest",
+        )
+        assert seen
+        out = cluster.cli("removevolume", "volumes", "--volume-name", "hot-data")
+        assert out.returncode == 0, out.stderr
+        until(
+            lambda: not cluster.vmi("volumes")["status"].get("volumeStatus"),
+            timeout=60,
+            what="the volume detached",
+        )
+        until(
+            lambda: "no-sda" in shell(ws, "[ -e /sys/block/sda ] && echo has-sda || echo no-sda"),
+            timeout=30,
+            what="sda gone from the guest",
+        )
+    console = cluster.console("volumes")
+    uid = cluster.vmi("volumes")["metadata"]["uid"]
+    assert cluster.http.put(f"{SUB_VM}/volumes/stop", json={"gracePeriod": 20}).is_success
+    until(lambda: cluster.http.get(f"{VMIS}/volumes").status_code == 404, what="stopped")
+    stopped = [
+        e["data"]
+        for e in cluster.events("volumes")
+        if e["type"] == "DomainStopped" and e["aggregate"]["uid"] == uid
+    ]
+    assert [(s["reason"], s.get("gracePeriodExpired", False)) for s in stopped] == [
+        ("Shutdown", False)
+    ]
+    log = console.read_text(errors="replace")
+    assert "virtstream-guest: power button: powering off" in log
+    assert "reboot: Power down" in log

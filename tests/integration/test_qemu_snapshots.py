@@ -87,6 +87,14 @@ def test_a_restored_claim_has_the_data_of_its_snapshot(cluster: Cluster) -> None
     guest = booted(cluster)
     guest.write("A")
     assert until(guest.read, timeout=30, what="marker A") == "A"
+    until(
+        lambda: any(
+            c["type"] == "AgentConnected"
+            for c in cluster.vmi("vm-cirros")["status"].get("conditions", [])
+        ),
+        timeout=BOOT_TIMEOUT,
+        what="AgentConnected",
+    )
 
     snapshot = {
         "apiVersion": "snapshot.kubevirt.io/v1beta1",
@@ -103,6 +111,9 @@ def test_a_restored_claim_has_the_data_of_its_snapshot(cluster: Cluster) -> None
         return dict(snap) if snap["status"].get("readyToUse") else None
 
     snap = until(ready, timeout=120, what="the snapshot readyToUse")
+    # online, with the guest agent: its file systems were frozen around the copy
+    assert snap["status"]["indications"] == ["Online", "GuestAgent"]
+    assert "guest-fsfreeze called" in guest.run("grep qemu-ga /var/log/messages")
     assert snap["status"]["snapshotVolumes"]["includedVolumes"] == ["data"]
     content_name = snap["status"]["virtualMachineSnapshotContentName"]
     content = http.get(f"{SNAP}/virtualmachinesnapshotcontents/{content_name}").json()

@@ -53,7 +53,7 @@ def test_snapshot_change_stop_restore_and_restore_to_a_new_vm(up: Up) -> None:  
     apply(up, SNAPSHOT)
     snap = until(lambda: (s := up.get("vmsnapshot", "snap-cirros"))["status"]["readyToUse"] and s)
     assert snap["status"]["phase"] == "Succeeded"
-    assert snap["status"]["indications"] == ["NoGuestAgent", "Online"]
+    assert snap["status"]["indications"] == ["Online", "NoGuestAgent"]
     assert reasons(snap) == {"Progressing": "Operation complete", "Ready": "Ready"}
     content = up.get("vmsnapshotcontent", snap["status"]["virtualMachineSnapshotContentName"])
     assert content["spec"]["source"]["virtualMachine"]["metadata"]["name"] == "vm-cirros"

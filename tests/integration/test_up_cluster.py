@@ -5,6 +5,7 @@ cluster up in its own data dir and stops in words."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,10 +37,10 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _up(data_dir: Path, port: int, *extra: str) -> subprocess.Popen[bytes]:
+def _up(data_dir: Path, port: int, *extra: str, nats_port: int = 0) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data_dir), "--port",
-         str(port), "--nats-port", str(free_port()), *extra],
+         str(port), "--nats-port", str(nats_port or free_port()), *extra],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
         env={**os.environ, "COLUMNS": "120"},
     )  # fmt: skip
@@ -241,3 +243,73 @@ def test_up_demo_stays_up_in_its_own_data_dir(data_dir: Path) -> None:
     finally:
         assert again.stop() == 0, again.text
     assert "resuming the cluster stored in" in again.text and ".virtstream-demo" in again.text
+
+
+@pytest.mark.timeout(300)  # two `up`s one after the other
+def test_a_node_the_next_up_does_not_run_is_not_ready_once_its_timeout_passed(
+    data_dir: Path,
+) -> None:
+    """`up --nodes 2` (VMs kept), then `up --nodes 1` on the same data: node-2's handler is
+    not coming back, so node-2 is NotReady as soon as the node timeout has passed since
+    its last heartbeat (not a full timeout after the new controller starts), and its VMI
+    fails with NodeUnresponsive (KubeVirt's rule: its VM restarts it elsewhere)."""
+    timeout = "10"
+    port = free_port()
+    first = _up(data_dir, port, "--nodes", "2", "--keep-vms", "--node-timeout", timeout)
+    try:
+        with up_client(port, timeout=5) as http:
+            until(lambda: len(http.get("/api/v1/nodes").json()["items"]) == 2, 60, "the nodes")
+            vm = {
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                "metadata": {"name": "on2", "namespace": "default"},
+                "spec": {"runStrategy": "Always", "template": {"spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": "node-2"},
+                    "domain": {"memory": {"guest": "64Mi"}, "devices": {}},
+                    "terminationGracePeriodSeconds": 0}}},
+            }  # fmt: skip
+            assert http.post(VMS, json=vm).is_success
+            running = until(
+                lambda: (v := _vmi(http, "on2")) and v["status"].get("phase") == "Running" and v
+            )
+            assert running["status"]["nodeName"] == "node-2"
+    finally:
+        first.send_signal(signal.SIGINT)
+        first.communicate(timeout=90)
+    restarted_at = time.time()
+    nats_port = free_port()
+    second = _up(data_dir, port, "--nodes", "1", "--node-timeout", timeout, nats_port=nats_port)
+    try:
+        with up_client(port, timeout=5) as http:
+
+            def node2_not_ready() -> dict[str, Any] | None:
+                node = http.get("/api/v1/nodes/node-2").json()
+                ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+                return node if ready["status"] == "False" else None
+
+            until(node2_not_ready, 60, "node-2 NotReady")
+
+        def events(kind: str) -> list[dict[str, Any]]:
+            done = subprocess.run(
+                [sys.executable, "-m", "cli.main", "events", "-t", kind, "-o", "json",
+                 "--nats-url", f"nats://127.0.0.1:{nats_port}"],
+                cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+            )  # fmt: skip
+            return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+
+        (gone,) = events("NodeUnresponsive")
+        # timed from node-2's last heartbeat in the first run, not from the restart
+        assert gone["data"]["lastHeartbeat"] < restarted_at
+        # KubeVirt's rule: its VMI fails (and its VM, runStrategy Always, makes a new one)
+        failed = until(
+            lambda: [
+                e
+                for e in events("VMIFailed")
+                if e["aggregate"]["uid"] == running["metadata"]["uid"]
+            ],
+            30,
+            "its VMI failed",
+        )
+        assert failed[0]["data"]["reason"] == "NodeUnresponsive"
+    finally:
+        second.send_signal(signal.SIGINT)
+        second.communicate(timeout=90)

@@ -3,11 +3,12 @@ answers for a VMI that has no console to give, and the node console server's URL
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
-from core.errors import ApiError
+from core.errors import ApiError, bad_request, unavailable
 from events.catalog import (
     DomainStarted,
     DomainStopped,
@@ -21,6 +22,7 @@ from events.catalog import (
 from events.envelope import Stored
 from events.meta import Kind
 from projections.cluster import Cluster
+from services.api import streams
 from services.api.streams import target
 from tests.factories import meta, vmi_manifest
 
@@ -102,4 +104,29 @@ def test_a_running_guest_is_reached_at_its_nodes_console_server() -> None:
     )
     assert target(g.cluster, "default", "vm1", "screenshot").url.startswith(
         "http://127.0.0.1:4000/"
+    )
+
+
+def test_a_console_waits_out_a_handover_and_ends_when_the_vmi_stops() -> None:
+    answers = [unavailable("the domain is not running on this node")] * 3
+    answers.append(bad_request("VMI is not running"))
+
+    def resolve() -> streams.Target:
+        raise answers.pop(0)
+
+    assert asyncio.run(streams.follow_guest(resolve, seconds=30)) == (1000, "VMI is not running")
+    assert answers == []
+
+
+def test_a_console_whose_guest_does_not_come_back_closes_with_the_reason() -> None:
+    def resolve() -> streams.Target:
+        raise unavailable("the domain default_vm is not running on this node")
+
+    ended = asyncio.run(streams.follow_guest(resolve, seconds=0))
+    assert isinstance(ended, tuple)
+    code, reason = ended
+    assert code == 1011
+    assert reason == (
+        "the guest's console did not come back within 0s: "
+        "the domain default_vm is not running on this node"
     )

@@ -7,11 +7,18 @@ from typing import Any
 from cli.drain import blocked_reason, drain_progress
 
 
-def vmi(name: str, node: str, *, strategy: str | None = None, migratable: bool = True) -> Any:
+def vmi(
+    name: str,
+    node: str,
+    *,
+    strategy: str | None = None,
+    migratable: bool = True,
+    uid: str = "",
+) -> Any:
     spec = {"evictionStrategy": strategy} if strategy else {}
     cond = {"type": "LiveMigratable", "status": "True" if migratable else "False"}
     return {
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name, "namespace": "default", "uid": uid or f"uid-{name}"},
         "spec": spec,
         "status": {"nodeName": node, "phase": "Running", "conditions": [cond]},
     }
@@ -70,3 +77,15 @@ def test_only_blocked_vmis_left_stops_with_their_reason() -> None:
     assert drain_progress(Script(([stuck], [])), "node1", out=lines.append) == 1
     assert lines[0].startswith("default/stuck: blocked: VMI stuck")
     assert "cannot be drained" in lines[-1]
+
+
+def test_a_vmi_deleted_and_recreated_by_its_vm_is_restarted_not_migrated() -> None:
+    old = vmi("vm1", "node1")
+    script = Script(([old], []), ([vmi("vm1", "node2", uid="uid-vm1-new")], []))
+    lines: list[str] = []
+    assert drain_progress(script, "node1", out=lines.append, sleep=lambda _: None) == 0
+    assert lines == [
+        "default/vm1: Running",
+        "default/vm1: restarted on node2 (a new VMI of its VM)",
+        "node/node1 drained",
+    ]

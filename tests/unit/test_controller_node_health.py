@@ -88,3 +88,20 @@ def test_a_stale_heartbeat_does_not_revive() -> None:
     w.settle(w.tick())
     assert w.state.cluster.nodes["node1"].unresponsive
     assert w.tick() == []
+
+
+def test_a_node_the_cluster_no_longer_runs_gets_no_grace_from_a_restart() -> None:
+    """`up --nodes 1` after a run with two: node2's handler is not coming back, so it is
+    unresponsive once the timeout has passed since its last heartbeat, while node1 (started
+    again) keeps the grace a restarted controller gives."""
+    w = cluster()
+    w.controller.cluster_nodes = frozenset({"node1"})
+    w.heartbeat("node1", w.now)
+    w.heartbeat("node2", w.now)
+    w.now += 45  # the previous run ended; a new controller starts watching
+    w.watch_started(w.now)
+    assert w.tick() == []
+    w.now += 16  # 61 s after node2's last heartbeat, 16 s after the restart
+    (gone,) = w.tick()
+    assert isinstance(gone, NodeUnresponsive) and gone.meta.aggregate.name == "node2"
+    assert gone.last_heartbeat == w.now - 61

@@ -3,12 +3,14 @@ fleet actions and notes out; no NATS, no launcher, no libvirt."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import msgspec
 
 from events.catalog import (
     DomainMigratedIn,
+    DomainStarted,
     DomainStopped,
     Event,
     LauncherExited,
@@ -20,11 +22,14 @@ from events.catalog import (
     TargetPrepared,
     TargetPreparing,
     VMIRemoved,
+    VMIUnpauseRequested,
+    VMIWarning,
 )
 from events.envelope import Decision
 from services.handler.decider import HandlerState
 from services.handler.effects import Cleanup, Launch, LauncherSeen, Observed, Release, Send
 from services.handler.migration import TARGET_GONE_GRACE, TargetOver
+from services.handler.planner import MAX_ATTEMPTS, rejected
 from services.launcher.domain_state import DomainState
 from services.launcher.protocol import Resume, Start
 from services.runtime.reactor import Note
@@ -182,3 +187,50 @@ def test_a_succeeded_target_resumes_then_the_planner_takes_over() -> None:
     (moved,) = appended(d.respond(state, seen(state, running), ctx(6.0, d)))
     assert isinstance(moved, DomainMigratedIn)
     assert moved.meta.event_id == f"virt-handler-{TARGET}/tpod-uid/DomainMigratedIn"
+
+
+def test_a_domain_refusing_every_command_gets_bounded_attempts_and_one_warning() -> None:
+    """An unpause the domain refuses: over two minutes of ticks the handler sends the
+    command MAX_ATTEMPTS times with growing gaps, then appends one SyncFailed warning and
+    nothing more (no retry storm); another unpause request earns one more round."""
+    d, state = decider(), HandlerState(joined=True)
+    deliver(d, state, pod_scheduled(), 1, 1.0)
+    seq = 2
+    for event in (
+        LauncherStarted(meta=meta(VMI, NODE, seq), node=NODE, pod_uid="pod-1", pid=42),
+        DomainStarted(meta=meta(VMI, NODE, seq + 1), node=NODE, domain="default_vm1", paused=True),
+        VMIUnpauseRequested(meta=meta(VMI, NODE, seq + 2)),
+    ):
+        deliver(d, state, event, seq, 2.0)
+        seq += 1
+    d.observe(state, seen(state, launcher(DomainState.PAUSED)))
+
+    def run(start: float, seconds: float) -> tuple[list[float], list[Event]]:
+        nonlocal seq
+        sends: list[float] = []
+        appends: list[Event] = []
+        t = start
+        while t < start + seconds:
+            for out in settle(d, state, d.tick(state, ctx(t, d))):
+                if isinstance(out, Send):  # the launcher refuses it at once
+                    sends.append(t)
+                    o = state.observed["default/vm1"]
+                    rj = rejected(o.rejected, "Resume", out.cause, "Resetting the Virtual "
+                                  "Machine is required", t)  # fmt: skip
+                    d.observe(state, seen(state, msgspec.structs.replace(o, rejected=rj)))
+                elif isinstance(out, Decision):
+                    appends.append(out.event)
+                    seq += 1
+                    deliver(d, state, out.event, seq, t)  # the consumer delivers it back
+            t += 0.25
+        return sends, appends
+
+    sends, appends = run(10.0, 120.0)
+    assert len(sends) == MAX_ATTEMPTS
+    gaps = [b - a for a, b in itertools.pairwise(sends)]
+    assert gaps == [1.0, 2.0, 4.0, 8.0]
+    (warning,) = appends
+    assert isinstance(warning, VMIWarning) and warning.reason == "SyncFailed"
+    deliver(d, state, VMIUnpauseRequested(meta=meta(VMI, NODE, 500)), 500, 131.0)
+    sends, appends = run(131.0, 60.0)
+    assert len(sends) == MAX_ATTEMPTS and len(appends) == 1

@@ -267,6 +267,24 @@ def test_cli_tables_are_unchanged_for_the_real_kinds() -> None:
         ["NAMESPACE", "NAME", "AGE", "STATUS", "READY", "RUNSTRATEGY"],
         ["default", "vm1", "<unknown>", "Running", "True", "Always"],
     ]
+    vmi = {
+        "metadata": {"name": "vmi1", "namespace": "default"},
+        "status": {
+            "phase": "Running",
+            "nodeName": "node-1",
+            "interfaces": [{"name": "default", "ipAddress": "10.244.1.5"}],
+            "conditions": [
+                {"type": "Ready", "status": "True"},
+                {"type": "LiveMigratable", "status": "False"},
+            ],
+        },
+    }
+    # what `kubectl get vmi -o wide` shows for KubeVirt: no Paused condition, an empty cell
+    assert header_and_rows("VirtualMachineInstance", [vmi], wide=True) == [
+        ["NAME", "AGE", "PHASE", "IP", "NODENAME", "READY", "LIVE-MIGRATABLE", "PAUSED"],
+        ["vmi1", "<unknown>", "Running", "10.244.1.5", "node-1", "True", "False", ""],
+    ]
+    assert len(header_and_rows("VirtualMachineInstance", [vmi])[0]) == 6
     node = {
         "metadata": {"name": "n1"},
         "status": {

@@ -28,6 +28,7 @@ from events.catalog import (
     VMDeleted,
     VMICreated,
     VMIDeleteRequested,
+    VMIWarning,
 )
 from events.envelope import Stored
 from events.meta import Actor, Aggregate, Kind, KindToken, Meta
@@ -158,6 +159,22 @@ def test_a_started_vm_has_kubevirts_events_on_the_vm_and_its_vmi() -> None:
         "component": "virt-handler",
         "host": "node-1",
     }
+
+
+def test_a_handler_warning_is_a_warning_event_on_the_vmi_from_its_node() -> None:
+    log = started(Log())
+    n = len(log.records)
+    msg = "server error. command SyncVMI failed: the domain refused 'cont'"
+    log(
+        VMIWarning(
+            meta=log.meta(Kind.VMI, uid=VMI_UID, service="virt-handler-node-1", node="node-1"),
+            reason="SyncFailed",
+            message=msg,
+        )
+    )
+    assert log.shown()[n:] == [
+        ("VirtualMachineInstance", "Warning", "SyncFailed", msg, "virt-handler/node-1")
+    ]
 
 
 def test_a_vmi_a_user_created_and_deletes_has_no_controller_events() -> None:

@@ -58,6 +58,27 @@ class AcpiDeafHypervisor:
     def soft_reboot(self) -> None:
         pass
 
+    def stuck(self) -> str | None:
+        return None
+
+    def live_xml(self) -> str:
+        return "<domain/>"
+
+    def attach_device(self, xml: str) -> None:
+        pass
+
+    def detach_device(self, xml: str) -> None:
+        pass
+
+    def watch_agent(self, on_agent: object) -> None:
+        pass
+
+    def agent_connected(self) -> bool:
+        return False
+
+    def guest_addresses(self) -> dict[str, tuple[str, tuple[str, ...]]]:
+        return {}
+
     def shutdown(self) -> None:
         self.acpi_requests.append(asyncio.get_running_loop().time())
 

@@ -272,6 +272,37 @@ def test_the_domains_end_is_the_final_status_and_later_events_are_ignored(
     assert launcher.event(DomainEvent.UNDEFINED, StateReason.UNKNOWN, NOTHING) == []
 
 
+def test_a_pause_libvirt_cannot_name_is_reported_as_unknown_not_as_a_users() -> None:
+    launcher = Launcher().running()
+    unnamed = lc.Seen(state=DomainState.PAUSED, reason=StateReason.UNKNOWN, pid=77)
+    # libvirt's event detail says "paused" for both; the state reason tells them apart
+    paused = broadcast_status(launcher.event(DomainEvent.SUSPENDED, StateReason.USER, unnamed))
+    assert (paused.state, paused.reason) == (DomainState.PAUSED, StateReason.UNKNOWN)
+
+
+def test_a_guest_qemu_cannot_run_again_is_destroyed_and_reported_crashed() -> None:
+    launcher = Launcher().running()
+    why = "KVM internal error. Suberror: 1 (emulation failure)"
+    stuck = lc.Seen(state=DomainState.PAUSED, reason=StateReason.UNKNOWN, pid=77)
+    actions = launcher.feed(
+        lc.DomainEventSeen(event=DomainEvent.SUSPENDED, reason=StateReason.USER, seen=stuck,
+                           stuck=why)
+    )  # fmt: skip
+    assert hypervisor_calls(actions) == [lc.DestroyDomain()]
+    assert not only(actions, lc.Broadcast)  # never reported as a pause
+    # the same pause seen again while the destroy is under way asks nothing more
+    again = lc.DomainEventSeen(
+        event=DomainEvent.SUSPENDED, reason=StateReason.USER, seen=stuck, stuck=why
+    )
+    assert launcher.feed(again) == []
+    final = final_of(launcher.event(DomainEvent.STOPPED, StateReason.DESTROYED, DESTROYED))
+    assert (final.state, final.reason, final.message) == (
+        DomainState.SHUTOFF,
+        StateReason.CRASHED,
+        why,
+    )
+
+
 # -- handlers and the exit ---------------------------------------------------------------
 
 

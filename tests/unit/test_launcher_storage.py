@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from events.catalog import ERR_IMAGE_PULL
+from projections import claims
 from services.launcher import images, storage
 from services.launcher.domain_xml import DomainType, build_domain_xml
 
@@ -168,3 +169,49 @@ def test_the_seed_carries_kubevirts_meta_data_and_decoded_user_data(tmp_path: Pa
 def test_the_image_pull_error_is_named_as_the_fold_expects() -> None:
     # the launcher reports "<exception name>: <message>"; the VMI fold keys on the name
     assert images.ErrImagePull.__name__ == ERR_IMAGE_PULL
+
+
+DV_VM = {
+    "metadata": {"name": "vm1", "namespace": "ns"},
+    "spec": {
+        "dataVolumeTemplates": [
+            {"metadata": {"name": "vm1-root"},
+             "spec": {"storage": {"resources": {"requests": {"storage": "5Gi"}}}}},
+            {"metadata": {"name": "vm1-old"},
+             "spec": {"pvc": {"resources": {"requests": {"storage": "3Gi"}}}}},
+        ]
+    },
+}  # fmt: skip
+
+
+def _claims_vmi() -> dict[str, object]:
+    return {
+        "metadata": {"name": "vm1", "namespace": "ns"},
+        "spec": {
+            "domain": {"devices": {"disks": [{"name": "root"}, {"name": "old"}, {"name": "x"}]}},
+            "volumes": [
+                {"name": "root", "dataVolume": {"name": "vm1-root"}},
+                {"name": "old", "persistentVolumeClaim": {"claimName": "vm1-old"}},
+                {"name": "x", "persistentVolumeClaim": {"claimName": "standalone"}},
+            ],
+        },
+    }
+
+
+def test_a_data_volume_templates_size_is_its_claims_size_for_the_pod() -> None:
+    vmi = _claims_vmi()
+    sizes = claims.claim_sizes(vmi, DV_VM)
+    assert sizes == {"vm1-root": "5Gi", "vm1-old": "3Gi"}
+    pod = claims.with_claim_sizes(vmi, sizes)
+    assert claims.sizes_of(pod) == sizes
+    assert claims.sizes_of(vmi) == {}  # the VMI itself is unchanged
+    assert claims.with_claim_sizes(vmi, {}) is vmi
+
+
+@needs_qemu_img
+def test_a_claim_is_created_at_the_size_its_template_requests(tmp_path: Path) -> None:
+    pod = claims.with_claim_sizes(_claims_vmi(), claims.claim_sizes(_claims_vmi(), DV_VM))
+    paths = storage.prepare_disks(pod, "ns_vm1", str(tmp_path / "disks"))
+    assert _info(paths["root"])["virtual-size"] == 5 * 2**30
+    assert _info(paths["old"])["virtual-size"] == 3 * 2**30
+    assert _info(paths["x"])["virtual-size"] == 2**30  # no template: the default

@@ -9,6 +9,7 @@ import pytest
 from events.catalog import (
     DomainMigratedIn,
     DomainPaused,
+    DomainResumed,
     DomainStarted,
     DomainStopped,
     Event,
@@ -28,6 +29,7 @@ from events.catalog import (
     VMICreated,
     VMIDeleteRequested,
     VMIRemoved,
+    VMIWarning,
     VMStartFailed,
     VMStopRequested,
 )
@@ -199,6 +201,50 @@ def test_crash_loop_backoff_shows_until_retry_time() -> None:
     rendered = render_vm(g.cluster, vm, now=1500)
     assert rendered["status"]["startFailure"]["consecutiveFailCount"] == 2
     assert rendered["extraField"] == {"kept": True}
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in obj["status"]["conditions"]}
+
+
+def test_only_a_users_or_an_io_errors_pause_gets_kubevirts_paused_condition() -> None:
+    g = running_vm(Given())
+    key = f"{NS}/vm1"
+    g(DomainPaused(meta=g.m(Kind.VMI), reason="PausedByUser"))
+    paused = conditions(render_vmi(g.cluster, g.cluster.vmis[key]))["Paused"]
+    assert (paused["reason"], paused["message"]) == ("PausedByUser", "VMI was paused by user")
+    vm_paused = conditions(render_vm(g.cluster, g.cluster.vms[key], now=g.t))["Paused"]
+    assert vm_paused["reason"] == "PausedByUser"
+    g(DomainResumed(meta=g.m(Kind.VMI)), DomainPaused(meta=g.m(Kind.VMI), reason="PausedIOError"))
+    paused = conditions(render_vmi(g.cluster, g.cluster.vmis[key]))["Paused"]
+    assert paused["message"] == "VMI was paused, low-level IO error detected"
+    # a pause libvirt cannot name is not the user's
+    g(DomainResumed(meta=g.m(Kind.VMI)), DomainPaused(meta=g.m(Kind.VMI), reason="Unknown"))
+    assert "Paused" not in conditions(render_vmi(g.cluster, g.cluster.vmis[key]))
+
+
+def test_a_crash_fails_the_vmi_and_a_sync_failure_is_kubevirts_condition() -> None:
+    g = running_vm(Given())
+    key = f"{NS}/vm1"
+    why = "KVM internal error. Suberror: 1 (emulation failure)"
+    g(
+        VMIWarning(meta=g.m(Kind.VMI), reason="SyncFailed",
+                   message=f"VMI is irrecoverable due to {why}"),
+        DomainStopped(meta=g.m(Kind.VMI), reason=StopReason.CRASHED, message=why),
+    )  # fmt: skip
+    rendered = render_vmi(g.cluster, g.cluster.vmis[key])
+    assert rendered["status"]["phase"] == "Failed"
+    assert rendered["status"]["reason"] == "Crashed"
+    synced = conditions(rendered)["Synchronized"]
+    assert (synced["status"], synced["reason"]) == (
+        "False",
+        "Synchronizing with the Domain failed.",
+    )
+    assert synced["message"] == f"VMI is irrecoverable due to {why}"
+    # other warnings change nothing the VMI shows
+    g2 = running_vm(Given())
+    g2(VMIWarning(meta=g2.m(Kind.VMI), reason="GuestPanicked", message="GuestPanicked"))
+    assert "Synchronized" not in conditions(render_vmi(g2.cluster, g2.cluster.vmis[key]))
 
 
 def test_vmi_status_changes_bump_the_vm_resource_version() -> None:

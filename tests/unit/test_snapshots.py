@@ -108,8 +108,8 @@ def test_an_online_snapshot_says_online_and_no_guest_agent() -> None:
     take(w)
     s = snap(w)
     assert s.status["phase"] == "Succeeded"
-    assert s.status["indications"] == ["NoGuestAgent", "Online"]
-    assert [i["indication"] for i in s.status["sourceIndications"]] == ["NoGuestAgent", "Online"]
+    assert s.status["indications"] == ["Online", "NoGuestAgent"]
+    assert [i["indication"] for i in s.status["sourceIndications"]] == ["Online", "NoGuestAgent"]
 
 
 def test_a_snapshot_of_a_missing_vm_waits_then_fails_at_its_deadline() -> None:
