@@ -1,7 +1,7 @@
 """virt-controller as a Reactor: folds the whole cluster, reconciles what an event touched,
 and on every tick reconciles everything (timers: backoff expiry, heartbeat timeouts).
 
-Each concern is a module of pure functions (run_strategy, backoff, lifecycle, scheduler,
+Each concern is a module of pure functions (run_strategy, backoff, removal, scheduler,
 node_health); this module only decides which objects to look at and in what order.
 Migrations (migration.py) and drains (evacuation.py) are decided over the whole cluster on
 every pass: the parallel limits and FIFO queueing are global, and the non-final migrations
@@ -21,9 +21,9 @@ from projections.cluster import key
 from services.controller import (
     backoff,
     evacuation,
-    lifecycle,
     migration,
     node_health,
+    removal,
     replicas,
     run_strategy,
     scheduler,
@@ -122,7 +122,7 @@ class Controller:
         for k in sorted(scope.vmis):
             vmi = c.vmis.get(k)
             if vmi is not None:
-                out += lifecycle.reconcile(vmi, c, ctx)
+                out += removal.reconcile(vmi, c, ctx)
         for k in sorted(scope.vms):
             vm = c.vms.get(k)
             if vm is None:

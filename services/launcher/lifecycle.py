@@ -230,7 +230,9 @@ HypervisorCall = (
 # Talking to handlers.
 
 
-class Send(msgspec.Struct, frozen=True):
+class ReportTo(msgspec.Struct, frozen=True):
+    """A report to one handler (a reply, its Hello and first status)."""
+
     client: int
     report: Report
 
@@ -281,7 +283,7 @@ Action = (
     | HypervisorCall
     | MigrateDomain
     | PollMigration
-    | Send
+    | ReportTo
     | Broadcast
     | Subscribe
     | DeliverFinal
@@ -468,10 +470,10 @@ def initial(settings: Settings) -> LauncherState:
     return LauncherState(settings=settings)
 
 
-Decision = tuple[LauncherState, list[Action]]
+Step = tuple[LauncherState, list[Action]]
 
 
-def step(s: LauncherState, inp: Input) -> Decision:
+def step(s: LauncherState, inp: Input) -> Step:
     if s.exited:
         return s, []
     match inp:
@@ -563,10 +565,10 @@ def _snapshot(s: LauncherState, seen: Seen) -> tuple[LauncherState, DomainStatus
     return _status(s, seen.state, reason, None, seen)
 
 
-def _reply(s: LauncherState, to: ReplyTo, seen: Seen, error: str | None = None) -> Decision:
+def _reply(s: LauncherState, to: ReplyTo, seen: Seen, error: str | None = None) -> Step:
     s, status = _snapshot(s, seen)
     result = CommandResult(id=to.id, ok=error is None, error=error, status=status)
-    return s, [Send(to.client, result)]
+    return s, [ReportTo(to.client, result)]
 
 
 def _finish(
@@ -576,7 +578,7 @@ def _finish(
     event: DomainEvent | None,
     seen: Seen,
     message: str | None = None,
-) -> Decision:
+) -> Step:
     if s.final is not None:
         return s, []  # reported once: later ends (e.g. Undefined during cleanup) add nothing
     s, final = _status(s, state, reason, event, seen, final=True, message=message)
@@ -588,14 +590,14 @@ def _message(error: CallError | None) -> str | None:
     return None if error is None else error.message
 
 
-def _exit(s: LauncherState) -> Decision:
+def _exit(s: LauncherState) -> Step:
     return replace(s, exited=True), [Exit(1 if s.setup_failed else 0)]
 
 
 # -- setup -------------------------------------------------------------------------------
 
 
-def _setup_done(s: LauncherState, inp: SetupDone) -> Decision:
+def _setup_done(s: LauncherState, inp: SetupDone) -> Step:
     settings = s.settings
     s = replace(s, owns_disks=inp.disks_prepared)
     if inp.error is not None:
@@ -618,7 +620,7 @@ def _setup_done(s: LauncherState, inp: SetupDone) -> Decision:
 # -- libvirt events ----------------------------------------------------------------------
 
 
-def _domain_event(s: LauncherState, inp: DomainEventSeen) -> Decision:
+def _domain_event(s: LauncherState, inp: DomainEventSeen) -> Step:
     if s.final is not None:
         return s, []  # the domain is already reported gone (e.g. Undefined during cleanup)
     event, reason = inp.event, inp.reason
@@ -656,15 +658,15 @@ def _domain_event(s: LauncherState, inp: DomainEventSeen) -> Decision:
 # -- handlers ----------------------------------------------------------------------------
 
 
-def _connected(s: LauncherState, inp: Connected) -> Decision:
-    hello = Send(inp.client, replace(s.settings.hello, domain_pid=inp.seen.pid))
+def _connected(s: LauncherState, inp: Connected) -> Step:
+    hello = ReportTo(inp.client, replace(s.settings.hello, domain_pid=inp.seen.pid))
     if s.final is not None:
         return s, [hello, DeliverFinal(status=s.final, client=inp.client)]
     s, status = _snapshot(s, inp.seen)
-    return s, [hello, Send(inp.client, status), Subscribe(inp.client)]
+    return s, [hello, ReportTo(inp.client, status), Subscribe(inp.client)]
 
 
-def _command(s: LauncherState, inp: CommandReceived) -> Decision:
+def _command(s: LauncherState, inp: CommandReceived) -> Step:
     to = ReplyTo(inp.client, inp.command.id)
     seen = inp.seen
     command = inp.command
@@ -713,7 +715,7 @@ def _command(s: LauncherState, inp: CommandReceived) -> Decision:
             assert_never(command)
 
 
-def _call_returned(s: LauncherState, inp: CallReturned) -> Decision:
+def _call_returned(s: LauncherState, inp: CallReturned) -> Step:
     call, error = inp.call, inp.error
     match call:
         case StartDomain() | SuspendDomain() | ResumeDomain() | RebootDomain():
@@ -755,7 +757,7 @@ def _call_returned(s: LauncherState, inp: CallReturned) -> Decision:
 # -- graceful shutdown -------------------------------------------------------------------
 
 
-def _request_shutdown(s: LauncherState, grace: float, now: float) -> Decision:
+def _request_shutdown(s: LauncherState, grace: float, now: float) -> Step:
     actions: list[Action] = []
     if s.migration is not None and s.migration.abort is None:
         # A guest being stopped does not move; the stop proceeds once it is back.
@@ -774,7 +776,7 @@ def _request_shutdown(s: LauncherState, grace: float, now: float) -> Decision:
     return s, actions
 
 
-def _shutdown_tick(s: LauncherState, now: float, seen: Seen) -> Decision:
+def _shutdown_tick(s: LauncherState, now: float, seen: Seen) -> Step:
     shutdown = s.shutdown
     if shutdown is None or shutdown.destroying or s.final is not None:
         return s, []
@@ -796,7 +798,7 @@ def _shutdown_tick(s: LauncherState, now: float, seen: Seen) -> Decision:
     return s, [ShutdownDomain(), ArmTimer(timer=Timer.SHUTDOWN, at=at)]
 
 
-def _timer(s: LauncherState, inp: TimerFired) -> Decision:
+def _timer(s: LauncherState, inp: TimerFired) -> Step:
     match inp.timer:
         case Timer.SHUTDOWN:
             return _shutdown_tick(s, inp.now, inp.seen)
@@ -825,7 +827,7 @@ def _with_abort(s: LauncherState, m: Migration, why: str) -> LauncherState:
 
 def _start_migration(
     s: LauncherState, inp: CommandReceived, command: MigrateTo, to: ReplyTo
-) -> Decision:
+) -> Step:
     settings = s.settings
     if settings.test_driver:
         return _reply(s, to, inp.seen, "the test driver cannot migrate (test mode simulates it)")
@@ -852,7 +854,7 @@ def _start_migration(
     return s, [*reply, MigrateDomain(migration=number, command=command), poll]
 
 
-def _migration_polled(s: LauncherState, inp: MigrationPolled) -> Decision:
+def _migration_polled(s: LauncherState, inp: MigrationPolled) -> Step:
     m = s.migration
     if m is None or m.number != inp.migration:
         return s, []  # the job ended meanwhile
@@ -895,7 +897,7 @@ def _migration_polled(s: LauncherState, inp: MigrationPolled) -> Decision:
     return replace(s, migration=m), [*actions, again]
 
 
-def _migration_ended(s: LauncherState, inp: MigrationEnded) -> Decision:
+def _migration_ended(s: LauncherState, inp: MigrationEnded) -> Step:
     m = s.migration
     if m is None or m.number != inp.migration:
         return s, []

@@ -268,7 +268,7 @@ class Launcher:
                 self._spawn(self._migrate(action))
             case lc.PollMigration():
                 self._spawn(self._poll_migration(action))
-            case lc.Send(client=client, report=report):
+            case lc.ReportTo(client=client, report=report):
                 self._send(client, report)
             case lc.Broadcast(report=report):
                 for client in list(self._subscribed):

@@ -101,7 +101,7 @@ def only(actions: list[lc.Action], kind: type[T]) -> list[T]:
 
 
 def reply(actions: list[lc.Action]) -> CommandResult:
-    (send,) = [a for a in actions if isinstance(a, lc.Send)]
+    (send,) = [a for a in actions if isinstance(a, lc.ReportTo)]
     assert isinstance(send.report, CommandResult)
     return send.report
 
@@ -311,8 +311,8 @@ def test_a_connecting_handler_gets_hello_and_the_current_status_then_broadcasts(
     launcher.boot()
     launcher.event(DomainEvent.STARTED, StateReason.BOOTED, RUNNING)
     hello, status, subscribe = launcher.connect(7, RUNNING)
-    assert hello == lc.Send(7, msgspec.structs.replace(HELLO, domain_pid=77))
-    assert isinstance(status, lc.Send) and isinstance(status.report, DomainStatus)
+    assert hello == lc.ReportTo(7, msgspec.structs.replace(HELLO, domain_pid=77))
+    assert isinstance(status, lc.ReportTo) and isinstance(status.report, DomainStatus)
     assert (status.client, status.report.state, status.report.event) == (
         7,
         DomainState.RUNNING,
@@ -337,7 +337,7 @@ def test_with_no_handler_the_final_status_lingers_for_one_to_come_back() -> None
     assert linger == [lc.ArmTimer(timer=lc.Timer.LINGER, at=131.0)]
     # a handler comes back: Hello, then the final status, which hangs it up
     hello, deliver = launcher.connect(9, SHUTOFF)
-    assert isinstance(hello, lc.Send) and isinstance(hello.report, Hello)
+    assert isinstance(hello, lc.ReportTo) and isinstance(hello.report, Hello)
     assert deliver == lc.DeliverFinal(status=final, client=9)
     # it broke off before it got it: keep lingering
     assert launcher.feed(lc.FinalDelivered(now=102.0, delivered=False, client=9)) == []

@@ -193,7 +193,7 @@ def test_the_launcher_attaches_a_disk_and_reports_its_target() -> None:
     (call,) = actions
     assert isinstance(call, lc.AttachDisk) and call.name == "data"
     s, actions = lc.step(s, lc.CallReturned(call=call, result="sda", seen=up))
-    (sent,) = [a for a in actions if isinstance(a, lc.Send)]
+    (sent,) = [a for a in actions if isinstance(a, lc.ReportTo)]
     assert isinstance(sent.report, CommandResult) and sent.report.ok
     assert sent.report.status is not None and sent.report.status.volumes == {"data": "sda"}
     s, actions = lc.step(
