@@ -415,6 +415,19 @@ class VolumesCopied(Event, tag="VolumesCopied", frozen=True):
     error: str = ""
 
 
+# ------------------------------------------------------------------ every kind's metadata
+#: the metadata a user changes without touching spec or status (the rest is the server's)
+USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields")
+
+
+class MetadataChanged(Event, tag="MetadataChanged", frozen=True):
+    """Only the object's own metadata changed (a label, an annotation, a finalizer, an
+    owner reference): `metadata` holds the `USER_METADATA` fields as they are now (an
+    absent one was removed). Spec, status and generation stay; any kind's aggregate."""
+
+    metadata: dict[str, Any]
+
+
 # One union per aggregate kind: a fold matches over its kind's union and ends in
 # `assert_never`, so mypy reports an event type it does not handle.
 VMEvent = (
@@ -429,6 +442,7 @@ VMEvent = (
     | VMStartFailureCleared
     | VMStateChangeRequestsCleared
     | VMRevisionRecorded
+    | MetadataChanged
 )
 VMIEvent = (
     VMICreated
@@ -449,6 +463,7 @@ VMIEvent = (
     | DomainSoftRebooted
     | DomainStopped
     | LauncherExited
+    | MetadataChanged
 )
 MigrationEvent = (
     MigrationRequested
@@ -463,6 +478,7 @@ MigrationEvent = (
     | MigrationProgressed
     | MigrationSucceeded
     | MigrationAborted
+    | MetadataChanged
 )
 NodeEvent = (
     NodeJoined
@@ -473,7 +489,7 @@ NodeEvent = (
     | NodeUnresponsive
     | NodeResponsive
 )
-PolicyEvent = PolicyCreated | PolicyUpdated | PolicyDeleted
+PolicyEvent = PolicyCreated | PolicyUpdated | PolicyDeleted | MetadataChanged
 ResourceEvent = (
     ResourceCreated
     | ResourceUpdated
@@ -481,6 +497,7 @@ ResourceEvent = (
     | ResourceDeleted
     | VolumesCopyRequested
     | VolumesCopied
+    | MetadataChanged
 )
 
 AnyEvent = VMEvent | VMIEvent | MigrationEvent | NodeEvent | PolicyEvent | ResourceEvent

@@ -14,6 +14,7 @@ from msgspec.structs import replace
 from events.catalog import (
     ERR_IMAGE_PULL,
     IMAGE_PULL_PREFIX,
+    USER_METADATA,
     DomainMigratedIn,
     DomainPaused,
     DomainResumed,
@@ -22,6 +23,7 @@ from events.catalog import (
     DomainStopped,
     LauncherExited,
     LauncherStarted,
+    MetadataChanged,
     MigrationAborted,
     MigrationAbortRequested,
     MigrationEvent,
@@ -123,6 +125,17 @@ def _born(manifest: dict[str, Any], s: Stored) -> dict[str, Any]:
     }
 
 
+def with_metadata(manifest: dict[str, Any], metadata: dict[str, Any]) -> dict[str, Any]:
+    """The manifest with a `MetadataChanged`'s fields in place of its own."""
+    meta = {k: v for k, v in (manifest.get("metadata") or {}).items() if k not in USER_METADATA}
+    meta.update({k: v for k, v in metadata.items() if k in USER_METADATA})
+    return {**manifest, "metadata": meta}
+
+
+def _relabelled(v: Any, metadata: dict[str, Any]) -> bytes:
+    return pack_manifest(with_metadata(v.manifest, metadata))
+
+
 # --------------------------------------------------------------------------- VM
 def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
     ev = s.event
@@ -174,6 +187,8 @@ def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
             return replace(v, start_failure=failure)
         case VMStartFailureCleared():
             return replace(v, start_failure=None)
+        case MetadataChanged(metadata=metadata):
+            return replace(v, manifest_json=_relabelled(v, metadata))
         case VMCreated():
             return v
         case _:
@@ -266,6 +281,8 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
             return replace(v, deletion_requested_at=at, grace_period_seconds=grace)
         case VMIRemoved():
             return None
+        case MetadataChanged(metadata=metadata):
+            return replace(v, manifest_json=_relabelled(v, metadata))
         case (
             VMICreated()
             | VMIPauseRequested()
@@ -352,6 +369,8 @@ def evolve_migration(view: MigrationView | None, s: Stored) -> MigrationView | N
             if v.final:
                 return replace(v, deleted=True)
             return replace(v, abort_requested=True, abort_status="Aborting", deleted=True)
+        case MetadataChanged(metadata=metadata):
+            return replace(v, manifest_json=_relabelled(v, metadata))
         case MigrationRequested():
             return v
         case _:
@@ -436,6 +455,15 @@ def evolve_policy(view: PolicyView | None, s: Stored) -> PolicyView | None:
             )
         case PolicyDeleted():
             return None
+        case MetadataChanged(metadata=metadata):
+            if view is None:
+                return None
+            return replace(
+                view,
+                manifest_json=_relabelled(view, metadata),
+                version=s.seq,
+                resource_version=s.seq,
+            )
         case _:
             assert_never(ev)
 
@@ -471,6 +499,15 @@ def evolve_resource(view: ResourceView | None, s: Stored) -> ResourceView | None
             )
         case ResourceDeleted():
             return None
+        case MetadataChanged(metadata=metadata):
+            if view is None:
+                return None
+            return replace(
+                view,
+                manifest_json=_relabelled(view, metadata),
+                version=s.seq,
+                resource_version=s.seq,
+            )
         case VolumesCopyRequested(copies=copies, restore=restore):
             if view is None:
                 return None

@@ -18,6 +18,7 @@ from events.catalog import (
     DomainStopped,
     LauncherExited,
     LauncherStarted,
+    MetadataChanged,
     MigrationAbortRequested,
     NodeUncordoned,
     PodScheduled,
@@ -92,6 +93,7 @@ def evolve(state: ControllerState, s: Stored) -> ControllerState:
                     | DomainSoftRebooted()
                     | DomainStopped()
                     | LauncherExited()
+                    | MetadataChanged()
                 ):
                     pass  # the cluster's fold has it all
                 case _:

@@ -22,6 +22,7 @@ from events.catalog import (
     LauncherExited,
     LauncherStarted,
     Manifest,
+    MetadataChanged,
     PodScheduled,
     Unschedulable,
     VMICreated,
@@ -188,7 +189,7 @@ def evolve(state: NodeState, event: Event) -> NodeState:
         case VMIRemoved():
             del state[key]
             return state
-        case VMICreated() | Unschedulable() | VMIEvictionBlocked():
+        case VMICreated() | Unschedulable() | VMIEvictionBlocked() | MetadataChanged():
             return state  # before this node, or the controller's
         case _:
             assert_never(event)

@@ -1,0 +1,158 @@
+"""Objects' lives as Kubernetes has them, with the real kubectl and the `kubernetes`
+client on one `virtstream up --nodes 1`:
+
+- metadata on every kind: `kubectl label` and `annotate` of a VMI, a migration and a
+  snapshot, a merge patch, a JSON patch and a PUT of labels, finalizers and owner
+  references, none touching spec or status; a changed spec of an immutable kind refused
+  with KubeVirt's words."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from ops.supervisor import importable
+from tests.integration.test_kubectl import EXAMPLES, Cluster
+from tests.integration.up_process import running_up
+
+pytestmark = pytest.mark.skipif(
+    not (importable("services.api") and importable("services.handler")),
+    reason="api, controller and handlers are needed",
+)
+
+VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
+VMIMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigrations"
+SNAPSHOTS = "/apis/snapshot.kubevirt.io/v1beta1/namespaces/default/virtualmachinesnapshots"
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    with running_up("vs-citizen-", 1) as up:
+        yield Cluster(up.url, up.http, up.data_dir / "kubeconfig", up.data_dir)
+
+
+def _get(cluster: Cluster, path: str) -> dict[str, Any]:
+    r = cluster.http.get(path)
+    assert r.status_code == 200, r.text
+    return dict(r.json())
+
+
+def _snapshot(name: str, vm: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "snapshot.kubevirt.io/v1beta1",
+        "kind": "VirtualMachineSnapshot",
+        "metadata": {"name": name},
+        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": vm}},
+    }
+
+
+# ------------------------------------------------------------------ metadata
+def test_kubectl_labels_and_annotates_a_vmi_without_touching_its_spec(cluster: Cluster) -> None:
+    k = cluster.kubectl
+    k("create", "-f", str(EXAMPLES / "vmi-fedora.yaml"))
+    before = _get(cluster, f"{VMIS}/vmi-fedora")
+    assert k("label", "vmi", "vmi-fedora", "foo=bar").out.strip() == (
+        "virtualmachineinstance.kubevirt.io/vmi-fedora labeled"
+    )
+    assert k("annotate", "vmi", "vmi-fedora", "note=hello").out.strip() == (
+        "virtualmachineinstance.kubevirt.io/vmi-fedora annotated"
+    )
+    after = _get(cluster, f"{VMIS}/vmi-fedora")
+    assert after["metadata"]["labels"] == {"special": "vmi-fedora", "foo": "bar"}
+    assert after["metadata"]["annotations"]["note"] == "hello"
+    assert after["spec"] == before["spec"]
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    # a label removed, and shown by a label selector
+    k("label", "vmi", "vmi-fedora", "foo-")
+    names = k("get", "vmis", "-l", "special=vmi-fedora", "-o", "name").out.split()
+    assert names == ["virtualmachineinstance.kubevirt.io/vmi-fedora"]
+    assert "foo" not in _get(cluster, f"{VMIS}/vmi-fedora")["metadata"]["labels"]
+
+
+def test_a_changed_vmi_spec_is_refused_as_kubevirt_refuses_it(cluster: Cluster) -> None:
+    k = cluster.kubectl
+    if k("get", "vmi", "vmi-fedora", check=False).code != 0:
+        k("create", "-f", str(EXAMPLES / "vmi-fedora.yaml"))
+    out = k(
+        "patch", "vmi", "vmi-fedora", "--type=merge", "-p", '{"spec":{"hostname":"other"}}',
+        check=False,
+    )  # fmt: skip
+    assert out.code != 0
+    # kubectl prints an Invalid Status by its causes, as it does KubeVirt's
+    assert out.err.strip() == (
+        'The VirtualMachineInstance "vmi-fedora" is invalid: : update of VMI object is restricted'
+    )
+    r = cluster.http.patch(
+        f"{VMIS}/vmi-fedora",
+        content=b'{"spec":{"hostname":"other"}}',
+        headers={"Content-Type": "application/merge-patch+json"},
+    )
+    assert r.status_code == 422
+    assert r.json()["message"] == (
+        'admission webhook "virtualmachineinstances-update-validator.kubevirt.io" denied the '
+        "request: update of VMI object is restricted"
+    )
+
+
+def test_a_migration_takes_labels_finalizers_and_owners(cluster: Cluster) -> None:
+    k = cluster.kubectl
+    k("create", "-f", str(EXAMPLES / "vmi-migratable.yaml"))
+    k("create", "-f", str(EXAMPLES / "migration-job.yaml"))
+    assert k("label", "vmim", "migration-job", "team=a").out.strip() == (
+        "virtualmachineinstancemigration.kubevirt.io/migration-job labeled"
+    )
+    vmi = _get(cluster, f"{VMIS}/vmi-migratable")
+    owner = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "name": "vmi-migratable",
+        "uid": vmi["metadata"]["uid"],
+    }
+    patch = [
+        {"op": "add", "path": "/metadata/finalizers", "value": ["example.com/hold"]},
+        {"op": "add", "path": "/metadata/ownerReferences", "value": [owner]},
+    ]
+    k("patch", "vmim", "migration-job", "--type=json", "-p", json.dumps(patch))
+    shown = _get(cluster, f"{VMIMS}/migration-job")
+    assert shown["metadata"]["labels"] == {"team": "a"}
+    assert shown["metadata"]["finalizers"] == ["example.com/hold"]
+    assert shown["metadata"]["ownerReferences"] == [owner]
+    assert shown["spec"] == {"vmiName": "vmi-migratable"}
+    # a PUT that drops them
+    shown["metadata"].pop("finalizers")
+    shown["metadata"].pop("ownerReferences")
+    r = cluster.http.put(f"{VMIMS}/migration-job", json=shown)
+    assert r.status_code == 200, r.text
+    meta = _get(cluster, f"{VMIMS}/migration-job")["metadata"]
+    assert "finalizers" not in meta and "ownerReferences" not in meta
+    # the spec stays KubeVirt's to refuse
+    out = k(
+        "patch", "vmim", "migration-job", "--type=merge", "-p", '{"spec":{"vmiName":"x"}}',
+        check=False,
+    )  # fmt: skip
+    assert out.code != 0 and "update of Migration object's spec is restricted" in out.err
+
+
+def test_the_kubernetes_client_labels_a_snapshot(cluster: Cluster, tmp_path: Any) -> None:
+    from kubernetes import client, config
+
+    k = cluster.kubectl
+    vm = yaml.safe_load((EXAMPLES / "vm-cirros.yaml").read_text())
+    vm["metadata"]["name"] = "vm-snap"
+    (tmp_path / "vm.yaml").write_text(yaml.safe_dump(vm))
+    k("create", "-f", str(tmp_path / "vm.yaml"))
+    (tmp_path / "snap.yaml").write_text(yaml.safe_dump(_snapshot("snap-one", "vm-snap")))
+    k("create", "-f", str(tmp_path / "snap.yaml"))
+    api = client.CustomObjectsApi(config.new_client_from_config(str(cluster.kubeconfig)))
+    args = ("snapshot.kubevirt.io", "v1beta1", "default", "virtualmachinesnapshots", "snap-one")
+    api.patch_namespaced_custom_object(*args, {"metadata": {"labels": {"backup": "nightly"}}})
+    got = api.get_namespaced_custom_object(*args)
+    assert got["metadata"]["labels"] == {"backup": "nightly"}
+    assert got["spec"]["source"]["name"] == "vm-snap"
+    assert k("annotate", "vmsnapshot", "snap-one", "why=test").out.strip() == (
+        "virtualmachinesnapshot.snapshot.kubevirt.io/snap-one annotated"
+    )
