@@ -150,7 +150,7 @@ def test_the_kubernetes_client_labels_a_snapshot(cluster: Cluster, tmp_path: Any
     api = client.CustomObjectsApi(config.new_client_from_config(str(cluster.kubeconfig)))
     args = ("snapshot.kubevirt.io", "v1beta1", "default", "virtualmachinesnapshots", "snap-one")
     api.patch_namespaced_custom_object(*args, {"metadata": {"labels": {"backup": "nightly"}}})
-    got = api.get_namespaced_custom_object(*args)
+    got = dict(api.get_namespaced_custom_object(*args))  # type: ignore[call-overload]
     assert got["metadata"]["labels"] == {"backup": "nightly"}
     assert got["spec"]["source"]["name"] == "vm-snap"
     assert k("annotate", "vmsnapshot", "snap-one", "why=test").out.strip() == (

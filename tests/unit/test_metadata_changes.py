@@ -141,8 +141,9 @@ def test_a_snapshot_takes_a_label_by_json_patch_and_refuses_a_spec_change() -> N
         run(c, Verb.PATCH, "vmsnapshot", "s1", patch, content_type=JSON_PATCH)
     assert exc.value.code == 422
     assert exc.value.status.message.endswith("spec in immutable after creation")
-    assert exc.value.status.details is not None
-    assert exc.value.status.details.causes[0].field == "spec"
+    details = exc.value.status.details
+    assert details is not None and details.causes
+    assert details.causes[0].field == "spec"
 
 
 def test_a_label_on_a_vm_keeps_its_generation_and_a_spec_change_moves_it() -> None:
