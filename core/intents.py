@@ -25,6 +25,7 @@ from events.catalog import USER_METADATA, MetadataChanged
 from events.manifest import ManifestError, dump, load
 from projections.cluster import Cluster
 from projections.evolve import with_metadata
+from projections.replay import gone
 
 JSON = dict[str, Any]
 
@@ -170,13 +171,17 @@ def create(
     if causes:
         raise _denied(res, name, causes)
     k = spec.key(namespace, name)
-    if k in spec.table(cluster):
+    found = spec.table(cluster).get(k)
+    if found is not None and not gone(found):
         raise already_exists(res, name)
     manifest = (fields or field_manager.kept)(
         None, _finish(raw, typed, name, namespace, uid), ctx.now
     )
     event = spec.created(ctx.meta(spec.event_kind, namespace, name, uid), manifest)
-    return Outcome((Append(event, 0),), spec.event_kind, k, 201)
+    # a name whose object is gone is free: the new object (its own uid) continues the
+    # name's aggregate after the old one's last event
+    expected = 0 if found is None else found.version
+    return Outcome((Append(event, expected),), spec.event_kind, k, 201)
 
 
 # ------------------------------------------------------------------- update

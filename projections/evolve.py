@@ -301,7 +301,8 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
 def evolve_migration(view: MigrationView | None, s: Stored) -> MigrationView | None:
     ev = s.event
     at = ev.meta.occurred_at
-    if view is None:
+    if view is None or (view.deleted and view.final and isinstance(ev, MigrationRequested)):
+        # a deleted migration that finished is gone: its name makes a new one
         if isinstance(ev, MigrationRequested):
             return MigrationView(
                 **_born(ev.manifest, s),

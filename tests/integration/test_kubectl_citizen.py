@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kinds.registry import REGISTRY
 from ops.supervisor import importable
 from tests.integration.test_kubectl import EXAMPLES, Cluster
 from tests.integration.up_process import running_up
@@ -156,3 +157,80 @@ def test_the_kubernetes_client_labels_a_snapshot(cluster: Cluster, tmp_path: Any
     assert k("annotate", "vmsnapshot", "snap-one", "why=test").out.strip() == (
         "virtualmachinesnapshot.snapshot.kubevirt.io/snap-one annotated"
     )
+
+
+# ------------------------------------------------------------- names reused
+MIG_TWO = {
+    "apiVersion": "kubevirt.io/v1",
+    "kind": "VirtualMachineInstanceMigration",
+    "metadata": {"name": "mig-two"},
+    "spec": {"vmiName": "vmi-reuse"},
+}
+HISTORY = "/apis/debug.virtstream.io/v1alpha1/namespaces/default/{plural}/{name}/history"
+
+
+def _gone(cluster: Cluster, kind: str, name: str) -> None:
+    cluster.kubectl("delete", kind, name, "--wait=true", "--timeout=60s")
+    out = cluster.kubectl("get", kind, name, check=False)
+    assert out.code != 0 and "NotFound" in out.err, out.err
+
+
+def test_a_deleted_migrations_name_is_free_again(cluster: Cluster, tmp_path: Any) -> None:
+    k = cluster.kubectl
+    vmi = yaml.safe_load((EXAMPLES / "vmi-migratable.yaml").read_text())
+    vmi["metadata"]["name"] = "vmi-reuse"
+    (tmp_path / "vmi.yaml").write_text(yaml.safe_dump(vmi))
+    k("create", "-f", str(tmp_path / "vmi.yaml"))
+    path = tmp_path / "mig.yaml"
+    path.write_text(yaml.safe_dump(MIG_TWO))
+    k("create", "-f", str(path))
+    old = _get(cluster, f"{VMIMS}/mig-two")["metadata"]["uid"]
+    _gone(cluster, "vmim", "mig-two")
+    assert k("create", "-f", str(path)).out.strip() == (
+        "virtualmachineinstancemigration.kubevirt.io/mig-two created"
+    )
+    new = _get(cluster, f"{VMIMS}/mig-two")
+    assert new["metadata"]["uid"] != old
+    assert new["metadata"].get("deletionTimestamp") is None
+    # its history is its own: it begins with its own creation
+    r = cluster.http.get(HISTORY.format(plural="virtualmachineinstancemigrations", name="mig-two"))
+    assert r.status_code == 200, r.text
+    steps = [s for s in r.json()["steps"] if s["own"]]
+    assert steps[0]["type"] == "MigrationRequested"
+    assert all(s["type"] != "MigrationAbortRequested" for s in steps)
+    assert steps[0]["object"]["metadata"]["uid"] == new["metadata"]["uid"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "doc"),
+    [
+        ("vmi", yaml.safe_load((EXAMPLES / "vmi-fedora.yaml").read_text())),
+        ("vm", yaml.safe_load((EXAMPLES / "vm-cirros.yaml").read_text())),
+        ("vmsnapshot", _snapshot("snap-reuse", "vm-cirros")),
+        (
+            "migrationpolicy",
+            yaml.safe_load((EXAMPLES / "example-migration-policy.yaml").read_text()),
+        ),
+    ],
+)
+def test_every_kinds_name_is_free_again(
+    cluster: Cluster, tmp_path: Any, kind: str, doc: dict[str, Any]
+) -> None:
+    k = cluster.kubectl
+    name = doc["metadata"]["name"] = f"reuse-{kind}"
+    path = tmp_path / "obj.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    k("create", "-f", str(path))
+    uid = k("get", kind, name, "-o", "jsonpath={.metadata.uid}").out
+    _gone(cluster, kind, name)
+    k("create", "-f", str(path))
+    new = k("get", kind, name, "-o", "jsonpath={.metadata.uid}").out
+    assert new not in ("", uid)
+    # the history of the name's object is the new one's: its first step is its creation
+    spec = REGISTRY.resource(kind)
+    where = "namespaces/default/" if spec.namespaced else ""
+    r = cluster.http.get(f"/apis/debug.virtstream.io/v1alpha1/{where}{spec.plural}/{name}/history")
+    assert r.status_code == 200, r.text
+    steps = r.json()["steps"]
+    assert steps[0]["own"] and steps[0]["object"]["metadata"]["uid"] == new
+    assert all(s["object"]["metadata"]["uid"] == new for s in steps if s.get("object"))
