@@ -240,6 +240,9 @@ def update(
         if causes:
             raise _denied(res, name, causes)
     manifest = _finish(raw, typed, name, namespace, current.uid)
+    deleting = (current.manifest.get("metadata") or {}).get("deletionTimestamp")
+    if deleting:  # the server's, kept through an update
+        manifest["metadata"]["deletionTimestamp"] = deleting
     if _beside_metadata(manifest) == _beside_metadata(current.manifest):
         return _metadata_update(spec, namespace, name, current, manifest["metadata"], ctx, fields)
     manifest = (fields or field_manager.kept)(current.manifest, manifest, ctx.now)
@@ -270,6 +273,18 @@ def _metadata_update(
     none, as the API server stores it), or nothing when it changes nothing."""
     k = spec.key(namespace, name)
     wanted = {f: meta[f] for f in USER_METADATA if f != "managedFields" and meta.get(f)}
+    before = current.manifest.get("metadata") or {}
+    added = [f for f in wanted.get("finalizers") or [] if f not in (before.get("finalizers") or [])]
+    if added and before.get("deletionTimestamp"):
+        found = ", ".join(f'"{f}"' for f in added)
+        detail = (
+            "Forbidden: no new finalizers can be added if the object is being deleted, "
+            f"found new finalizers []string{{{found}}}"
+        )
+        cause = admission.cause("FieldValueForbidden", detail, "metadata.finalizers")
+        res = spec.resource
+        message = f'{res.kind}.{res.group} "{name}" is invalid: metadata.finalizers: {detail}'
+        raise invalid(res, name, [cause], message)
     kept = (current.manifest.get("metadata") or {}).get("managedFields")
     if kept:
         wanted["managedFields"] = kept

@@ -423,9 +423,12 @@ USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences", "mana
 class MetadataChanged(Event, tag="MetadataChanged", frozen=True):
     """Only the object's own metadata changed (a label, an annotation, a finalizer, an
     owner reference): `metadata` holds the `USER_METADATA` fields as they are now (an
-    absent one was removed). Spec, status and generation stay; any kind's aggregate."""
+    absent one was removed). Spec, status and generation stay; any kind's aggregate.
+    `deletion`: the object's deletion begins (`metadata.deletionTimestamp`, the event's
+    time); it stays until its finalizers are gone, then its kind's deletion follows."""
 
     metadata: dict[str, Any]
+    deletion: bool = False
 
 
 # One union per aggregate kind: a fold matches over its kind's union and ends in

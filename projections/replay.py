@@ -184,7 +184,7 @@ def event_json(s: Stored) -> JSON:
 # ------------------------------------------------------------ rendering
 def gone(view: object) -> bool:
     """A deleted migration that has finished is gone for readers (Kubernetes deletes it)."""
-    return isinstance(view, MigrationView) and view.deleted and view.final
+    return isinstance(view, MigrationView) and view.gone
 
 
 def render_object(cluster: Cluster, kind: KindToken, k: str, now: float) -> JSON | None:

@@ -17,6 +17,7 @@ import yaml
 
 from kinds.registry import REGISTRY
 from ops.supervisor import importable
+from tests.integration.polling import until
 from tests.integration.test_kubectl import EXAMPLES, Cluster
 from tests.integration.up_process import running_up
 
@@ -234,3 +235,92 @@ def test_every_kinds_name_is_free_again(
     steps = r.json()["steps"]
     assert steps[0]["own"] and steps[0]["object"]["metadata"]["uid"] == new
     assert all(s["object"]["metadata"]["uid"] == new for s in steps if s.get("object"))
+
+
+# ------------------------------------------------------------------ deletion
+FLEET = EXAMPLES.parent / "fleet"
+
+
+def _fleet(tmp_path: Any, file: str, name: str, replicas: int) -> Any:
+    doc = yaml.safe_load((FLEET / file).read_text())
+    doc["metadata"]["name"] = name
+    doc["spec"]["replicas"] = replicas
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def _owned(cluster: Cluster, kind: str, uid: str) -> list[str]:
+    items = json.loads(cluster.kubectl("get", kind, "-o", "json").out)["items"]
+    return sorted(
+        i["metadata"]["name"]
+        for i in items
+        if any(r.get("uid") == uid for r in i["metadata"].get("ownerReferences") or [])
+    )
+
+
+def _until(check: Any, what: str, timeout: float = 60) -> None:
+    until(check, timeout, what)
+
+
+def test_deleting_a_replica_set_deletes_its_vmis(cluster: Cluster, tmp_path: Any) -> None:
+    k = cluster.kubectl
+    k("create", "-f", str(_fleet(tmp_path, "vmirs-cirros.yaml", "rs-bg", 2)))
+    uid = k("get", "vmirs", "rs-bg", "-o", "jsonpath={.metadata.uid}").out
+    _until(lambda: len(_owned(cluster, "vmis", uid)) == 2, "the replica set's VMIs")
+    k("delete", "vmirs", "rs-bg")  # kubectl's default: Background
+    _until(lambda: _owned(cluster, "vmis", uid) == [], "its VMIs gone")
+
+
+def test_a_foreground_deletion_waits_for_the_pools_vms(cluster: Cluster, tmp_path: Any) -> None:
+    k = cluster.kubectl
+    k("create", "-f", str(_fleet(tmp_path, "vmpool-cirros.yaml", "pool-fg", 2)))
+    uid = k("get", "vmpool", "pool-fg", "-o", "jsonpath={.metadata.uid}").out
+    _until(lambda: len(_owned(cluster, "vms", uid)) == 2, "the pool's VMs")
+    held, free = _owned(cluster, "vms", uid)
+    k("patch", "vm", held, "--type=merge", "-p", '{"metadata":{"finalizers":["x.io/hold"]}}')
+    k("delete", "vmpool", "pool-fg", "--cascade=foreground", "--wait=false")
+    _until(lambda: _owned(cluster, "vms", uid) == [held], "the VM without a finalizer gone")
+    # the pool stays, being deleted, while a VM of its own is left
+    pool = json.loads(k("get", "vmpool", "pool-fg", "-o", "json").out)
+    assert pool["metadata"]["deletionTimestamp"]
+    assert pool["metadata"]["finalizers"] == ["foregroundDeletion"]
+    vm = json.loads(k("get", "vm", held, "-o", "json").out)
+    assert vm["metadata"]["deletionTimestamp"] and vm["status"]["printableStatus"] == "Terminating"
+    k("patch", "vm", held, "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    _until(lambda: _owned(cluster, "vms", uid) == [], "its VMs gone")
+    _until(lambda: k("get", "vmpool", "pool-fg", check=False).code != 0, "the pool gone")
+    assert free not in k("get", "vms", "-o", "name").out
+
+
+def test_an_orphaning_deletion_leaves_the_vmis(cluster: Cluster, tmp_path: Any) -> None:
+    k = cluster.kubectl
+    k("create", "-f", str(_fleet(tmp_path, "vmirs-cirros.yaml", "rs-or", 2)))
+    uid = k("get", "vmirs", "rs-or", "-o", "jsonpath={.metadata.uid}").out
+    _until(lambda: len(_owned(cluster, "vmis", uid)) == 2, "the replica set's VMIs")
+    names = _owned(cluster, "vmis", uid)
+    k("delete", "vmirs", "rs-or", "--cascade=orphan")
+    assert k("get", "vmirs", "rs-or", check=False).code != 0
+    assert _owned(cluster, "vmis", uid) == []
+    for name in names:  # still there, without their reference
+        vmi = _get(cluster, f"{VMIS}/{name}")
+        assert "deletionTimestamp" not in vmi["metadata"]
+        assert "ownerReferences" not in vmi["metadata"]
+
+
+def test_a_finalizer_holds_an_object_until_it_is_removed(cluster: Cluster) -> None:
+    k = cluster.kubectl
+    doc = yaml.safe_load((EXAMPLES / "vmi-fedora.yaml").read_text())
+    doc["metadata"]["name"] = "vmi-held"
+    doc["metadata"]["finalizers"] = ["example.com/hold"]
+    r = cluster.http.post(VMIS, json=doc)
+    assert r.status_code == 201, r.text
+    k("delete", "vmi", "vmi-held", "--wait=false")
+    meta = _get(cluster, f"{VMIS}/vmi-held")["metadata"]
+    assert meta["deletionTimestamp"] and meta["finalizers"] == ["example.com/hold"]
+    # no new finalizer while it is being deleted, in the API server's words
+    more = '[{"op":"add","path":"/metadata/finalizers/-","value":"x.io/more"}]'
+    out = k("patch", "vmi", "vmi-held", "--type=json", "-p", more, check=False)
+    assert out.code != 0 and "no new finalizers can be added" in out.err
+    k("patch", "vmi", "vmi-held", "--type=merge", "-p", '{"metadata":{"finalizers":null}}')
+    _until(lambda: k("get", "vmi", "vmi-held", check=False).code != 0, "the VMI gone")
