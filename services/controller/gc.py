@@ -27,7 +27,6 @@ from events.catalog import (
     PolicyDeleted,
     ResourceDeleted,
     VMDeleted,
-    VMIRemoved,
 )
 from events.envelope import Context
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind, KindToken
@@ -35,9 +34,11 @@ from projections.cluster import Cluster
 from projections.views import ManifestView, MigrationView, PolicyView, VMIView, VMView
 from services.controller import emit, run_strategy
 
-#: events after which an owner may be gone, a dependent name one that is, or a finalizer
-#: be removed: the collector looks at once (a tick looks anyway)
-TRIGGERS = (ResourceDeleted, VMDeleted, VMIRemoved, PolicyDeleted, MetadataChanged)
+#: events after which an owner may be gone (a replica set, a pool, a snapshot, a policy),
+#: or a finalizer or an owner reference changed: the collector looks at once. A tick
+#: (about a second) looks anyway: a VM's or a VMI's removal, frequent and rarely an
+#: owner's, waits for it rather than scanning every object each time
+TRIGGERS = (ResourceDeleted, PolicyDeleted, MetadataChanged)
 FOREGROUND, ORPHAN = "foregroundDeletion", "orphan"
 
 

@@ -132,6 +132,8 @@ def test_a_foreground_deletion_keeps_the_owner_until_its_dependents_are_gone() -
     for name in names:
         w.run(VMIRemoved(meta=meta(Kind.VMI, name)))
     assert not c.vmis
+    assert c.resources[ResourceKind.VMIRS]["default/web"].marked  # until the collector looks
+    w.settle(w.tick())
     assert "default/web" not in c.resources[ResourceKind.VMIRS]
 
 
