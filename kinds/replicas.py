@@ -1,7 +1,7 @@
 """VirtualMachineInstanceReplicaSet (kubevirt.io/v1) and VirtualMachinePool
 (pool.kubevirt.io/v1alpha1): replicas, selector, template, and the `scale` subresource
-(autoscaling/v1 Scale) that `kubectl scale` uses. Their controllers are
-services/controller/replicaset.py and pool.py."""
+(autoscaling/v1 Scale) that `kubectl scale` uses. Their controller is
+services/controller/replicas.py."""
 
 from __future__ import annotations
 
