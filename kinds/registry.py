@@ -19,8 +19,9 @@ from typing import Any
 from events.manifest import ManifestError, api_group, load
 from events.meta import CLUSTER_SCOPE, CLUSTER_SCOPED, Aggregate, KindToken, own_kind
 from events.objects import Status
-from kinds import instancetype, migration, node, policy, replicas, snapshot, vm, vmi
+from kinds import event, instancetype, migration, node, policy, replicas, snapshot, vm, vmi
 from kinds.spec import KindSpec, Scope
+from projections import kube_events
 from projections.cluster import Cluster
 from projections.evolve import evolve_resource
 from projections.replay import RefError, gone
@@ -41,10 +42,12 @@ class Registry:
         self._types: dict[tuple[str, str], type[Any]] = dict(DOCUMENT_TYPES)
         for spec in specs:
             for n in spec.names:
-                if n in self._by_name:
-                    raise ValueError(f"{n!r} names both {self._by_name[n].kind} and {spec.kind}")
-                self._by_name[n] = spec
-            self._by_kind[spec.kind] = spec
+                other = self._by_name.get(n)
+                if other is not None and other.event_kind != spec.event_kind:
+                    raise ValueError(f"{n!r} names both {other.kind} and {spec.kind}")
+                # another version of one kind (Events in two groups): the first is named
+                self._by_name.setdefault(n, spec)
+            self._by_kind.setdefault(spec.kind, spec)
             self._types.setdefault((spec.group, spec.kind), spec.object_type)
             # the first spec of an event kind is the one its events render as
             first = self._by_event_kind.setdefault(spec.event_kind, spec)
@@ -126,10 +129,13 @@ class Registry:
     # -------------------------------------------------------------- references
     @property
     def cli_names(self) -> tuple[str, ...]:
-        """The name kubectl users type for each kind: the plural short name (`vms`), else
-        the plural (`migrationpolicies`)."""
+        """The name kubectl users type for each kind of the log's aggregates: the plural
+        short name (`vms`), else the plural (`migrationpolicies`). Events are derived, no
+        aggregate: references (replay, why, at) never name them."""
         return tuple(
-            next((n for n in s.short_names if n.endswith("s")), s.plural) for s in self.specs
+            next((n for n in s.short_names if n.endswith("s")), s.plural)
+            for s in self.specs
+            if s.event_kind != kube_events.KIND
         )
 
     def parse_kind(self, text: str) -> KindToken:
@@ -137,7 +143,7 @@ class Registry:
 
     def _ref_spec(self, text: str) -> KindSpec:
         spec = self.get(text)
-        if spec is None:
+        if spec is None or spec.event_kind == kube_events.KIND:
             raise RefError(f"unknown kind {text!r} (one of {', '.join(self.cli_names)})")
         return spec
 
@@ -172,7 +178,10 @@ def _check_events(spec: KindSpec, first: KindSpec) -> None:
     """A kind's events: an aggregate kind of its own, at its scope, or the generic fold's
     under a subject token; every kind of one aggregate kind at one scope."""
     own = own_kind(spec.event_kind)
-    if own is None:
+    if spec.event_kind == kube_events.KIND:
+        if not set(spec.verbs) <= {"get", "list", "watch"}:
+            raise ValueError(f"{spec.kind}: the Event records are derived: read only")
+    elif own is None:
         if spec.evolve is not evolve_resource:
             raise ValueError(
                 f"{spec.kind}: {spec.event_kind!r} has no events of its own: a generic kind "
@@ -196,5 +205,6 @@ REGISTRY = Registry(
         *instancetype.SPECS,
         *replicas.SPECS,
         *snapshot.SPECS,
+        *event.SPECS,
     )
 )

@@ -81,6 +81,9 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     table: Callable[[Cluster], Mapping[str, Any]]
     render: Render
     evolve: Callable[[Any, Stored], Any] | None = None
+    # another version of its event kind's first spec: watches follow the first's renders,
+    # each object converted by this (Events in events.k8s.io/v1 from core/v1's)
+    convert: Callable[[JSON], JSON] | None = None
 
     # ----------------------------------------------------------------- names
     @property

@@ -34,6 +34,8 @@ from projections.evolve import (
     evolve_vm,
     evolve_vmi,
 )
+from projections.kube_events import KIND as KUBE_EVENTS
+from projections.kube_events import KubeEvents
 from projections.views import (
     ManifestView,
     MigrationView,
@@ -57,7 +59,7 @@ def view_key(agg: Aggregate) -> str:
 
 
 class Cluster:
-    def __init__(self) -> None:
+    def __init__(self, *, kube_events: bool = False) -> None:
         self.vms: dict[str, VMView] = {}
         self.vmis: dict[str, VMIView] = {}
         self.migrations: dict[str, MigrationView] = {}
@@ -68,10 +70,15 @@ class Cluster:
         self.resources: defaultdict[KindToken, dict[str, ResourceView]] = defaultdict(dict)
         self.vmis_by_node: dict[str, set[str]] = {}
         self.last_seq = 0
+        # Kubernetes' Events derived from the log (projections/kube_events.py): folded by
+        # the api's read side, not by the controller, whose decisions never read them
+        self.kube_events: KubeEvents | None = KubeEvents() if kube_events else None
 
     # ------------------------------------------------------------------ queries
     def table(self, kind: KindToken) -> dict[str, Any]:
         """The views of one kind, by key."""
+        if kind == KUBE_EVENTS:
+            return self.kube_events.table if self.kube_events is not None else {}
         match own_kind(kind):
             case Kind.VM:
                 return self.vms
@@ -128,6 +135,12 @@ class Cluster:
         if s.redelivery_of:
             self._advance_version(agg, s.seq)
             return []
+        if self.kube_events is None:
+            return self._apply_views(s, agg)
+        recorded = self.kube_events.apply(s, self)  # reads the views before the event
+        return self._apply_views(s, agg) + [(KUBE_EVENTS, k) for k in recorded]
+
+    def _apply_views(self, s: Stored, agg: Aggregate) -> list[Touched]:
         match own_kind(agg.kind):
             case Kind.VM:
                 return self._apply_vm(s, key(agg.namespace, agg.name))

@@ -23,7 +23,9 @@ from events.envelope import Stored
 from events.meta import Kind, KindToken
 from eventstore.port import EventLog
 from kinds.registry import REGISTRY, Registry
+from projections import kube_events
 from projections.cluster import Cluster, view_key
+from projections.kube_events import KubeEvents
 from projections.replay import gone
 from projections.views import (
     MigrationView,
@@ -65,7 +67,7 @@ class ProjectionRunner:
     ) -> None:
         self.store = store
         self.kinds = kinds  # how each kind renders
-        self.cluster = Cluster()
+        self.cluster = Cluster(kube_events=True)
         self.clock = clock
         # KubeVirt's metrics are read off this fold (one registration per process)
         self.metrics = ProjectionMetrics(self.cluster, clock=clock).register()
@@ -103,6 +105,8 @@ class ProjectionRunner:
         if self.snapshot_name and self.cluster.last_seq == 0:
             loaded = await snapshots.load(self.store, self.snapshot_name)
             if loaded is not None:
+                if loaded.kube_events is None:  # a snapshot from before the records
+                    loaded.kube_events = KubeEvents()
                 self.cluster = loaded
                 self.snapshot_seq = loaded.last_seq
                 # watches cannot resume from before the snapshot: they get 410 and re-list
@@ -194,6 +198,8 @@ class ProjectionRunner:
             if tk == k:
                 old = before[kind]
                 old = None if old is None or gone(old) else old
+            elif kind == kube_events.KIND:  # a record made now, or one counted on again
+                old = None if new is None or new.created_seq == s.seq else new
             else:
                 old = new  # other keys are only ever modified by a cross-aggregate effect
             if new is not None:
@@ -279,12 +285,17 @@ class ProjectionRunner:
         """The rendered object at key ("ns/name", or the name of a node or policy).
         Shared with the render cache: callers encode it, never mutate it."""
         view = self._view(kind, k)
-        if view is None or gone(view):
+        if view is None or gone(view) or self._expired(kind, view):
             return None
         hit = self._fresh.get((kind, k))
         if hit is not None and hit[0] is view and hit[1] is self._joined(kind, view):
             return hit[2]
         return self._render(kind, view)
+
+    def _expired(self, kind: KindToken, view: Any) -> bool:
+        """An Event record past the API server's TTL is not served (the fold drops it
+        when the log moves on; without new events, the clock decides)."""
+        return kind == kube_events.KIND and view.last_at < self.clock() - kube_events.WINDOW
 
     def list(self, selector: Selector) -> list[JSON]:
         out = []
@@ -321,15 +332,23 @@ class ProjectionRunner:
         return body
 
     # --------------------------------------------------------------- watches
-    def watch(self, selector: Selector, resource_version: int | None) -> Watcher:
+    def watch(
+        self,
+        selector: Selector,
+        resource_version: int | None,
+        convert: Callable[[JSON], JSON] | None = None,
+    ) -> Watcher:
         """Open a watch. Without a resourceVersion (or 0) it starts with ADDED events for
         every matching object, then follows; with one it replays the kept changes after
-        it. Registration and replay happen without awaiting, so no change is missed."""
-        watcher = Watcher(selector)
+        it. Registration and replay happen without awaiting, so no change is missed.
+        `convert`: the objects in another version's shape (selected in that shape)."""
+        watcher = Watcher(selector, convert=convert)
         if not resource_version:
             for k in sorted(self._table(selector.kind)):
                 obj = self.get(selector.kind, k)
-                if obj is not None and selector.matches(selector.kind, obj):
+                if obj is None:
+                    continue
+                if selector.matches(selector.kind, convert(obj) if convert else obj):
                     watcher.initial(k, obj)
         else:
             if resource_version < self.history_floor:
@@ -346,5 +365,5 @@ class ProjectionRunner:
 
 def clock_free(kind: KindToken) -> bool:
     """Whether every object of the kind renders the same at any time: a node's readiness
-    ages with its heartbeat, a VM's start backoff counts down."""
-    return kind not in (Kind.NODE, Kind.VM)
+    ages with its heartbeat, a VM's start backoff counts down, an Event's TTL runs out."""
+    return kind not in (Kind.NODE, Kind.VM, kube_events.KIND)

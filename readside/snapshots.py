@@ -18,6 +18,7 @@ import msgspec
 from events.meta import KindToken
 from eventstore.port import Bucket, EventLog
 from projections.cluster import Cluster
+from projections.kube_events import KubeEvents, KubeEventView
 from projections.views import (
     MigrationView,
     NodeView,
@@ -39,6 +40,8 @@ class Views(msgspec.Struct, frozen=True):
     nodes: dict[str, NodeView]
     policies: dict[str, PolicyView]
     resources: dict[KindToken, dict[str, ResourceView]] = {}
+    # the api's Event records (projections/kube_events.py); None: a fold without them
+    kube_events: dict[str, KubeEventView] | None = None
 
 
 class Head(msgspec.Struct, frozen=True):
@@ -67,6 +70,11 @@ def encode_views(cluster: Cluster) -> bytes:
             nodes=dict(sorted(cluster.nodes.items())),
             policies=dict(sorted(cluster.policies.items())),
             resources={k: dict(sorted(t.items())) for k, t in cluster.resources.items()},
+            kube_events=(
+                dict(sorted(cluster.kube_events.table.items()))
+                if cluster.kube_events is not None
+                else None
+            ),
         )
     )
 
@@ -78,6 +86,8 @@ def decode_views(data: bytes) -> Cluster:
     c.vms, c.vmis, c.migrations = v.vms, v.vmis, v.migrations
     c.nodes, c.policies = v.nodes, v.policies
     c.resources.update(v.resources)
+    if v.kube_events is not None:
+        c.kube_events = KubeEvents.of(v.kube_events)
     for k, vmi in c.vmis.items():  # the index is derived, not stored
         if vmi.node:
             c.vmis_by_node.setdefault(vmi.node, set()).add(k)
@@ -169,7 +179,7 @@ async def load_cluster(
     newer than `until_seq` is not used (the views cannot be folded backwards)."""
     cluster = await load(store, name, bucket_name=bucket_name)
     if cluster is None or (until_seq is not None and cluster.last_seq > until_seq):
-        cluster = Cluster()
+        cluster = Cluster(kube_events=True)
     snap = cluster.last_seq
     n = 0
     if until_seq is None or until_seq > snap:

@@ -50,7 +50,7 @@ async def cluster_at(
             store, snapshot, until_seq=until, bucket_name=bucket
         )
         return cluster
-    cluster = Cluster()
+    cluster = Cluster(kube_events=True)  # the api's fold: its Events as they were then
     if until > 0:  # else before the first event: the empty cluster
         async for s in store.replay(until_seq=until, raw=True):
             cluster.apply(s)

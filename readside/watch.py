@@ -3,18 +3,21 @@ the runner keeps, and per-watcher queues.
 
 Selectors follow Kubernetes' syntax: labels `a=b`, `a==b`, `a!=b`, `a in (x,y)`,
 `a notin (x)`, `a`, `!a`; fields `metadata.name`, `metadata.namespace`, `status.nodeName`,
-`status.phase` with `=`, `==`, `!=`."""
+`status.phase` with `=`, `==`, `!=` (Events: `involvedObject.name` and the others of
+`projections.kube_events.FIELDS`)."""
 
 from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from enum import StrEnum
 from typing import Any
 
 import msgspec
 
 from events.meta import KindToken
+from projections import kube_events
 
 JSON = dict[str, Any]
 
@@ -104,19 +107,51 @@ def parse_label_selector(text: str | None) -> tuple[Requirement, ...]:
 
 
 FIELDS = ("metadata.name", "metadata.namespace", "status.nodeName", "status.phase")
+# the kinds whose field labels are their own (the API server's per-kind field sets)
+KIND_FIELDS: dict[KindToken, tuple[str, ...]] = {kube_events.KIND: kube_events.FIELDS}
 
 
-def parse_field_selector(text: str | None) -> tuple[Requirement, ...]:
+def parse_field_selector(
+    text: str | None, fields: tuple[str, ...] = FIELDS
+) -> tuple[Requirement, ...]:
     reqs: list[Requirement] = []
-    for term in _split_terms(text or ""):
-        m = _EQ_EXPR.match(term)
+    for term in _field_terms(text or ""):
+        m = _FIELD_EXPR.match(term)
         if not m:
             raise SelectorError(f"invalid selector: '{term.strip()}'; can't understand it")
-        if m.group(1) not in FIELDS:
+        if m.group(1) not in fields:
             raise SelectorError(f'field label not supported: "{m.group(1)}"')
         op = "!=" if m.group(2) == "!=" else "="
-        reqs.append(Requirement(m.group(1), op, (m.group(3),)))
+        reqs.append(Requirement(m.group(1), op, (_unescape(m.group(3).strip()),)))
     return tuple(reqs)
+
+
+# A field selector's value is any text, `\`, `,` and `=` escaped with a backslash
+# (apimachinery's fields.EscapeValue): `involvedObject.apiVersion=kubevirt.io/v1`.
+_FIELD_EXPR = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|=|!=)(.*)$")
+
+
+def _field_terms(text: str) -> list[str]:
+    """Split on the commas no backslash escapes."""
+    terms, cur, escaped = [], [], False
+    for ch in text:
+        if escaped:
+            cur.append(ch)
+            escaped = False
+        elif ch == "\\":
+            cur.append(ch)
+            escaped = True
+        elif ch == ",":
+            terms.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    terms.append("".join(cur))
+    return [t for t in terms if t.strip()]
+
+
+def _unescape(value: str) -> str:
+    return re.sub(r"\\(.)", r"\1", value)
 
 
 def field_value(obj: JSON, path: str) -> str:
@@ -148,7 +183,7 @@ class Selector(msgspec.Struct, frozen=True):
             kind,
             namespace,
             parse_label_selector(label_selector),
-            parse_field_selector(field_selector),
+            parse_field_selector(field_selector, KIND_FIELDS.get(kind, FIELDS)),
         )
 
     def matches(self, kind: KindToken, obj: JSON) -> bool:
@@ -177,9 +212,16 @@ class Watcher:
     """One open watch: a queue of watch events fed by the runner. A watcher that falls
     more than `limit` events behind is closed (the client re-watches from its last rv)."""
 
-    def __init__(self, selector: Selector, limit: int = 10_000) -> None:
+    def __init__(
+        self,
+        selector: Selector,
+        limit: int = 10_000,
+        convert: Callable[[JSON], JSON] | None = None,
+    ) -> None:
         self.selector = selector
         self.limit = limit
+        # another version's shape of the objects, converted before the selector reads them
+        self.convert = convert
         self.queue: asyncio.Queue[JSON | None] = asyncio.Queue()
         self.closed = False
         # keys this watcher has shown as present: an object that stops matching the
@@ -188,12 +230,15 @@ class Watcher:
 
     def initial(self, key: str, obj: JSON) -> None:
         self.shown.add(key)
+        obj = self.convert(obj) if self.convert is not None else obj
         self.queue.put_nowait({"type": "ADDED", "object": obj})
 
     def offer(self, change: Change) -> None:
         # other kinds share keys ("ns/name" of a VM and its VMI): never this watch's objects
         if self.closed or change.kind != self.selector.kind:
             return
+        if self.convert is not None:
+            change = msgspec.structs.replace(change, object=self.convert(change.object))
         matches = self.selector.matches(change.kind, change.object)
         was_shown = change.key in self.shown
         if change.type is EventType.DELETED:

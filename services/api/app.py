@@ -207,7 +207,7 @@ async def _list_or_watch(
             }
         )
     if _is_watch(request):
-        if "watch" not in spec.verbs or not _renders_own(api, spec):
+        if "watch" not in spec.verbs or not (_renders_own(api, spec) or spec.convert):
             raise method_not_allowed()
         return _watch(request, api, spec, selector)
     await _not_older_than(request, api)
@@ -267,7 +267,8 @@ def _watch(
 ) -> Response[Any]:
     opts = watch_stream.WatchOptions.parse(request.query_params, request.headers.get("accept", ""))
     try:
-        watcher = api.runner.watch(selector, opts.resource_version)
+        convert = None if _renders_own(api, spec) else spec.convert
+        watcher = api.runner.watch(selector, opts.resource_version, convert)
     except TooOldResourceVersion as exc:
         return Stream(watch_stream.expired(str(exc)), media_type="application/json")
     if opts.send_initial_events:  # queued before any later change: nothing is folded between

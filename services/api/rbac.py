@@ -16,7 +16,9 @@ this module:
 - `kubevirt.io:admin`: edit plus deletecollection;
 - `kubevirt.io:migrate`: migrations (every verb) and the `migrate` subresources;
 - `cluster-admin`: everything (Kubernetes' own).
-Kinds of the core group (nodes) are Kubernetes' and belong to no KubeVirt role."""
+Kinds of the core group (nodes) are Kubernetes' and belong to no KubeVirt role; Events
+(core and events.k8s.io) are read by `view` and the roles above it, as Kubernetes' `view`
+role, into which KubeVirt's aggregate, grants."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ import msgspec
 from events.meta import Kind
 from kinds.registry import Registry
 from kinds.spec import KindSpec
+from projections import kube_events
 
 READ = ("get", "list", "watch")
 WRITE = ("create", "update", "patch", "delete")
@@ -151,7 +154,17 @@ def attributes(method: str, path: str, query: str = "") -> Attributes:
 
 # ------------------------------------------------------------------ roles
 def _kubevirt(spec: KindSpec) -> bool:
-    return spec.group != ""
+    return spec.group != "" and spec.event_kind != kube_events.KIND
+
+
+def _events(kinds: Registry) -> list[Rule]:
+    """Reading Events, in both groups: Kubernetes' `view` role grants it, and KubeVirt's
+    roles are aggregated into Kubernetes' (a viewer of VMs sees their events)."""
+    return [
+        Rule(READ, (spec.group,), (spec.plural,))
+        for spec in kinds
+        if spec.event_kind == kube_events.KIND
+    ]
 
 
 def _is_migration(spec: KindSpec) -> bool:
@@ -201,6 +214,7 @@ def cluster_roles(kinds: Registry) -> dict[str, tuple[Rule, ...]]:
             _subs(spec, (s.name for s in spec.subresources if s.name == MIGRATE_SUBRESOURCE))
         )
     view.append(Rule(("get",), non_resource_urls=PROMETHEUS_PATHS))
+    view.extend(_events(kinds))
     edit = view + edit
     admin = [
         *edit,

@@ -85,6 +85,7 @@ class Computed:
     priority: int = 0
     type: str = "string"
     description: str = ""
+    at: Callable[[JSON, float | None], Any] | None = None  # a cell that reads the clock
 
 
 TableColumn = PrinterColumn | Computed
@@ -148,9 +149,54 @@ NODE_COLUMNS: tuple[TableColumn, ...] = (
 )
 
 
+def _since(value: Any, now: float | None) -> str:
+    aged = _age(value, now)
+    return aged if isinstance(aged, str) else "<unknown>"
+
+
+def _last_seen(obj: JSON, now: float | None) -> str:
+    """The API server's event printer: `5m`, or `5m (x3 over 20m)` for a repeat."""
+    last = _since(obj.get("lastTimestamp") or obj.get("eventTime"), now)
+    count = obj.get("count") or 1
+    if count > 1:
+        return f"{last} (x{count} over {_since(obj.get('firstTimestamp'), now)})"
+    return last
+
+
+def _event_object(obj: JSON) -> str:
+    ref = obj.get("involvedObject") or {}
+    return f"{str(ref.get('kind', '')).lower()}/{ref.get('name', '')}"
+
+
+def _event_source(obj: JSON) -> str:
+    src = obj.get("source") or {}
+    return ", ".join(v for v in (src.get("component"), src.get("host")) if v)
+
+
+# The API server's own columns for core/v1 Events (its printer, not a CRD's): no Name
+# column first; the name is a wide one.
+EVENT_COLUMNS: tuple[TableColumn, ...] = (
+    Computed("Last Seen", lambda o: _last_seen(o, None), at=_last_seen),
+    Computed("Type", lambda o: o.get("type", "")),
+    Computed("Reason", lambda o: o.get("reason", "")),
+    Computed("Object", _event_object),
+    Computed("Subobject", lambda o: (o.get("involvedObject") or {}).get("fieldPath", ""), 1),
+    Computed("Source", _event_source, 1),
+    Computed("Message", lambda o: o.get("message", "")),
+    Computed(
+        "First Seen",
+        lambda o: _since(o.get("firstTimestamp"), None),
+        1,
+        at=lambda o, now: _since(o.get("firstTimestamp"), now),
+    ),
+    Computed("Count", lambda o: str(o.get("count", "")), 1),
+    Computed("Name", lambda o: (o.get("metadata") or {}).get("name", ""), 1),
+)
+
+
 def _cell(column: TableColumn, obj: JSON, now: float | None = None) -> Any:
     if isinstance(column, Computed):
-        return column.value(obj)
+        return column.at(obj, now) if column.at is not None else column.value(obj)
     value = lookup(obj, column.json_path)
     if value is None or column.type == "date":
         return _age(value, now)  # without a clock: the timestamp itself
@@ -168,6 +214,8 @@ NAMESPACE_COLUMNS = (
 def columns(spec: KindSpec) -> tuple[TableColumn, ...]:
     if not spec.group and spec.kind == "Node":
         return NODE_COLUMNS
+    if not spec.group and spec.kind == "Event":
+        return EVENT_COLUMNS
     return spec.shown_printer_columns
 
 
@@ -177,15 +225,23 @@ def table(
     resource_version: str = "",
     now: float | None = None,
 ) -> JSON:
-    """`now`: the clock date columns are aged against."""
+    """`now`: the clock date columns are aged against. A Name column comes first unless
+    the columns place their own."""
+    named = not any(c.name == "Name" for c in cols)
     definitions = [
-        {
-            "name": "Name",
-            "type": "string",
-            "format": "name",
-            "description": NAME_DESCRIPTION,
-            "priority": 0,
-        },
+        *(
+            [
+                {
+                    "name": "Name",
+                    "type": "string",
+                    "format": "name",
+                    "description": NAME_DESCRIPTION,
+                    "priority": 0,
+                }
+            ]
+            if named
+            else []
+        ),
         *(
             {
                 "name": c.name,
@@ -199,7 +255,10 @@ def table(
     ]
     rows = [
         {
-            "cells": [obj.get("metadata", {}).get("name"), *(_cell(c, obj, now) for c in cols)],
+            "cells": [
+                *([obj.get("metadata", {}).get("name")] if named else []),
+                *(_cell(c, obj, now) for c in cols),
+            ],
             "object": {
                 "kind": "PartialObjectMetadata",
                 "apiVersion": "meta.k8s.io/v1",

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from events.catalog import VMCreated, VMStartRequested
+from events.catalog import Unschedulable, VMCreated, VMICreated, VMStartRequested
+from events.meta import Kind
 from eventstore.jetstream import JetStreamStore
+from projections import kube_events
 from readside import snapshots
 from readside.runner import ProjectionRunner
+from readside.watch import Selector
 from tests.factories import meta
+
+EVENTS = Selector(kube_events.KIND)
 
 
 def vm(name: str) -> dict[str, object]:
@@ -41,4 +46,38 @@ async def test_runner_saves_and_restarts_from_a_snapshot(store: JetStreamStore) 
         finally:
             await full.stop()
     finally:
+        await second.stop()
+
+
+async def test_events_survive_a_restart_from_the_snapshot(store: JetStreamStore) -> None:
+    """The Event records are in the snapshot: a repeat after the restart counts on the
+    record made before it, as a full rebuild does."""
+    vmi = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstance",
+        "metadata": {"name": "v", "namespace": "default", "uid": "uid-v"},
+        "spec": {},
+    }
+    await store.append(VMICreated(meta=meta(Kind.VMI, "v"), manifest=vmi))
+    full_message = "0/1 nodes are available: 1 Insufficient memory."
+    for _ in range(2):
+        await store.append(
+            Unschedulable(meta=meta(Kind.VMI, "v"), reason="Unschedulable", message=full_message)
+        )
+    first = ProjectionRunner(store, snapshot_name="t-events")
+    await first.start()
+    await first.stop()  # saves the snapshot
+    await store.append(
+        Unschedulable(meta=meta(Kind.VMI, "v"), reason="Unschedulable", message=full_message)
+    )
+    second = ProjectionRunner(store, snapshot_name="t-events")
+    await second.start()
+    full = ProjectionRunner(store)
+    await full.start()
+    try:
+        assert second.snapshot_seq == 3
+        assert [(e["reason"], e["count"]) for e in second.list(EVENTS)] == [("FailedScheduling", 3)]
+        assert second.list(EVENTS) == full.list(EVENTS)
+    finally:
+        await full.stop()
         await second.stop()

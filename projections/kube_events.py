@@ -1,0 +1,563 @@
+"""Kubernetes Events as a projection of the log: what KubeVirt's components would have
+recorded (reason, type, message, source) for each event the log holds, folded into
+core/v1 Event records with the API server's aggregation of repeats.
+
+Pure. `notes(stored, cluster)` derives the Kubernetes events one log event stands for,
+reading the cluster as it was before that event (a VMI's owner, a migration's VMI);
+`KubeEvents.apply` records them. A repeat of the same event (same object, source, type,
+reason and message) counts on the first record (`count`, `lastTimestamp`), as client-go's
+event correlator does. Two bounds keep the fold's cost independent of the log's age:
+`PER_OBJECT` records per involved object (the oldest go first) and `WINDOW`, the API
+server's event TTL: a record whose last occurrence is older than an hour of log time is
+dropped. The log keeps every event; the records are rebuilt from it on demand."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any, Protocol, assert_never
+
+import msgspec
+
+from events.catalog import (
+    AnyEvent,
+    DomainMigratedIn,
+    DomainPaused,
+    DomainResumed,
+    DomainSoftRebooted,
+    DomainStarted,
+    DomainStopped,
+    Event,
+    LauncherExited,
+    LauncherStarted,
+    MetadataChanged,
+    MigrationAborted,
+    MigrationAbortRequested,
+    MigrationFailed,
+    MigrationPending,
+    MigrationProgressed,
+    MigrationRequested,
+    MigrationScheduled,
+    MigrationScheduling,
+    MigrationStarted,
+    MigrationSucceeded,
+    NodeCordoned,
+    NodeDrainRequested,
+    NodeJoined,
+    NodeResponsive,
+    NodeTaintsChanged,
+    NodeUncordoned,
+    NodeUnresponsive,
+    PodScheduled,
+    PolicyCreated,
+    PolicyDeleted,
+    PolicyUpdated,
+    ResourceCreated,
+    ResourceDeleted,
+    ResourceStatusChanged,
+    ResourceUpdated,
+    StopReason,
+    TargetPrepared,
+    TargetPreparing,
+    Unschedulable,
+    VMCreated,
+    VMDeleted,
+    VMICreated,
+    VMIDeleteRequested,
+    VMIEvictionBlocked,
+    VMIFailed,
+    VMIPauseRequested,
+    VMIRemoved,
+    VMISoftRebootRequested,
+    VMIUnpauseRequested,
+    VMRestartRequested,
+    VMRevisionRecorded,
+    VMRunStrategyChanged,
+    VMStartFailed,
+    VMStartFailureCleared,
+    VMStartRequested,
+    VMStateChangeRequestsCleared,
+    VMStopRequested,
+    VMUpdated,
+    VolumesCopied,
+    VolumesCopyRequested,
+)
+from events.envelope import Stored
+from events.meta import Aggregate
+from projections.views import MigrationView, VMIView, VMView
+
+
+class Cluster(Protocol):
+    """What the derivation reads of the fold (`projections.cluster.Cluster`, which folds
+    this projection and so is not imported here)."""
+
+    vms: dict[str, VMView]
+    vmis: dict[str, VMIView]
+    migrations: dict[str, MigrationView]
+
+    def table(self, kind: str) -> Mapping[str, Any]: ...
+
+
+#: the kind token the records are served under (no aggregate has it: nothing is appended)
+KIND = "event"
+#: records kept per involved object; the oldest go first (kubectl describe shows them all)
+PER_OBJECT = 50
+#: the API server's event TTL (`--event-ttl`, 1h): a record not seen again for this long
+#: (log time) is dropped, and the api lists none older (readside/runner.py)
+WINDOW = 3600.0
+#: the namespace events of cluster-scoped objects (nodes) are recorded in, as client-go does
+DEFAULT_NAMESPACE = "default"
+
+NORMAL, WARNING = "Normal", "Warning"
+CONTROLLER, HANDLER, SCHEDULER = "virt-controller", "virt-handler", "default-scheduler"
+KUBEVIRT = "kubevirt.io/v1"
+STARTED_BY_CREATING = "Started the virtual machine by creating the new virtual machine instance"
+STOPPED_BY_DELETING = "Stopped the virtual machine by deleting the virtual machine instance"
+
+# The fields the API server selects events by (core/v1; events.k8s.io/v1's names for the
+# same values are accepted too, as its conversion of field labels does).
+FIELDS = (
+    "metadata.name",
+    "metadata.namespace",
+    "involvedObject.kind",
+    "involvedObject.namespace",
+    "involvedObject.name",
+    "involvedObject.uid",
+    "involvedObject.apiVersion",
+    "reason",
+    "type",
+    "reportingComponent",
+    "regarding.kind",
+    "regarding.namespace",
+    "regarding.name",
+    "regarding.uid",
+    "regarding.apiVersion",
+    "reportingController",
+)
+
+# a record's uid: this prefix and its ordinal (unique in the stream, from the log)
+_UID_PREFIX = "6b756265-6576-4e74-8000"
+
+
+class InvolvedObject(msgspec.Struct, frozen=True):
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    api_version: str
+
+
+class Note(msgspec.Struct, frozen=True):
+    """One Kubernetes event a log event stands for, before aggregation."""
+
+    involved: InvolvedObject
+    type: str
+    reason: str
+    message: str
+    component: str
+    host: str = ""
+
+
+class KubeEventView(msgspec.Struct, frozen=True, kw_only=True):
+    """One Event record: its first occurrence and the repeats counted on it."""
+
+    namespace: str
+    name: str
+    ordinal: int  # created_seq * 16 + its place among its log event's notes: the uid's
+    involved: InvolvedObject
+    type: str
+    reason: str
+    message: str
+    component: str
+    host: str
+    first_at: float
+    last_at: float
+    count: int
+    created_seq: int  # the sequence that created the record (metadata.creationTimestamp's)
+    resource_version: int  # the last sequence that counted on it
+    version: int  # the same (a view's version; nothing appends to a record)
+
+    @property
+    def uid(self) -> str:
+        return f"{_UID_PREFIX}-{self.ordinal:012x}"
+
+
+Signature = tuple[str, str, str, str, str, str, str, str]
+
+
+def _signature(n: Note) -> Signature:
+    o = n.involved
+    return (o.uid, o.kind, o.name, n.type, n.reason, n.message, n.component, n.host)
+
+
+# ------------------------------------------------------------ involved objects
+def _vmi(namespace: str, name: str, uid: str) -> InvolvedObject:
+    return InvolvedObject("VirtualMachineInstance", namespace, name, uid, KUBEVIRT)
+
+
+def _of(agg: Aggregate, kind: str, api_version: str, cluster: Cluster) -> InvolvedObject:
+    uid = agg.uid
+    if not uid:
+        view = cluster.table(agg.kind).get(f"{agg.namespace}/{agg.name}")
+        uid = getattr(view, "uid", "") if view is not None else ""
+    return InvolvedObject(kind, agg.namespace, agg.name, uid, api_version)
+
+
+def _controller_owner(manifest: dict[str, Any], namespace: str) -> InvolvedObject | None:
+    for ref in (manifest.get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(ref, dict) and ref.get("controller"):
+            return InvolvedObject(
+                str(ref.get("kind", "")),
+                namespace,
+                str(ref.get("name", "")),
+                str(ref.get("uid", "")),
+                str(ref.get("apiVersion", "")),
+            )
+    return None
+
+
+def _by_controller(ev: Event) -> bool:
+    return ev.meta.actor.service == CONTROLLER
+
+
+# ------------------------------------------------------------------ derivation
+def notes(s: Stored, cluster: Cluster) -> list[Note]:
+    """The Kubernetes events `s` stands for, with KubeVirt's reasons and messages
+    (pkg/virt-controller/watch, pkg/virt-handler); `cluster` is the fold before `s`."""
+    ev = s.event
+    if not isinstance(ev, AnyEvent):
+        return []
+    agg = ev.meta.aggregate
+    k = f"{agg.namespace}/{agg.name}"
+    match ev:
+        # ------------------------------------------------ the VM and replica set controllers
+        case VMICreated(manifest=manifest) if _by_controller(ev):
+            owner = _controller_owner(manifest, agg.namespace)
+            if owner is None:
+                return []
+            msg = f"{STARTED_BY_CREATING} {agg.name}"
+            return [Note(owner, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
+        case VMIDeleteRequested(grace_period_seconds=grace):
+            vmi = cluster.vmis.get(k)
+            if vmi is None:
+                return []
+            out = []
+            owner = _controller_owner(vmi.manifest, agg.namespace)
+            if owner is not None and _by_controller(ev):
+                msg = f"{STOPPED_BY_DELETING} {vmi.uid}"
+                out.append(Note(owner, NORMAL, "SuccessfulDelete", msg, CONTROLLER))
+            if vmi.node and vmi.phase in ("Scheduled", "Running"):
+                me = _vmi(agg.namespace, agg.name, vmi.uid)
+                if grace is None:  # the VMI's own grace period (KubeVirt's default: 30 s)
+                    grace = (vmi.manifest.get("spec") or {}).get("terminationGracePeriodSeconds")
+                if grace == 0:
+                    out.append(Note(me, NORMAL, "Deleted", "Signaled Deletion", HANDLER, vmi.node))
+                else:
+                    msg = "Signaled Graceful Shutdown"
+                    out.append(Note(me, NORMAL, "ShuttingDown", msg, HANDLER, vmi.node))
+            return out
+        case VMCreated(manifest=manifest) if _by_controller(ev):
+            owner = _controller_owner(manifest, agg.namespace)
+            if owner is None or owner.kind != "VirtualMachinePool":
+                return []
+            msg = f"Created VM {agg.namespace}/{agg.name}"
+            return [Note(owner, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
+        case VMDeleted() if _by_controller(ev):
+            vm = cluster.vms.get(k)
+            owner = _controller_owner(vm.manifest, agg.namespace) if vm is not None else None
+            if vm is None or owner is None or owner.kind != "VirtualMachinePool":
+                return []
+            msg = f"Deleted VM {agg.namespace}/{agg.name} with uid {vm.uid} from pool"
+            return [Note(owner, NORMAL, "SuccessfulDelete", msg, CONTROLLER)]
+        # ------------------------------------------------------- the VMI controller
+        case PodScheduled(pod_name=pod):
+            me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
+            msg = f"Created virtual machine pod {pod}"
+            return [Note(me, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
+        case Unschedulable(message=message):
+            # the launcher pod's FailedScheduling, recorded on the VMI (no pods are served)
+            me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
+            return [Note(me, WARNING, "FailedScheduling", message, SCHEDULER)]
+        case VMIFailed(reason=reason, message=message):
+            vmi = cluster.vmis.get(k)
+            me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
+            if reason == "NodeUnresponsive":
+                node = vmi.node if vmi is not None else ""
+                msg = f"virt-handler on node {node} is not responsive, marking VMI as failed"
+                return [Note(me, NORMAL, reason, msg, CONTROLLER)]
+            return [Note(me, WARNING, reason, message or reason, CONTROLLER)]
+        case VMIEvictionBlocked(node=node, message=message):
+            me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
+            msg = f"EvictionStrategy is set but vmi is not migratable; {message}"
+            return [Note(me, WARNING, "Migrated", msg, HANDLER, node)]
+        # ------------------------------------------------------------- the handler
+        case DomainStarted(node=node):
+            me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
+            return [
+                Note(me, NORMAL, "Created", "VirtualMachineInstance defined.", HANDLER, node),
+                Note(me, NORMAL, "Started", "VirtualMachineInstance started.", HANDLER, node),
+            ]
+        case DomainPaused(reason=reason) if reason == "PausedByUser":
+            return _on_node(agg, cluster, NORMAL, "Paused", "VirtualMachineInstance paused")
+        case DomainResumed():
+            return _on_node(agg, cluster, NORMAL, "Unpaused", "VirtualMachineInstance unpaused")
+        case DomainSoftRebooted():
+            msg = "VirtualMachineInstance soft rebooted"
+            return _on_node(agg, cluster, NORMAL, "SoftRebooted", msg)
+        case DomainStopped(reason=reason, grace_period_expired=expired, message=message):
+            return _stopped(agg, cluster, reason, expired, message)
+        # ---------------------------------------------------------------- migrations
+        case MigrationScheduled(target_pod=pod):
+            me = _of(agg, "VirtualMachineInstanceMigration", KUBEVIRT, cluster)
+            msg = f"Created migration target pod {pod}"
+            return [Note(me, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
+        case TargetPrepared(target_node=node):
+            return _on_migrating_vmi(
+                agg,
+                cluster,
+                "PreparingTarget",
+                "VirtualMachineInstance Migration Target Prepared.",
+                node,
+            )
+        case MigrationStarted():
+            msg = "VirtualMachineInstance is migrating."
+            return _on_migrating_vmi(agg, cluster, "Migrating", msg, ev.meta.actor.node)
+        case MigrationAborted():
+            msg = "VirtualMachineInstance is aborting migration."
+            return _on_migrating_vmi(agg, cluster, "Migrating", msg, ev.meta.actor.node)
+        case MigrationSucceeded(target_node=node):
+            me = _of(agg, "VirtualMachineInstanceMigration", KUBEVIRT, cluster)
+            done = "Source node reported migration succeeded"
+            out = [Note(me, NORMAL, "SuccessfulMigration", done, CONTROLLER)]
+            msg = f"The VirtualMachineInstance migrated to node {node}."
+            return out + _on_migrating_vmi(agg, cluster, "Migrated", msg, node)
+        case MigrationFailed(reason=reason, message=message):
+            me = _of(agg, "VirtualMachineInstanceMigration", KUBEVIRT, cluster)
+            why = message or reason
+            out = [Note(me, WARNING, "FailedMigration", why, CONTROLLER)]
+            mig = cluster.migrations.get(k)
+            if mig is not None and mig.source_node:  # it had begun: the handler's word on the VMI
+                msg = f"VirtualMachineInstance migration uid {mig.uid} failed. reason:{why}"
+                vmi = cluster.vmis.get(f"{agg.namespace}/{mig.vmi_name}")
+                if vmi is not None:
+                    me = _vmi(agg.namespace, vmi.name, vmi.uid)
+                    out.append(Note(me, WARNING, "Migrated", msg, HANDLER, mig.source_node))
+            return out
+        case MigrationAbortRequested():
+            me = _of(agg, "VirtualMachineInstanceMigration", KUBEVIRT, cluster)
+            msg = "Migration is ready to be canceled by virt-handler."
+            return [Note(me, NORMAL, "SuccessfulAbortMigration", msg, CONTROLLER)]
+        # --------------------------------------------------------------------- nodes
+        case NodeUnresponsive(message=message):
+            it = InvolvedObject("Node", "", agg.name, agg.name, "v1")
+            return [Note(it, NORMAL, "NodeUnresponsive", message, CONTROLLER)]
+        case (
+            VMUpdated()
+            | VMCreated()
+            | VMDeleted()
+            | VMStartRequested()
+            | VMStopRequested()
+            | VMRestartRequested()
+            | VMRunStrategyChanged()
+            | VMStartFailed()
+            | VMStartFailureCleared()
+            | VMStateChangeRequestsCleared()
+            | VMRevisionRecorded()
+            | VMICreated()
+            | VMIPauseRequested()
+            | VMIUnpauseRequested()
+            | VMISoftRebootRequested()
+            | VMIRemoved()
+            | LauncherStarted()
+            | LauncherExited()
+            | DomainMigratedIn()
+            | DomainPaused()
+            | MigrationRequested()
+            | MigrationPending()
+            | MigrationScheduling()
+            | TargetPreparing()
+            | MigrationProgressed()
+            | NodeJoined()
+            | NodeCordoned()
+            | NodeUncordoned()
+            | NodeDrainRequested()
+            | NodeTaintsChanged()
+            | NodeResponsive()
+            | PolicyCreated()
+            | PolicyUpdated()
+            | PolicyDeleted()
+            | ResourceCreated()
+            | ResourceUpdated()
+            | ResourceStatusChanged()
+            | ResourceDeleted()
+            | VolumesCopyRequested()
+            | VolumesCopied()
+            | MetadataChanged()
+        ):
+            return []
+        case _:
+            assert_never(ev)
+
+
+def _on_node(agg: Aggregate, cluster: Cluster, etype: str, reason: str, msg: str) -> list[Note]:
+    vmi = cluster.vmis.get(f"{agg.namespace}/{agg.name}")
+    me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
+    return [Note(me, etype, reason, msg, HANDLER, vmi.node if vmi is not None else "")]
+
+
+def _stopped(
+    agg: Aggregate, cluster: Cluster, reason: StopReason, expired: bool, message: str
+) -> list[Note]:
+    """The handler's phase-change events: Succeeded → Stopped, Failed → Stopped (crashed),
+    and a launcher's failure as SyncFailed with its words."""
+    vmi = cluster.vmis.get(f"{agg.namespace}/{agg.name}")
+    if vmi is not None and vmi.final:
+        return []  # reported when it stopped; the launcher's exit adds nothing
+    me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
+    host = vmi.node if vmi is not None else ""
+    match reason:
+        case StopReason.MIGRATED:
+            return []
+        case StopReason.SHUTDOWN:
+            failed = False
+        case StopReason.DESTROYED:
+            failed = expired
+        case StopReason.CRASHED | StopReason.FAILED:
+            failed = True
+        case never:
+            assert_never(never)
+    if not failed:
+        msg = "The VirtualMachineInstance was shut down."
+        return [Note(me, NORMAL, "Stopped", msg, HANDLER, host)]
+    out = []
+    if message:
+        out.append(Note(me, WARNING, "SyncFailed", message, HANDLER, host))
+    out.append(Note(me, WARNING, "Stopped", "The VirtualMachineInstance crashed.", HANDLER, host))
+    return out
+
+
+def _on_migrating_vmi(
+    agg: Aggregate, cluster: Cluster, reason: str, msg: str, host: str
+) -> list[Note]:
+    mig = cluster.migrations.get(f"{agg.namespace}/{agg.name}")
+    if mig is None:
+        return []
+    vmi = cluster.vmis.get(f"{agg.namespace}/{mig.vmi_name}")
+    if vmi is None:
+        return []
+    me = _vmi(agg.namespace, vmi.name, vmi.uid)
+    return [Note(me, NORMAL, reason, msg, HANDLER, host)]
+
+
+# ---------------------------------------------------------------------- records
+class KubeEvents:
+    """The Event records, by "namespace/name", with the correlator's index (signature →
+    record), each object's records oldest first, and every record in order of its last
+    occurrence (the window drops from the front). `apply` is the one place that mutates."""
+
+    def __init__(self) -> None:
+        self.table: dict[str, KubeEventView] = {}
+        self._by_signature: dict[Signature, str] = {}
+        self._by_object: dict[str, list[str]] = {}
+        self._order: OrderedDict[str, None] = OrderedDict()
+        self._objects: dict[str, InvolvedObject] = {}
+
+    @classmethod
+    def of(cls, records: dict[str, KubeEventView]) -> KubeEvents:
+        """The records as a snapshot kept them; the indexes are derived."""
+        out = cls()
+        # each object's records in the order they were made (the bound drops the first),
+        # all of them in the order they last counted (the window drops from the front)
+        for k, r in sorted(records.items(), key=lambda kv: kv[1].ordinal):
+            out._index(k, r)
+        for k, _ in sorted(records.items(), key=lambda kv: (kv[1].resource_version, kv[1].ordinal)):
+            out._order.move_to_end(k)
+        return out
+
+    def _index(self, k: str, r: KubeEventView) -> None:
+        self.table[k] = r
+        self._by_signature[_signature_of(r)] = k
+        self._by_object.setdefault(_object_key(r.involved), []).append(k)
+        self._objects.setdefault(_object_key(r.involved), r.involved)
+        self._order[k] = None
+
+    def apply(self, s: Stored, cluster: Cluster) -> list[str]:
+        """Record what `s` stands for (`cluster`: the fold before `s`); the keys of the
+        records made or counted on."""
+        found = notes(s, cluster)
+        now = s.event.meta.occurred_at
+        touched = self._expire(now)
+        for i, note in enumerate(found):
+            touched.append(self._record(note, s.seq, now, i))
+        return touched
+
+    def _record(self, note: Note, seq: int, at: float, i: int) -> str:
+        sig = _signature(note)
+        k = self._by_signature.get(sig)
+        if k is not None:
+            old = self.table[k]
+            self.table[k] = msgspec.structs.replace(
+                old, count=old.count + 1, last_at=at, resource_version=seq, version=seq
+            )
+            self._order.move_to_end(k)
+            return k
+        o = note.involved
+        namespace = o.namespace or DEFAULT_NAMESPACE
+        nanos = int(at * 1e9) + i
+        name = f"{o.name}.{nanos:x}"
+        while f"{namespace}/{name}" in self.table:
+            nanos += 1
+            name = f"{o.name}.{nanos:x}"
+        k = f"{namespace}/{name}"
+        record = KubeEventView(
+            namespace=namespace,
+            name=name,
+            ordinal=seq * 16 + min(i, 15),
+            involved=self._objects.setdefault(_object_key(o), o),  # one per object, shared
+            type=note.type,
+            reason=note.reason,
+            message=note.message,
+            component=note.component,
+            host=note.host,
+            first_at=at,
+            last_at=at,
+            count=1,
+            created_seq=seq,
+            resource_version=seq,
+            version=seq,
+        )
+        self._index(k, record)
+        keys = self._by_object[_object_key(o)]
+        while len(keys) > PER_OBJECT:
+            self._drop(keys[0])
+        return k
+
+    def _expire(self, now: float) -> list[str]:
+        out = []
+        while self._order:
+            k = next(iter(self._order))
+            if self.table[k].last_at >= now - WINDOW:
+                break
+            self._drop(k)
+            out.append(k)
+        return out
+
+    def _drop(self, k: str) -> None:
+        r = self.table.pop(k)
+        self._order.pop(k, None)
+        self._by_signature.pop(_signature_of(r), None)
+        keys = self._by_object.get(_object_key(r.involved))
+        if keys is not None:
+            keys.remove(k)
+            if not keys:
+                del self._by_object[_object_key(r.involved)]
+                self._objects.pop(_object_key(r.involved), None)
+
+
+def _signature_of(r: KubeEventView) -> Signature:
+    o = r.involved
+    return (o.uid, o.kind, o.name, r.type, r.reason, r.message, r.component, r.host)
+
+
+def _object_key(o: InvolvedObject) -> str:
+    return f"{o.kind}/{o.namespace}/{o.name}/{o.uid}"
