@@ -16,7 +16,7 @@ from typing import Any, assert_never
 
 import msgspec
 
-from core import bodies, delete_options, dryrun, field_manager, intents, patch
+from core import bodies, delete_options, dryrun, field_manager, intents, ownership, patch
 from core.context import Outcome, RequestContext
 from core.delete_options import DeleteOptions
 from core.errors import (
@@ -289,7 +289,8 @@ def decide(
             delete = spec.delete
             assert delete is not None  # decode refused a kind without one
             delete_options.check(cluster, spec, ns, name, options)
-            return delete(cluster, ns, name, args, ctx)
+            marked = ownership.marking(cluster, spec, ns, name, options.propagation, ctx)
+            return marked if marked is not None else delete(cluster, ns, name, args, ctx)
         case Call(sub=sub, args=args, raw=raw):
             if raw is not None and sub.shape is not None:
                 shaped = sub.shape(_served(cluster, spec, ns, name, ctx.now))

@@ -16,10 +16,10 @@ from core.kind import KindRules
 from projections.cluster import Cluster
 
 JSON = dict[str, Any]
-# The owner's dependents are always deleted (the controller tears a VM's VMI down):
-# Foreground and Background differ only in when the owner disappears, which the fold's
-# own teardown decides. Orphaning would need the controller to leave them: refused.
-POLICIES = ("Foreground", "Background")
+# Background (the default): the object goes, the garbage collector deletes its dependents
+# afterwards; Foreground: it stays until they are gone; Orphan: they lose their reference
+# to it and stay (`core/ownership.py`, `services/controller/gc.py`)
+POLICIES = ("Foreground", "Background", "Orphan")
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,11 @@ from core.errors import (
     stale,
 )
 from core.kind import KindRules
+from events.catalog import USER_METADATA, MetadataChanged
 from events.manifest import ManifestError, dump, load
 from projections.cluster import Cluster
+from projections.evolve import with_metadata
+from projections.replay import gone
 
 JSON = dict[str, Any]
 
@@ -168,13 +171,17 @@ def create(
     if causes:
         raise _denied(res, name, causes)
     k = spec.key(namespace, name)
-    if k in spec.table(cluster):
+    found = spec.table(cluster).get(k)
+    if found is not None and not gone(found):
         raise already_exists(res, name)
     manifest = (fields or field_manager.kept)(
         None, _finish(raw, typed, name, namespace, uid), ctx.now
     )
     event = spec.created(ctx.meta(spec.event_kind, namespace, name, uid), manifest)
-    return Outcome((Append(event, 0),), spec.event_kind, k, 201)
+    # a name whose object is gone is free: the new object (its own uid) continues the
+    # name's aggregate after the old one's last event
+    expected = 0 if found is None else found.version
+    return Outcome((Append(event, expected),), spec.event_kind, k, 201)
 
 
 # ------------------------------------------------------------------- update
@@ -208,13 +215,10 @@ def update(
     k = spec.key(namespace, name)
     current = view(cluster, spec, namespace, name)
     typed = _load(raw, spec.object_type, res)
-    typed.metadata.name = name
-    if namespace:
-        typed.metadata.namespace = namespace
-    rv = typed.metadata.resource_version
+    rv = meta.get("resourceVersion")
     if rv and rv != str(current.resource_version):
         raise stale(res, name)
-    meta_uid = typed.metadata.uid
+    meta_uid = meta.get("uid")
     if meta_uid and meta_uid != current.uid:
         raise conflict(
             res,
@@ -222,20 +226,90 @@ def update(
             "Precondition failed: "
             f"UID in precondition: {meta_uid}, UID in object meta: {current.uid}",
         )
+    if _beside_metadata(raw) == _beside_metadata(spec.render(cluster, current, ctx.now)):
+        # only metadata changed (a label, an annotation, a finalizer): no admission, as
+        # KubeVirt's update webhooks compare the spec; neither spec nor status is touched
+        return _metadata_update(spec, namespace, name, current, meta, ctx, fields)
+    if spec.updated is None:  # an immutable kind: its update webhook, not its create one
+        raise _spec_refused(spec, name, updatable)
+    typed.metadata.name = name
+    if namespace:
+        typed.metadata.namespace = namespace
     if spec.admit is not None:
         typed, causes = spec.admit(cluster, typed, current.uid)
         if causes:
             raise _denied(res, name, causes)
     manifest = _finish(raw, typed, name, namespace, current.uid)
+    deleting = (current.manifest.get("metadata") or {}).get("deletionTimestamp")
+    if deleting:  # the server's, kept through an update
+        manifest["metadata"]["deletionTimestamp"] = deleting
+    if _beside_metadata(manifest) == _beside_metadata(current.manifest):
+        return _metadata_update(spec, namespace, name, current, manifest["metadata"], ctx, fields)
     manifest = (fields or field_manager.kept)(current.manifest, manifest, ctx.now)
     if manifest == current.manifest:
         # as the API server: a no-op update appends nothing (resourceVersion and
         # generation stay), and kubectl reports the object unchanged
         return Outcome((), spec.event_kind, k, 200)
-    if spec.updated is None:  # an immutable kind accepts only an update that changes nothing
-        raise bad_request(f"{res} cannot be updated: only {' and '.join(updatable)} can")
     event = spec.updated(ctx.meta(spec.event_kind, namespace, name, current.uid), manifest)
     return Outcome((Append(event, current.version),), spec.event_kind, k, 200)
+
+
+def _beside_metadata(obj: JSON) -> JSON:
+    """What an object holds besides its metadata and status (the kind's apiVersion and
+    kind are checked on load)."""
+    return {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata", "status")}
+
+
+def _metadata_update(
+    spec: KindRules,
+    namespace: str,
+    name: str,
+    current: Any,
+    meta: JSON,
+    ctx: RequestContext,
+    fields: field_manager.Ownership | None,
+) -> Outcome:
+    """A `MetadataChanged` with the user's metadata of `meta` (an empty map or list is
+    none, as the API server stores it), or nothing when it changes nothing."""
+    k = spec.key(namespace, name)
+    wanted = {f: meta[f] for f in USER_METADATA if f != "managedFields" and meta.get(f)}
+    before = current.manifest.get("metadata") or {}
+    added = [f for f in wanted.get("finalizers") or [] if f not in (before.get("finalizers") or [])]
+    if added and before.get("deletionTimestamp"):
+        found = ", ".join(f'"{f}"' for f in added)
+        detail = (
+            "Forbidden: no new finalizers can be added if the object is being deleted, "
+            f"found new finalizers []string{{{found}}}"
+        )
+        cause = admission.cause("FieldValueForbidden", detail, "metadata.finalizers")
+        res = spec.resource
+        message = f'{res.kind}.{res.group} "{name}" is invalid: metadata.finalizers: {detail}'
+        raise invalid(res, name, [cause], message)
+    kept = (current.manifest.get("metadata") or {}).get("managedFields")
+    if kept:
+        wanted["managedFields"] = kept
+    changed = with_metadata(current.manifest, wanted)
+    manifest = (fields or field_manager.kept)(current.manifest, changed, ctx.now)
+    if manifest == current.manifest:
+        return Outcome((), spec.event_kind, k, 200)
+    now = manifest.get("metadata") or {}
+    event = MetadataChanged(
+        meta=ctx.meta(spec.event_kind, namespace, name, current.uid),
+        metadata={f: now[f] for f in USER_METADATA if f in now},
+    )
+    return Outcome((Append(event, current.version),), spec.event_kind, k, 200)
+
+
+def _spec_refused(spec: KindRules, name: str, updatable: tuple[str, ...]) -> ApiError:
+    """An immutable kind's refusal of a changed spec: its webhook's words when KubeVirt
+    has one."""
+    refusal = spec.spec_refusal
+    res = spec.resource
+    if refusal is None:
+        return bad_request(f"{res} cannot be updated: only {' and '.join(updatable)} can")
+    cause = admission.cause(refusal.cause_type, refusal.message, refusal.field)
+    message = f'admission webhook "{refusal.webhook}" denied the request: {refusal.message}'
+    return invalid(res, name, [cause], message)
 
 
 # -------------------------------------------------------------------- patch

@@ -70,6 +70,16 @@ class Subresource(msgspec.Struct, frozen=True):
     response_kind: tuple[str, str, str] | None = None
 
 
+class SpecRefusal(msgspec.Struct, frozen=True):
+    """How a kind whose spec never changes refuses an update that changes it: KubeVirt's
+    validating webhook for its updates and the cause it gives."""
+
+    webhook: str
+    message: str
+    cause_type: str = "FieldValueNotSupported"
+    field: str = ""
+
+
 class KindRules(Protocol):
     """A resource kind as the commands use it: where its objects live and how their names
     are checked, its admission, the events a create or update appends, its delete and
@@ -101,6 +111,8 @@ class KindRules(Protocol):
     def created(self) -> Callable[[Meta, JSON], Event] | None: ...
     @property
     def updated(self) -> Callable[[Meta, JSON], Event] | None: ...
+    @property
+    def spec_refusal(self) -> SpecRefusal | None: ...
     @property
     def delete(self) -> Act | None: ...
     @property

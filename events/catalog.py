@@ -476,6 +476,22 @@ class VolumesCopied(Event, tag="VolumesCopied", frozen=True):
     error: str = ""
 
 
+# ------------------------------------------------------------------ every kind's metadata
+#: the metadata a user changes without touching spec or status (the rest is the server's)
+USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields")
+
+
+class MetadataChanged(Event, tag="MetadataChanged", frozen=True):
+    """Only the object's own metadata changed (a label, an annotation, a finalizer, an
+    owner reference): `metadata` holds the `USER_METADATA` fields as they are now (an
+    absent one was removed). Spec, status and generation stay; any kind's aggregate.
+    `deletion`: the object's deletion begins (`metadata.deletionTimestamp`, the event's
+    time); it stays until its finalizers are gone, then its kind's deletion follows."""
+
+    metadata: dict[str, Any]
+    deletion: bool = False
+
+
 # One union per aggregate kind: a fold matches over its kind's union and ends in
 # `assert_never`, so mypy reports an event type it does not handle.
 VMEvent = (
@@ -490,6 +506,7 @@ VMEvent = (
     | VMStartFailureCleared
     | VMStateChangeRequestsCleared
     | VMRevisionRecorded
+    | MetadataChanged
 )
 VMIEvent = (
     VMICreated
@@ -517,6 +534,7 @@ VMIEvent = (
     | GuestAgentChanged
     | GuestInterfacesChanged
     | LauncherExited
+    | MetadataChanged
 )
 MigrationEvent = (
     MigrationRequested
@@ -531,6 +549,7 @@ MigrationEvent = (
     | MigrationProgressed
     | MigrationSucceeded
     | MigrationAborted
+    | MetadataChanged
 )
 NodeEvent = (
     NodeJoined
@@ -541,7 +560,7 @@ NodeEvent = (
     | NodeUnresponsive
     | NodeResponsive
 )
-PolicyEvent = PolicyCreated | PolicyUpdated | PolicyDeleted
+PolicyEvent = PolicyCreated | PolicyUpdated | PolicyDeleted | MetadataChanged
 ResourceEvent = (
     ResourceCreated
     | ResourceUpdated
@@ -549,6 +568,7 @@ ResourceEvent = (
     | ResourceDeleted
     | VolumesCopyRequested
     | VolumesCopied
+    | MetadataChanged
 )
 
 AnyEvent = VMEvent | VMIEvent | MigrationEvent | NodeEvent | PolicyEvent | ResourceEvent

@@ -8,7 +8,7 @@ from typing import Any
 from core import admission
 from core.context import Append, Outcome, RequestContext
 from core.errors import not_found
-from core.kind import CallArgs
+from core.kind import CallArgs, SpecRefusal
 from events.catalog import MigrationAbortRequested, MigrationRequested
 from events.meta import Kind
 from events.objects import VirtualMachineInstanceMigration
@@ -77,6 +77,10 @@ SPEC = KindSpec(
     ),
     admit=admit,
     created=lambda meta, manifest: MigrationRequested(meta=meta, manifest=manifest),
+    spec_refusal=SpecRefusal(
+        "migration-update-validator.kubevirt.io",
+        "update of Migration object's spec is restricted",
+    ),
     delete=_delete,
     table=lambda c: c.migrations,
     render=lambda _c, v, _now: render_migration(v),

@@ -10,7 +10,7 @@ from typing import Any
 from core import admission
 from core.context import Append, Outcome, RequestContext
 from core.intents import view
-from core.kind import CallArgs, Subresource
+from core.kind import CallArgs, SpecRefusal, Subresource
 from events.catalog import Event, ResourceCreated, ResourceDeleted, ResourceUpdated
 from events.meta import KindToken, Meta
 from kinds.spec import Admit, KindSpec, PrinterColumn, Scope
@@ -61,6 +61,7 @@ def resource_spec(
     subresources: tuple[Subresource, ...] = (),
     subresource_group: str = "subresources.kubevirt.io",
     updatable: bool = True,
+    spec_refusal: SpecRefusal | None = None,
 ) -> KindSpec:
     spec: KindSpec | None = None
 
@@ -85,6 +86,7 @@ def resource_spec(
         admit=admit,
         created=_created,
         updated=_updated if updatable else None,
+        spec_refusal=spec_refusal,
         delete=delete_act(me),
         table=lambda c: c.resources[event_kind],
         render=lambda _c, v, _now: render_resource(v),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from core import admission
+from core.kind import SpecRefusal
 from events.meta import ResourceKind
 from events.objects import (
     VirtualMachineRestore,
@@ -53,6 +54,16 @@ def _admit_source(field: str) -> Any:
     return admit
 
 
+def _immutable(webhook: str) -> SpecRefusal:
+    """KubeVirt's snapshot and restore webhooks refuse any change of the spec so."""
+    return SpecRefusal(
+        f"{webhook}-validator.snapshot.kubevirt.io",
+        "spec in immutable after creation",
+        "FieldValueInvalid",
+        "spec",
+    )
+
+
 SNAPSHOT = resource_spec(
     group=GROUP,
     version=VERSION,
@@ -64,6 +75,7 @@ SNAPSHOT = resource_spec(
     object_type=VirtualMachineSnapshot,
     admit=_admit_source("source"),
     updatable=False,
+    spec_refusal=_immutable("virtualmachinesnapshot"),
     printer_columns=(
         PrinterColumn("SourceKind", "string", ".spec.source.kind"),
         PrinterColumn("SourceName", "string", ".spec.source.name"),
@@ -100,6 +112,7 @@ RESTORE = resource_spec(
     object_type=VirtualMachineRestore,
     admit=_admit_source("target"),
     updatable=False,
+    spec_refusal=_immutable("virtualmachinerestore"),
     printer_columns=(
         PrinterColumn("TargetKind", "string", ".spec.target.kind"),
         PrinterColumn("TargetName", "string", ".spec.target.name"),

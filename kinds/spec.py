@@ -13,7 +13,7 @@ from typing import Any
 import msgspec
 
 from core.errors import Resource
-from core.kind import Act, Subresource
+from core.kind import Act, SpecRefusal, Subresource
 from core.names import NameRule
 from events.catalog import Event
 from events.envelope import Stored
@@ -43,8 +43,9 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     (names and namespaces, before anything else runs);
     `admit(cluster, typed, uid) -> (typed, causes)` defaults then validates (the webhooks);
     `created` / `updated` build the event a create / update appends (None: the verb is
-    refused: a create route is not served, an update answers 400 as KubeVirt's immutable
-    kinds do); `delete` is the pure delete intent. `table` and `render` are how the read side
+    refused: a create route is not served; an update that changes more than metadata
+    answers as `spec_refusal` says, KubeVirt's webhook for an immutable spec);
+    `delete` is the pure delete intent. `table` and `render` are how the read side
     lists and serves it; `evolve` is the pure fold of its own events (`Cluster.apply` adds
     the joins between kinds)."""
 
@@ -74,6 +75,8 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     admit: Admit | None = None
     created: Callable[[Meta, JSON], Event] | None = None
     updated: Callable[[Meta, JSON], Event] | None = None
+    # without `updated`: how a changed spec is refused (metadata changes on every kind)
+    spec_refusal: SpecRefusal | None = None
     delete: Delete | None = None
     table: Callable[[Cluster], Mapping[str, Any]]
     render: Render

@@ -9,7 +9,7 @@ from core import admission
 from core.context import Append, Outcome, RequestContext
 from core.errors import conflict
 from core.intents import defaulted, view
-from core.kind import CallArgs, Subresource
+from core.kind import CallArgs, SpecRefusal, Subresource
 from events.catalog import (
     VMICreated,
     VMIDeleteRequested,
@@ -167,6 +167,10 @@ SPEC = KindSpec(
     ),
     admit=admit,
     created=lambda meta, manifest: VMICreated(meta=meta, manifest=manifest),
+    spec_refusal=SpecRefusal(
+        "virtualmachineinstances-update-validator.kubevirt.io",
+        "update of VMI object is restricted",
+    ),
     delete=_delete,
     table=lambda c: c.vmis,
     render=lambda c, v, _now: render_vmi(c, v),

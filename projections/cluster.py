@@ -37,6 +37,7 @@ from projections.evolve import (
 from projections.kube_events import KIND as KUBE_EVENTS
 from projections.kube_events import KubeEvents
 from projections.views import (
+    ManifestView,
     MigrationView,
     NodeView,
     PolicyView,
@@ -103,6 +104,23 @@ class Cluster:
             vmi = self.vmis.get(k)
             if vmi is not None:
                 yield vmi
+
+    def owned(self) -> Iterator[tuple[KindToken, ManifestView]]:
+        """Every object that exists and has owner references, with its kind."""
+        tables: list[tuple[KindToken, dict[str, Any]]] = [
+            (Kind.VM, self.vms),
+            (Kind.VMI, self.vmis),
+            (Kind.MIGRATION, self.migrations),
+            *self.resources.items(),
+        ]
+        for kind, table in tables:
+            for view in table.values():
+                if view.owners and not (isinstance(view, MigrationView) and view.gone):
+                    yield kind, view
+
+    def dependents(self, uid: str) -> Iterator[tuple[KindToken, ManifestView]]:
+        """The objects an owner reference of which names `uid`."""
+        return ((k, v) for k, v in self.owned() if uid in v.owners)
 
     def active_migration(self, namespace: str, vmi_name: str) -> MigrationView | None:
         for mig in self.migrations.values():
@@ -196,8 +214,13 @@ class Cluster:
             vmi = self.vmis.get(k)  # a VM created over an existing VMI of the same uid
             if vmi and vmi.owner_vm_uid == new.uid:
                 new = replace(new, vmi_uid=vmi.uid)
-        if new is not None and new.deleted_at is not None and not new.vmi_uid:
-            new = None  # nothing left to tear down: the VM is gone
+        if (
+            new is not None
+            and new.deleted_at is not None
+            and not new.vmi_uid
+            and not new.finalizers
+        ):
+            new = None  # nothing left to tear down, nothing to wait for: the VM is gone
         return self._swap(self.vms, k, new, Kind.VM)
 
     def _apply_vmi(self, s: Stored, k: str) -> list[Touched]:
@@ -205,17 +228,19 @@ class Cluster:
         new = evolve_vmi(old, s)
         touched = self._swap(self.vmis, k, new, Kind.VMI)
         self._index(k, old, new)
-        either = new or old
-        owner_uid = either.owner_vm_uid if either else ""
+        # the VM that owned it (an orphaned VMI's VM is no longer its owner)
+        owner_uid = (old.owner_vm_uid if old else "") or (new.owner_vm_uid if new else "")
         vm = self.vms.get(k)
         if vm is not None and owner_uid and vm.uid == owner_uid:
             ev = s.event
             if isinstance(ev, VMICreated):
                 vm = replace(vm, vmi_uid=new.uid if new else "")
-            elif isinstance(ev, VMIRemoved) and vm.vmi_uid == (old.uid if old else ""):
+            elif (isinstance(ev, VMIRemoved) and vm.vmi_uid == (old.uid if old else "")) or (
+                new is not None and not new.owner_vm_uid and vm.vmi_uid == new.uid
+            ):
                 vm = replace(vm, vmi_uid="")
             vm = replace(vm, resource_version=s.seq)
-            if vm.deleted_at is not None and not vm.vmi_uid:
+            if vm.deleted_at is not None and not vm.vmi_uid and not vm.finalizers:
                 self.vms.pop(k, None)
             else:
                 self.vms[k] = vm

@@ -15,6 +15,7 @@ from events.catalog import (
     ERR_IMAGE_PULL,
     IMAGE_PULL_PREFIX,
     SYNC_FAILED,
+    USER_METADATA,
     DomainMigratedIn,
     DomainPaused,
     DomainResumed,
@@ -25,6 +26,7 @@ from events.catalog import (
     GuestInterfacesChanged,
     LauncherExited,
     LauncherStarted,
+    MetadataChanged,
     MigrationAborted,
     MigrationAbortRequested,
     MigrationEvent,
@@ -132,6 +134,24 @@ def _born(manifest: dict[str, Any], s: Stored) -> dict[str, Any]:
     }
 
 
+def with_metadata(
+    manifest: dict[str, Any], metadata: dict[str, Any], deleted_at: float | None = None
+) -> dict[str, Any]:
+    """The manifest with a `MetadataChanged`'s fields in place of its own (and, from
+    `deleted_at`, the deletionTimestamp it keeps from then on)."""
+    meta = {k: v for k, v in (manifest.get("metadata") or {}).items() if k not in USER_METADATA}
+    meta.update({k: v for k, v in metadata.items() if k in USER_METADATA})
+    if deleted_at is not None and not meta.get("deletionTimestamp"):
+        when = dt.datetime.fromtimestamp(int(deleted_at), dt.UTC)
+        meta["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {**manifest, "metadata": meta}
+
+
+def _relabelled(v: Any, ev: MetadataChanged) -> bytes:
+    at = ev.meta.occurred_at if ev.deletion else None
+    return pack_manifest(with_metadata(v.manifest, ev.metadata, at))
+
+
 # --------------------------------------------------------------------------- VM
 def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
     ev = s.event
@@ -183,6 +203,13 @@ def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
             return replace(v, start_failure=failure)
         case VMStartFailureCleared():
             return replace(v, start_failure=None)
+        case MetadataChanged(metadata=metadata, deletion=deletion):
+            # a VM whose deletion begins is torn down as by VMDeleted (its view stays while
+            # it has finalizers: `Cluster._apply_vm`), unless its VMI is to be orphaned
+            orphaning = "orphan" in (metadata.get("finalizers") or [])
+            tear_down = deletion and not orphaning and v.deleted_at is None
+            gone_at = at if tear_down else v.deleted_at
+            return replace(v, manifest_json=_relabelled(v, ev), deleted_at=gone_at)
         case VMCreated():
             return v
         case _:
@@ -301,6 +328,12 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
             return replace(v, deletion_requested_at=at, grace_period_seconds=grace)
         case VMIRemoved():
             return None
+        case MetadataChanged(metadata=metadata):
+            # a VMI orphaned from its VM (no reference to it left) is a VMI of its own
+            refs = metadata.get("ownerReferences") or []
+            owned = any(isinstance(r, dict) and r.get("uid") == v.owner_vm_uid for r in refs)
+            owner = v.owner_vm_uid if owned else ""
+            return replace(v, manifest_json=_relabelled(v, ev), owner_vm_uid=owner)
         case (
             VMICreated()
             | VMIPauseRequested()
@@ -319,7 +352,8 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
 def evolve_migration(view: MigrationView | None, s: Stored) -> MigrationView | None:
     ev = s.event
     at = ev.meta.occurred_at
-    if view is None:
+    if view is None or (view.deleted and view.final and isinstance(ev, MigrationRequested)):
+        # a deleted migration that finished is gone: its name makes a new one
         if isinstance(ev, MigrationRequested):
             return MigrationView(
                 **_born(ev.manifest, s),
@@ -387,6 +421,8 @@ def evolve_migration(view: MigrationView | None, s: Stored) -> MigrationView | N
             if v.final:
                 return replace(v, deleted=True)
             return replace(v, abort_requested=True, abort_status="Aborting", deleted=True)
+        case MetadataChanged():
+            return replace(v, manifest_json=_relabelled(v, ev))
         case MigrationRequested():
             return v
         case _:
@@ -471,6 +507,15 @@ def evolve_policy(view: PolicyView | None, s: Stored) -> PolicyView | None:
             )
         case PolicyDeleted():
             return None
+        case MetadataChanged():
+            if view is None:
+                return None
+            return replace(
+                view,
+                manifest_json=_relabelled(view, ev),
+                version=s.seq,
+                resource_version=s.seq,
+            )
         case _:
             assert_never(ev)
 
@@ -506,6 +551,15 @@ def evolve_resource(view: ResourceView | None, s: Stored) -> ResourceView | None
             )
         case ResourceDeleted():
             return None
+        case MetadataChanged():
+            if view is None:
+                return None
+            return replace(
+                view,
+                manifest_json=_relabelled(view, ev),
+                version=s.seq,
+                resource_version=s.seq,
+            )
         case VolumesCopyRequested(copies=copies, restore=restore):
             if view is None:
                 return None

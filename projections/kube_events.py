@@ -32,6 +32,7 @@ from events.catalog import (
     GuestInterfacesChanged,
     LauncherExited,
     LauncherStarted,
+    MetadataChanged,
     MigrationAborted,
     MigrationAbortRequested,
     MigrationFailed,
@@ -406,6 +407,7 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             | VolumeDetached()
             | GuestAgentChanged()
             | GuestInterfacesChanged()
+            | MetadataChanged()
         ):
             return []
         case _:

@@ -184,7 +184,7 @@ def event_json(s: Stored) -> JSON:
 # ------------------------------------------------------------ rendering
 def gone(view: object) -> bool:
     """A deleted migration that has finished is gone for readers (Kubernetes deletes it)."""
-    return isinstance(view, MigrationView) and view.deleted and view.final
+    return isinstance(view, MigrationView) and view.gone
 
 
 def render_object(cluster: Cluster, kind: KindToken, k: str, now: float) -> JSON | None:
@@ -280,6 +280,14 @@ class Step(msgspec.Struct, frozen=True):
     changes: list[FieldChange]
     exists: bool  # the object exists after the event
     rendered: JSON | None = None  # the object after the event, as the api served it then
+    born: bool = False  # the object came to exist with it: an earlier one of the name is gone
+
+
+def current_life(steps: list[Step]) -> list[Step]:
+    """The steps of the object that has the name now (or had it last): a name reused after
+    its object was gone names a new object, with its own uid and history."""
+    start = max((i for i, st in enumerate(steps) if st.born), default=0)
+    return steps[start:]
 
 
 class Position:
@@ -307,7 +315,11 @@ def replay_steps(
         after = render_object(at.cluster, agg.kind, k, m.occurred_at)
         changes = object_changes(at.before, after)
         if own or changes:
-            yield Step(stored=s, own=own, changes=changes, exists=after is not None, rendered=after)
+            born = own and at.before is None and after is not None
+            yield Step(
+                stored=s, own=own, changes=changes, exists=after is not None, rendered=after,
+                born=born,
+            )  # fmt: skip
         at.before = after
 
 

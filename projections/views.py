@@ -54,6 +54,29 @@ class ManifestView(msgspec.Struct, frozen=True, kw_only=True):
     def manifest(self) -> Manifest:
         return unpack_manifest(self.manifest_json)
 
+    # a cheap look at the JSON first: most objects have none of these
+    @property
+    def finalizers(self) -> list[str]:
+        """The finalizers it still waits for (none: once deleted, it may go)."""
+        if b'"finalizers"' not in self.manifest_json:
+            return []
+        return list((self.manifest.get("metadata") or {}).get("finalizers") or [])
+
+    @property
+    def marked(self) -> bool:
+        """Its deletion has begun (`metadata.deletionTimestamp`), waiting for finalizers."""
+        if b'"deletionTimestamp"' not in self.manifest_json:
+            return False
+        return bool((self.manifest.get("metadata") or {}).get("deletionTimestamp"))
+
+    @property
+    def owners(self) -> list[str]:
+        """The uids its owner references name (a reference without one names none)."""
+        if b'"ownerReferences"' not in self.manifest_json:
+            return []
+        refs = (self.manifest.get("metadata") or {}).get("ownerReferences") or []
+        return [str(r["uid"]) for r in refs if isinstance(r, dict) and r.get("uid")]
+
 
 class PhasedView(ManifestView, frozen=True, kw_only=True):
     phase: str = "Pending"
@@ -151,6 +174,11 @@ class MigrationView(PhasedView, frozen=True, kw_only=True):
     data_total: int = 0
     deleted: bool = False
     message: str = ""
+
+    @property
+    def gone(self) -> bool:
+        """Deleted and finished: gone for readers (Kubernetes deletes it), its name free."""
+        return self.deleted and self.final
 
 
 class NodeView(msgspec.Struct, frozen=True, kw_only=True):

@@ -8,7 +8,7 @@ from events.envelope import Stored
 from events.meta import Aggregate
 from eventstore.port import EventLog
 from projections.cluster import Cluster
-from projections.replay import Point, Step, related_filters, replay_steps
+from projections.replay import Point, Step, current_life, related_filters, replay_steps
 from readside import snapshots
 
 
@@ -60,6 +60,7 @@ async def cluster_at(
 async def aggregate_replay(
     store: EventLog, agg: Aggregate, until: Point | None = None
 ) -> list[Step]:
-    """`virtstream replay`: the steps of one aggregate up to a point."""
+    """`virtstream replay`: the steps of one aggregate up to a point (of the object that
+    has its name then: not those of an earlier object of the name)."""
     until_seq = await resolve(store, until)
-    return list(replay_steps(await read(store, related_filters(agg), until_seq), agg))
+    return current_life(list(replay_steps(await read(store, related_filters(agg), until_seq), agg)))

@@ -99,6 +99,8 @@ class History:
 
     def extend(self, events: list[Stored]) -> History:
         for step in replay_steps(events, self.agg, self.position):
+            if step.born:  # the name's new object: an earlier one's history is not its own
+                self.steps, self._by_event = [], {}
             doc = step_json(step)
             cause = self._by_event.get(doc["causationId"] or "")
             if cause is not None:

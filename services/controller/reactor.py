@@ -21,6 +21,7 @@ from projections.cluster import key
 from services.controller import (
     backoff,
     evacuation,
+    gc,
     migration,
     node_health,
     removal,
@@ -100,16 +101,25 @@ class Controller:
                     scope.vms.add(k)
             case _:
                 pass  # migrations and policies: decided cluster-wide in _decide
-        return self._decide(state, scope, ctx, check_nodes=False)
+        collect = isinstance(stored.event, gc.TRIGGERS)
+        return self._decide(state, scope, ctx, check_nodes=False, collect=collect)
 
     def tick(self, state: ControllerState, ctx: Context) -> Sequence[Decision]:
         c = state.cluster
         scope = _Scope(vms=set(c.vms), vmis=set(c.vmis), nodes=set(c.nodes))
-        return self._decide(state, scope, ctx, check_nodes=True)
+        return self._decide(state, scope, ctx, check_nodes=True, collect=True)
 
     def _decide(
-        self, state: ControllerState, scope: _Scope, ctx: Context, *, check_nodes: bool
+        self,
+        state: ControllerState,
+        scope: _Scope,
+        ctx: Context,
+        *,
+        check_nodes: bool,
+        collect: bool,
     ) -> list[Decision]:
+        """`collect`: run the garbage collector (it looks at every object: on a tick, and
+        after an event that may have left dependents without their owner)."""
         c = state.cluster
         out: list[Event] = []
         for name in sorted(scope.nodes):
@@ -136,13 +146,14 @@ class Controller:
             sets += replicas.reconcile_replicaset(c, rs, ctx)
         for pool in c.resources[ResourceKind.VMPOOL].values():
             sets += replicas.reconcile_pool(c, pool, ctx)
-        # snapshots and restores too (the finished ones decide nothing)
+        # snapshots and restores too (the finished ones decide nothing; a content whose
+        # snapshot is gone is the garbage collector's)
         for snap in c.resources[ResourceKind.SNAPSHOT].values():
             sets += snapshot.reconcile_snapshot(c, snap, ctx)
-        for content in c.resources[ResourceKind.SNAPSHOT_CONTENT].values():
-            sets += snapshot.reconcile_content(c, content, ctx)
         for restore in c.resources[ResourceKind.RESTORE].values():
             sets += snapshot.reconcile_restore(c, restore, ctx)
+        if collect:
+            out += gc.collect(c, ctx)
         reserved = scheduler.Reserved()
         out += migration.reconcile(state, ctx, self.migrations, reserved)
         out += evacuation.reconcile(state, ctx, self.migrations)

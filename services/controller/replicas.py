@@ -70,6 +70,8 @@ def _suffix(key: str) -> str:
 
 
 def reconcile_replicaset(cluster: Cluster, rs: ResourceView, ctx: Context) -> list[Decision]:
+    if rs.marked:  # being deleted: its VMIs are the garbage collector's now
+        return []
     want, paused = _desired(rs)
     owned = list(rp.owned_vmis(cluster, rs))
     active = [v for v in owned if rp.vmi_active(v)]
@@ -134,6 +136,8 @@ def _scale_in_order(pool: ResourceView, vms: dict[int, Any]) -> list[int]:
 
 
 def reconcile_pool(cluster: Cluster, pool: ResourceView, ctx: Context) -> list[Decision]:
+    if pool.marked:  # being deleted: its VMs are the garbage collector's now
+        return []
     want, paused = _desired(pool)
     vms = rp.owned_vms(cluster, pool)
     live = {n: vm for n, vm in vms.items() if vm.deleted_at is None}

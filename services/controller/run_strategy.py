@@ -158,6 +158,8 @@ def delete_vmi(vmi: VMIView, ctx: Context, grace: int | None = None) -> VMIDelet
 
 
 def reconcile(state: ControllerState, vm: VMView, ctx: Context) -> list[Event]:
+    if vm.marked and vm.deleted_at is None:
+        return []  # its VMI is being orphaned: neither started nor stopped
     cluster = state.cluster
     vmi = cluster.vmi_of_vm(vm)
     occupant = cluster.vmis.get(key(vm.namespace, vm.name))

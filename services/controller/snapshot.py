@@ -37,7 +37,6 @@ from typing import Any
 from events.catalog import (
     Event,
     ResourceCreated,
-    ResourceDeleted,
     ResourceStatusChanged,
     VMCreated,
     VMRunStrategyChanged,
@@ -360,22 +359,6 @@ def _create_content(snap: ResourceView, vm: VMView, qemu: bool, ctx: Context) ->
     )
     ev = ResourceCreated(meta=emit.meta(ctx, agg, decision_key), manifest=content)
     return Decision(ev)  # OCC: the content does not exist yet
-
-
-def reconcile_content(cluster: Cluster, content: ResourceView, ctx: Context) -> list[Decision]:
-    """A content owned by a snapshot that is gone is deleted (`deletionPolicy: Delete`, the
-    default; a Retain snapshot's content has no owner and stays)."""
-    owners = (content.manifest.get("metadata") or {}).get("ownerReferences") or []
-    snaps = cluster.resources[ResourceKind.SNAPSHOT]
-    for ref in owners:
-        if ref.get("kind") != "VirtualMachineSnapshot":
-            continue
-        snap = snaps.get(key(content.namespace, str(ref.get("name") or "")))
-        if snap is None or snap.uid != ref.get("uid"):
-            agg = _agg(ResourceKind.SNAPSHOT_CONTENT, content)
-            ev = ResourceDeleted(meta=emit.meta(ctx, agg, f"vmsnapshot-content-gc/{content.uid}"))
-            return [Decision(ev)]
-    return []
 
 
 # --------------------------------------------------------------------- restore

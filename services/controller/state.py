@@ -20,6 +20,7 @@ from events.catalog import (
     GuestInterfacesChanged,
     LauncherExited,
     LauncherStarted,
+    MetadataChanged,
     MigrationAbortRequested,
     NodeUncordoned,
     PodScheduled,
@@ -106,6 +107,7 @@ def evolve(state: ControllerState, s: Stored) -> ControllerState:
                     | VolumeDetached()
                     | GuestAgentChanged()
                     | GuestInterfacesChanged()
+                    | MetadataChanged()
                 ):
                     pass  # the cluster's fold has it all
                 case _:

@@ -33,6 +33,7 @@ import msgspec
 from events.catalog import (
     Event,
     Manifest,
+    MetadataChanged,
     MigrationAborted,
     MigrationAbortRequested,
     MigrationEvent,
@@ -270,6 +271,7 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
                 | MigrationScheduling()
                 | MigrationStarted()
                 | MigrationProgressed()
+                | MetadataChanged()
             ):
                 pass  # the source's and the controller's
             case _:
@@ -293,6 +295,7 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
                 | TargetPreparing()
                 | MigrationSucceeded()
                 | MigrationAborted()
+                | MetadataChanged()
             ):
                 pass  # the target's and the controller's, or what this job appended
             case _:

@@ -25,6 +25,7 @@ from events.catalog import (
     LauncherExited,
     LauncherStarted,
     Manifest,
+    MetadataChanged,
     PodScheduled,
     Unschedulable,
     VMICreated,
@@ -235,7 +236,7 @@ def evolve(state: NodeState, event: Event) -> NodeState:
         case VMIRemoved():
             del state[key]
             return state
-        case VMICreated() | Unschedulable() | VMIEvictionBlocked():
+        case VMICreated() | Unschedulable() | VMIEvictionBlocked() | MetadataChanged():
             return state  # before this node, or the controller's
         case _:
             assert_never(event)

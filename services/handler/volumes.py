@@ -14,6 +14,7 @@ import msgspec
 
 from events.catalog import (
     Event,
+    MetadataChanged,
     ResourceCreated,
     ResourceDeleted,
     ResourceEvent,
@@ -74,7 +75,13 @@ def fold(jobs: Jobs, event: Event) -> None:
             job = jobs.get(key)
             if job is not None:
                 job.done, job.running = True, False
-        case ResourceCreated() | ResourceUpdated() | ResourceStatusChanged() | ResourceDeleted():
+        case (
+            ResourceCreated()
+            | ResourceUpdated()
+            | ResourceStatusChanged()
+            | ResourceDeleted()
+            | MetadataChanged()
+        ):
             pass  # the object itself, the snapshot controller's
         case _:
             assert_never(event)

@@ -161,6 +161,12 @@ async def test_update_with_resource_version(http: httpx.AsyncClient) -> None:
     r = await http.put(f"{VMS}/vm1", json=doc)
     assert r.status_code == 200, r.text
     assert r.json()["metadata"]["labels"] == {"tier": "a"}
+    # a custom resource's generation counts changes of its spec, not of its metadata
+    assert r.json()["metadata"]["generation"] == 1
+    doc["metadata"]["resourceVersion"] = r.json()["metadata"]["resourceVersion"]
+    doc["spec"]["runStrategy"] = "Halted"
+    r = await http.put(f"{VMS}/vm1", json=doc)
+    assert r.status_code == 200, r.text
     assert r.json()["metadata"]["generation"] == 2
     r = await http.put(f"{VMS}/vm1", json=doc)  # the same, now stale, resourceVersion
     assert r.status_code == 409

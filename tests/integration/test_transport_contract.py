@@ -229,7 +229,7 @@ async def script(send: Send) -> list[Answer]:
     await step(Step("scale", VMIRS, "rs1", {"spec": {"replicas": -1}}))  # 422
     # deletes with DeleteOptions
     await step(Step("delete", VMS, "vm1", {"preconditions": {"uid": "not-" + uid}}))  # 409
-    await step(Step("delete", VMS, "vm1", {"propagationPolicy": "Orphan"}))  # 422
+    await step(Step("delete", VMS, "vm1", {"propagationPolicy": "Abandon"}))  # 422
     await step(Step("delete", VMS, "vm1", {}, params={"dryRun": "All"}))
     await step(Step("delete", VMS, "vm1", {"preconditions": {"uid": uid}, "gracePeriodSeconds": 0}))
     await step(Step("delete", VMIS, "vmi1", {}, params={"gracePeriodSeconds": "5"}))

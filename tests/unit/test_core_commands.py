@@ -73,8 +73,8 @@ def test_a_body_and_its_options_are_checked_before_anything_is_decided() -> None
     bad_mode = {"fieldValidation": "Loose"}
     assert refusal(request(Verb.PATCH, "vm1", {}, content_type=MERGE, params=bad_mode))[0] == 400
     assert refusal(request(Verb.PATCH, "vm1", {}, content_type="text/plain"))[0] == 415
-    code, message = refusal(request(Verb.DELETE, "vm1", {"propagationPolicy": "Orphan"}))
-    assert code == 422 and "Orphan" in message
+    code, message = refusal(request(Verb.DELETE, "vm1", {"propagationPolicy": "Abandon"}))
+    assert code == 422 and "Abandon" in message
     assert refusal(request(Verb.CALL, "vm1", {}, action="frobnicate"))[0] == 404
     assert refusal(request(Verb.CREATE, body=b"x" * (3 * 1024 * 1024 + 1)))[0] == 413
 

@@ -144,6 +144,7 @@ def test_dry_run_values_and_ages() -> None:
 def test_delete_options_policies() -> None:
     opts = delete_options.DeleteOptions.parse({}, {"preconditions": {"uid": "u"}})
     assert opts.uid == "u" and opts.resource_version is None
-    with pytest.raises(ApiError) as orphan:
-        delete_options.DeleteOptions.parse({"propagationPolicy": "Orphan"}, {})
-    assert orphan.value.code == 422
+    assert delete_options.DeleteOptions.parse({"propagationPolicy": "Orphan"}, {}).propagation
+    with pytest.raises(ApiError) as unknown:
+        delete_options.DeleteOptions.parse({"propagationPolicy": "Abandon"}, {})
+    assert unknown.value.code == 422

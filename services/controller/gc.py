@@ -1,0 +1,158 @@
+"""The garbage collector, pure: Kubernetes' owner references, deletion policies and
+finalizers, honoured by the controller as the API server's garbage collector does.
+
+- Background (the default): an object whose owner references all name objects that are
+  gone (no live object has the reference's uid) is deleted: a replica set's VMIs, a pool's
+  VMs, a snapshot's content, once their owner is gone.
+- An object whose deletion has begun (`metadata.deletionTimestamp`: it had finalizers, or
+  was deleted Foreground or Orphan, `core/ownership.py`) waits for its finalizers:
+  `foregroundDeletion`: its dependents are deleted, and once none is left the finalizer is
+  removed; `orphan`: its dependents lose their reference to it, then the finalizer goes;
+  any other finalizer is its owner's to remove. With none left, its kind's deletion
+  follows (a VM's is already under way: its fold lets it go).
+
+Each deletion is its kind's (a VMI's guest stopped first, a VM's VMI torn down); every
+decision is keyed by the uids it answers, so deciding it again appends nothing new."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from events.catalog import (
+    USER_METADATA,
+    Event,
+    MetadataChanged,
+    MigrationAbortRequested,
+    PolicyDeleted,
+    ResourceDeleted,
+    VMDeleted,
+)
+from events.envelope import Context
+from events.meta import CLUSTER_SCOPE, Aggregate, Kind, KindToken
+from projections.cluster import Cluster
+from projections.views import ManifestView, MigrationView, PolicyView, VMIView, VMView
+from services.controller import emit, run_strategy
+
+#: events after which an owner may be gone (a replica set, a pool, a snapshot, a policy),
+#: or a finalizer or an owner reference changed: the collector looks at once. A tick
+#: (about a second) looks anyway: a VM's or a VMI's removal, frequent and rarely an
+#: owner's, waits for it rather than scanning every object each time
+TRIGGERS = (ResourceDeleted, PolicyDeleted, MetadataChanged)
+FOREGROUND, ORPHAN = "foregroundDeletion", "orphan"
+
+
+def _tables(cluster: Cluster) -> Iterator[tuple[KindToken, dict[str, Any]]]:
+    yield Kind.VM, cluster.vms
+    yield Kind.VMI, cluster.vmis
+    yield Kind.MIGRATION, cluster.migrations
+    yield Kind.POLICY, cluster.policies
+    yield from cluster.resources.items()
+
+
+def _views(cluster: Cluster) -> Iterator[tuple[KindToken, Any]]:
+    for kind, table in _tables(cluster):
+        for view in table.values():
+            if not (isinstance(view, MigrationView) and view.gone):
+                yield kind, view
+
+
+def live_uids(cluster: Cluster) -> set[str]:
+    """The uids of every object that exists (a finished, deleted migration does not)."""
+    return {v.uid for _, v in _views(cluster) if getattr(v, "uid", "")}
+
+
+def collect(cluster: Cluster, ctx: Context) -> list[Event]:
+    live = live_uids(cluster)
+    out: list[Event] = []
+    for kind, view in cluster.owned():
+        if not any(u in live for u in view.owners):
+            out += _delete(kind, view, ctx)
+    for kind, view in _views(cluster):
+        if view.marked:
+            out += _finalize(cluster, kind, view, ctx)
+    return out
+
+
+def _aggregate(kind: KindToken, view: Any) -> Aggregate:
+    ns = getattr(view, "namespace", "") or CLUSTER_SCOPE
+    return Aggregate(kind=kind, namespace=ns, name=view.name, uid=view.uid)
+
+
+def _deleting(view: ManifestView) -> bool:
+    match view:
+        case VMIView():
+            return view.deletion_requested_at is not None
+        case VMView():
+            return view.deleted_at is not None
+        case MigrationView():
+            return view.deleted
+        case _:
+            return False
+
+
+def _delete(kind: KindToken, view: ManifestView, ctx: Context) -> list[Event]:
+    """The object's deletion as its kind has it (nothing when it is already under way)."""
+    if _deleting(view):
+        return []
+    agg = _aggregate(kind, view)
+    key = f"gc/{agg.uid}"
+    match view:
+        case VMIView():
+            return [run_strategy.delete_vmi(view, ctx)]
+        case VMView():
+            return [VMDeleted(meta=emit.meta(ctx, agg, key))]
+        case MigrationView():
+            node = view.source_node if view.phase == "Running" else view.target_node
+            return [MigrationAbortRequested(meta=emit.meta(ctx, agg, key, node=node))]
+        case PolicyView():
+            return [PolicyDeleted(meta=emit.meta(ctx, agg, key))]
+        case _:
+            return [ResourceDeleted(meta=emit.meta(ctx, agg, key))]
+
+
+def _metadata(view: ManifestView) -> dict[str, Any]:
+    meta = view.manifest.get("metadata") or {}
+    return {f: meta[f] for f in USER_METADATA if f in meta}
+
+
+def _without(kind: KindToken, view: Any, finalizer: str, ctx: Context) -> Event:
+    metadata = _metadata(view)
+    rest = [f for f in view.finalizers if f != finalizer]
+    if rest:
+        metadata["finalizers"] = rest
+    else:
+        metadata.pop("finalizers", None)
+    agg = _aggregate(kind, view)
+    return MetadataChanged(
+        meta=emit.meta(ctx, agg, f"gc-finalized/{view.uid}/{finalizer}"), metadata=metadata
+    )
+
+
+def _orphan(kind: KindToken, dependent: Any, owner: str, ctx: Context) -> Event:
+    metadata = _metadata(dependent)
+    refs = [r for r in metadata.get("ownerReferences") or [] if r.get("uid") != owner]
+    if refs:
+        metadata["ownerReferences"] = refs
+    else:
+        metadata.pop("ownerReferences", None)
+    agg = _aggregate(kind, dependent)
+    key = f"gc-orphan/{dependent.uid}/{owner}"
+    return MetadataChanged(meta=emit.meta(ctx, agg, key), metadata=metadata)
+
+
+def _finalize(cluster: Cluster, kind: KindToken, view: Any, ctx: Context) -> list[Event]:
+    fins = view.finalizers
+    if ORPHAN in fins:
+        deps = list(cluster.dependents(view.uid))
+        if deps:
+            return [_orphan(k, d, view.uid, ctx) for k, d in deps]
+        return [_without(kind, view, ORPHAN, ctx)]
+    if FOREGROUND in fins:
+        deps = list(cluster.dependents(view.uid))
+        if deps:
+            return [ev for k, d in deps for ev in _delete(k, d, ctx)]
+        return [_without(kind, view, FOREGROUND, ctx)]
+    if fins:
+        return []  # another finalizer: its owner's to remove
+    return _delete(kind, view, ctx)
