@@ -27,7 +27,7 @@ from cli.settings import settings
 from client import credentials
 from events.envelope import Stored
 from events.meta import Aggregate, Kind
-from eventstore import dead_letters
+from eventstore import checkpoints, dead_letters
 from eventstore.connection import NotAuthorized, Unreachable, connect_once
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
@@ -380,7 +380,7 @@ def snapshot(
 ) -> None:
     """Save a snapshot of all views (snapshot + tail replay = a rebuild)."""
 
-    async def body(store: JetStreamStore) -> snapshots.Head:
+    async def body(store: JetStreamStore) -> checkpoints.Head:
         cluster, _ = await snapshots.load_cluster(store, name, bucket_name=bucket)
         return await snapshots.save(store, name, cluster, bucket_name=bucket)
 

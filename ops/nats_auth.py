@@ -29,7 +29,7 @@ from collections.abc import Iterable
 import msgspec
 
 from events.subjects import token
-from eventstore import heartbeats, lease
+from eventstore import checkpoints, heartbeats, lease
 
 JS = "$JS.API"
 # what no service needs: removing streams, messages or other services' consumers
@@ -79,11 +79,18 @@ def _own_inbox(name: str) -> str:
     return f"_INBOX_{name}.>"
 
 
+def own_checkpoint(name: str) -> tuple[str, str]:
+    """Writing one's own checkpoint (`eventstore/checkpoints.py`): its head and chunks."""
+    return f"$KV.{checkpoints.BUCKET}.{name}", f"$KV.{checkpoints.BUCKET}.{name}.>"
+
+
 def api_user(password: str, stream: str = "VIRT") -> NatsUser:
     return NatsUser(
         "api",
         password,
-        Permissions(("virt.>", f"{JS}.>", "$KV.virt-snapshots.>", "$JS.FC.>", "$JS.ACK.>")),
+        Permissions(
+            ("virt.>", f"{JS}.>", *own_checkpoint(checkpoints.API_VIEWS), "$JS.FC.>", "$JS.ACK.>")
+        ),
         Permissions((INTENTS, "$SRV.>", _own_inbox("api"))),  # $SRV: service discovery
         allow_responses=True,
     )
@@ -101,6 +108,7 @@ def controller_user(password: str) -> NatsUser:
                 "$JS.ACK.>",
                 "$JS.FC.>",
                 f"$KV.{lease.BUCKET}.>",  # the active/standby lease
+                *own_checkpoint("virt-controller"),
             ),
             JS_DESTRUCTIVE,
         ),
@@ -125,8 +133,10 @@ def handler_user(node: str, password: str, stream: str = "VIRT") -> NatsUser:
                 f"virt.vmrestore.*.*.VolumesCopied.{n}",
                 f"dlq.{service}",
                 f"$KV.{heartbeats.BUCKET}.{heartbeats.key_of(node)}",
+                *own_checkpoint(service),
                 *JS_READ,
                 f"{JS}.STREAM.CREATE.KV_{heartbeats.BUCKET}",
+                f"{JS}.STREAM.CREATE.KV_{checkpoints.BUCKET}",
                 # the shell ensures the streams at start (whoever starts first creates them)
                 f"{JS}.STREAM.CREATE.{stream}",
                 f"{JS}.STREAM.CREATE.{stream}_DLQ",

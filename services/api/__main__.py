@@ -8,7 +8,7 @@ from pathlib import Path
 
 import uvicorn
 
-from eventstore import connection
+from eventstore import checkpoints, connection
 from eventstore.connection import ConnectOptions, connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
@@ -45,7 +45,7 @@ async def serve(
     store = JetStreamStore(nc, settings or StreamSettings.from_env())
     await store.ensure()
     # the api and its read replicas fold the same views: one shared snapshot name
-    runner = ProjectionRunner(store, history=watch_history, snapshot_name="cluster-views")
+    runner = ProjectionRunner(store, history=watch_history, snapshot_name=checkpoints.API_VIEWS)
     await runner.start()
     api = ApiService(runner, None if read_only else store, socket_name_max=socket_name_max)
     app = create_app(api, guard)
