@@ -18,9 +18,11 @@ from eventstore import heartbeats
 from eventstore.jetstream import JetStreamStore
 from eventstore.lease import Lease
 from eventstore.settings import StreamSettings
+from services.controller.checkpoint import ControllerCodec
 from services.controller.reactor import Controller
 from services.controller.state import ControllerState
 from services.runtime import metrics as m
+from services.runtime.checkpointing import Checkpointer
 from services.runtime.shell import ServiceShell, run_process
 
 # deliveries whose appends may be in flight at once: the controller decides on every event
@@ -49,7 +51,12 @@ class ControllerService:
         self.store = store
         self.bucket = bucket
         self.shell: ServiceShell[ControllerState] = ServiceShell(
-            controller, store, tick_interval=tick_interval, ack_wait=ack_wait, window=window
+            controller,
+            store,
+            tick_interval=tick_interval,
+            ack_wait=ack_wait,
+            window=window,
+            checkpoints=Checkpointer(store, controller.name, ControllerCodec()),
         )
         # no identity: the only controller, no lease (tests that run one in-process)
         self.lease = (
@@ -103,8 +110,18 @@ class ControllerService:
         # until the watch has delivered the latest heartbeats, nobody may time out
         self.shell.state.heartbeats_since = self.shell.clock()
         watching = asyncio.create_task(self._watch(kv))
+        before = self.shell.state
+
+        def loaded() -> None:
+            # a checkpoint replaced the state: it keeps what the watch saw meanwhile
+            now = self.shell.state
+            if now is not before:
+                now.heartbeats_since = before.heartbeats_since
+                for node, at in before.heartbeats.items():
+                    now.heartbeats[node] = max(at, now.heartbeats.get(node, 0.0))
+
         try:
-            await self.shell.run()
+            await self.shell.run(loaded)
         finally:
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

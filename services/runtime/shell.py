@@ -42,6 +42,7 @@ from eventstore.port import Delivery, EventLog
 from eventstore.settings import StreamSettings
 from services.runtime import metrics as m
 from services.runtime.append_window import AppendWindow
+from services.runtime.checkpointing import Checkpointer
 from services.runtime.loop import Restart
 from services.runtime.reactor import Executor, Inbox, Note, Observer, Reactor
 
@@ -112,6 +113,7 @@ class ServiceShell(Generic[S, A, Ob]):
         executor: Executor[A] | None = None,
         inbox: Inbox[Ob] | None = None,
         window: int = 1,
+        checkpoints: Checkpointer[S] | None = None,
     ) -> None:
         assert window == 1 or (observer is None and executor is None), (
             "a pipelined shell decides without effects"
@@ -145,6 +147,16 @@ class ServiceShell(Generic[S, A, Ob]):
         # window > 1: decide the next delivery while earlier ones' appends are in flight
         self.pipe = AppendWindow(window) if window > 1 else None
         self.fatal: BaseException | None = None  # an infrastructure error in the window
+        # checkpoints (services/runtime/checkpointing.py): what they save is the fold of
+        # the log alone, so a reactor with an observer keeps that fold apart from the state
+        # its observations also change
+        self.checkpoints = checkpoints
+        self.folded: S = (
+            reactor.initial_state()
+            if checkpoints is not None and observer is not None
+            else self.state
+        )
+        self.upto = 0  # every event of our filters up to here is folded
 
     @property
     def name(self) -> str:
@@ -172,6 +184,8 @@ class ServiceShell(Generic[S, A, Ob]):
             self.last_folded = max(self.last_folded, stored.seq)
             return False
         self.state = self.reactor.evolve(self.state, stored)
+        if self.folded is not self.state and self.checkpoints is not None:
+            self.folded = self.reactor.evolve(self.folded, stored)
         self.versions[key] = stored.seq
         self.last_folded = max(self.last_folded, stored.seq)
         return True
@@ -372,6 +386,7 @@ class ServiceShell(Generic[S, A, Ob]):
             async with self._lock:
                 self.fold(stored)
                 chains = await self._issue(stored)
+                self._checkpoint(stored)
         except STOPS:
             self.pipe.release()
             raise
@@ -453,6 +468,7 @@ class ServiceShell(Generic[S, A, Ob]):
                 self._fold_observations()
                 self.fold(stored)
                 await self.apply(lambda ctx: self.reactor.react(self.state, stored, ctx), stored)
+                self._checkpoint(stored)
         except STOPS:
             raise
         except Exception as e:
@@ -479,6 +495,7 @@ class ServiceShell(Generic[S, A, Ob]):
                 await self.pipe.settle_appends()
             self._fold_observations()
             await self.apply(lambda ctx: self.reactor.tick(self.state, ctx), None)
+            self._checkpoint()
 
     async def _timer(self) -> None:
         """Ticks: every `tick_interval`, and sooner when the observer asks for a wakeup."""
@@ -541,8 +558,11 @@ class ServiceShell(Generic[S, A, Ob]):
         consumer = await self.store.durable(
             self.name, self.filters, ack_wait=self.ack_wait, batch=self.batch
         )
-        n = await self.catch_up()
-        self.log.info("caught up", events=n, last_seq=self.last_folded)
+        start = await self._load_checkpoint()
+        end = await self.store.stream_last_seq()
+        n = await self.catch_up(start_seq=start)
+        self.upto = max(self.upto, end)
+        self.log.info("caught up", events=n, last_seq=self.last_folded, from_seq=start)
         # export the counters at 0 from the start: increase()/rate() miss a series' first
         # increment, so an alert on the first dead letter needs the 0 sample before it
         for counter in (m.DEAD_LETTERS, m.CONFLICTS, m.DUPLICATES):
@@ -582,6 +602,40 @@ class ServiceShell(Generic[S, A, Ob]):
             for task in companions:
                 await finish(task)
             await consumer.close()
+            if self.checkpoints is not None:
+                if self.fatal is None:
+                    self._checkpoint(force=True)
+                await self.checkpoints.settle()
+
+    # ------------------------------------------------------------- checkpoints
+    async def _load_checkpoint(self) -> int:
+        """State and versions from the newest usable checkpoint; the sequence to fold on
+        from (1 without one)."""
+        if self.checkpoints is None:
+            return 1
+        loaded = await self.checkpoints.load()
+        if loaded is None:
+            return 1
+        self.state = loaded.state
+        self.folded = loaded.again if self.observer is not None else self.state
+        self.versions = loaded.versions
+        self.upto = loaded.upto
+        self.last_folded = max([loaded.upto, *loaded.versions.values()])
+        self.log.info("checkpoint loaded", seq=loaded.upto, aggregates=len(loaded.versions))
+        return loaded.upto + 1
+
+    def _checkpoint(self, stored: Stored | None = None, *, force: bool = False) -> None:
+        """Take a checkpoint when one is due and the state is a fold in stream order (no own
+        append folded ahead of its delivery). Called with the decision lock held."""
+        if self.checkpoints is None:
+            return
+        if stored is not None:
+            self.upto = max(self.upto, stored.seq)
+        if self.ahead or not (force or self.checkpoints.due(self.upto)):
+            return
+        if force and self.upto <= self.checkpoints.saved_upto:
+            return
+        self.checkpoints.take(self.upto, dict(self.versions), self.folded)
 
     def _fail(self, e: BaseException) -> None:
         """Stop the process after the message in hand: its restart starts afresh."""
