@@ -89,7 +89,14 @@ def api_user(password: str, stream: str = "VIRT") -> NatsUser:
         "api",
         password,
         Permissions(
-            ("virt.>", f"{JS}.>", *own_checkpoint(checkpoints.API_VIEWS), "$JS.FC.>", "$JS.ACK.>")
+            (
+                "virt.>",
+                "vidx.>",  # the debugging indexes it keeps (readside/index.py)
+                f"{JS}.>",
+                *own_checkpoint(checkpoints.API_VIEWS),
+                "$JS.FC.>",
+                "$JS.ACK.>",
+            )
         ),
         Permissions((INTENTS, "$SRV.>", _own_inbox("api"))),  # $SRV: service discovery
         allow_responses=True,

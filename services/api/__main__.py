@@ -13,6 +13,7 @@ from eventstore.connection import ConnectOptions, connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from kinds.registry import REGISTRY
+from readside.index import Indexer
 from readside.runner import WATCH_HISTORY, ProjectionRunner
 from services.api.app import create_app
 from services.api.auth import Authenticator, AuthFileError
@@ -52,6 +53,10 @@ async def serve(
     # the same intents over NATS request-reply (writers only: a replica in the queue
     # group would be handed writes it must refuse)
     over_nats = None if read_only else await serve_intents(nc, api, guard)
+    # the debugging indexes (readside/index.py): kept by the writer, not by each replica
+    indexer = None if read_only else Indexer(store)
+    if indexer is not None:
+        await indexer.start()
     server = uvicorn.Server(
         server_config(app, host=host, port=port, tls=tls, log_level="warning", lifespan="on")
     )
@@ -60,6 +65,8 @@ async def serve(
     finally:
         if over_nats is not None:
             await over_nats.stop()
+        if indexer is not None:
+            await indexer.stop()
         await runner.stop()
         await nc.drain()
 

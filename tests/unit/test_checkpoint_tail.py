@@ -83,9 +83,7 @@ def test_handler_checkpoint_plus_tail_equals_a_full_rebuild(n: int, at: float, i
 
 @settings(max_examples=25, deadline=None)
 @given(sizes, splits)
-def test_api_views_and_metrics_checkpoint_plus_tail_equal_a_full_rebuild(
-    n: int, at: float
-) -> None:
+def test_api_views_and_metrics_checkpoint_plus_tail_equal_a_full_rebuild(n: int, at: float) -> None:
     events = history(n)
     k = int(len(events) * at)
     hist = PhaseHistograms(registry=None)
