@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 
 import msgspec
@@ -35,7 +36,7 @@ from events.catalog import Event
 from events.codec import decode, encode, event_type
 from events.envelope import Appended, ConcurrencyConflict, Stored, Undecodable
 from events.meta import Aggregate
-from eventstore import nats_headers
+from eventstore import archive, nats_headers
 from eventstore.port import Delivery
 from eventstore.pull import Puller
 from eventstore.settings import StreamSettings
@@ -121,6 +122,22 @@ class JetStreamStore:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.settings = settings or StreamSettings.from_env()
+        self._floor = (0.0, 0)  # (monotonic time read, the hot log's floor)
+
+    @property
+    def archive(self) -> str:
+        return archive.archive_name(self.stream)
+
+    async def floor(self) -> int:
+        """The hot log's floor (0: complete), read at most once a second: before it, the
+        archive holds the events an ended aggregate took out of the hot log."""
+        if not self.settings.archive:
+            return 0
+        read_at, value = self._floor
+        if time.monotonic() - read_at > 1.0:
+            value = await archive.read_floor(self.js, self.stream)
+            self._floor = (time.monotonic(), value)
+        return value
 
     @property
     def stream(self) -> str:
@@ -128,8 +145,10 @@ class JetStreamStore:
 
     async def ensure(self) -> None:
         """Create the event and dead-letter streams (idempotent). The event stream denies
-        message deletes and purges: history is append-only (dead letters are deleted once
-        retried, so their stream allows it)."""
+        message deletes; it denies purges too unless it is the hot log of an archive
+        (`eventstore/archive.py`: the archive, a mirror, denies both, and only the
+        stream's owner may purge an ended aggregate from the hot log). Dead letters are
+        deleted once retried, so their stream allows it."""
         s = self.settings
         storage = StorageType.FILE if s.storage == "file" else StorageType.MEMORY
         await self._ensure_stream(
@@ -143,7 +162,7 @@ class JetStreamStore:
                 duplicate_window=s.duplicate_window_seconds,
                 allow_direct=True,
                 deny_delete=True,
-                deny_purge=True,
+                deny_purge=not s.archive,
             )
         )
         await self._ensure_stream(
@@ -247,7 +266,12 @@ class JetStreamStore:
         try:
             msg = await self.js.get_msg(self.stream, seq)
         except NotFoundError:
-            return None
+            if not await self.floor():
+                return None
+            try:  # an ended aggregate's event: in the archive
+                msg = await self.js.get_msg(self.archive, seq)
+            except NotFoundError:
+                return None
         try:
             ev = decode(msg.data or b"")
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -256,7 +280,15 @@ class JetStreamStore:
         return Stored(seq=seq, subject=msg.subject or "", time=ts, event=ev)
 
     async def seq_at_time(self, when: float) -> int:
-        """The server seeks to the first message after `when`: one message is read."""
+        """The server seeks to the first message after `when`: one message is read (from
+        the archive when the hot log lacks ended aggregates' events)."""
+        if await self.floor():
+            with contextlib.suppress(NotFoundError):
+                async with contextlib.aclosing(
+                    self._replay_msgs(self.archive, None, start_time=when + 1e-6)
+                ) as msgs:
+                    async for msg in msgs:
+                        return int(msg.metadata.sequence.stream) - 1
         async with contextlib.aclosing(self.replay_msgs(start_time=when + 1e-6)) as msgs:
             async for msg in msgs:
                 return int(msg.metadata.sequence.stream) - 1
@@ -304,6 +336,50 @@ class JetStreamStore:
         until_seq: int | None = None,
         follow: bool = False,
     ) -> AsyncGenerator[Msg, None]:
+        """What starts before the hot log's floor is read from the archive up to it (the
+        same sequences: a mirror), then from the hot log."""
+        floor = await self.floor()
+        if floor and (start_seq or 0) < floor:
+            last = 0
+            before = min(floor - 1, until_seq) if until_seq is not None else floor - 1
+            async with contextlib.aclosing(
+                self._replay_msgs(
+                    self.archive,
+                    filters,
+                    start_seq=start_seq,
+                    start_time=start_time,
+                    until_seq=before,
+                )
+            ) as old:
+                async for msg in old:
+                    last = int(msg.metadata.sequence.stream)
+                    yield msg
+            if until_seq is not None and until_seq < floor:
+                return
+            start_seq, start_time = max(floor, last + 1), None
+        async with contextlib.aclosing(
+            self._replay_msgs(
+                self.stream,
+                filters,
+                start_seq=start_seq,
+                start_time=start_time,
+                until_seq=until_seq,
+                follow=follow,
+            )
+        ) as hot:
+            async for msg in hot:
+                yield msg
+
+    async def _replay_msgs(
+        self,
+        stream: str,
+        filters: Sequence[str] | None = None,
+        *,
+        start_seq: int | None = None,
+        start_time: float | dt.datetime | None = None,
+        until_seq: int | None = None,
+        follow: bool = False,
+    ) -> AsyncGenerator[Msg, None]:
         filters = list(filters or [subjects.ALL])
         cfg = ConsumerConfig(filter_subjects=filters)
         if start_seq is not None:
@@ -318,12 +394,12 @@ class JetStreamStore:
             cfg.deliver_policy = DeliverPolicy.BY_START_TIME
             cfg.opt_start_time = when
         if not follow:
-            last = await self.stream_last_seq()
+            last = int((await self.js.stream_info(stream)).state.last_seq)
             until_seq = last if until_seq is None else min(until_seq, last)
             if until_seq == 0 or (start_seq is not None and start_seq > until_seq):
                 return
         sub = await self.js.subscribe(
-            "", stream=self.stream, ordered_consumer=True, config=cfg, idle_heartbeat=2.0
+            "", stream=stream, ordered_consumer=True, config=cfg, idle_heartbeat=2.0
         )
         try:
             if not follow:

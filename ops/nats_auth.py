@@ -29,7 +29,7 @@ from collections.abc import Iterable
 import msgspec
 
 from events.subjects import token
-from eventstore import checkpoints, heartbeats, lease
+from eventstore import archive, checkpoints, heartbeats, lease
 
 JS = "$JS.API"
 # what no service needs: removing streams, messages or other services' consumers
@@ -94,6 +94,7 @@ def api_user(password: str, stream: str = "VIRT") -> NatsUser:
                 "vidx.>",  # the debugging indexes it keeps (readside/index.py)
                 f"{JS}.>",
                 *own_checkpoint(checkpoints.API_VIEWS),
+                *own_checkpoint(archive.FLOOR_KEY),  # the hot log's floor
                 "$JS.FC.>",
                 "$JS.ACK.>",
             )

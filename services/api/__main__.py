@@ -8,12 +8,13 @@ from pathlib import Path
 
 import uvicorn
 
-from eventstore import checkpoints, connection
+from eventstore import archive, checkpoints, connection
 from eventstore.connection import ConnectOptions, connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from kinds.registry import REGISTRY
 from readside.index import Indexer
+from readside.retire import Retirer
 from readside.runner import WATCH_HISTORY, ProjectionRunner
 from services.api.app import create_app
 from services.api.auth import Authenticator, AuthFileError
@@ -57,6 +58,13 @@ async def serve(
     indexer = None if read_only else Indexer(store)
     if indexer is not None:
         await indexer.start()
+    # the complete archive, and ended aggregates out of the hot log (eventstore/archive.py)
+    retirer = None
+    if not read_only and store.settings.archive:
+        s = store.settings
+        await archive.ensure(store.js, s.name, replicas=s.replicas, storage=s.storage)
+        retirer = Retirer(store, lambda: runner.cluster)
+        await retirer.start()
     server = uvicorn.Server(
         server_config(app, host=host, port=port, tls=tls, log_level="warning", lifespan="on")
     )
@@ -67,6 +75,8 @@ async def serve(
             await over_nats.stop()
         if indexer is not None:
             await indexer.stop()
+        if retirer is not None:
+            await retirer.stop()
         await runner.stop()
         await nc.drain()
 
