@@ -338,22 +338,26 @@ def why(
 
 # ----------------------------------------------------------------- verify
 def verify_cmd(
+    full: bool = typer.Option(
+        False, "--full", help="Rebuild from the first event (the archive's), not a checkpoint"
+    ),
     output: str = Output,
     nats_url: str = NatsUrl,
     stream: str = StreamName,
 ) -> None:
-    """Rebuild every view from the first event and compare it with the live projection
-    (the api of the global --server)."""
+    """Rebuild every view and compare it with the live projection (the api of the global
+    --server): from verify's last agreeing rebuild (a checkpoint) and the tail, or with
+    --full from the first event."""
     server = settings.server
 
     async def body(store: JetStreamStore) -> verify.Report:
         async with httpx.AsyncClient(timeout=30, **credentials.httpx_options(server)) as client:
             try:
-                return await verify.verify(store, client)
+                return await verify.verify(store, client, full=full, save=True)
             except httpx.HTTPError as e:
                 raise _fail(f"cannot read the live views from {server}: {e}") from None
 
-    report = _run(nats_url, stream, body)
+    report = _run(nats_url, stream, body, user="admin")  # saves its checkpoint
     if output == "json":
         _json_line(msgspec.to_builtins(report))
     else:
@@ -364,7 +368,8 @@ def verify_cmd(
                 console.print(f"    {escape(str(c))}  [dim](rebuilt → live)[/]")
         at_seqs = ", ".join(f"{k}@{v}" for k, v in report.seqs.items())
         verdict = "[green]OK[/]" if report.ok else f"[red]{len(report.differences)} differ[/]"
-        console.print(f"{verdict}: {report.compared} objects compared ({at_seqs})")
+        since = f"from the checkpoint at {report.from_seq}" if report.from_seq else "in full"
+        console.print(f"{verdict}: {report.compared} objects compared ({at_seqs}), {since}")
     if not report.ok:
         raise typer.Exit(1)
 
