@@ -56,19 +56,29 @@ import httpx
 import msgspec
 import nats
 from nats.aio.client import Client as NATS
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    DeliverPolicy,
+    StorageType,
+    StoreCompression,
+    StreamConfig,
+    StreamSource,
+)
 
 from bench.bench_exec import REPO, Up, start_up, wait_ready
 from client import credentials
 from events import subjects
-from events.catalog import Event
+from events.catalog import Event, Resources
 from events.codec import decode, encode, event_type
 from events.envelope import Stored
 from events.meta import Aggregate, Kind
+from eventstore import archive, checkpoints
 from eventstore.connection import ConnectOptions
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops.nats_server import find_binary
-from readside import causality, timetravel, verify
+from readside import causality, retire, timetravel, verify
 
 NS = "default"
 TEMPLATE = "histtmplvm"  # distinctive: replaced by each copy's name wherever it occurs
@@ -401,12 +411,123 @@ async def debug_figures(up: Up, early: str, late: str) -> dict[str, float]:
             out["get_at_early_s"], _ = await timed(lambda: get_at(early, point))
             last = int(info.state.last_seq)
             out["get_at_late_s"], _ = await timed(lambda: get_at(late, last))
-            out["verify_s"], report = await timed(lambda: verify.verify(store, http), rounds=1)
-            if not report.ok:
-                raise SystemExit(f"verify found {len(report.differences)} differences")
+            admin = await connect(up.nats_url, up.data_dir)
+            try:
+                writer = JetStreamStore(admin, StreamSettings())
+                out["verify_full_s"], report = await timed(
+                    lambda: verify.verify(writer, http, full=True, save=True), rounds=1
+                )
+                if not report.ok:
+                    raise SystemExit(f"verify found {len(report.differences)} differences")
+                # the default: from the checkpoint the full run saved, to the live views
+                out["verify_s"], report = await timed(
+                    lambda: verify.verify(writer, http, full=False, save=True), rounds=1
+                )
+                if not report.ok:
+                    raise SystemExit(f"verify found {len(report.differences)} differences")
+                out.update(await storage_figures(admin))
+            finally:
+                await admin.close()
     finally:
         await nc.close()
     return out
+
+
+async def storage_figures(nc: NATS) -> dict[str, float]:
+    """The hot log and the archive; what S2 costs: two scratch mirrors of the archive, one
+    S2-compressed and one not, each timed until it holds everything, then removed."""
+    js = nc.jetstream()
+    out: dict[str, float] = {}
+    hot = await js.stream_info("VIRT")
+    out["stream_bytes"] = hot.state.bytes
+    out["stream_messages"] = hot.state.messages
+    with contextlib.suppress(Exception):
+        arch = await js.stream_info(archive.archive_name("VIRT"))
+        out["archive_bytes"] = arch.state.bytes
+        out["archive_messages"] = arch.state.messages
+        target = int(arch.state.last_seq)
+        for label, compression in (("s2", StoreCompression.S2), ("none", StoreCompression.NONE)):
+            name = f"BENCH_MIRROR_{label.upper()}"
+            t = time.perf_counter()
+            await js.add_stream(
+                StreamConfig(
+                    name=name,
+                    mirror=StreamSource(name=archive.archive_name("VIRT")),
+                    storage=StorageType.FILE,
+                    compression=compression,
+                )
+            )
+            try:
+                while True:
+                    info = await js.stream_info(name)
+                    if info.state.last_seq >= target:
+                        break
+                    await asyncio.sleep(0.1)
+                out[f"mirror_{label}_s"] = time.perf_counter() - t
+                out[f"mirror_{label}_bytes"] = info.state.bytes
+            finally:
+                await js.delete_stream(name)
+    return out
+
+
+async def precreate_durables(nc: NATS, last: int, nodes: int) -> None:
+    """The services' durable consumers, at the end of the year: during a real year they
+    consumed (and acked) every event as it came, so none of the copies is pending."""
+    from services.controller.reactor import Controller
+    from services.handler.decider import NodeDecider
+    from services.handler.node_info import NodeConfig
+
+    js = nc.jetstream()
+    wanted = {Controller.name: list(Controller().filters())}
+    for i in range(1, nodes + 1):
+        node = f"node-{i}"
+        d = NodeDecider(
+            NodeConfig(name=node), capacity=Resources(cpu_millis=0, memory_bytes=0), labels={}
+        )
+        wanted[d.name] = list(d.filters())
+    for name, filters in wanted.items():
+        with contextlib.suppress(Exception):
+            await js.delete_consumer("VIRT", name)
+        await js.add_consumer(
+            "VIRT",
+            ConsumerConfig(
+                durable_name=name,
+                filter_subjects=filters,
+                ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                opt_start_seq=last + 1,
+                ack_wait=10.0,
+                max_ack_pending=4096,
+                max_deliver=-1,
+            ),
+        )
+
+
+async def settled(up: Up, last: int, timeout: float) -> float:
+    """Seconds until every service has a checkpoint covering the year and the hot log's
+    floor has moved past the year's ended aggregates (a code without either: at once)."""
+    started = time.monotonic()
+    nc = await connect(up.nats_url, up.data_dir)
+    try:
+        js = nc.jetstream()
+        try:
+            kv = await js.key_value(checkpoints.BUCKET)
+        except Exception:
+            return 0.0
+        # the api's views are saved every 10,000 events (and a minute while events come)
+        names = {"virt-controller": last, "virt-handler-node-1": last}
+        names[checkpoints.API_VIEWS] = last - 10_000
+        while time.monotonic() - started < timeout:
+            heads = {n: await checkpoints.head(kv, n) for n in names}
+            floor = await archive.read_floor(js, "VIRT")
+            if all(h is not None and h.last_seq >= names[n] for n, h in heads.items()) and (
+                floor >= last - 2 * retire.WINDOW
+            ):
+                return time.monotonic() - started
+            await asyncio.sleep(1.0)
+    finally:
+        await nc.close()
+    return time.monotonic() - started
 
 
 async def run_size(total: int, nodes: int, keep: bool) -> dict[str, float]:
@@ -451,6 +572,7 @@ async def run_size(total: int, nodes: int, keep: bool) -> dict[str, float]:
                 await asyncio.sleep(0.2)
         try:
             last, rate, early, late = await fill(nc, "VIRT", template, total)
+            await precreate_durables(nc, last, nodes)
         finally:
             await nc.close()
     finally:
@@ -465,6 +587,12 @@ async def run_size(total: int, nodes: int, keep: bool) -> dict[str, float]:
         t = time.monotonic()
         await wait_ready(up, nodes, timeout=3600)
         result["first_start_ready_s"] = time.monotonic() - t
+        result["settle_s"] = await settled(up, last, timeout=3600)
+        print(
+            f"first start: ready in {result['first_start_ready_s']:.0f}s, checkpoints "
+            f"and the hot log's floor {result['settle_s']:.0f}s later",
+            flush=True,
+        )
         for name, key in RESTARTED:
             await asyncio.sleep(2)
             took = await restart_to_ready(up, name)

@@ -2,8 +2,9 @@
 
 A round, every few seconds in the api process (which folds every event and owns the
 streams):
-1. the new floor: the archive's last sequence and the api's folded one, less the hot
-   window (`window` events stay in the hot log whatever they are);
+1. the new floor: the lowest of the archive's last sequence, the api's folded one and the
+   durable consumers' ack floors, less the hot window (`window` events stay in the hot
+   log whatever they are);
 2. the floor is recorded, then the ended aggregates found below it are purged from the
    hot log up to their end. "Ended" is read from the subjects, whose last token but one
    is the event type, so finding them reads only the terminal events between the old
@@ -23,6 +24,7 @@ import contextlib
 from collections.abc import Callable
 
 import structlog
+from nats.js.client import JetStreamContext
 
 from events import subjects
 from events.meta import RESOURCE_KINDS, Aggregate, Kind
@@ -117,7 +119,7 @@ class Retirer:
         """One round; returns how many aggregates left the hot log."""
         js, stream = self.store.js, self.store.stream
         cluster: Cluster = self.cluster()
-        upto = min(await archive.archived_upto(js, stream), cluster.last_seq)
+        upto = min(await archive.archived_upto(js, stream), cluster.last_seq, await self._acked(js))
         if folded is not None:
             upto = min(upto, folded)
         new = upto - self.window
@@ -146,6 +148,17 @@ class Retirer:
             retired += 1
         self.retired += retired
         return retired
+
+    async def _acked(self, js: JetStreamContext) -> int:
+        """The lowest ack floor of the durable consumers: a service catching up reads the
+        hot log from about there, and nothing it has not passed may leave under it. (A
+        node removed for good: delete its consumer, or it holds the floor.)"""
+        floors = [
+            int(c.ack_floor.stream_seq or 0)
+            for c in await js.consumers_info(self.store.stream)
+            if c.config.durable_name and c.ack_floor is not None
+        ]
+        return min(floors, default=2**63)
 
     async def _last(self, scope: str, at_least: int) -> int:
         """The aggregate's last sequence (its deletion's when it is the last)."""
