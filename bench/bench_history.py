@@ -15,7 +15,10 @@ Per size, on a fresh data dir under /tmp:
    cause's stream sequence (`<service>/<seq>/<n>`) names the copy's cause, and causation and
    correlation ids follow, so `why` walks a copy as it walks the original. One copy in ten
    is kept (stopped before its deletion: a Halted VM with a year behind it); the others
-   end (VM deleted, VMIs removed, migrations deleted).
+   end (VM deleted, VMIs removed, migrations deleted). What the services would have left
+   after a real year is set up too: their durable consumers start after the year (they
+   consumed it as it came) and their checkpoints are the year folded with their own folds
+   and codecs (they saved one every 10,000 events or minute).
 3. **the real services on it**: `up` again on the same data dir, then, measured:
    - each service's restart to ready (kill -9; the supervisor starts it again after
      0.5 s): from the kill and from the new process's start to its /readyz;
@@ -503,6 +506,58 @@ async def precreate_durables(nc: NATS, last: int, nodes: int) -> None:
         )
 
 
+async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
+    """The services' checkpoints at the end of the year, folded here with their own folds
+    and codecs: during a real year each service saved one every 10,000 events or minute,
+    so the newest was at most that old (the restarts measured fold such a tail on top).
+    Returns the seconds it took (the year's one full fold)."""
+    from projections.cluster import Cluster
+    from readside import snapshots
+    from services.controller.checkpoint import ControllerCodec
+    from services.controller.reactor import Controller
+    from services.controller.state import ControllerState
+    from services.handler.checkpoint import HandlerCodec
+    from services.handler.decider import HandlerState, NodeDecider
+    from services.handler.node_info import NodeConfig
+    from services.runtime.checkpointing import Checkpointer
+
+    started = time.perf_counter()
+    store = JetStreamStore(nc, StreamSettings())
+    controller = Controller()
+    cstate = ControllerState()
+    cversions: dict[str, int] = {}
+    deciders = [
+        NodeDecider(
+            NodeConfig(name=f"node-{i}"),
+            capacity=Resources(cpu_millis=0, memory_bytes=0),
+            labels={},
+        )
+        for i in range(1, nodes + 1)
+    ]
+    hstates = [HandlerState() for _ in deciders]
+    hversions: list[dict[str, int]] = [{} for _ in deciders]
+    hfilters = [list(d.filters()) for d in deciders]
+    views = Cluster()
+    async for st in store.replay(until_seq=last, raw=True):
+        key = subjects.aggregate_key(st.subject)
+        cstate = controller.evolve(cstate, st)
+        cversions[key] = st.seq
+        views.apply(st)
+        for i, d in enumerate(deciders):
+            if any(subjects.matches(f, st.subject) for f in hfilters[i]):
+                hstates[i] = d.evolve(hstates[i], st)
+                hversions[i][key] = st.seq
+    cp = Checkpointer(store, controller.name, ControllerCodec())
+    cp.take(last, cversions, cstate)
+    await cp.settle()
+    for i, d in enumerate(deciders):
+        hp = Checkpointer(store, d.name, HandlerCodec())
+        hp.take(last, hversions[i], hstates[i])
+        await hp.settle()
+    await snapshots.save(store, checkpoints.API_VIEWS, views)
+    return time.perf_counter() - started
+
+
 async def settled(up: Up, last: int, timeout: float) -> float:
     """Seconds until every service has a checkpoint covering the year and the hot log's
     floor has moved past the year's ended aggregates (a code without either: at once)."""
@@ -573,6 +628,7 @@ async def run_size(total: int, nodes: int, keep: bool) -> dict[str, float]:
         try:
             last, rate, early, late = await fill(nc, "VIRT", template, total)
             await precreate_durables(nc, last, nodes)
+            result["prebuild_checkpoints_s"] = await prebuild_checkpoints(nc, last, nodes)
         finally:
             await nc.close()
     finally:
@@ -587,7 +643,7 @@ async def run_size(total: int, nodes: int, keep: bool) -> dict[str, float]:
         t = time.monotonic()
         await wait_ready(up, nodes, timeout=3600)
         result["first_start_ready_s"] = time.monotonic() - t
-        result["settle_s"] = await settled(up, last, timeout=3600)
+        result["settle_s"] = await settled(up, last, timeout=1200)
         print(
             f"first start: ready in {result['first_start_ready_s']:.0f}s, checkpoints "
             f"and the hot log's floor {result['settle_s']:.0f}s later",
