@@ -364,7 +364,12 @@ async def new_vm_running(up: Up, name: str, started: float) -> float:
 
 
 def du(path: Path) -> int:
-    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    total = 0
+    for f in path.rglob("*"):
+        with contextlib.suppress(OSError):  # a scratch stream's files going meanwhile
+            if f.is_file():
+                total += f.stat().st_size
+    return total
 
 
 async def connect(url: str, data_dir: Path, user: str = "admin") -> NATS:
