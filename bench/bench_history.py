@@ -378,13 +378,21 @@ async def connect(url: str, data_dir: Path, user: str = "admin") -> NATS:
     return await nats.connect(url, **ConnectOptions(user=user, password=password).nats_kwargs())
 
 
+FAILED = -1.0  # a figure whose command failed (a JetStream request timed out): see the log
+
+
 async def timed(make: Callable[[], Awaitable[Any]], rounds: int = 3) -> tuple[float, Any]:
-    """The median of `rounds` runs (seconds) and the last result."""
+    """The median of `rounds` runs (seconds) and the last result; (FAILED, None) when a
+    run raised (said on stdout)."""
     times = []
     result = None
     for _ in range(rounds):
         t = time.perf_counter()
-        result = await make()
+        try:
+            result = await make()
+        except Exception as e:
+            print(f"failed after {time.perf_counter() - t:.1f}s: {e!r}", flush=True)
+            return FAILED, None
         times.append(time.perf_counter() - t)
     return sorted(times)[len(times) // 2], result
 
@@ -396,16 +404,17 @@ async def debug_figures(up: Up, early: str, late: str) -> dict[str, float]:
         store = JetStreamStore(nc, StreamSettings())
         vm = Aggregate(kind=Kind.VM, namespace=NS, name=early)
         out["why_s"], chain = await timed(lambda: causality.why(store, vm))
-        out["why_hops"] = len(chain.hops)
+        out["why_hops"] = len(chain.hops) if chain else 0
         out["replay_s"], steps = await timed(lambda: timetravel.aggregate_replay(store, vm))
-        out["replay_steps"] = len(steps)
+        out["replay_steps"] = len(steps) if steps else 0
         # a point of the early VM's life: its VMI Running
         vmi = subjects.aggregate_filter(Kind.VMI, NS, early)
         point = 0
-        async for s in store.replay([vmi]):
-            if type(s.event).__name__ == "DomainStarted":
-                point = s.seq
-                break
+        with contextlib.suppress(Exception):
+            async for s in store.replay([vmi]):
+                if type(s.event).__name__ == "DomainStarted":
+                    point = s.seq
+                    break
         info = await nc.jetstream().stream_info(store.stream)
         out["stream_bytes"] = info.state.bytes
         out["stream_messages"] = info.state.messages
@@ -425,13 +434,13 @@ async def debug_figures(up: Up, early: str, late: str) -> dict[str, float]:
                 out["verify_full_s"], report = await timed(
                     lambda: verify.verify(writer, http, full=True, save=True), rounds=1
                 )
-                if not report.ok:
+                if report is not None and not report.ok:
                     raise SystemExit(f"verify found {len(report.differences)} differences")
                 # the default: from the checkpoint the full run saved, to the live views
                 out["verify_s"], report = await timed(
                     lambda: verify.verify(writer, http, full=False, save=True), rounds=1
                 )
-                if not report.ok:
+                if report is not None and not report.ok:
                     raise SystemExit(f"verify found {len(report.differences)} differences")
                 out.update(await storage_figures(admin))
             finally:
@@ -740,6 +749,8 @@ def table(results: dict[str, dict[str, float]]) -> str:
             v = results[s].get(key)
             if v is None:
                 cells.append("")
+            elif v == FAILED:
+                cells.append("failed (JetStream timed out)")
             elif results[s].get(key.removesuffix("_s") + "_timeout"):
                 cells.append(f"> {v:.0f} s")
             elif unit == "s":
@@ -763,7 +774,7 @@ def plot(results: dict[str, dict[str, float]], path: Path) -> None:
         if unit != "s":
             continue
         ys = [results[s].get(key) for s in sizes]
-        pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None]
+        pts = [(x, y) for x, y in zip(xs, ys, strict=True) if y is not None and y > 0]
         if pts:
             ax1.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label)
     ax1.set_xscale("log")
