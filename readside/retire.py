@@ -37,6 +37,9 @@ log = structlog.get_logger()
 WINDOW = 10_000  # events the hot log keeps whatever they are
 INTERVAL = 5.0  # seconds between rounds
 STEP = 1_000  # the floor moves in steps at least this large
+# a pause after each purge: a purge is a write the server fsyncs, and a round after a long
+# time (an upgrade) purges thousands; the services' own requests go first
+PACE = 0.005
 
 # the terminal event types, as subject filters
 TERMINAL = [
@@ -76,12 +79,14 @@ class Retirer:
         window: int = WINDOW,
         interval: float = INTERVAL,
         step: int = STEP,
+        pace: float = PACE,
     ) -> None:
         self.store = store
         self.cluster = cluster  # the api's current views
         self.window = window
         self.interval = interval
         self.step = step
+        self.pace = pace
         self.floor = 0
         self.retired = 0
         self.pending: dict[str, tuple[Aggregate, str, int]] = {}  # filter → (agg, uid, seq)
@@ -146,6 +151,7 @@ class Retirer:
             await archive.retire(js, stream, scope, end)
             del self.pending[scope]
             retired += 1
+            await asyncio.sleep(self.pace)
         self.retired += retired
         return retired
 
