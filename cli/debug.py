@@ -337,6 +337,26 @@ def why(
 
 
 # ----------------------------------------------------------------- verify
+VERIFY_PATIENCE = 10.0  # seconds of JetStream API timeouts verify waits through
+
+
+async def through_timeouts(
+    call: Callable[[], Awaitable[T]], patience: float = VERIFY_PATIENCE
+) -> T:
+    """`call()`, asked again with backoff while it times out, for at most `patience`
+    seconds: JetStream answers its API with a timeout while a new meta leader settles (a
+    failover), which is NATS being slow, not an answer. The last timeout is raised."""
+    delay, deadline = 0.25, time.monotonic() + patience
+    while True:
+        try:
+            return await call()
+        except TimeoutError:
+            if time.monotonic() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
 def verify_cmd(
     full: bool = typer.Option(
         False, "--full", help="Rebuild from the first event (the archive's), not a checkpoint"
@@ -353,9 +373,16 @@ def verify_cmd(
     async def body(store: JetStreamStore) -> verify.Report:
         async with httpx.AsyncClient(timeout=30, **credentials.httpx_options(server)) as client:
             try:
-                return await verify.verify(store, client, full=full, save=True)
+                return await through_timeouts(
+                    lambda: verify.verify(store, client, full=full, save=True)
+                )
             except httpx.HTTPError as e:
                 raise _fail(f"cannot read the live views from {server}: {e}") from None
+            except TimeoutError:
+                raise _fail(
+                    f"NATS at {nats_url} did not answer a JetStream request for "
+                    f"{VERIFY_PATIENCE:.0f}s: is its stream {stream!r} available?"
+                ) from None
 
     report = _run(nats_url, stream, body, user="admin")  # saves its checkpoint
     if output == "json":

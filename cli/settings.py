@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 
-DEFAULT_SERVER = "http://127.0.0.1:8080"
+DEFAULT_SERVER = "https://127.0.0.1:8080"
 
 
 class Settings:

@@ -22,7 +22,7 @@ from events.objects import Status
 from kinds.registry import REGISTRY, Registry
 from kinds.spec import KindSpec
 
-DEFAULT_SERVER = "http://127.0.0.1:8080"
+DEFAULT_SERVER = "https://127.0.0.1:8080"
 JSON = dict[str, Any]
 
 
@@ -278,7 +278,7 @@ def _events(lines: Iterator[str]) -> Iterator[tuple[str, JSON]]:
 
 
 class Client:
-    """Synchronous client: `Client(server="http://127.0.0.1:8080")`. `on_warning` gets the
+    """Synchronous client: `Client(server="https://127.0.0.1:8080")`. `on_warning` gets the
     text of each `Warning` the server answers with (unknown fields, for one). Credentials
     (token, CA) are found as `client/credentials.py` says, or given as `credentials`."""
 

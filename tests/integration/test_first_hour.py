@@ -17,6 +17,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -254,15 +255,24 @@ def test_get_watch_rows_like_kubectl(cluster: Cluster) -> None:
         [sys.executable, "-m", "cli.main", "--server", c.url, "get", "vms", "-w"],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    try:
-        time.sleep(2.5)  # the list is printed and the watch is open
+    printed: list[str] = []
+    reader = threading.Thread(target=lambda: printed.extend(watch.stdout or ()), daemon=True)
+    reader.start()
+
+    def row_of(name: str, status: str) -> bool:
+        return any(line.split()[:1] == [name] and status in line.split() for line in printed)
+
+    try:  # the list is printed once the watch is open (however long the CLI takes to start)
+        until(lambda: row_of("w2", "Stopped"), 60, "the watch's list")
         assert c.http.put(f"{SUB}/w1/start", json={}).is_success
         running(c, "w1")
-        time.sleep(1.0)
+        until(lambda: row_of("w1", "Running"), 30, "w1 Running in the watch")
     finally:
         watch.send_signal(signal.SIGINT)
-        out, err = watch.communicate(timeout=10)
-    lines = [line for line in out.splitlines() if line.strip()]
+        watch.wait(timeout=10)
+        reader.join(timeout=10)
+    err = watch.stderr.read() if watch.stderr else ""
+    lines = [line.rstrip("\n") for line in printed if line.strip()]
     header, rows = lines[0], lines[1:]
     assert header.split() == ["NAME", "AGE", "STATUS", "READY"]
     names = [row.split()[0] for row in rows]
@@ -411,7 +421,7 @@ def test_readme_commands_run_as_written(cluster: Cluster) -> None:
             until(lambda: c.http.get(f"{VMIS}/vm-cirros").status_code == 404, 60)
     assert ran >= 16
     snippet = "\n".join(_readme_block("From Python:", "python")).replace(
-        "http://127.0.0.1:8080", c.url
+        "https://127.0.0.1:8080", c.url
     )
     p = subprocess.run(
         [sys.executable, "-c", snippet], cwd=REPO, capture_output=True, text=True, timeout=60

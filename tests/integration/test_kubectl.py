@@ -130,10 +130,13 @@ def test_apply_every_example_twice(cluster: Cluster) -> None:
     # a migration names its VMI, which must exist first (the webhook's rule)
     names = sorted((p.name for p in EXAMPLES.glob("*.yaml")), key=lambda n: n.startswith("migr"))
     second: dict[str, str] = {}
-    for folder in (EXAMPLES, SHARED):
+    # the second pass applies KubeVirt's own copies where they lie beside the checkout (they
+    # must read as the same objects); on a clone alone it applies the repository's again
+    again = SHARED if all((SHARED / n).is_file() for n in names) else EXAMPLES
+    for folder in (EXAMPLES, again):
         for name in names:
             args = ("apply", "-n", "examples", "-f", str(folder / name))
-            if folder is EXAMPLES:
+            if folder is EXAMPLES and name not in second:
                 assert cluster.kubectl(*args).out.strip().endswith(" created"), name
             second[name] = cluster.kubectl(*args).out.strip().rsplit(" ", 1)[-1]
     assert set(second.values()) == {"unchanged"}, second
