@@ -82,6 +82,7 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops.nats_server import find_binary
 from readside import causality, retire, timetravel, verify
+from readside.index import Indexer
 
 NS = "default"
 TEMPLATE = "histtmplvm"  # distinctive: replaced by each copy's name wherever it occurs
@@ -576,6 +577,14 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
     retirer = retire.Retirer(store, lambda: views, pace=0.0)
     await retirer.round()
     print(f"year's hot log: {retirer.retired} ended aggregates purged", flush=True)
+    # and the index the api kept as the events came
+    indexer = Indexer(store, pace=0.0)
+    await indexer.start()
+    try:
+        while indexer.upto < last:  # noqa: ASYNC110
+            await asyncio.sleep(0.5)
+    finally:
+        await indexer.stop()
     return time.perf_counter() - started
 
 

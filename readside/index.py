@@ -6,7 +6,9 @@ reads one aggregate without a scan). What it cannot answer by subject is kept he
 stream of its own (`<stream>_INDEX`, subjects `vidx.>`), one small message per entry
 whose body is the event's stream sequence (or, for migrations, the migration's name):
 
-- `vidx.id.<event id>`: event id → sequence (`why` follows a causation id in one get);
+- `vidx.id.<event id>`: event id → sequence (`why` follows a causation id in one get),
+  for the ids that do not name their cause's sequence already (`<service>/<seq>/<n>`:
+  that cause is one direct get without an index);
 - `vidx.corr.<correlation id>`: correlation id → sequences (every event one request
   caused, read with one subject-filtered consumer);
 - `vidx.mig.<namespace>.<vmi>`: the migrations that named a VMI (`replay`, `why` and
@@ -37,11 +39,23 @@ from eventstore.jetstream import JetStreamStore
 log = structlog.get_logger()
 PREFIX = "vidx"
 SEQ_HEADER = "Virt-Seq"
-BATCH = 2000  # publishes in flight before waiting for their acks
+BATCH = 500  # publishes in flight before waiting for their acks
+# while catching up, a pause after each batch: every entry is a write the server fsyncs
+# (`sync_interval: always`), and a catch-up over a long log must not starve the services'
+# own requests
+CATCH_UP_PAUSE = 0.1
 
 
 def stream_name(events: str) -> str:
     return f"{events}_INDEX"
+
+
+def seq_hint(event_id: str) -> int | None:
+    """The cause's sequence a service wrote into its event id (`<service>/<seq>/<n>`)."""
+    parts = event_id.rsplit("/", 2)
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() and int(parts[1]) > 0:
+        return int(parts[1])
+    return None
 
 
 def id_subject(event_id: str) -> str:
@@ -85,10 +99,9 @@ def entries(subject: str, data: bytes) -> list[tuple[str, bytes]]:
         head = _head.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return []
-    out = [
-        (id_subject(head.meta.event_id), b""),
-        (correlation_subject(head.meta.correlation_id), b""),
-    ]
+    out = [(correlation_subject(head.meta.correlation_id), b"")]
+    if seq_hint(head.meta.event_id) is None:  # else the id names its cause: `why` gets that
+        out.insert(0, (id_subject(head.meta.event_id), b""))
     kind, ns, name, etype, _ = subjects.parse(subject)
     if kind == Kind.MIGRATION and etype == "MigrationRequested" and head.manifest is not None:
         vmi = head.manifest.spec.vmi_name
@@ -190,8 +203,9 @@ async def last_indexed(store: JetStreamStore) -> int:
 class Indexer:
     """Follows the event stream from after the last indexed event and writes its entries."""
 
-    def __init__(self, store: JetStreamStore) -> None:
+    def __init__(self, store: JetStreamStore, *, pace: float = CATCH_UP_PAUSE) -> None:
         self.store = store
+        self.pace = pace
         self.upto = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -234,3 +248,5 @@ class Indexer:
                 if pending >= BATCH or msg.metadata.num_pending == 0:
                     await js.publish_async_completed()
                     pending = 0
+                    if msg.metadata.num_pending > 0 and self.pace:
+                        await asyncio.sleep(self.pace)

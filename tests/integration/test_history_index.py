@@ -63,7 +63,8 @@ async def test_the_index_answers_ids_correlations_and_a_vmis_migrations(
     index = Index(store)
     assert await index.upto() == len(s.events)
     for seq, ev in enumerate(s.events, 1):
-        assert await index.seq_of(ev.meta.event_id) == seq
+        if causality.seq_hint(ev.meta.event_id) is None:  # the others name their cause
+            assert await index.seq_of(ev.meta.event_id) == seq
     by_corr: dict[str, list[int]] = {}
     for seq, ev in enumerate(s.events, 1):
         by_corr.setdefault(ev.meta.correlation_id, []).append(seq)

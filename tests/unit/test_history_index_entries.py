@@ -15,12 +15,16 @@ def subject_of(ev: object) -> str:
     return subjects.event_subject(m.aggregate, event_type(ev), m.node)  # type: ignore[arg-type]
 
 
-def test_every_event_gets_its_id_and_its_correlation() -> None:
-    ev = VMStartRequested(meta=meta(name="vm-1"))
+def test_every_event_gets_its_correlation_and_an_id_without_a_cause_sequence_its_id() -> None:
+    ev = VMStartRequested(meta=meta(name="vm-1", event_id="api/abc"))
     got = entries(subject_of(ev), encode(ev))
     assert got == [
         (id_subject(ev.meta.event_id), b""),
         (correlation_subject(ev.meta.correlation_id), b""),
+    ]
+    hinted = VMStartRequested(meta=meta(name="vm-1", event_id="virt-controller/17/0"))
+    assert entries(subject_of(hinted), encode(hinted)) == [
+        (correlation_subject(hinted.meta.correlation_id), b"")
     ]
 
 
