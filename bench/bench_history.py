@@ -604,9 +604,13 @@ async def settled(up: Up, last: int, timeout: float) -> float:
         names[checkpoints.API_VIEWS] = last - 10_000
         previous = -1
         while time.monotonic() - started < timeout:
-            heads = {n: await checkpoints.head(kv, n) for n in names}
-            floor = await archive.read_floor(js, "VIRT")
-            hot = (await js.stream_info("VIRT")).state.messages
+            try:
+                heads = {n: await checkpoints.head(kv, n) for n in names}
+                floor = await archive.read_floor(js, "VIRT")
+                hot = (await js.stream_info("VIRT")).state.messages
+            except (TimeoutError, nats.errors.Error):  # a busy server: ask again
+                await asyncio.sleep(5.0)
+                continue
             # and the retirer done with what the first start found: the hot log has
             # stopped shrinking
             if (
