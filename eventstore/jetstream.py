@@ -336,12 +336,14 @@ class JetStreamStore:
         until_seq: int | None = None,
         follow: bool = False,
     ) -> AsyncGenerator[Msg, None]:
-        """What starts before the hot log's floor is read from the archive up to it (the
-        same sequences: a mirror), then from the hot log."""
+        """What starts before the hot log's floor is read from the archive (the same
+        sequences: a mirror) as far as it holds, then from the hot log: one consumer
+        where the archive has caught up (it usually has), instead of one on each."""
         floor = await self.floor()
         if floor and (start_seq or 0) < floor:
+            held = int((await self.js.stream_info(self.archive)).state.last_seq)
             last = 0
-            before = min(floor - 1, until_seq) if until_seq is not None else floor - 1
+            before = held if until_seq is None else min(held, until_seq)
             async with contextlib.aclosing(
                 self._replay_msgs(
                     self.archive,
@@ -354,9 +356,9 @@ class JetStreamStore:
                 async for msg in old:
                     last = int(msg.metadata.sequence.stream)
                     yield msg
-            if until_seq is not None and until_seq < floor:
+            if until_seq is not None and until_seq <= held:
                 return
-            start_seq, start_time = max(floor, last + 1), None
+            start_seq, start_time = max(held, last) + 1, None
         async with contextlib.aclosing(
             self._replay_msgs(
                 self.stream,
