@@ -69,7 +69,7 @@ from nats.js.api import (
     StreamSource,
 )
 
-from bench.bench_exec import REPO, Up, start_up, wait_ready
+from bench.exec_common import REPO, Up, start_up, wait_ready
 from client import credentials
 from events import subjects
 from events.catalog import Event, Resources

@@ -35,7 +35,7 @@ from pathlib import Path
 import httpx
 import nats
 
-from bench.bench_exec import ms, pct, start_up, vm_manifest, wait_ready
+from bench.exec_common import ms, pct, start_up, vm_manifest, wait_ready
 from client import credentials
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings

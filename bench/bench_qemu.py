@@ -56,12 +56,12 @@ import libvirt
 import msgspec
 
 from client import credentials
+from core.admission import default_vmi
 from events.manifest import dump, load, yaml_documents
 from events.objects import VirtualMachineInstance
 from ops import guest_images
 from ops.nats_server import free_port
 from ops.node_libvirtd import NodeRuntime, cleanup_stale, connect_uri
-from services.api.admission import default_vmi
 from services.launcher import rundir, storage
 from services.launcher.client import LauncherClient
 from services.launcher.domain_state import DomainState

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.bench_exec import (
+from bench.exec_common import (
     CREATE_CHAIN,
     Track,
     Up,

@@ -41,7 +41,7 @@ from pathlib import Path
 import msgspec
 import nats
 
-from bench.bench_exec import (
+from bench.exec_common import (
     REPO,
     VMIS,
     Track,

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, Literal, get_args
 
 import msgspec
 
@@ -41,10 +41,19 @@ class MigrateOptions(msgspec.Struct, rename="camel", omit_defaults=True, kw_only
     added_node_selector: dict[str, str] | None = None
 
 
+class Preconditions(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
+    """What the object must still be for a delete to go ahead (409 otherwise)."""
+
+    uid: str | None = None
+    resource_version: str | None = None
+
+
 class DeleteOptions(msgspec.Struct, rename="camel", omit_defaults=True, kw_only=True):
     """The body of `delete` (the API server's DeleteOptions, the fields honoured here)."""
 
     grace_period_seconds: int | None = None
+    propagation_policy: Literal["Foreground", "Background"] | None = None
+    preconditions: Preconditions | None = None
 
 
 # what each verb's request body is (pause, unpause and softreboot read none)

@@ -5,18 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import admission
+from core.context import Append, Outcome, RequestContext
+from core.errors import not_found
+from core.kind import CallArgs
 from events.catalog import MigrationAbortRequested, MigrationRequested
 from events.meta import Kind
 from events.objects import VirtualMachineInstanceMigration
 from kinds import columns as col
 from kinds import vmi
-from kinds.spec import CallArgs, Column, KindSpec, PrinterColumn
+from kinds.spec import Column, KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_migration
 from projections.render import render_migration
-from services.api import admission
-from services.api.errors import not_found
-from services.api.intents import Append, Outcome, RequestContext
 
 
 def admit(cluster: Cluster, typed: Any, _: str) -> tuple[Any, list[Any]]:

@@ -5,18 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.context import Append, Outcome, RequestContext
+from core.errors import not_found
+from core.intents import view
+from core.kind import Answer, CallArgs, Subresource
 from events.catalog import Event, NodeCordoned, NodeDrainRequested, NodeUncordoned
 from events.meta import Kind
 from events.objects import Node
 from events.quantity import parse_quantity
 from kinds import columns as col
-from kinds.spec import Answer, CallArgs, Column, KindSpec, Scope, Subresource
+from kinds.spec import Column, KindSpec, Scope
 from projections.cluster import Cluster
 from projections.evolve import evolve_node
 from projections.render import render_node
 from projections.views import NodeView
-from services.api.errors import not_found
-from services.api.intents import Append, Outcome, RequestContext, view
 
 JSON = dict[str, Any]
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import admission
+from core.context import Append, Outcome, RequestContext
+from core.intents import view
+from core.kind import CallArgs
 from events.catalog import PolicyCreated, PolicyDeleted, PolicyUpdated
 from events.meta import Kind
 from events.objects import MigrationPolicy
 from kinds import columns as col
-from kinds.spec import CallArgs, Column, KindSpec, Scope
+from kinds.spec import Column, KindSpec, Scope
 from projections.cluster import Cluster
 from projections.evolve import evolve_policy
 from projections.render import render_policy
-from services.api import admission
-from services.api.intents import Append, Outcome, RequestContext, view
 
 
 def admit(_: Cluster, typed: Any, __: str) -> tuple[Any, list[Any]]:

@@ -9,6 +9,11 @@ from typing import Any
 
 import msgspec
 
+from core import admission
+from core.context import Append, Outcome, RequestContext
+from core.errors import invalid
+from core.intents import defaulted, view
+from core.kind import Answer, CallArgs, Subresource
 from events.catalog import ResourceUpdated
 from events.meta import Kind
 from events.objects import (
@@ -20,13 +25,10 @@ from events.objects import (
 )
 from kinds import columns as col
 from kinds.resource import resource_spec, spec_path
-from kinds.spec import Answer, CallArgs, Column, KindSpec, PrinterColumn, Subresource
+from kinds.spec import Column, KindSpec, PrinterColumn
 from projections.cluster import Cluster
 from projections.replicas import label_selector, selector_matches
 from projections.views import ResourceView
-from services.api import admission
-from services.api.errors import invalid
-from services.api.intents import Append, Outcome, RequestContext, defaulted, view
 
 JSON = dict[str, Any]
 SCALE_KIND = ("autoscaling", "v1", "Scale")
@@ -36,17 +38,15 @@ def _causes_template(typed: Any, labels: dict[str, str] | None) -> list[StatusCa
     causes = admission.validate_name(typed.metadata.name, typed.metadata.generate_name)
     selector = typed.spec.get("selector")
     if not selector:
-        causes.append(admission._cause("FieldValueRequired", "missing selector.", "spec.selector"))
+        causes.append(admission.cause("FieldValueRequired", "missing selector.", "spec.selector"))
     elif not selector_matches(selector, labels or {}):
         causes.append(
-            admission._cause(
-                "FieldValueInvalid", "selector does not match labels.", "spec.selector"
-            )
+            admission.cause("FieldValueInvalid", "selector does not match labels.", "spec.selector")
         )
     replicas = typed.spec.get("replicas")
     if replicas is not None and (not isinstance(replicas, int) or replicas < 0):
         causes.append(
-            admission._cause(
+            admission.cause(
                 "FieldValueInvalid", "spec.replicas must be a non-negative integer", "spec.replicas"
             )
         )
@@ -57,13 +57,13 @@ def admit_replicaset(_: Cluster, typed: Any, uid: str) -> tuple[Any, list[Any]]:
     template = typed.spec.get("template")
     if not isinstance(template, dict):
         msg = "missing virtual machine template."
-        return typed, [admission._cause("FieldValueRequired", msg, "spec.template")]
+        return typed, [admission.cause("FieldValueRequired", msg, "spec.template")]
     labels = (template.get("metadata") or {}).get("labels")
     causes = _causes_template(typed, labels)
     try:
         spec = msgspec.convert(template.get("spec") or {}, VirtualMachineInstanceSpec)
     except msgspec.ValidationError as exc:
-        return typed, [*causes, admission._cause("FieldValueInvalid", str(exc), "spec.template")]
+        return typed, [*causes, admission.cause("FieldValueInvalid", str(exc), "spec.template")]
     spec = defaulted(lambda s, u: admission.default_vmi_spec(s, u), spec, uid)
     causes += admission.validate_vmi_spec(spec, "spec.template.spec")
     template["spec"] = msgspec.to_builtins(spec)
@@ -74,7 +74,7 @@ def admit_pool(cluster: Cluster, typed: Any, uid: str) -> tuple[Any, list[Any]]:
     template = typed.spec.get("virtualMachineTemplate")
     if not isinstance(template, dict):
         msg = "missing virtual machine template."
-        return typed, [admission._cause("FieldValueRequired", msg, "spec.virtualMachineTemplate")]
+        return typed, [admission.cause("FieldValueRequired", msg, "spec.virtualMachineTemplate")]
     labels = (template.get("metadata") or {}).get("labels")
     causes = _causes_template(typed, labels)
     raw_vm = {
@@ -85,7 +85,7 @@ def admit_pool(cluster: Cluster, typed: Any, uid: str) -> tuple[Any, list[Any]]:
         vm = msgspec.convert(raw_vm, VirtualMachine)
     except msgspec.ValidationError as exc:
         field = "spec.virtualMachineTemplate"
-        return typed, [*causes, admission._cause("FieldValueInvalid", str(exc), field)]
+        return typed, [*causes, admission.cause("FieldValueInvalid", str(exc), field)]
     from kinds import vm as vm_kind  # the VM admitter, instance types included
 
     vm, vm_causes = vm_kind.admit(cluster, vm, uid)

@@ -7,16 +7,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from core import admission
+from core.context import Append, Outcome, RequestContext
+from core.intents import view
+from core.kind import CallArgs, Subresource
 from events.catalog import Event, ResourceCreated, ResourceDeleted, ResourceUpdated
 from events.meta import Kind, Meta
 from kinds import columns as col
-from kinds.spec import Admit, CallArgs, Column, KindSpec, PrinterColumn, Scope, Subresource
+from kinds.spec import Admit, Column, KindSpec, PrinterColumn, Scope
 from projections.cluster import Cluster
 from projections.evolve import evolve_resource
 from projections.render import render_resource
 from projections.views import ResourceView
-from services.api import admission
-from services.api.intents import Append, Outcome, RequestContext, view
 
 JSON = dict[str, Any]
 

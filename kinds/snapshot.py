@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import admission
 from events.meta import Kind
 from events.objects import (
     VirtualMachineRestore,
@@ -15,7 +16,6 @@ from kinds import columns as col
 from kinds.resource import resource_spec, spec_path
 from kinds.spec import Column, PrinterColumn
 from projections.cluster import Cluster
-from services.api import admission
 
 JSON = dict[str, Any]
 GROUP, VERSION = "snapshot.kubevirt.io", "v1beta1"
@@ -30,10 +30,10 @@ def _admit_source(field: str) -> Any:
         ref = typed.spec.get(field) or {}
         path = f"spec.{field}"
         if not ref:
-            causes.append(admission._cause("FieldValueRequired", f"missing {field}", path))
+            causes.append(admission.cause("FieldValueRequired", f"missing {field}", path))
         elif ref.get("apiGroup") not in (None, "", "kubevirt.io"):
             causes.append(
-                admission._cause(
+                admission.cause(
                     "FieldValueInvalid",
                     "missing apiGroup"
                     if not ref.get("apiGroup")
@@ -43,12 +43,12 @@ def _admit_source(field: str) -> Any:
             )
         elif ref.get("kind") != "VirtualMachine":
             causes.append(
-                admission._cause(
+                admission.cause(
                     "FieldValueInvalid", f"invalid kind {ref.get('kind')!r}", f"{path}.kind"
                 )
             )
         elif not ref.get("name"):
-            causes.append(admission._cause("FieldValueRequired", "missing name", f"{path}.name"))
+            causes.append(admission.cause("FieldValueRequired", "missing name", f"{path}.name"))
         return typed, causes
 
     return admit

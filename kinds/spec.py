@@ -1,6 +1,8 @@
 """What a resource kind is, once: its names, scope, verbs, subresources, printer columns,
 and the hooks (admission, events, fold, render) the api, the client and the CLI derive
-their tables from."""
+their tables from. The commands (`core/`, below this package) see a kind through
+`core.kind.KindRules`, which `KindSpec` implements; a subresource is the core's
+`core.kind.Subresource`."""
 
 from __future__ import annotations
 
@@ -10,13 +12,13 @@ from typing import Any
 
 import msgspec
 
+from core.errors import Resource
+from core.kind import Act, Subresource
+from core.names import NameRule
 from events.catalog import Event
 from events.envelope import Stored
 from events.meta import Kind, Meta
 from projections.cluster import Cluster
-from services.api.errors import Resource
-from services.api.intents import Outcome, RequestContext, grace_period
-from services.api.names import NameRule
 
 JSON = dict[str, Any]
 
@@ -44,43 +46,6 @@ class Column(msgspec.Struct, frozen=True):
     header: str
     cell: Callable[[JSON], str]
     wide: bool = False
-
-
-class Answer(StrEnum):
-    """What a subresource answers once its events are appended."""
-
-    EMPTY = "empty"  # no body, the subresource's code (KubeVirt's start/stop/pause/...)
-    OBJECT = "object"  # the object the outcome names, with the outcome's code
-    CREATED = "created"  # the object the outcome created, with the subresource's code
-
-
-class CallArgs(msgspec.Struct, frozen=True):
-    """What a delete or subresource call's pure act reads: the JSON body and the query."""
-
-    body: JSON
-    query: Mapping[str, str]
-
-    def grace(self) -> int | None:
-        return grace_period(self.query, self.body)
-
-
-Act = Callable[[Cluster, str, str, CallArgs, RequestContext], Outcome]
-
-
-class Subresource(msgspec.Struct, frozen=True):
-    """`PUT .../{plural}/{name}/{action}` on the kind's subresource group. `act` is pure:
-    (cluster, namespace, name, request, context) → Outcome (namespace "" if cluster-scoped)."""
-
-    name: str
-    act: Act
-    code: int = 202
-    answer: Answer = Answer.EMPTY
-    reads_body: bool = True  # a body that does not parse is a 400 only when it is read
-    method: str = "PUT"
-    # the answer made of the rendered object (e.g. an autoscaling/v1 Scale), and its
-    # (group, version, kind) for discovery; a PATCH is applied to that shape first
-    shape: Callable[[JSON], JSON] | None = None
-    response_kind: tuple[str, str, str] | None = None
 
 
 Admit = Callable[[Cluster, Any, str], tuple[Any, list[Any]]]

@@ -7,6 +7,11 @@ from typing import Any
 
 import msgspec
 
+from core import admission
+from core.context import Append, Outcome, RequestContext
+from core.errors import bad_request, conflict
+from core.intents import create, defaulted, view
+from core.kind import Answer, CallArgs, Subresource
 from events.catalog import (
     VMCreated,
     VMDeleted,
@@ -20,14 +25,11 @@ from events.meta import Kind
 from events.objects import VirtualMachine, VirtualMachineInstanceSpec
 from kinds import columns as col
 from kinds import instancetype, migration
-from kinds.spec import Answer, CallArgs, Column, KindSpec, PrinterColumn, Subresource
+from kinds.spec import Column, KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_vm
 from projections.render import render_vm
 from projections.views import VMView
-from services.api import admission
-from services.api.errors import bad_request, conflict
-from services.api.intents import Append, Outcome, RequestContext, create, defaulted, view
 
 MIGRATE_PREFIX = "kubevirt-migrate-vm-"
 VM_NOT_RUNNING = "VM is not running"

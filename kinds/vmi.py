@@ -5,6 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from core import admission
+from core.context import Append, Outcome, RequestContext
+from core.errors import conflict
+from core.intents import defaulted, view
+from core.kind import CallArgs, Subresource
 from events.catalog import (
     VMICreated,
     VMIDeleteRequested,
@@ -16,14 +21,11 @@ from events.manifest import load
 from events.meta import Kind
 from events.objects import VirtualMachineInstance
 from kinds import columns as col
-from kinds.spec import CallArgs, Column, KindSpec, PrinterColumn, Subresource
+from kinds.spec import Column, KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_vmi
 from projections.render import render_vmi
 from projections.views import VMIView
-from services.api import admission
-from services.api.errors import conflict
-from services.api.intents import Append, Outcome, RequestContext, defaulted, view
 
 VM_NOT_RUNNING = "VM is not running"
 JSON = dict[str, Any]

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import uvicorn
 
+from core.names import SOCKET_NAME_MAX
 from eventstore import archive, checkpoints, connection
 from eventstore.connection import ConnectOptions, connect_service
 from eventstore.jetstream import JetStreamStore
@@ -19,7 +20,6 @@ from readside.runner import WATCH_HISTORY, ProjectionRunner
 from services.api.app import create_app
 from services.api.auth import Authenticator, AuthFileError
 from services.api.guard import Guard
-from services.api.names import SOCKET_NAME_MAX
 from services.api.nats_endpoints import serve_intents
 from services.api.server import Tls
 from services.api.server import config as server_config

@@ -1,14 +1,16 @@
 """The HTTP api: KubeVirt's REST dialect on Litestar.
 
-Reads (get, list, watch) come from the projection; writes go through the pure intents and
-`ApiService.execute`. A read replica (`virtstream projections`) is the same app without a
-store: writes answer 405."""
+Reads (get, list, watch) come from the projection; a write is decoded into the core's
+`Request` and performed as the NATS endpoints perform theirs (`services/api/writes.py`:
+the core's command, decided and appended by `ApiService`). A read replica (`virtstream
+projections`) is the same app without a store: writes answer 405."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
-from typing import Any, assert_never
+from typing import Any
 
 import msgspec
 from litestar import Litestar, Request, Response, asgi, get, route
@@ -21,34 +23,12 @@ from litestar.response import Stream
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from events.meta import CLUSTER_SCOPE, Aggregate, Kind
-from kinds.registry import Registry
-from kinds.spec import Answer, CallArgs, KindSpec, Subresource
-from projections import replay
-from projections.cluster import Cluster
-from readside import timetravel
-from readside.watch import Selector, SelectorError, TooOldResourceVersion
-from services.api import (
-    bodies,
-    delete_options,
-    discovery,
-    dryrun,
-    field_manager,
-    field_validation,
-    intents,
-    openapi_k8s,
-    pagination,
-    patch,
-    streams,
-    table,
-    watch_stream,
-)
-from services.api import openapi as openapi_doc
-from services.api.errors import (
+from core import bodies, commands, field_validation
+from core.commands import Verb
+from core.errors import (
     ApiError,
     Resource,
     bad_request,
-    invalid_request,
     method_not_allowed,
     not_found,
     read_replica,
@@ -57,11 +37,21 @@ from services.api.errors import (
     too_large,
     unknown_resource,
 )
+from core.idempotency import HEADER as IDEMPOTENCY_HEADER
+from events.meta import CLUSTER_SCOPE, Aggregate, Kind
+from kinds.registry import Registry
+from kinds.spec import KindSpec
+from projections import replay
+from projections.cluster import Cluster
+from readside import timetravel
+from readside.watch import Selector, SelectorError, TooOldResourceVersion
+from services.api import discovery, openapi_k8s, pagination, streams, table, watch_stream, writes
+from services.api import openapi as openapi_doc
 from services.api.guard import Guard, ssar_route
 from services.api.guard import middleware as guard_middleware
 from services.api.ids import new_id
 from services.api.metrics import REQUEST_SECONDS, REQUESTS
-from services.api.service import IDEMPOTENCY_HEADER, ApiService, Idempotency
+from services.api.service import ApiService
 
 JSON = dict[str, Any]
 CORRELATION_HEADER = "x-correlation-id"
@@ -114,46 +104,58 @@ async def _raw_body(request: Request[Any, Any, Any]) -> bytes:
         ) from None
 
 
-async def _body(request: Request[Any, Any, Any]) -> JSON:
-    return bodies.parse(await _raw_body(request), request.headers.get("content-type", ""))
-
-
-def _idempotency(request: Request[Any, Any, Any], body: JSON) -> Idempotency | None:
-    """`Idempotency-Key`: a retry of the same request with the same key is answered with
-    the first one's result instead of being applied twice."""
-    query = "&".join(f"{k}={v}" for k, v in sorted(request.query_params.items()))
-    identity = f"{request.method} {request.url.path}?{query}"
-    return Idempotency.of(request.headers.get(IDEMPOTENCY_HEADER, ""), identity, body)
-
-
 def _writable(api: ApiService) -> None:
-    if api.store is None:
+    if api.store is None:  # refused before the body is read
         raise read_replica()
 
 
-def _dry_run(request: Request[Any, Any, Any]) -> bool:
-    return dryrun.requested(request.query_params)
-
-
-def _object_response(
-    api: ApiService, outcome: intents.Outcome, dry_run: bool = False
+async def _write(
+    request: Request[Any, Any, Any],
+    verb: Verb,
+    spec: KindSpec,
+    ns: str,
+    name: str = "",
+    *,
+    action: str = "",
 ) -> Response[bytes]:
-    if dry_run:
-        obj = dryrun.preview(api.cluster, api.kinds, outcome, api.runner.clock())
-    else:
-        obj = api.runner.get(outcome.kind, outcome.key)
-    if obj is None:  # deleted at once (nothing left to tear down)
-        res = api.kinds.of(outcome.kind).resource
-        name = outcome.key.rsplit("/", 1)[-1]
-        body = {
-            "apiVersion": "v1",
-            "kind": "Status",
-            "metadata": {},
-            "status": "Success",
-            "details": {"name": name, "group": res.group, "kind": res.plural},
-        }
-        return _respond(body, 200)
-    return _respond(obj, outcome.code)
+    """A write: the request as the core's `Request`, performed as every transport's is
+    (`services/api/writes.py`), its `Result` as the response."""
+    api = _api(request)
+    _writable(api)
+    body = await _raw_body(request)
+    result = await writes.perform(
+        api,
+        _command_request(request, verb, spec, ns, name, action, body),
+        _correlation_id(request),
+        request.headers.get(IDEMPOTENCY_HEADER, ""),
+    )
+    response = Response(result.body, status_code=result.code, media_type="application/json")
+    if result.warnings:
+        response.headers["Warning"] = field_validation.warning_header(result.warnings)
+    return response
+
+
+def _command_request(
+    request: Request[Any, Any, Any],
+    verb: Verb,
+    spec: KindSpec,
+    ns: str,
+    name: str,
+    action: str,
+    body: bytes,
+) -> commands.Request:
+    return commands.Request(
+        verb=verb,
+        spec=spec,
+        namespace=ns,
+        name=name,
+        body=body,
+        content_type=request.headers.get("content-type", ""),
+        params=commands.params(request.query_params),
+        agent=request.headers.get("user-agent", ""),
+        action=action,
+        method=request.method,
+    )
 
 
 # ------------------------------------------------------------- read side
@@ -359,78 +361,44 @@ async def _at(
     return cluster, point.time if point.time is not None else time.time(), seq
 
 
-# -------------------------------------------------------- field validation
-def _field_warnings(request: Request[Any, Any, Any], spec: KindSpec, body: JSON) -> list[str]:
-    mode = request.query_params.get("fieldValidation") or "Warn"
-    return field_validation.field_warnings(spec, body, mode)
-
-
-def _with_warnings(response: Response[bytes], found: list[str]) -> Response[bytes]:
-    if found:
-        response.headers["Warning"] = field_validation.warning_header(found)
-    return response
-
-
 # ------------------------------------------------------------- kind routes
-def _args(request: Request[Any, Any, Any], body: JSON) -> CallArgs:
-    return CallArgs(body=body, query=dict(request.query_params))
-
-
 def _collection(spec: KindSpec) -> Any:
     async def collection(request: Request[Any, Any, Any]) -> Response[Any]:
         ns = request.path_params.get("ns", "")
         if request.method == "GET":
             return await _list_or_watch(request, spec, ns)
-        api = _api(request)
-        _writable(api)
-        body = await _body(request)
         if request.method == "DELETE":
-            return await _delete_collection(request, api, spec, ns, body)
-        warnings = _field_warnings(request, spec, body)
-        dry = _dry_run(request)
-        fields = _ownership(request)
-        outcome = await api.execute(
-            lambda c, ctx: intents.create(c, spec, ns, body, ctx, fields=fields),
-            _correlation_id(request),
-            _idempotency(request, body),
-            dry_run=dry,
-        )
-        return _with_warnings(_object_response(api, outcome, dry), warnings)
+            return await _delete_collection(request, spec, ns)
+        return await _write(request, Verb.CREATE, spec, ns)
 
     return collection
 
 
 async def _delete_collection(
-    request: Request[Any, Any, Any], api: ApiService, spec: KindSpec, ns: str, body: JSON
+    request: Request[Any, Any, Any], spec: KindSpec, ns: str
 ) -> Response[bytes]:
     """deletecollection: every object the selectors match, each deleted as its own
-    write (its own event, on its own aggregate's version); answered with the list of
-    what was deleted, as each delete answered."""
-    delete = spec.delete
-    assert delete is not None
+    write (the core's delete, its own event, on its own aggregate's version); answered
+    with the list of what was deleted, as each delete answered."""
+    api = _api(request)
+    _writable(api)
+    raw = await _raw_body(request)
+    delete = commands.decode(_command_request(request, Verb.DELETE, spec, ns, "", "", raw))
     selector = _selector(request, spec.event_kind, ns)
-    args = _args(request, body)
-    opts = delete_options.DeleteOptions.parse(args.query, body)
-    dry = _dry_run(request)
     cid = _correlation_id(request)
     items: list[JSON] = []
     for obj in api.runner.list(selector):
         meta = obj.get("metadata") or {}
-        name, obj_ns = meta.get("name", ""), meta.get("namespace", "")
-
-        def decide(c: Cluster, ctx: intents.RequestContext, n: str = name, o: str = obj_ns) -> Any:
-            return delete_options.delete_one(c, spec, delete, o, n, args, opts, ctx)
-
+        one = dataclasses.replace(
+            delete, namespace=meta.get("namespace", ""), name=meta.get("name", "")
+        )
         try:
-            outcome = await api.execute(decide, cid, None, dry_run=dry)
+            outcome, _ = await writes.decided(api, one, cid)
         except ApiError as err:
             if err.code == 404:  # gone meanwhile: nothing left to delete
                 continue
             raise
-        if dry:
-            shown = dryrun.preview(api.cluster, api.kinds, outcome, api.runner.clock())
-        else:
-            shown = api.runner.get(outcome.kind, outcome.key)
+        shown = writes.shown(api, outcome, one.dry_run)
         items.append(shown if shown is not None else obj)
     meta = {"resourceVersion": str(api.runner.last_seq)}
     return _respond(
@@ -445,181 +413,26 @@ def _all_namespaces(spec: KindSpec) -> Any:
     return all_namespaces
 
 
+ITEM_VERBS = {"PUT": Verb.UPDATE, "PATCH": Verb.PATCH, "DELETE": Verb.DELETE}
+
+
 def _item(spec: KindSpec) -> Any:
     async def item(request: Request[Any, Any, Any]) -> Response[Any]:
         ns, name = request.path_params.get("ns", ""), request.path_params["name"]
         if request.method == "GET":
             return await _get_one(request, spec, spec.key(ns, name))
-        api = _api(request)
-        _writable(api)
-        if request.method == "PATCH":
-            return await _patch(request, api, spec, ns, name)
-        body = await _body(request)
-        if request.method == "PUT":
-            warnings = _field_warnings(request, spec, body)
-            updatable = api.kinds.updatable
-            dry = _dry_run(request)
-            fields = _ownership(request)
-            outcome = await api.execute(
-                lambda c, ctx: intents.update(
-                    c, spec, ns, name, body, ctx, updatable=updatable, fields=fields
-                ),
-                _correlation_id(request),
-                _idempotency(request, body),
-                dry_run=dry,
-            )
-            return _with_warnings(_object_response(api, outcome, dry), warnings)
-        delete = spec.delete
-        assert delete is not None  # the route serves DELETE only for kinds that have it
-        args = _args(request, body)
-        opts = delete_options.DeleteOptions.parse(args.query, body)
-        dry = _dry_run(request)
-        outcome = await api.execute(
-            lambda c, ctx: delete_options.delete_one(c, spec, delete, ns, name, args, opts, ctx),
-            _correlation_id(request),
-            _idempotency(request, body),
-            dry_run=dry,
-        )
-        return _object_response(api, outcome, dry)
+        return await _write(request, ITEM_VERBS[request.method], spec, ns, name)
 
     return item
-
-
-async def _patch(
-    request: Request[Any, Any, Any], api: ApiService, spec: KindSpec, ns: str, name: str
-) -> Response[bytes]:
-    """Decided against the projection (the object as served), appended as an update."""
-    raw = await _raw_body(request)
-    content_type = request.headers.get("content-type", "")
-    mtype = patch.check_type(content_type)  # an unsupported type is a 415 before anything
-    if mtype == patch.APPLY:
-        return await _apply(request, api, spec, ns, name, raw)
-    warnings: list[str] = []
-
-    def change(current: JSON) -> JSON:
-        patched = patch.apply(current, raw, content_type)
-        # the status is the server's (it may carry virtstream's own fields): only what
-        # the client can write is validated
-        written = {k: v for k, v in patched.items() if k != "status"}
-        warnings[:] = _field_warnings(request, spec, written)
-        return patched
-
-    updatable = api.kinds.updatable
-    dry = _dry_run(request)
-    fields = _ownership(request)
-    outcome = await api.execute(
-        lambda c, ctx: intents.patch(
-            c, spec, ns, name, change, ctx, updatable=updatable, fields=fields
-        ),
-        _correlation_id(request),
-        None,
-        dry_run=dry,
-    )
-    return _with_warnings(_object_response(api, outcome, dry), warnings)
-
-
-async def _apply(
-    request: Request[Any, Any, Any],
-    api: ApiService,
-    spec: KindSpec,
-    ns: str,
-    name: str,
-    raw: bytes,
-) -> Response[bytes]:
-    """Server-side apply (`application/apply-patch+yaml`): `fieldManager` is required,
-    `force=true` takes conflicting fields."""
-    q = request.query_params
-    manager = field_manager.check_manager(q.get("fieldManager") or "")
-    if not manager:
-        raise invalid_request(
-            'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: '
-            "is required for apply patch"
-        )
-    force = (q.get("force") or "").lower() in ("true", "1")
-    config = bodies.parse(raw, "application/yaml")
-    warnings = _field_warnings(request, spec, config)
-    updatable = api.kinds.updatable
-    dry = _dry_run(request)
-    outcome = await api.execute(
-        lambda c, ctx: intents.server_side_apply(
-            c, spec, ns, name, config, ctx, manager=manager, force=force, updatable=updatable
-        ),
-        _correlation_id(request),
-        None,
-        dry_run=dry,
-    )
-    return _with_warnings(_object_response(api, outcome, dry), warnings)
-
-
-def _ownership(request: Request[Any, Any, Any]) -> field_manager.Ownership:
-    """The request's field manager takes what it changes: `?fieldManager=`, else the
-    client's User-Agent up to its first `/`, as the API server names it."""
-    manager = request.query_params.get("fieldManager") or ""
-    if not manager:
-        agent = request.headers.get("user-agent", "")
-        manager = agent.split("/", 1)[0] or "unknown"
-    return field_manager.tracked_update(field_manager.check_manager(manager))
 
 
 def _subresource(spec: KindSpec) -> Any:
     async def subresource(request: Request[Any, Any, Any]) -> Response[Any]:
         ns, name = request.path_params.get("ns", ""), request.path_params["name"]
-        sub = spec.subresource(request.path_params["action"], request.method)
-        api = _api(request)
-        _writable(api)
-        if sub is None:
-            raise unknown_resource()
-        if request.method == "PATCH" and sub.shape is not None:
-            args = _args(request, await _shaped_patch(request, api, spec, sub, ns, name))
-        else:
-            args = _args(request, await _body(request) if sub.reads_body else {})
-        dry = _dry_run(request)
-        outcome = await api.execute(
-            lambda c, ctx: sub.act(c, ns, name, args, ctx),
-            _correlation_id(request),
-            _idempotency(request, args.body),
-            dry_run=dry,
-        )
-        match sub.answer:
-            case Answer.EMPTY:
-                return Response(b"", status_code=sub.code)
-            case Answer.OBJECT if sub.shape is not None:
-                obj = api.runner.get(outcome.kind, outcome.key)
-                if obj is None:
-                    raise not_found(spec.resource, name)
-                return _respond(sub.shape(obj), outcome.code)
-            case Answer.OBJECT:
-                return _object_response(api, outcome, dry)
-            case Answer.CREATED:
-                if dry:
-                    created = dryrun.preview(api.cluster, api.kinds, outcome, api.runner.clock())
-                else:
-                    created = api.runner.get(outcome.kind, outcome.key)
-                return _respond(created or {}, sub.code)
-            case _:
-                assert_never(sub.answer)
+        action = request.path_params["action"]
+        return await _write(request, Verb.CALL, spec, ns, name, action=action)
 
     return subresource
-
-
-async def _shaped_patch(
-    request: Request[Any, Any, Any],
-    api: ApiService,
-    spec: KindSpec,
-    sub: Subresource,
-    ns: str,
-    name: str,
-) -> JSON:
-    """A PATCH of a shaped subresource (`/scale`): the patch applied to the shape as it is
-    served now; the subresource's act then decides on the result like a PUT's body."""
-    assert sub.shape is not None
-    raw = await _raw_body(request)
-    content_type = request.headers.get("content-type", "")
-    patch.check_type(content_type)
-    current = api.runner.get(spec.event_kind, spec.key(ns, name))
-    if current is None:
-        raise not_found(spec.resource, name)
-    return patch.apply(sub.shape(current), raw, content_type)
 
 
 # The VMI's stream subresources (KubeVirt's console, vnc and vnc/screenshot): relayed to

@@ -21,12 +21,12 @@ import msgspec
 from litestar import Request, Response, post
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from core.errors import ApiError
 from events.objects import Status, StatusDetails
 from kinds.registry import Registry
 from kinds.spec import KindSpec
 from services.api import protowire
 from services.api.auth import Authenticator
-from services.api.errors import ApiError
 from services.api.rbac import (
     ANONYMOUS,
     UNAUTHENTICATED,
@@ -122,7 +122,8 @@ def middleware(guard: Guard) -> Any:
 # --------------------------------------------------------------- NATS intents
 def intent_attributes(spec: KindSpec, namespace: str, name: str, verb: str) -> Attributes:
     """What an intent over NATS asks for, as the same request over HTTP would."""
-    sub = spec.subresource(verb) if verb not in ("get", "create", "update", "delete") else None
+    crud = ("get", "create", "update", "patch", "delete")
+    sub = spec.subresource(verb) if verb not in crud else None
     if sub is None:
         return Attributes(verb, "", True, spec.group, spec.plural, "", namespace, name)
     http_verb = "get" if sub.method == "GET" else "update"

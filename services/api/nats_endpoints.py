@@ -1,13 +1,19 @@
 """The api's intents over NATS request-reply: a `micro` service (`$SRV.PING|INFO|STATS`
-discovery) beside the HTTP api, sharing its admission, deciders and idempotency.
+discovery) beside the HTTP api. A write is decoded into the core's `Request` and performed
+as the HTTP api performs its own (`services/api/writes.py`), so both append the same events
+and answer the same Status.
 
     virt-api.v1.<namespace>.<plural>.<name>.<verb>
 
-`<verb>` is create, get, update, delete or a subresource (start, stop, restart, migrate,
-pause, unpause, softreboot); the request body is what the HTTP api takes for that verb and
-the reply body is what it answers (the object, a Status, or nothing for a subresource that
-answers nothing). The prefix is `virt-api`, not `virt.api`: the event stream captures
-`virt.>`, so a request there would be stored in the log as an event and acked by JetStream.
+`<verb>` is create, get, update, patch, delete or a subresource (start, stop, restart,
+migrate, pause, unpause, softreboot, scale, ...); the request body is what the HTTP api
+takes for that verb (a patch's media type is its `Content-Type`, a server-side apply's
+`application/apply-patch+yaml`), Kubernetes' write options (`dryRun`, `fieldManager`,
+`fieldValidation`, `force`, `gracePeriodSeconds`, `propagationPolicy`) are headers of
+those names, and the reply body is what the HTTP api answers (the object, a Status, or
+nothing for a subresource that answers nothing). The prefix is `virt-api`, not `virt.api`:
+the event stream captures `virt.>`, so a request there would be stored in the log as an
+event and acked by JetStream.
 
 Tokens use the event subjects' encoding (`events.subjects.token`: a dot is `~`, `_` is
 empty: the namespace of a cluster-scoped kind, or a create that names by generateName),
@@ -21,7 +27,7 @@ import asyncio
 import contextlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, assert_never
+from typing import Any
 
 import msgspec
 from nats.aio.client import Client as NATS
@@ -29,35 +35,32 @@ from nats.micro import add_service
 from nats.micro.request import Request
 from nats.micro.service import Service
 
+from core import commands, field_validation, names
+from core.commands import Verb
+from core.errors import ApiError, internal, method_not_allowed, not_found, unknown_resource
+from core.idempotency import HEADER as IDEMPOTENCY_HEADER
 from events.subjects import token, untoken
 from kinds.registry import Registry
-from kinds.spec import Answer, CallArgs, KindSpec
+from kinds.spec import KindSpec
 from projections import replay
-from services.api import bodies, field_validation, intents, names
-from services.api.errors import (
-    ApiError,
-    bad_request,
-    internal,
-    method_not_allowed,
-    not_found,
-    read_replica,
-    too_large,
-    unknown_resource,
-)
+from services.api import writes
 from services.api.guard import Guard, check_intent, intent_attributes
 from services.api.ids import new_id
-from services.api.service import CURRENT_USER, IDEMPOTENCY_HEADER, ApiService, Idempotency
+from services.api.service import CURRENT_USER, ApiService
 
 JSON = dict[str, Any]
 PREFIX = "virt-api"
 VERSION = "v1"
 SERVICE_NAME = "virt-api"
 QUEUE = "virt-api"  # every api process joins it: one of them answers each request
-CRUD = ("create", "get", "update", "delete")
+# the verbs besides the kinds' subresources, and the verb of the kind's each needs
+CRUD = {"create": "create", "get": "get", "update": "update", "patch": "update", "delete": "delete"}
+VERBS = {"create": Verb.CREATE, "update": Verb.UPDATE, "patch": Verb.PATCH, "delete": Verb.DELETE}
 
 # request headers (the HTTP api's names)
 CORRELATION_HEADER = "X-Correlation-Id"
 CONTENT_TYPE_HEADER = "Content-Type"
+USER_AGENT_HEADER = "User-Agent"  # names the field manager when `fieldManager` does not
 # reply headers
 CODE_HEADER = "Virt-Status-Code"  # the HTTP status the same request would get
 SEQ_HEADER = "Virt-Stream-Seq"  # the stream sequence of the last event appended (0: none)
@@ -121,7 +124,7 @@ def parse_subject(text: str, kinds: Registry) -> Target:
     spec = kinds.get(plural)
     if spec is None or (verb not in CRUD and spec.subresource(verb) is None):
         raise unknown_resource()
-    if verb in CRUD and verb not in spec.verbs:
+    if verb in CRUD and CRUD[verb] not in spec.verbs:
         raise method_not_allowed()
     namespace = untoken(ns_token) if spec.namespaced else ""
     name = untoken(name_token)
@@ -134,47 +137,6 @@ def parse_subject(text: str, kinds: Registry) -> Target:
         if causes:
             raise ApiError(names.invalid_object(spec.kind, spec.group, name, causes))
     return Target(spec, namespace, name, verb)
-
-
-def idempotency(headers: Mapping[str, str], text: str, body: JSON) -> Idempotency | None:
-    return Idempotency.of(headers.get(IDEMPOTENCY_HEADER, ""), f"NATS {text}", body)
-
-
-def _with_name(body: JSON, name: str) -> JSON:
-    """A create's name comes from the subject; a body naming another object is refused."""
-    if not name:
-        return body
-    meta = body.get("metadata")
-    if meta is None:
-        meta = {}
-    if not isinstance(meta, dict):
-        return body  # the intent refuses it with the HTTP api's message
-    given = meta.get("name")
-    if given and given != name:
-        raise bad_request(
-            f"the name of the object ({given}) does not match the name on the subject ({name})"
-        )
-    return {**body, "metadata": {**meta, "name": name}}
-
-
-def _object(api: ApiService, outcome: intents.Outcome) -> bytes:
-    obj = api.runner.get(outcome.kind, outcome.key)
-    if obj is None:  # deleted at once (nothing left to tear down)
-        res = api.kinds.of(outcome.kind).resource
-        return _json.encode(
-            {
-                "apiVersion": "v1",
-                "kind": "Status",
-                "metadata": {},
-                "status": "Success",
-                "details": {
-                    "name": outcome.key.rsplit("/", 1)[-1],
-                    "group": res.group,
-                    "kind": res.plural,
-                },
-            }
-        )
-    return _json.encode(obj)
 
 
 def _get(api: ApiService, t: Target) -> bytes:
@@ -213,10 +175,10 @@ async def answer(
                 raise refusal
             token = CURRENT_USER.set(user)
             try:
-                return await _answer(api, t, text, data, headers, correlation_id)
+                return await _answer(api, t, data, headers, correlation_id)
             finally:
                 CURRENT_USER.reset(token)
-        return await _answer(api, t, text, data, headers, correlation_id)
+        return await _answer(api, t, data, headers, correlation_id)
     except ApiError as err:
         return _error(err)
 
@@ -224,7 +186,6 @@ async def answer(
 async def _answer(
     api: ApiService,
     t: Target,
-    text: str,
     data: bytes,
     headers: Mapping[str, str],
     correlation_id: str,
@@ -232,67 +193,19 @@ async def _answer(
     try:
         if t.verb == "get":
             return Reply(200, _get(api, t))
-        if api.store is None:
-            raise read_replica()
-        if len(data) > bodies.MAX_BODY_BYTES:
-            raise too_large(bodies.MAX_BODY_BYTES)
-        body = bodies.parse(data, headers.get(CONTENT_TYPE_HEADER, ""))
-        spec, ns, name = t.spec, t.namespace, t.name
-        if t.verb == "create":
-            body = _with_name(body, name)
-            outcome, seq = await api.appended(
-                lambda c, ctx: intents.create(c, spec, ns, body, ctx),
-                correlation_id,
-                idempotency(headers, text, body),
-            )
-            return Reply(
-                outcome.code,
-                _object(api, outcome),
-                seq,
-                tuple(field_validation.field_warnings(spec, body)),
-            )
-        if t.verb == "update":
-            updatable = api.kinds.updatable
-            outcome, seq = await api.appended(
-                lambda c, ctx: intents.update(c, spec, ns, name, body, ctx, updatable=updatable),
-                correlation_id,
-                idempotency(headers, text, body),
-            )
-            return Reply(
-                outcome.code,
-                _object(api, outcome),
-                seq,
-                tuple(field_validation.field_warnings(spec, body)),
-            )
-        args = CallArgs(body=body, query={})
-        if t.verb == "delete":
-            delete = spec.delete
-            assert delete is not None  # parse_subject refused a kind without it
-            outcome, seq = await api.appended(
-                lambda c, ctx: delete(c, ns, name, args, ctx),
-                correlation_id,
-                idempotency(headers, text, body),
-            )
-            return Reply(200, _object(api, outcome), seq)
-        sub = spec.subresource(t.verb)
-        assert sub is not None
-        if not sub.reads_body:
-            args = CallArgs(body={}, query={})
-        outcome, seq = await api.appended(
-            lambda c, ctx: sub.act(c, ns, name, args, ctx),
-            correlation_id,
-            idempotency(headers, text, args.body),
+        req = commands.Request(
+            verb=VERBS.get(t.verb, Verb.CALL),
+            spec=t.spec,
+            namespace=t.namespace,
+            name=t.name,
+            body=data,
+            content_type=headers.get(CONTENT_TYPE_HEADER, ""),
+            params=commands.params(headers),
+            agent=headers.get(USER_AGENT_HEADER, ""),
+            action="" if t.verb in VERBS else t.verb,
         )
-        match sub.answer:
-            case Answer.EMPTY:
-                return Reply(sub.code, b"", seq)
-            case Answer.OBJECT:
-                return Reply(outcome.code, _object(api, outcome), seq)
-            case Answer.CREATED:
-                obj = api.runner.get(outcome.kind, outcome.key) or {}
-                return Reply(sub.code, _json.encode(obj), seq)
-            case _:
-                assert_never(sub.answer)
+        result = await writes.perform(api, req, correlation_id, headers.get(IDEMPOTENCY_HEADER, ""))
+        return Reply(result.code, result.body, result.seq, result.warnings)
     except ApiError as err:
         return _error(err)
     except Exception as exc:  # an answer, not a silent timeout for the script

@@ -12,9 +12,9 @@ from typing import Any
 
 import msgspec
 
+from core.bodies import YAML_TYPES
+from core.names import LABEL_MAX, LABEL_PATTERN, SUBDOMAIN_MAX, SUBDOMAIN_PATTERN
 from kinds.registry import Registry
-from services.api.bodies import YAML_TYPES
-from services.api.names import LABEL_MAX, LABEL_PATTERN, SUBDOMAIN_MAX, SUBDOMAIN_PATTERN
 
 LABEL = {"type": "string", "pattern": f"^{LABEL_PATTERN}$", "maxLength": LABEL_MAX}
 SUBDOMAIN = {"type": "string", "pattern": f"^{SUBDOMAIN_PATTERN}$", "maxLength": SUBDOMAIN_MAX}

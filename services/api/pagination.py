@@ -17,7 +17,7 @@ from typing import Any
 
 import msgspec
 
-from services.api.errors import ApiError, bad_request, gone
+from core.errors import ApiError, bad_request, gone
 
 JSON = dict[str, Any]
 EXPIRED = (

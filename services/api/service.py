@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import secrets
-import string
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -19,30 +17,28 @@ import msgspec
 import nats.errors
 import nats.js.errors
 
-from events.codec import event_type
-from events.envelope import Appended, ConcurrencyConflict
-from eventstore.port import EventLog
-from kinds.registry import REGISTRY, Registry
-from projections.cluster import Cluster
-from readside.runner import ProjectionRunner
-from services.api.errors import (
-    bad_request,
+from core.context import Append, Outcome, RequestContext
+from core.errors import (
     internal,
     invalid_request,
     stale,
     timeout,
     unavailable,
 )
+from core.idempotency import ALNUM, Idempotency, keyed_context
+from core.names import SOCKET_NAME_MAX
+from events.codec import event_type
+from events.envelope import Appended, ConcurrencyConflict
+from eventstore.port import EventLog
+from kinds.registry import REGISTRY, Registry
+from projections.cluster import Cluster
+from readside.runner import ProjectionRunner
 from services.api.ids import new_id
-from services.api.intents import Append, Outcome, RequestContext
 from services.api.metrics import APPENDS, CONFLICTS
-from services.api.names import SOCKET_NAME_MAX
 
-IDEMPOTENCY_HEADER = "Idempotency-Key"
 # The authenticated user of the request in hand (set by the auth guard, `services/api/
 # guard.py`, or the NATS intent service): the actor of the events it appends.
 CURRENT_USER: ContextVar[str] = ContextVar("virtstream_user", default="")
-ALNUM = string.ascii_lowercase + string.digits
 WAIT_SECONDS = 10.0
 APPEND_SECONDS = 10.0  # how long a write keeps retrying an append whose outcome is unknown
 READY_SECONDS = 2.0
@@ -65,54 +61,12 @@ AMBIGUOUS: tuple[type[BaseException], ...] = (
 )
 
 
-@dataclass(frozen=True)
-class Idempotency:
-    """A client's `Idempotency-Key` and what identifies its request (for HTTP: method, path
-    and query; for NATS: the subject; and the body): the same key with another request is
-    refused, not answered with the first's result."""
-
-    key: str
-    fingerprint: str
-
-    @classmethod
-    def of(cls, key: str, identity: str, body: object) -> Idempotency | None:
-        """From the header's value (None without one)."""
-        key = key.strip()
-        if not key:
-            return None
-        if len(key) > 256:
-            raise bad_request(f"{IDEMPOTENCY_HEADER} must be at most 256 characters")
-        digest = hashlib.sha256(f"{identity}\n".encode())
-        digest.update(msgspec.json.encode(body))
-        return cls(key, digest.hexdigest())
-
-
 @dataclass
 class _Keyed:
     fingerprint: str
     outcome: Outcome
     at: float
     done: bool = False
-
-
-def keyed_context(correlation_id: str, key: str) -> RequestContext:
-    """Ids derived from the idempotency key: a retried request decides the same event ids,
-    uids and generated names, so JetStream's duplicate detection stores it once."""
-    counter = iter(range(1 << 30))
-
-    def derived(label: str) -> str:
-        return hashlib.sha256(f"{key}\x00{label}\x00{next(counter)}".encode()).hexdigest()
-
-    def suffix() -> str:
-        digest = bytes.fromhex(derived("suffix"))
-        return "".join(ALNUM[b % len(ALNUM)] for b in digest[:5])
-
-    return RequestContext(
-        now=time.time(),
-        correlation_id=correlation_id,
-        new_id=lambda: derived("id")[:32],
-        suffix=suffix,
-    )
 
 
 def random_suffix(n: int = 5) -> str:
@@ -168,7 +122,10 @@ class ApiService:
 
     # ------------------------------------------------------------------ writes
     def _context(self, correlation_id: str, idem: Idempotency | None) -> RequestContext:
-        ctx = keyed_context(correlation_id, idem.key) if idem else request_context(correlation_id)
+        if idem is not None:
+            ctx = keyed_context(correlation_id, idem.key, time.time())
+        else:
+            ctx = request_context(correlation_id)
         user = CURRENT_USER.get()
         if self.socket_name_max != ctx.socket_name_max or user:
             ctx = dataclasses.replace(ctx, socket_name_max=self.socket_name_max, user=user)

@@ -19,8 +19,7 @@ import msgspec
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from projections.cluster import Cluster, key
-from services.api.errors import (
+from core.errors import (
     ApiError,
     Resource,
     bad_request,
@@ -29,6 +28,7 @@ from services.api.errors import (
     not_found,
     unavailable,
 )
+from projections.cluster import Cluster, key
 
 SUBPROTOCOL = "plain.kubevirt.io"
 VMI_RESOURCE = Resource("virtualmachineinstances", "kubevirt.io", "VirtualMachineInstance")

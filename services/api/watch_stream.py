@@ -16,10 +16,10 @@ from typing import Any
 
 import msgspec
 
+from core.errors import bad_request, gone, invalid_request
 from kinds.spec import KindSpec
 from readside.watch import Watcher
 from services.api import table
-from services.api.errors import bad_request, gone, invalid_request
 
 JSON = dict[str, Any]
 WATCH_MAX_SECONDS = 3600.0  # the API server's longest default watch (2 x minRequestTimeout)

@@ -15,10 +15,10 @@ from typing import Any
 import msgspec
 import pytest
 
+from core.admission import default_vmi
 from events.manifest import dump, load, yaml_documents
 from events.objects import VirtualMachineInstance
 from ops.node_libvirtd import INSTALL_COMMAND, NodeRuntime, cleanup_stale, missing_requirements
-from services.api.admission import default_vmi
 from services.launcher import rundir
 from services.launcher.zygote import start_zygote
 

@@ -3,15 +3,7 @@ from typing import Any
 
 import pytest
 
-from events.manifest import dump, load, load_any
-from events.objects import (
-    Condition,
-    VirtualMachine,
-    VirtualMachineInstance,
-    VirtualMachineInstanceMigration,
-    VirtualMachineInstanceStatus,
-)
-from services.api.admission import (
+from core.admission import (
     default_vm,
     default_vmi,
     default_vmi_spec,
@@ -22,6 +14,14 @@ from services.api.admission import (
     validate_vm,
     validate_vmi,
     validate_vmi_spec,
+)
+from events.manifest import dump, load, load_any
+from events.objects import (
+    Condition,
+    VirtualMachine,
+    VirtualMachineInstance,
+    VirtualMachineInstanceMigration,
+    VirtualMachineInstanceStatus,
 )
 from tests.unit.kubevirt_examples import example_documents
 

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from core.admission import default_vmi, validate_vm, validate_vmi
 from events.manifest import load
 from events.objects import VirtualMachine, VirtualMachineInstance
-from services.api.admission import default_vmi, validate_vm, validate_vmi
 
 Cause = tuple[str, str, str]
 

@@ -6,11 +6,8 @@ from typing import Any
 
 import pytest
 
-from events.manifest import load
-from events.objects import VirtualMachine
-from events.quantity import QUANTITY_MAX, parse_cpu_millis, parse_quantity
-from services.api.admission import default_vm, validate_vm
-from services.api.names import (
+from core.admission import default_vm, validate_vm
+from core.names import (
     LABEL_FMT,
     SUBDOMAIN_FMT,
     go_quote,
@@ -20,6 +17,9 @@ from services.api.names import (
     validate_object_name,
     validate_socket_fit,
 )
+from events.manifest import load
+from events.objects import VirtualMachine
+from events.quantity import QUANTITY_MAX, parse_cpu_millis, parse_quantity
 
 
 def test_name_messages_are_the_api_servers() -> None:

@@ -7,6 +7,9 @@ from typing import Any
 
 import pytest
 
+from core import intents
+from core.context import RequestContext
+from core.errors import ApiError
 from events.catalog import (
     DomainStarted,
     Event,
@@ -23,15 +26,13 @@ from events.meta import Kind
 from kinds import vm
 from projections.cluster import Cluster
 from readside.watch import Selector, SelectorError, parse_label_selector
-from services.api import intents
-from services.api.errors import ApiError
 from tests.factories import meta, vm_manifest
 
 _ids = itertools.count(1)
 
 
-def ctx() -> intents.RequestContext:
-    return intents.RequestContext(
+def ctx() -> RequestContext:
+    return RequestContext(
         now=1000.0,
         correlation_id="req-1",
         new_id=lambda: f"{next(_ids):032x}",

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from core.errors import ApiError
 from events.catalog import (
     DomainStarted,
     DomainStopped,
@@ -20,7 +21,6 @@ from events.catalog import (
 from events.envelope import Stored
 from events.meta import Kind
 from projections.cluster import Cluster
-from services.api.errors import ApiError
 from services.api.streams import target
 from tests.factories import meta, vmi_manifest
 

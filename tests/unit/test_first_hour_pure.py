@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from cli import verbs
+from core import intents
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
 from events.objects import VirtualMachine
 from events.unknown_fields import unknown_fields
@@ -14,7 +15,6 @@ from kinds.columns import binary_quantity
 from kinds.registry import REGISTRY
 from projections.cluster import Cluster
 from projections.replay import RefError
-from services.api import intents
 from tests.factories import vm_manifest
 from tests.unit.test_api_intents import ctx, fold
 

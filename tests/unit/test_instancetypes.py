@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 
+from core import intents
+from core.context import Outcome, RequestContext
+from core.errors import ApiError
 from events.catalog import (
     Event,
     ResourceCreated,
@@ -22,8 +25,6 @@ from events.meta import CLUSTER_SCOPE, Kind
 from kinds.registry import REGISTRY
 from projections import instancetype as it
 from projections.cluster import Cluster
-from services.api import intents
-from services.api.errors import ApiError
 from tests.factories import meta
 from tests.unit.test_controller_world import World
 
@@ -31,8 +32,8 @@ _ids = itertools.count(1)
 BUNDLED = Path(__file__).resolve().parents[2] / "kinds" / "bundled"
 
 
-def ctx() -> intents.RequestContext:
-    return intents.RequestContext(
+def ctx() -> RequestContext:
+    return RequestContext(
         now=1000.0,
         correlation_id="req-1",
         new_id=lambda: f"{next(_ids):032x}",
@@ -85,7 +86,7 @@ def cluster_with(*docs: dict[str, Any]) -> Cluster:
     return c
 
 
-def create_vm(c: Cluster, body: dict[str, Any]) -> intents.Outcome:
+def create_vm(c: Cluster, body: dict[str, Any]) -> Outcome:
     return intents.create(c, REGISTRY.resource("vm"), "default", body, ctx())
 
 

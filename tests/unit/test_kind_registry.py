@@ -13,6 +13,9 @@ from litestar.testing import TestClient
 
 from cli.tables import has_table, header_and_rows, render
 from client.api import _Requests, resource, typed
+from core.context import Outcome, RequestContext
+from core.errors import conflict
+from core.kind import CallArgs, Subresource
 from events.catalog import VMICreated
 from events.envelope import Stored
 from events.manifest import OBJECT_TYPES
@@ -20,14 +23,12 @@ from events.meta import CLUSTER_SCOPED, Kind
 from events.objects import VirtualMachineInstance
 from kinds import columns as col
 from kinds.registry import REGISTRY, Registry
-from kinds.spec import CallArgs, Column, KindSpec, PrinterColumn, Scope, Subresource
+from kinds.spec import Column, KindSpec, PrinterColumn, Scope
 from projections.cluster import Cluster
 from projections.render import render_view
 from projections.views import VMIView
 from readside.runner import ProjectionRunner
 from services.api.app import create_app
-from services.api.errors import conflict
-from services.api.intents import Outcome, RequestContext
 from services.api.service import ApiService
 from tests.factories import meta
 

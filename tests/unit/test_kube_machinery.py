@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from core import delete_options, dryrun, field_manager, patch
+from core.errors import ApiError
 from kinds import vm, vmi
 from kinds.registry import REGISTRY
-from services.api import delete_options, discovery, dryrun, field_manager, pagination, patch, table
-from services.api.errors import ApiError
+from services.api import discovery, pagination, table
 
 
 def test_merge_patch_removes_nulls_and_replaces_lists() -> None:

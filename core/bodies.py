@@ -12,9 +12,9 @@ from typing import Any
 import msgspec
 import yaml
 
+from core.errors import ApiError, bad_request
 from events.manifest import ManifestError, yaml_documents
 from events.objects import Status
-from services.api.errors import ApiError, bad_request
 
 JSON = dict[str, Any]
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import jsonpatch
 
+from core import bodies
+from core.errors import ApiError, bad_request, invalid_request
 from events.objects import Status
-from services.api import bodies
-from services.api.errors import ApiError, bad_request, invalid_request
 
 JSON = dict[str, Any]
 MERGE = "application/merge-patch+json"

@@ -1,24 +1,16 @@
-"""Intents: (cluster view, request) → events to append, or an `ApiError` with KubeVirt's
-Status. Pure: ids, random suffixes and the clock come in through `RequestContext`, so the
-precondition rules are unit-testable with plain data. This module holds what every kind
-shares (create, update, the request context); each kind's own intents (delete, the
-subresources) live in its module under `kinds/`."""
+"""Intents every kind shares: create, update, patch and server-side apply, as pure
+decisions (cluster view, request, `RequestContext`) → `Outcome`, or an `ApiError` with
+KubeVirt's Status. Each kind's own intents (delete, the subresources) live in its module
+under `kinds/`; the commands (`core/commands.py`) call both."""
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
 
-import msgspec
-
-from events.catalog import Event
-from events.manifest import ManifestError, dump, load
-from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
-from projections.cluster import Cluster
-from services.api import admission, field_manager, names
-from services.api.errors import (
+from core import admission, field_manager, names
+from core.context import Append, Outcome, RequestContext
+from core.errors import (
     ApiError,
     Resource,
     already_exists,
@@ -28,53 +20,11 @@ from services.api.errors import (
     not_found,
     stale,
 )
-
-if TYPE_CHECKING:
-    from kinds.spec import KindSpec
+from core.kind import KindRules
+from events.manifest import ManifestError, dump, load
+from projections.cluster import Cluster
 
 JSON = dict[str, Any]
-SERVICE = "virt-api"
-
-
-@dataclass(frozen=True)
-class RequestContext:
-    """What the shell passes in: the clock, the request's correlation id, id sources."""
-
-    now: float
-    correlation_id: str
-    new_id: Callable[[], str]  # 32 hex chars (event ids; uids are formatted from it)
-    suffix: Callable[[], str]  # 5 random lowercase alphanumerics (generateName)
-    socket_name_max: int = names.SOCKET_NAME_MAX  # a launcher's `<ns>_<name>`, in bytes
-    user: str = ""  # the authenticated user who asked (the events' actor)
-
-    def meta(self, kind: Kind, namespace: str, name: str, uid: str = "", node: str = "") -> Meta:
-        return Meta(
-            event_id=self.new_id(),
-            aggregate=Aggregate(
-                kind=kind, namespace=namespace or CLUSTER_SCOPE, name=name, uid=uid
-            ),
-            occurred_at=self.now,
-            correlation_id=self.correlation_id,
-            actor=Actor(service=SERVICE, user=self.user),
-            node=node,
-        )
-
-    def uid(self) -> str:
-        return str(uuid.UUID(hex=self.new_id()))
-
-
-class Append(msgspec.Struct, frozen=True):
-    event: Event
-    expected: int | None  # None: no check (the follow-ups of one intent after its first append)
-
-
-class Outcome(msgspec.Struct, frozen=True):
-    """Events to append, and which object answers the request."""
-
-    appends: tuple[Append, ...]
-    kind: Kind
-    key: str
-    code: int = 200
 
 
 # ------------------------------------------------------------------ helpers
@@ -143,7 +93,7 @@ def _name_and_namespace(raw: JSON, namespace: str, ctx: RequestContext) -> tuple
     return name, namespace
 
 
-def _check_identity(spec: KindSpec, namespace: str, name: str, ctx: RequestContext) -> None:
+def _check_identity(spec: KindRules, namespace: str, name: str, ctx: RequestContext) -> None:
     """The API server's name and namespace checks: 422 before anything else runs, so no
     name that could not be stored or routed reaches admission, the projection or the bus."""
     causes = names.validate_identity(
@@ -182,18 +132,7 @@ def defaulted(fn: Callable[[Any, str], Any], typed: Any, uid: str) -> Any:
         return typed
 
 
-def grace_period(query: Mapping[str, str], body: JSON) -> int | None:
-    """`?gracePeriodSeconds=`, else the body's `gracePeriodSeconds` / `gracePeriod`."""
-    value: Any = query.get("gracePeriodSeconds")
-    if value is None:
-        value = body.get("gracePeriodSeconds", body.get("gracePeriod"))
-    try:
-        return None if value is None else int(value)
-    except (TypeError, ValueError):
-        raise bad_request(f"invalid gracePeriodSeconds: {value!r}") from None
-
-
-def view(cluster: Cluster, spec: KindSpec, namespace: str, name: str) -> Any:
+def view(cluster: Cluster, spec: KindRules, namespace: str, name: str) -> Any:
     """The kind's view of that name, or KubeVirt's NotFound."""
     found = spec.table(cluster).get(spec.key(namespace, name))
     if found is None:
@@ -204,7 +143,7 @@ def view(cluster: Cluster, spec: KindSpec, namespace: str, name: str) -> Any:
 # ------------------------------------------------------------------- create
 def create(
     cluster: Cluster,
-    spec: KindSpec,
+    spec: KindRules,
     namespace: str,
     raw: JSON,
     ctx: RequestContext,
@@ -241,7 +180,7 @@ def create(
 # ------------------------------------------------------------------- update
 def update(
     cluster: Cluster,
-    spec: KindSpec,
+    spec: KindRules,
     namespace: str,
     name: str,
     raw: JSON,
@@ -302,7 +241,7 @@ def update(
 # -------------------------------------------------------------------- patch
 def patch(
     cluster: Cluster,
-    spec: KindSpec,
+    spec: KindRules,
     namespace: str,
     name: str,
     change: Callable[[JSON], JSON],
@@ -322,7 +261,7 @@ def patch(
 
 def server_side_apply(
     cluster: Cluster,
-    spec: KindSpec,
+    spec: KindRules,
     namespace: str,
     name: str,
     config: JSON,
@@ -354,15 +293,4 @@ def server_side_apply(
     )
 
 
-__all__ = [
-    "Append",
-    "Outcome",
-    "RequestContext",
-    "create",
-    "defaulted",
-    "grace_period",
-    "patch",
-    "server_side_apply",
-    "update",
-    "view",
-]
+__all__ = ["create", "defaulted", "patch", "server_side_apply", "update", "view"]

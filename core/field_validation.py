@@ -6,18 +6,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from core.errors import bad_request
+from core.kind import KindRules
 from events.unknown_fields import unknown_fields
-from kinds.spec import KindSpec
-from services.api.errors import bad_request
 
 JSON = dict[str, Any]
 MODES = ("Ignore", "Warn", "Strict")
 MAX_WARNINGS = 20  # a body with thousands of unknown fields must not make a huge header
 
 
-def field_warnings(spec: KindSpec, body: JSON, mode: str = "Warn") -> list[str]:
+def checked_mode(mode: str) -> str:
+    """`fieldValidation`'s value, or 400."""
     if mode not in MODES:
         raise bad_request(f'fieldValidation must be Ignore, Warn or Strict, not "{mode}"')
+    return mode
+
+
+def field_warnings(spec: KindRules, body: JSON, mode: str = "Warn") -> list[str]:
+    checked_mode(mode)
     if mode == "Ignore" or body.get("kind") not in (None, spec.kind):
         return []  # another kind's body is refused by the intent, with its own message
     unknown = [f'unknown field "{path}"' for path in unknown_fields(body, spec.object_type)]

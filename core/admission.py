@@ -14,6 +14,8 @@ from typing import TypeVar
 
 import msgspec
 
+from core import names
+from core.admission_spec import validate_spec_extras
 from events.objects import (
     CPU,
     Devices,
@@ -36,8 +38,6 @@ from events.objects import (
     VirtualMachineInstanceSpec,
 )
 from events.quantity import QUANTITY_MAX, in_range, parse_cpu_millis, parse_quantity
-from services.api import names
-from services.api.admission_spec import validate_spec_extras
 
 INVALID = "FieldValueInvalid"
 REQUIRED = "FieldValueRequired"
@@ -78,7 +78,8 @@ WEBHOOKS = {
 _MAC = re.compile(r"^[0-9A-Fa-f]{2}([:-])[0-9A-Fa-f]{2}(\1[0-9A-Fa-f]{2}){4}$")
 
 
-def _cause(type_: str, message: str, field: str = "") -> StatusCause:
+def cause(type_: str, message: str, field: str = "") -> StatusCause:
+    """One refusal of a webhook, as its Status cause (the kinds' own admitters use it too)."""
     return StatusCause(type=type_, message=message, field=field)
 
 
@@ -220,9 +221,9 @@ def validate_name(name: str | None, generate_name: str | None = None) -> list[St
     if not name:
         if generate_name:
             return []
-        return [_cause(REQUIRED, "name or generateName is required", "metadata.name")]
+        return [cause(REQUIRED, "name or generateName is required", "metadata.name")]
     return [
-        _cause(INVALID, f'Invalid value: "{name}": {err}', "metadata.name")
+        cause(INVALID, f'Invalid value: "{name}": {err}', "metadata.name")
         for err in names.subdomain_errors(name)
     ]
 
@@ -235,7 +236,7 @@ def validate_hostname(hostname: str | None, field: str = "spec") -> list[StatusC
         return []
     path = f"{field}.hostname"
     msg = f"{path} does not conform to the kubernetes DNS_LABEL rules : {', '.join(errors)}"
-    return [_cause(INVALID, msg, path)]
+    return [cause(INVALID, msg, path)]
 
 
 def _validate_subdomain(subdomain: str | None, field: str) -> list[StatusCause]:
@@ -243,7 +244,7 @@ def _validate_subdomain(subdomain: str | None, field: str) -> list[StatusCause]:
         return []
     path = f"{field}.subdomain"
     msg = f"{path} does not conform to the kubernetes DNS_SUBDOMAIN rules : {', '.join(errors)}"
-    return [_cause(INVALID, msg, path)]
+    return [cause(INVALID, msg, path)]
 
 
 # ====================================================================== VMI spec
@@ -279,11 +280,11 @@ def _quantity(value: str | int | None, path: str, causes: list[StatusCause]) -> 
         number = parse_quantity(value)
         fits = in_range(value)
     except ValueError:
-        causes.append(_cause(INVALID, f"{path} '{value}': {QUANTITY_FORMAT}", path))
+        causes.append(cause(INVALID, f"{path} '{value}': {QUANTITY_FORMAT}", path))
         return None
     if not fits:
         msg = f"{path} '{value}': must be no more than {QUANTITY_MAX}."
-        causes.append(_cause(INVALID, msg, path))
+        causes.append(cause(INVALID, msg, path))
         return None
     return number
 
@@ -292,7 +293,7 @@ def _not_negative(value: int | None, raw: object, path: str) -> list[StatusCause
     # KubeVirt's valueMustBePositiveMessagePattern
     if value is None or value >= 0:
         return []
-    return [_cause(INVALID, f"{path} '{raw}': must be greater than or equal to 0.", path)]
+    return [cause(INVALID, f"{path} '{raw}': must be greater than or equal to 0.", path)]
 
 
 def _validate_memory(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCause]:
@@ -323,16 +324,16 @@ def _validate_memory(spec: VirtualMachineInstanceSpec, field: str) -> list[Statu
         too_small = value is not None and 0 < value < ONE_MEGABYTE
         if too_small or (path == guest_path and value == 0):
             msg = f"{path} '{raw}': must be greater than or equal to 1M."
-            causes.append(_cause(INVALID, msg, path))
+            causes.append(cause(INVALID, msg, path))
     if limit and request is not None and request > limit:
         msg = f"{req_path} '{req_raw}' is greater than {lim_path} '{lim_raw}'"
-        causes.append(_cause(INVALID, msg, req_path))
+        causes.append(cause(INVALID, msg, req_path))
     if limit and guest is not None and guest > limit:
         msg = (
             f"{guest_path} '{guest_raw}' must be equal to or less than the memory limit "
             f"{lim_path} '{lim_raw}'"
         )
-        causes.append(_cause(INVALID, msg, guest_path))
+        causes.append(cause(INVALID, msg, guest_path))
     causes += _validate_hugepages(field, hugepages, request or guest or limit or 0, req_raw)
     if not request and guest is None and hugepages is None and not causes:
         msg = (
@@ -340,7 +341,7 @@ def _validate_memory(spec: VirtualMachineInstanceSpec, field: str) -> list[Statu
             f"'{field}.domain.memory.hugepages.pageSize' or '{req_path}' must be set"
         )
         # KubeVirt's cause carries no field for this one.
-        causes.append(_cause(REQUIRED, msg))
+        causes.append(cause(REQUIRED, msg))
     return causes
 
 
@@ -358,14 +359,14 @@ def _validate_hugepages(
     if page is None:
         return causes
     if page <= 0:  # KubeVirt would divide by it
-        return [_cause(INVALID, f"{path} '{page_raw}': must be greater than 0.", path)]
+        return [cause(INVALID, f"{path} '{page_raw}': must be greater than 0.", path)]
     req = req_raw if req_raw is not None else "0"
     if memory > 0 and memory < page:
         msg = f"{req_path} '{req}' must be equal to or larger than page size {path} '{page_raw}'"
-        return [_cause(INVALID, msg, req_path)]
+        return [cause(INVALID, msg, req_path)]
     if memory % page:
         msg = f"{req_path} '{req}' is not a multiple of the page size {path} '{page_raw}'"
-        return [_cause(INVALID, msg, req_path)]
+        return [cause(INVALID, msg, req_path)]
     return []
 
 
@@ -386,7 +387,7 @@ def _validate_cpu(spec: VirtualMachineInstanceSpec, field: str) -> list[StatusCa
     lim_millis = parse_cpu_millis(lim_raw) if lim_raw is not None else 0
     if lim_millis > 0 and req_millis > lim_millis:
         msg = f"{req_path} '{req_raw}' is greater than {lim_path} '{lim_raw}'"
-        causes.append(_cause(INVALID, msg, req_path))
+        causes.append(cause(INVALID, msg, req_path))
     return causes + _validate_topology(spec, field)
 
 
@@ -405,10 +406,10 @@ def _validate_topology(spec: VirtualMachineInstanceSpec, field: str) -> list[Sta
             continue
         if value < 1:
             msg = f"{path} '{value}': must be greater than or equal to 1."
-            causes.append(_cause(INVALID, msg, path))
+            causes.append(cause(INVALID, msg, path))
         elif value > UINT32_MAX:
             msg = f"{path} '{value}': must be no more than {UINT32_MAX}."
-            causes.append(_cause(INVALID, msg, path))
+            causes.append(cause(INVALID, msg, path))
     return causes
 
 
@@ -420,9 +421,9 @@ def _validate_grace(spec: VirtualMachineInstanceSpec, field: str) -> list[Status
     if value is None:
         return []
     if value < 0:
-        return [_cause(INVALID, f"{path} '{value}': must be greater than or equal to 0.", path)]
+        return [cause(INVALID, f"{path} '{value}': must be greater than or equal to 0.", path)]
     if value > INT64_MAX:
-        return [_cause(INVALID, f"{path} '{value}': must be no more than {INT64_MAX}.", path)]
+        return [cause(INVALID, f"{path} '{value}': must be no more than {INT64_MAX}.", path)]
     return []
 
 
@@ -433,7 +434,7 @@ def _validate_start_strategy(spec: VirtualMachineInstanceSpec, field: str) -> li
     if strategy is None or strategy in START_STRATEGIES:
         return []
     path = f"{field}.startStrategy"
-    return [_cause(INVALID, f"{path} is set with an unrecognized option: {strategy}", path)]
+    return [cause(INVALID, f"{path} is set with an unrecognized option: {strategy}", path)]
 
 
 def _enabled(section: object) -> bool:
@@ -450,7 +451,7 @@ def _validate_firmware(spec: VirtualMachineInstanceSpec, field: str) -> list[Sta
     if bootloader is not None and efi is not None and bootloader.bios is not None:
         path = f"{field}.domain.firmware.bootloader"
         msg = f"{path} has both EFI and BIOS configured, but they are mutually exclusive."
-        causes.append(_cause(INVALID, msg, path))
+        causes.append(cause(INVALID, msg, path))
     # SecureBoot defaults to on with EFI; OVMF's secure variable store needs SMM. TDX's
     # exemption needs launchSecurity, which is not modelled.
     secure_boot = efi is not None and efi.get("secureBoot", True) is not False
@@ -460,7 +461,7 @@ def _validate_firmware(spec: VirtualMachineInstanceSpec, field: str) -> list[Sta
             f"{path} has EFI SecureBoot enabled. "
             "SecureBoot requires SMM, which is currently disabled."
         )
-        causes.append(_cause(INVALID, msg, path))
+        causes.append(cause(INVALID, msg, path))
     return causes
 
 
@@ -471,7 +472,7 @@ def validate_vmi_labels(labels: dict[str, str] | None, field: str) -> list[Statu
     if not any(label in RESERVED_VMI_LABELS for label in labels or {}):
         return []
     msg = "creation of the following reserved kubevirt.io/ labels on a VMI object is prohibited"
-    return [_cause(NOT_SUPPORTED, msg, f"{field}.labels")]
+    return [cause(NOT_SUPPORTED, msg, f"{field}.labels")]
 
 
 def _disk_target(disk: Disk) -> tuple[str, DiskTarget | None]:
@@ -493,23 +494,23 @@ def _validate_disks(spec: VirtualMachineInstanceSpec, field: str) -> list[Status
         for other in range(idx):
             if disks[other].name == disk.name:
                 msg = f"{here} and {disks_path}[{other}] must not have the same Name."
-                causes.append(_cause(INVALID, msg, f"{here}.name"))
+                causes.append(cause(INVALID, msg, f"{here}.name"))
         if disk.name not in volumes:
-            causes.append(_cause(INVALID, f"{here}.Name '{disk.name}' not found.", f"{here}.name"))
+            causes.append(cause(INVALID, f"{here}.Name '{disk.name}' not found.", f"{here}.name"))
         if sum(t is not None for t in (disk.disk, disk.lun, disk.cdrom)) > 1:
             causes.append(
-                _cause(INVALID, f"{here} can only have a single target type defined", here)
+                cause(INVALID, f"{here} can only have a single target type defined", here)
             )
         causes += _validate_bus(disk, here)
         if disk.boot_order is not None:
             if disk.boot_order < 1:
                 msg = f"{here} must have a boot order > 0, if supplied"
-                causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
+                causes.append(cause(INVALID, msg, f"{here}.bootOrder"))
             # KubeVirt's uniqueness check for disks runs apart from the > 0 one, so a
             # repeated 0 is reported by both.
             if disk.boot_order in boot_orders:
                 msg = f"Boot order for {here}.bootOrder already set for a different device."
-                causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
+                causes.append(cause(INVALID, msg, f"{here}.bootOrder"))
             boot_orders.add(disk.boot_order)
     causes += _validate_interface_boot_orders(spec, field, boot_orders)
     return causes
@@ -522,15 +523,15 @@ def _validate_bus(disk: Disk, here: str) -> list[StatusCause]:
         return []
     path = f"{here}.{kind}.bus"
     if bus == "ide":
-        return [_cause(INVALID, "IDE bus is not supported", path)]
+        return [cause(INVALID, "IDE bus is not supported", path)]
     if bus == "virtio" and kind == "cdrom":
-        return [_cause(INVALID, f"Bus type {bus} is invalid for CD-ROM device", path)]
+        return [cause(INVALID, f"Bus type {bus} is invalid for CD-ROM device", path)]
     if bus == "sata" and kind == "disk" and target is not None and target.readonly:
-        return [_cause(INVALID, f"{bus} hard-disks do not support read-only.", path)]
+        return [cause(INVALID, f"{bus} hard-disks do not support read-only.", path)]
     if bus not in DISK_BUSES:
         buses = " ".join(DISK_BUSES)
         msg = f"{here} is set with an unrecognized bus {bus}, must be one of: [{buses}]"
-        return [_cause(INVALID, msg, path)]
+        return [cause(INVALID, msg, path)]
     return []
 
 
@@ -546,10 +547,10 @@ def _validate_interface_boot_orders(
         if iface.boot_order < 1:
             # KubeVirt indexes the spec itself here ("spec[0]"); its wording is kept.
             msg = f"{field}[{idx}] must have a boot order > 0, if supplied"
-            causes.append(_cause(INVALID, msg, f"{field}[{idx}].bootOrder"))
+            causes.append(cause(INVALID, msg, f"{field}[{idx}].bootOrder"))
         elif iface.boot_order in boot_orders:
             msg = f"Boot order for {here}.bootOrder already set for a different device."
-            causes.append(_cause(INVALID, msg, f"{here}.bootOrder"))
+            causes.append(cause(INVALID, msg, f"{here}.bootOrder"))
         boot_orders.add(iface.boot_order)
     return causes
 
@@ -567,17 +568,17 @@ def _validate_volumes(
         here = f"{path}[{idx}]"
         if volume.name in seen:
             msg = f"{here} and {path}[{seen[volume.name]}] must not have the same Name."
-            causes.append(_cause(INVALID, msg, f"{here}.name"))
+            causes.append(cause(INVALID, msg, f"{here}.name"))
         else:
             seen[volume.name] = idx
         if sum(getattr(volume, s) is not None for s in volume.SOURCES) != 1:
-            causes.append(_cause(INVALID, f"{here} must have exactly one source type set", here))
+            causes.append(cause(INVALID, f"{here} must have exactly one source type set", here))
         if volume.data_volume is not None and not volume.data_volume.name:
-            causes.append(_cause(REQUIRED, "DataVolume 'name' must be set", f"{here}.name"))
+            causes.append(cause(REQUIRED, "DataVolume 'name' must be set", f"{here}.name"))
         if not template and volume.name not in disk_names and volume.memory_dump is None:
             # KubeVirt's path really says "domain.volumes" here.
             bad = f"{field}.domain.volumes[{idx}].name"
-            causes.append(_cause(INVALID, f"{bad} '{volume.name}' not found.", bad))
+            causes.append(cause(INVALID, f"{bad} '{volume.name}' not found.", bad))
     return causes
 
 
@@ -586,7 +587,7 @@ def _validate_networks(spec: VirtualMachineInstanceSpec, field: str) -> list[Sta
     networks = spec.networks or []
     if sum(n.pod is not None for n in networks) > 1:
         msg = f"more than one interface is connected to a pod network in {field}.interfaces"
-        return [_cause(DUPLICATE, msg, f"{field}.interfaces")]
+        return [cause(DUPLICATE, msg, f"{field}.interfaces")]
     by_name: dict[str, Network] = {}
     for idx, net in enumerate(networks):
         types = (net.pod is not None) + (net.multus is not None)
@@ -594,10 +595,10 @@ def _validate_networks(spec: VirtualMachineInstanceSpec, field: str) -> list[Sta
             msg = (
                 "should have a network type" if types == 0 else "should have only one network type"
             )
-            causes.append(_cause(REQUIRED, msg, f"{field}.networks[{idx}]"))
+            causes.append(cause(REQUIRED, msg, f"{field}.networks[{idx}]"))
         if net.multus is not None and not net.multus.network_name:
             causes.append(
-                _cause(
+                cause(
                     REQUIRED,
                     "CNI delegating plugin must have a networkName",
                     f"{field}.networks[{idx}]",
@@ -618,10 +619,10 @@ def _validate_networks(spec: VirtualMachineInstanceSpec, field: str) -> list[Sta
                 f'Network with name "{net.name}" already exists, '
                 "every network must have a unique name"
             )
-            causes.append(_cause(DUPLICATE, msg, here))
+            causes.append(cause(DUPLICATE, msg, here))
         seen.add(net.name)
         if net.name not in used:
-            causes.append(_cause(REQUIRED, f"{here} '{net.name}' not found.", here))
+            causes.append(cause(REQUIRED, f"{here} '{net.name}' not found.", here))
     return causes
 
 
@@ -637,20 +638,20 @@ def _validate_interface(
     here = f"{field}.domain.devices.interfaces[{idx}]"
     name_path = f"{here}.name"
     if network is None:
-        causes.append(_cause(INVALID, f"{name_path} '{iface.name}' not found.", name_path))
+        causes.append(cause(INVALID, f"{name_path} '{iface.name}' not found.", name_path))
     elif iface.masquerade is not None and network.pod is None:
         causes.append(
-            _cause(INVALID, "Masquerade interface only implemented with pod network", name_path)
+            cause(INVALID, "Masquerade interface only implemented with pod network", name_path)
         )
     if iface.name in used:
         causes.append(
-            _cause(
+            cause(
                 DUPLICATE, "Only one interface can be connected to one specific network", name_path
             )
         )
     if not re.match(r"^[A-Za-z0-9_-]+$", iface.name):
         causes.append(
-            _cause(
+            cause(
                 INVALID,
                 "Network interface name can only contain alphabetical "
                 "characters, numbers, dashes (-) or underscores (_)",
@@ -661,10 +662,10 @@ def _validate_interface(
         causes += _validate_ports(iface, here, port_names)
     if iface.model and iface.model not in INTERFACE_MODELS:
         msg = f"interface {name_path} uses model {iface.model} that is not supported."
-        causes.append(_cause(NOT_SUPPORTED, msg, f"{here}.model"))
+        causes.append(cause(NOT_SUPPORTED, msg, f"{here}.model"))
     if iface.mac_address and not _MAC.match(iface.mac_address):
         msg = f"interface {name_path} has malformed MAC address ({iface.mac_address})."
-        causes.append(_cause(INVALID, msg, f"{here}.macAddress"))
+        causes.append(cause(INVALID, msg, f"{here}.macAddress"))
     return causes
 
 
@@ -673,17 +674,17 @@ def _validate_ports(iface: Interface, here: str, port_names: set[str]) -> list[S
     for pidx, port in enumerate(iface.ports or []):
         path = f"{here}.ports[{pidx}]"
         if port.port == 0:
-            causes.append(_cause(REQUIRED, "Port field is mandatory.", path))
+            causes.append(cause(REQUIRED, "Port field is mandatory.", path))
         elif not 0 < port.port < 65536:
-            causes.append(_cause(INVALID, "Port field must be in range 0 < x < 65536.", path))
+            causes.append(cause(INVALID, "Port field must be in range 0 < x < 65536.", path))
         if port.protocol and port.protocol not in ("TCP", "UDP"):
             causes.append(
-                _cause(INVALID, "Unknown protocol, only TCP or UDP allowed", f"{path}.protocol")
+                cause(INVALID, "Unknown protocol, only TCP or UDP allowed", f"{path}.protocol")
             )
         if port.name:
             if port.name in port_names:
                 causes.append(
-                    _cause(DUPLICATE, f"Duplicate name of the port: {port.name}", f"{path}.name")
+                    cause(DUPLICATE, f"Duplicate name of the port: {port.name}", f"{path}.name")
                 )
             port_names.add(port.name)
     return causes
@@ -694,7 +695,7 @@ def _validate_eviction(spec: VirtualMachineInstanceSpec, field: str) -> list[Sta
     if strategy is None or strategy in EVICTION_STRATEGIES:
         return []
     path = f"{field}.evictionStrategy"
-    return [_cause(INVALID, f"{path} is set with an unrecognized option: {strategy}", path)]
+    return [cause(INVALID, f"{path} is set with an unrecognized option: {strategy}", path)]
 
 
 # ====================================================================== objects
@@ -715,12 +716,12 @@ def validate_vm(vm: VirtualMachine) -> list[StatusCause]:
             "Running and RunStrategy are mutually exclusive. Note that Running is "
             "deprecated, please use RunStrategy instead"
         )
-        causes.append(_cause(INVALID, msg, "spec.running"))
+        causes.append(cause(INVALID, msg, "spec.running"))
     if spec.running is None and spec.run_strategy is None:
-        causes.append(_cause(INVALID, "RunStrategy must be specified", "spec.running"))
+        causes.append(cause(INVALID, "RunStrategy must be specified", "spec.running"))
     if spec.run_strategy is not None and spec.run_strategy not in RUN_STRATEGIES:
         causes.append(
-            _cause(INVALID, f"Invalid RunStrategy ({spec.run_strategy})", "spec.runStrategy")
+            cause(INVALID, f"Invalid RunStrategy ({spec.run_strategy})", "spec.runStrategy")
         )
     template = spec.template.metadata
     causes += validate_vmi_labels(template.labels if template else None, "spec.template.metadata")
@@ -744,26 +745,26 @@ def validate_migration(
     causes = validate_name(mig.metadata.name, mig.metadata.generate_name)
     vmi_name = mig.spec.vmi_name
     if not vmi_name:
-        return [*causes, _cause(REQUIRED, "spec.vmiName is a required field", "spec.vmiName")]
+        return [*causes, cause(REQUIRED, "spec.vmiName is a required field", "spec.vmiName")]
     namespace = mig.metadata.namespace or "default"
     if causes or vmi_lookup is None:
         return causes
     vmi = vmi_lookup(namespace, vmi_name)
     if vmi is None:
-        return [_cause(INVALID, f'the VMI "{namespace}/{vmi_name}" does not exist', "spec.vmiName")]
+        return [cause(INVALID, f'the VMI "{namespace}/{vmi_name}" does not exist', "spec.vmiName")]
     status = vmi.status
     if status is not None and status.phase in FINAL_PHASES:
-        return [_cause(INVALID, "Cannot migrate VMI in finalized state.", "spec.vmiName")]
+        return [cause(INVALID, "Cannot migrate VMI in finalized state.", "spec.vmiName")]
     for cond in (status.conditions if status else None) or []:
         if cond.type == "LiveMigratable" and cond.status == "False":
             msg = f"Cannot migrate VMI, Reason: {cond.reason or ''}, Message: {cond.message or ''}"
-            return [_cause(INVALID, msg, "spec.vmiName")]
+            return [cause(INVALID, msg, "spec.vmiName")]
     if active_migration is not None and (active := active_migration(namespace, vmi_name)):
         msg = (
             f"in-flight migration detected. Active migration job ({active}) is currently "
             f"already in progress for VMI {vmi_name}."
         )
-        return [_cause(INVALID, msg, "spec.vmiName")]
+        return [cause(INVALID, msg, "spec.vmiName")]
     return []
 
 

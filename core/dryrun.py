@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from core.context import Outcome
+from core.errors import invalid_request
+from core.kind import KindRules
 from events.envelope import Stored
-from kinds.registry import Registry
 from projections.cluster import Cluster, view_key
 from projections.replay import gone
-from services.api.errors import invalid_request
-from services.api.intents import Outcome
 
 JSON = dict[str, Any]
 ALL = "All"
@@ -29,10 +29,10 @@ def requested(query: Mapping[str, str]) -> bool:
     return True
 
 
-def preview(cluster: Cluster, kinds: Registry, outcome: Outcome, now: float) -> JSON | None:
-    """The object `outcome` answers with, as it would be once its events were folded
-    (None: it would be gone). Events of other aggregates do not change it."""
-    spec = kinds.of(outcome.kind)
+def preview(cluster: Cluster, spec: KindRules, outcome: Outcome, now: float) -> JSON | None:
+    """The object `outcome` answers with (of `spec`, the kind its events render as), as
+    it would be once its events were folded (None: it would be gone). Events of other
+    aggregates do not change it."""
     current = spec.table(cluster).get(outcome.key)
     rv = "" if current is None else str(current.resource_version)
     view = current

@@ -1,7 +1,7 @@
 """KubeVirt's VMI spec rules beyond resources, storage and network: CPU features and
 hotplug, input, sound, video and panic devices, I/O threads, probes and DNS.
 
-Pure, like services.api.admission (which calls `validate_spec_extras` for VMIs and VM
+Pure, like core.admission (which calls `validate_spec_extras` for VMIs and VM
 templates). Messages and cause fields are KubeVirt's word for word, including its odd ones:
 the sound rules name the field `spec.Sound`, and the DNS rules, copied by KubeVirt from
 Kubernetes' pod validation, name `nameservers`, `searchDomains` and `options` without a path.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import ipaddress
 
+from core import names
 from events.objects import PodDNSConfig, VirtualMachineInstanceSpec
 from events.objects import StatusCause as Cause
-from services.api import names
 
 INVALID = "FieldValueInvalid"
 REQUIRED = "FieldValueRequired"

@@ -10,11 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from kinds.spec import CallArgs, Delete, KindSpec
+from core import intents
+from core.errors import bad_request, conflict, invalid_request
+from core.kind import KindRules
 from projections.cluster import Cluster
-from services.api import intents
-from services.api.errors import bad_request, conflict, invalid_request
-from services.api.intents import Outcome, RequestContext
 
 JSON = dict[str, Any]
 # The owner's dependents are always deleted (the controller tears a VM's VMI down):
@@ -47,7 +46,9 @@ class DeleteOptions:
         return cls(policy, uid or None, rv or None)
 
 
-def check(cluster: Cluster, spec: KindSpec, namespace: str, name: str, opts: DeleteOptions) -> None:
+def check(
+    cluster: Cluster, spec: KindRules, namespace: str, name: str, opts: DeleteOptions
+) -> None:
     """The preconditions, in the API server's words (409 Conflict)."""
     if opts.uid is None and opts.resource_version is None:
         return
@@ -67,18 +68,3 @@ def check(cluster: Cluster, spec: KindSpec, namespace: str, name: str, opts: Del
             "Precondition failed: ResourceVersion in precondition: "
             f"{opts.resource_version}, ResourceVersion in object meta: {rv}",
         )
-
-
-def delete_one(
-    cluster: Cluster,
-    spec: KindSpec,
-    delete: Delete,
-    namespace: str,
-    name: str,
-    args: CallArgs,
-    opts: DeleteOptions,
-    ctx: RequestContext,
-) -> Outcome:
-    """The kind's delete intent behind the preconditions."""
-    check(cluster, spec, namespace, name, opts)
-    return delete(cluster, namespace, name, args, ctx)

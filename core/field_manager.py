@@ -21,8 +21,8 @@ import datetime as dt
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from core.errors import ApiError, Resource, bad_request
 from events.objects import Status, StatusCause, StatusDetails
-from services.api.errors import ApiError, Resource, bad_request
 
 JSON = dict[str, Any]
 Path = tuple[str, ...]

@@ -1,0 +1,1 @@
+"""The application core: the api's commands, pure, whichever transport brings them."""

@@ -1,0 +1,105 @@
+"""The one path of every write, whichever transport received it: the core decodes the
+request into a command (`core/commands.py`), `ApiService` decides and appends it (or only
+decides, on a dry run), and the answer is made here from the projection. HTTP and NATS
+only encode the `Result`, so they answer the same request with the same code, body and
+warnings, and append the same events."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, assert_never
+
+import msgspec
+
+from core import commands, dryrun
+from core.commands import Call, Command, Request
+from core.context import Outcome, RequestContext
+from core.errors import not_found, read_replica
+from core.idempotency import Idempotency
+from core.kind import Answer
+from projections.cluster import Cluster
+from services.api.service import ApiService
+
+JSON = dict[str, Any]
+_json = msgspec.json.Encoder()
+
+
+@dataclass(frozen=True)
+class Result:
+    code: int
+    body: bytes  # b"": an answer without a body
+    seq: int = 0  # the stream sequence of the last event appended (0: none)
+    warnings: tuple[str, ...] = ()
+
+
+async def perform(api: ApiService, req: Request, correlation_id: str, key: str = "") -> Result:
+    """Decode, decide and append `req` (its `Idempotency-Key` is `key`), and answer."""
+    if api.store is None:
+        raise read_replica()
+    command = commands.decode(req)
+    idem = Idempotency.of(key, req.identity, req.body)
+    outcome, seq = await decided(api, command, correlation_id, idem)
+    code, body = answer(api, command, outcome)
+    return Result(code, body, seq, outcome.warnings)
+
+
+async def decided(
+    api: ApiService, command: Command, correlation_id: str, idem: Idempotency | None = None
+) -> tuple[Outcome, int]:
+    """The command's outcome, appended unless it is a dry run, and the stream sequence of
+    its last event (0: nothing appended)."""
+    updatable = api.kinds.updatable
+
+    def decide(cluster: Cluster, ctx: RequestContext) -> Outcome:
+        return commands.decide(command, cluster, ctx, updatable)
+
+    if command.dry_run:
+        return await api.execute(decide, correlation_id, dry_run=True), 0
+    return await api.appended(decide, correlation_id, idem)
+
+
+def shown(api: ApiService, outcome: Outcome, dry_run: bool) -> JSON | None:
+    """The object `outcome` names as it is now (folded: read-your-writes), or as it would
+    be on a dry run; None when it is gone."""
+    if dry_run:
+        spec = api.kinds.of(outcome.kind)
+        return dryrun.preview(api.cluster, spec, outcome, api.runner.clock())
+    return api.runner.get(outcome.kind, outcome.key)
+
+
+def answer(api: ApiService, command: Command, outcome: Outcome) -> tuple[int, bytes]:
+    """The code and body that answer `command`."""
+    if not isinstance(command, Call):
+        return _object(api, outcome, command.dry_run)
+    sub = command.sub
+    match sub.answer:
+        case Answer.EMPTY:
+            return sub.code, b""
+        case Answer.OBJECT if sub.shape is not None:
+            obj = api.runner.get(outcome.kind, outcome.key)
+            if obj is None:
+                raise not_found(command.spec.resource, command.name)
+            return outcome.code, _json.encode(sub.shape(obj))
+        case Answer.OBJECT:
+            return _object(api, outcome, command.dry_run)
+        case Answer.CREATED:
+            return sub.code, _json.encode(shown(api, outcome, command.dry_run) or {})
+        case _:
+            assert_never(sub.answer)
+
+
+def _object(api: ApiService, outcome: Outcome, dry_run: bool) -> tuple[int, bytes]:
+    obj = shown(api, outcome, dry_run)
+    if obj is None:  # deleted at once (nothing left to tear down)
+        res = api.kinds.of(outcome.kind).resource
+        name = outcome.key.rsplit("/", 1)[-1]
+        return 200, _json.encode(
+            {
+                "apiVersion": "v1",
+                "kind": "Status",
+                "metadata": {},
+                "status": "Success",
+                "details": {"name": name, "group": res.group, "kind": res.plural},
+            }
+        )
+    return outcome.code, _json.encode(obj)
