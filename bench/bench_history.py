@@ -78,11 +78,12 @@ from events.envelope import Stored
 from events.meta import Aggregate, Kind
 from eventstore import archive, checkpoints
 from eventstore.connection import ConnectOptions
+from eventstore.index import Indexer
+from eventstore.kv import JsBucket
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops.nats_server import find_binary
 from readside import causality, retire, timetravel, verify
-from readside.index import Indexer
 
 NS = "default"
 TEMPLATE = "histtmplvm"  # distinctive: replaced by each copy's name wherever it occurs
@@ -596,7 +597,7 @@ async def settled(up: Up, last: int, timeout: float) -> float:
     try:
         js = nc.jetstream()
         try:
-            kv = await js.key_value(checkpoints.BUCKET)
+            kv = JsBucket(await js.key_value(checkpoints.BUCKET))
         except Exception:
             return 0.0
         # the api's views are saved every 10,000 events (and a minute while events come)

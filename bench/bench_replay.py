@@ -56,7 +56,7 @@ from events.catalog import (
     VMStopRequested,
 )
 from events.codec import decode, encode, event_type
-from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
+from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, KindToken, Meta
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops.nats_server import NatsServer
@@ -99,9 +99,9 @@ class _Ids:
     def __init__(self) -> None:
         self.seq = 0
 
-    def meta(self, kind: Kind, name: str, by: str, cause: Meta | None, node: str = "") -> Meta:
+    def meta(self, kind: KindToken, name: str, by: str, cause: Meta | None, node: str = "") -> Meta:
         self.seq += 1
-        ns = CLUSTER_SCOPE if kind is Kind.NODE else NS
+        ns = CLUSTER_SCOPE if kind == Kind.NODE else NS
         eid = f"{by}/e{self.seq}"
         return Meta(
             event_id=eid,
@@ -122,7 +122,7 @@ def _lifecycle(ids: _Ids, i: int) -> Iterator[list[Event]]:
     target = f"node-{(i + 1) % NODES}"
     prev: Meta | None = None
 
-    def m(kind: Kind, by: str, route: str = "") -> Meta:
+    def m(kind: KindToken, by: str, route: str = "") -> Meta:
         nonlocal prev
         meta = ids.meta(kind, name, by, prev, route)
         prev = meta

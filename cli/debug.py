@@ -26,7 +26,7 @@ from rich.table import Table
 from cli.settings import settings
 from client import credentials
 from events.envelope import Stored
-from events.meta import Aggregate, Kind
+from events.meta import Aggregate, Kind, KindToken
 from eventstore import checkpoints, dead_letters
 from eventstore.connection import NotAuthorized, Unreachable, connect_once
 from eventstore.jetstream import JetStreamStore
@@ -262,7 +262,7 @@ def at(
 
 
 def objects_at(
-    cluster: Cluster, kind: Kind, name: str, namespace: str, now: float
+    cluster: Cluster, kind: KindToken, name: str, namespace: str, now: float
 ) -> list[dict[str, Any]]:
     """The rendered objects of `kind` (one when `name` is given) in a rebuilt cluster."""
     if name:
@@ -276,7 +276,7 @@ def objects_at(
     return [o for k, o in objs.items() if not namespace or k.startswith(f"{namespace}/")]
 
 
-def summary_table(kind: Kind, objs: list[dict[str, Any]], seq: int) -> Table:
+def summary_table(kind: KindToken, objs: list[dict[str, Any]], seq: int) -> Table:
     t = Table(title=f"{kind}s at sequence {seq}", box=None, title_justify="left")
     scoped = REGISTRY.of(kind).namespaced
     if scoped:
@@ -289,7 +289,7 @@ def summary_table(kind: Kind, objs: list[dict[str, Any]], seq: int) -> Table:
         md, st = o.get("metadata") or {}, o.get("status") or {}
         status = st.get("printableStatus") or st.get("phase") or ""
         node = st.get("nodeName") or (st.get("migrationState") or {}).get("targetNode") or ""
-        if kind is Kind.NODE:
+        if kind == Kind.NODE:
             ready = (st.get("conditions") or [{}])[0].get("status") == "True"
             status = ("Ready" if ready else "NotReady") + (
                 "" if st.get("schedulable", True) else ",SchedulingDisabled"

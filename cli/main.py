@@ -30,6 +30,7 @@ from cli.serve import SETTINGS as SERVE_SETTINGS
 from cli.serve import serve
 from cli.settings import DEFAULT_SERVER, settings
 from cli.tables import WatchPrinter, has_table, header_and_rows, render
+from cli.ui import ui
 from cli.up import up
 from client.api import ApiError, Client, resource
 from events.manifest import ManifestError, yaml_documents
@@ -729,6 +730,7 @@ def instancetypes_install() -> None:
 
 register_debug(app)
 register_guest_io(app)
+app.command(context_settings=CONTEXT)(ui)
 app.add_typer(images_app, name="images")
 app.add_typer(instancetypes_app, name="instancetypes")
 

@@ -1,21 +1,26 @@
 """kubectl-style tables for `virtstream get`: each kind's columns come from its registry
-entry (`kinds.spec.KindSpec.columns`)."""
+entry (`kinds.spec.KindSpec.table_columns`, derived from its printer columns)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
-from kinds.columns import age
+from kinds.columns import Column
 from kinds.registry import REGISTRY, Registry
 
 JSON = dict[str, Any]
-__all__ = ["WatchPrinter", "age", "has_table", "header_and_rows", "render"]
+__all__ = ["WatchPrinter", "has_table", "header_and_rows", "render"]
 
 
 def has_table(kind: str, kinds: Registry = REGISTRY) -> bool:
     spec = kinds.get(kind)
-    return spec is not None and bool(spec.columns)
+    return spec is not None and bool(spec.table_columns)
+
+
+def _columns(kind: str, wide: bool, kinds: Registry) -> list[Column]:
+    return [c for c in kinds.resource(kind).table_columns if wide or not c.wide]
 
 
 def header_and_rows(
@@ -25,11 +30,14 @@ def header_and_rows(
     namespace_column: bool = False,
     wide: bool = False,
     kinds: Registry = REGISTRY,
+    now: float | None = None,
 ) -> list[list[str]]:
-    columns = [c for c in kinds.resource(kind).columns if wide or not c.wide]
+    """The header and one row per object; ages at `now` (the clock when None)."""
+    at = time.time() if now is None else now
+    columns = _columns(kind, wide, kinds)
     lines = [(["NAMESPACE"] if namespace_column else []) + [c.header for c in columns]]
     for o in objs:
-        cells = [c.cell(o) for c in columns]
+        cells = [c.cell(o, at) for c in columns]
         if namespace_column:
             cells = [str(o["metadata"].get("namespace", "")), *cells]
         lines.append(cells)
@@ -47,7 +55,8 @@ WATCH_MIN_WIDTH = 12
 class WatchPrinter:
     """`get -w` rows as kubectl prints them: the list's table, then one row per change in
     the same columns (widened only when a cell no longer fits). A change that shows
-    nothing new (only AGE moved, or a deletion of what the last row showed) prints no row."""
+    nothing new (only an age moved, or a deletion of what the last row showed) prints no
+    row."""
 
     def __init__(
         self,
@@ -57,9 +66,10 @@ class WatchPrinter:
         wide: bool,
         out: Callable[[str], None],
         kinds: Registry = REGISTRY,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        self.kind, self.ns_col, self.wide, self.out, self.kinds = (
-            kind, namespace_column, wide, out, kinds,
+        self.kind, self.ns_col, self.wide, self.out, self.kinds, self.clock = (
+            kind, namespace_column, wide, out, kinds, clock,
         )  # fmt: skip
         self.widths: list[int] = []
         self.shown: dict[str, list[str]] = {}
@@ -67,7 +77,8 @@ class WatchPrinter:
             kind, [], namespace_column=namespace_column, wide=wide, kinds=kinds
         )
         self.header = header[0]
-        self.age = self.header.index("AGE") if "AGE" in self.header else -1
+        first = 1 if namespace_column else 0
+        self.ages = {first + i for i, c in enumerate(_columns(kind, wide, kinds)) if c.aging}
 
     def start(self, objs: list[JSON]) -> None:
         if objs:
@@ -83,16 +94,21 @@ class WatchPrinter:
 
     def _cells(self, obj: JSON) -> list[str]:
         lines = header_and_rows(
-            self.kind, [obj], namespace_column=self.ns_col, wide=self.wide, kinds=self.kinds
+            self.kind,
+            [obj],
+            namespace_column=self.ns_col,
+            wide=self.wide,
+            kinds=self.kinds,
+            now=self.clock(),
         )
         return lines[1]
 
     def _same(self, before: list[str] | None, after: list[str]) -> bool:
         if before is None:
             return False
-        skip = self.age
-        return [c for i, c in enumerate(before) if i != skip] == [
-            c for i, c in enumerate(after) if i != skip
+        skip = self.ages
+        return [c for i, c in enumerate(before) if i not in skip] == [
+            c for i, c in enumerate(after) if i not in skip
         ]
 
     def _print(self, rows: list[list[str]], *, header: bool, objs: list[JSON]) -> None:
@@ -101,7 +117,7 @@ class WatchPrinter:
         if not self.widths:
             # room for the values that come later (`Scheduling`, `Terminating`), so that
             # the columns rarely have to move
-            self.widths = [4 if i == self.age else WATCH_MIN_WIDTH for i in range(len(widths))]
+            self.widths = [4 if i in self.ages else WATCH_MIN_WIDTH for i in range(len(widths))]
         self.widths = [max(w, old) for w, old in zip(widths, self.widths, strict=True)]
         for line in lines:
             self.out(_line(line, self.widths))

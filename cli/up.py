@@ -10,8 +10,11 @@ dir (`.virtstream-demo`) so that a later plain `up` does not pick its objects up
 `--hypervisor qemu`: before the handlers, one libvirtd per node (ops.node_libvirtd, in
 `<data-dir>/nodes/<node>/`); its URI goes to the node's handler. Ctrl-C stops them after the
 handlers (unless --keep-vms: then they and their guests live on, and the next `up` adopts
-them). A previous `up` that was killed leaves its services running: they are recorded in
-`<data-dir>/up.json` and stopped on the next start; node dirs no longer in use are cleaned.
+them). One `up` runs on a data dir at a time (`ops/run_lock.py`): a killed one's reaper
+(`ops/up_reaper.py`) stops what it left (services, and launchers unless --keep-vms) before
+the next starts, which waits for it and says so. The services are recorded in
+`<data-dir>/up.json`, so what a killed reaper did not stop is stopped on the next start;
+node dirs no longer in use are cleaned.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from rich.table import Table
 from cli import kubeconfig, security
 from client import credentials
 from kinds.registry import REGISTRY
-from ops import guest_images, node_libvirtd, up_reaper
+from ops import guest_images, node_libvirtd, run_lock, up_reaper
 from ops.nats_config import local_cluster
 from ops.nats_server import NatsServer
 from ops.node_libvirtd import NodeRuntime
@@ -135,15 +138,6 @@ def up(
     if not nats_url and nats_cluster == 2:
         console.print("[red]error[/]: --nats-cluster 2 cannot keep a quorum: use 1, 3 or 5")
         raise typer.Exit(2)
-    ports = {"NATS (--nats-port)": 0 if nats_url else nats_port, "API (--port)": port}
-    if metrics:
-        ports["Prometheus (--prometheus-port)"] = prometheus_port
-    if busy := taken(ports):
-        console.print(
-            f"[red]error[/]: {', '.join(busy)} already in use on 127.0.0.1 (another "
-            "`virtstream up`? pick free ones with the options named)"
-        )
-        raise typer.Exit(1)
     if hypervisor not in ("test", "qemu"):
         console.print(f"[red]error[/]: --hypervisor must be test or qemu, not {hypervisor!r}")
         raise typer.Exit(2)
@@ -155,8 +149,26 @@ def up(
     data_dir.chmod(0o700)  # the event log, logs and sockets are the owner's alone
     run_dir = data_dir / "run"
     state_file = data_dir / "up.json"
-    if leftovers := stop_recorded(state_file):
+    # before anything is read or started: a killed run's reaper finishes first
+    try:
+        lock = run_lock.take(data_dir, console.print, stopped=stop.is_set)
+    except run_lock.RunLockError as e:
+        console.print(f"[red]error[/]: {e}")
+        raise typer.Exit(1) from None
+    reaped = up_reaper.take_report(data_dir)
+    if leftovers := stop_recorded(state_file):  # its reaper was killed too
         console.print(f"stopped what a killed previous run left: {', '.join(leftovers)}")
+    # after the previous run's processes are gone: they no longer hold its ports
+    ports = {"NATS (--nats-port)": 0 if nats_url else nats_port, "API (--port)": port}
+    if metrics:
+        ports["Prometheus (--prometheus-port)"] = prometheus_port
+    if busy := taken(ports):
+        console.print(
+            f"[red]error[/]: {', '.join(busy)} already in use on 127.0.0.1 (another "
+            "`virtstream up`? pick free ones with the options named)"
+        )
+        raise typer.Exit(1)
+    _say_previous_vms(reaped, len(live_launchers(run_dir)))
     if len(str(run_dir)) > 60:
         console.print(
             f"[yellow]warning[/]: {run_dir} is long; launcher socket paths may exceed the "
@@ -172,7 +184,8 @@ def up(
     )
     sup = Supervisor(data_dir / "logs", console.print, state_file=state_file)
     # stops the launchers should this process die without its `finally` (SIGKILL)
-    reaper = up_reaper.start(data_dir, keep_vms)
+    reaper = up_reaper.start(data_dir, keep_vms, lock)
+    run_lock.note_reaper(lock, reaper.pid)
     servers: list[NatsServer] = []
     if not nats_url:
         try:
@@ -225,6 +238,8 @@ def up(
                 "--port",
                 str(port),
                 *(secured.api_args() if secured else ()),
+                # the web console's charts ask the api, which relays to Prometheus
+                *(("--prometheus-url", f"http://127.0.0.1:{prometheus_port}") if metrics else ()),
             ),
             metrics_url=f"{api_url}/metrics",
             env=bus.env("api") if bus else {},
@@ -306,6 +321,8 @@ def up(
         if metrics
         else None
     )
+    if prom is not None and prom.proc is not None:  # for the reaper, should `up` be killed
+        sup.record("prometheus", prom.proc.pid, prom.command())
 
     result: list[bool] = []
     if demo:
@@ -344,9 +361,30 @@ def up(
         credentials.forget("api", port, data_dir)
         sup.forget()
         up_reaper.finish(reaper)
+        os.close(lock)  # the data dir is free for the next `up`
         console.print("stopped")
     if demo and not (result and result[0]):
         raise typer.Exit(1)
+
+
+def _say_previous_vms(reaped: up_reaper.Reaped | None, running: int) -> None:
+    """What became of the previous run's VMs, when it was killed or kept them."""
+    if reaped is not None:
+        stopped = f" and {reaped.vms_stopped} VM(s)" if reaped.vms_stopped else ""
+        services = ", ".join(reaped.services) or "no service"
+        console.print(
+            f"the previous run was killed; its reaper stopped {services}{stopped} "
+            f"in {reaped.seconds} s"
+        )
+        if reaped.vms_stopped:
+            console.print(
+                f"its {reaped.vms_stopped} VM(s) were shut down: each starts again as its "
+                "run strategy says (a standalone VMI ends Failed)"
+            )
+    if running:  # --keep-vms
+        console.print(
+            f"{running} VM(s) of the previous run kept running: the handlers re-attach to them"
+        )
 
 
 def _message(r: httpx.Response) -> str:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from events.meta import Kind
+from events.meta import Kind, KindToken
 from kinds.registry import REGISTRY, Registry
 from kinds.spec import KindSpec
 
 # verbs that are no subresource: the kinds they accept
 _OTHER: dict[str, tuple[Kind, ...]] = {"migrate-cancel": (Kind.VM, Kind.VMI)}
-_LABEL = {Kind.VM: "VM", Kind.VMI: "VMI", Kind.NODE: "node"}
+_LABEL: dict[KindToken, str] = {Kind.VM: "VM", Kind.VMI: "VMI", Kind.NODE: "node"}
 
 
 class Target(NamedTuple):
@@ -31,7 +31,7 @@ def kinds_for(verb: str, kinds: Registry = REGISTRY) -> list[KindSpec]:
     if verb in _OTHER:
         return [kinds.of(k) for k in _OTHER[verb]]
     own = [s for s in kinds if s.subresource(verb) is not None]
-    if any(s.event_kind is Kind.VMI for s in own):
+    if any(s.event_kind == Kind.VMI for s in own):
         own.append(kinds.of(Kind.VM))
     return own
 
@@ -57,4 +57,4 @@ def target(verb: str, first: str, second: str | None, kinds: Registry = REGISTRY
 
 def _short(spec: KindSpec) -> str:
     """The name references use (`vm`, `vmi`, `node`), as in `why vm/NAME`."""
-    return spec.event_kind.value
+    return str(spec.event_kind)

@@ -17,7 +17,7 @@ import msgspec
 from typing_extensions import Unpack
 
 from client.credentials import ApiCredentials, for_api
-from events.manifest import OBJECT_TYPES, api_group, dump, load
+from events.manifest import api_group, dump, load
 from events.objects import Status
 from kinds.registry import REGISTRY, Registry
 from kinds.spec import KindSpec
@@ -80,13 +80,7 @@ def resource(kind: str, kinds: Registry = REGISTRY) -> KindSpec:
 
 def typed(obj: JSON, kinds: Registry = REGISTRY) -> Any:
     """The typed object for a server document (unknown kinds stay dicts)."""
-    group, kind = api_group(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))
-    spec = kinds.get(kind) if kind else None
-    t = (
-        spec.object_type
-        if spec is not None and spec.group == group
-        else OBJECT_TYPES.get((group, kind))
-    )
+    t = kinds.types.get((api_group(str(obj.get("apiVersion", ""))), str(obj.get("kind", ""))))
     return load(obj, t) if t is not None else obj
 
 

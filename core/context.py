@@ -12,7 +12,7 @@ import msgspec
 
 from core import names
 from events.catalog import Event
-from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
+from events.meta import CLUSTER_SCOPE, Actor, Aggregate, KindToken, Meta
 
 SERVICE = "virt-api"
 
@@ -28,7 +28,9 @@ class RequestContext:
     socket_name_max: int = names.SOCKET_NAME_MAX  # a launcher's `<ns>_<name>`, in bytes
     user: str = ""  # the authenticated user who asked (the events' actor)
 
-    def meta(self, kind: Kind, namespace: str, name: str, uid: str = "", node: str = "") -> Meta:
+    def meta(
+        self, kind: KindToken, namespace: str, name: str, uid: str = "", node: str = ""
+    ) -> Meta:
         return Meta(
             event_id=self.new_id(),
             aggregate=Aggregate(
@@ -54,7 +56,7 @@ class Outcome(msgspec.Struct, frozen=True):
     warnings the answer carries (fields outside the schema, `Warning: 299`)."""
 
     appends: tuple[Append, ...]
-    kind: Kind
+    kind: KindToken
     key: str
     code: int = 200
     warnings: tuple[str, ...] = ()

@@ -39,7 +39,7 @@ def preview(cluster: Cluster, spec: KindRules, outcome: Outcome, now: float) -> 
     seq = cluster.last_seq
     for append in outcome.appends:
         agg = append.event.meta.aggregate
-        if agg.kind is not spec.event_kind or view_key(agg) != outcome.key:
+        if agg.kind != spec.event_kind or view_key(agg) != outcome.key:
             continue
         if spec.evolve is None:
             raise invalid_request(f"{spec.resource} does not support dry run")

@@ -16,7 +16,7 @@ from core.errors import Resource, bad_request
 from core.names import NameRule
 from events.catalog import Event
 from events.envelope import Stored
-from events.meta import Kind, Meta
+from events.meta import KindToken, Meta
 from projections.cluster import Cluster
 
 JSON = dict[str, Any]
@@ -84,7 +84,7 @@ class KindRules(Protocol):
     @property
     def api_version(self) -> str: ...
     @property
-    def event_kind(self) -> Kind: ...
+    def event_kind(self) -> KindToken: ...
     @property
     def object_type(self) -> type[Any]: ...
     @property

@@ -367,7 +367,7 @@ class PolicyDeleted(Event, tag="PolicyDeleted", frozen=True):
     pass
 
 
-# --------------------------------------------- generic resources (events.meta.RESOURCE_KINDS)
+# ------------------------ the generic kinds (every kind not in events.meta.Kind)
 class ResourceCreated(Event, tag="ResourceCreated", frozen=True):
     manifest: Manifest
 

@@ -36,20 +36,6 @@ class Appended(msgspec.Struct, frozen=True):
     duplicate: bool = False
 
 
-class ConcurrencyConflict(Exception):
-    """Another writer appended to the aggregate since the sequence we decided on."""
-
-    def __init__(self, aggregate: str, expected: int, actual: int) -> None:
-        super().__init__(f"{aggregate}: expected last sequence {expected}, actual {actual}")
-        self.aggregate = aggregate
-        self.expected = expected
-        self.actual = actual
-
-
-class Undecodable(Exception):
-    """A stored message that is not an event of the catalog (poison)."""
-
-
 class Decision(msgspec.Struct, frozen=True):
     """An event to append. `occ`: append only if the aggregate is still at the version
     this service last saw (the decision was made on that state). `expected`: the version

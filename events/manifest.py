@@ -3,7 +3,8 @@
 msgspec ignores unknown fields on decode, so the typed view alone would silently drop
 whatever KubeVirt users wrote that virtstream does not know. `dump` therefore overlays the
 typed view onto the original raw document: unmodelled keys at any depth survive, modelled
-ones take the typed (possibly defaulted or mutated) value.
+ones take the typed (possibly defaulted or mutated) value. Which type a document is, by its
+apiVersion and kind, the kind registry says (`kinds.registry.Registry.object_type`).
 """
 
 from __future__ import annotations
@@ -13,48 +14,7 @@ from typing import Any, TypeVar
 import msgspec
 import yaml
 
-from events.objects import (
-    MigrationPolicy,
-    Node,
-    Status,
-    VirtualMachine,
-    VirtualMachineClusterInstancetype,
-    VirtualMachineClusterPreference,
-    VirtualMachineInstance,
-    VirtualMachineInstanceMigration,
-    VirtualMachineInstanceReplicaSet,
-    VirtualMachineInstancetype,
-    VirtualMachinePool,
-    VirtualMachinePreference,
-    VirtualMachineRestore,
-    VirtualMachineSnapshot,
-    VirtualMachineSnapshotContent,
-)
-
 T = TypeVar("T")
-
-# (API group, kind) -> type; the core group is "".
-OBJECT_TYPES: dict[tuple[str, str], type[Any]] = {
-    ("kubevirt.io", "VirtualMachine"): VirtualMachine,
-    ("kubevirt.io", "VirtualMachineInstance"): VirtualMachineInstance,
-    ("kubevirt.io", "VirtualMachineInstanceMigration"): VirtualMachineInstanceMigration,
-    ("migrations.kubevirt.io", "MigrationPolicy"): MigrationPolicy,
-    ("", "Node"): Node,
-    ("instancetype.kubevirt.io", "VirtualMachineInstancetype"): VirtualMachineInstancetype,
-    ("instancetype.kubevirt.io", "VirtualMachineClusterInstancetype"): (
-        VirtualMachineClusterInstancetype
-    ),
-    ("instancetype.kubevirt.io", "VirtualMachinePreference"): VirtualMachinePreference,
-    ("instancetype.kubevirt.io", "VirtualMachineClusterPreference"): (
-        VirtualMachineClusterPreference
-    ),
-    ("kubevirt.io", "VirtualMachineInstanceReplicaSet"): VirtualMachineInstanceReplicaSet,
-    ("pool.kubevirt.io", "VirtualMachinePool"): VirtualMachinePool,
-    ("snapshot.kubevirt.io", "VirtualMachineSnapshot"): VirtualMachineSnapshot,
-    ("snapshot.kubevirt.io", "VirtualMachineSnapshotContent"): VirtualMachineSnapshotContent,
-    ("snapshot.kubevirt.io", "VirtualMachineRestore"): VirtualMachineRestore,
-    ("", "Status"): Status,
-}
 
 
 class ManifestError(ValueError):
@@ -66,28 +26,12 @@ def api_group(api_version: str) -> str:
     return api_version.rpartition("/")[0]
 
 
-def object_type(raw: dict[str, Any]) -> type[Any]:
-    """The Struct type for a raw document, by its apiVersion group and kind."""
-    key = (api_group(str(raw.get("apiVersion", ""))), str(raw.get("kind", "")))
-    try:
-        return OBJECT_TYPES[key]
-    except KeyError:
-        raise ManifestError(
-            f"no kind {key[1]!r} is registered for version {raw.get('apiVersion')!r}"
-        ) from None
-
-
 def load(raw: dict[str, Any], type_: type[T]) -> T:
     """Typed view of a raw document: strict types, unknown fields ignored (kept by dump)."""
     try:
         return msgspec.convert(raw, type_)
     except msgspec.ValidationError as exc:
         raise ManifestError(str(exc)) from exc
-
-
-def load_any(raw: dict[str, Any]) -> Any:
-    """Typed view of a raw document whose type is given by its apiVersion and kind."""
-    return load(raw, object_type(raw))
 
 
 def dump(obj: Any, raw: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -3,20 +3,27 @@
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Annotated
 
 import msgspec
 
 
 class Kind(StrEnum):
-    """Aggregate kinds; the value is the subject token."""
+    """The aggregate kinds with events of their own (each its union in events/catalog.py,
+    its view and its fold); the value is the subject token."""
 
     VM = "vm"
     VMI = "vmi"
     MIGRATION = "migration"
     NODE = "node"
     POLICY = "policy"
-    # objects whose events are the generic Resource* ones (one view shape, kinds/ tells
-    # them apart): instance types, preferences, replica sets, pools, snapshots, restores
+
+
+class ResourceKind(StrEnum):
+    """Generic kinds (the Resource* events, one view shape, kinds/ tells them apart) that
+    the code below kinds/ names: instance types, preferences, replica sets, pools,
+    snapshots, restores. Any other generic kind is the token its registry entry declares."""
+
     INSTANCETYPE = "instancetype"
     CLUSTER_INSTANCETYPE = "clusterinstancetype"
     PREFERENCE = "preference"
@@ -28,29 +35,34 @@ class Kind(StrEnum):
     RESTORE = "vmrestore"
 
 
+# An aggregate kind as its subject token: a Kind, or a generic kind's (a ResourceKind, or
+# one only the kind registry declares).
+KindToken = str
+_OWN = {k.value: k for k in Kind}
+
+
+def own_kind(kind: KindToken) -> Kind | None:
+    """The kind with events of its own, or None for a generic kind."""
+    return _OWN.get(kind)
+
+
 CLUSTER_SCOPE = "_"  # namespace token for cluster-scoped aggregates (nodes, policies)
-# Aggregates without a namespace: their subject carries CLUSTER_SCOPE, their key is the name.
-CLUSTER_SCOPED = frozenset(
-    {Kind.NODE, Kind.POLICY, Kind.CLUSTER_INSTANCETYPE, Kind.CLUSTER_PREFERENCE}
-)
-# Aggregates folded by the generic resource fold (`evolve_resource`).
-RESOURCE_KINDS = (
-    Kind.INSTANCETYPE,
-    Kind.CLUSTER_INSTANCETYPE,
-    Kind.PREFERENCE,
-    Kind.CLUSTER_PREFERENCE,
-    Kind.VMIRS,
-    Kind.VMPOOL,
-    Kind.SNAPSHOT,
-    Kind.SNAPSHOT_CONTENT,
-    Kind.RESTORE,
-)
+# The kinds of their own without a namespace; a generic kind's cluster-scoped objects carry
+# CLUSTER_SCOPE as their namespace (see Aggregate.cluster_scoped).
+CLUSTER_SCOPED = frozenset({Kind.NODE, Kind.POLICY})
 
 
 class Aggregate(msgspec.Struct, frozen=True, rename="camel"):
     """The object an event belongs to; one optimistic-concurrency stream per aggregate."""
 
-    kind: Kind
+    kind: Annotated[
+        KindToken,
+        msgspec.Meta(
+            description="Its kind's subject token: a kind with events of its own or a generic "
+            "kind's (any kind the api's registry serves)",
+            examples=[*Kind, *ResourceKind],
+        ),
+    ]
     namespace: str
     name: str
     uid: str = ""
@@ -58,6 +70,11 @@ class Aggregate(msgspec.Struct, frozen=True, rename="camel"):
     @property
     def key(self) -> str:
         return f"{self.kind}/{self.namespace}/{self.name}"
+
+    @property
+    def cluster_scoped(self) -> bool:
+        """Without a namespace: its subject carries CLUSTER_SCOPE, its view key is its name."""
+        return self.kind in CLUSTER_SCOPED or self.namespace in ("", CLUSTER_SCOPE)
 
 
 class Actor(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):

@@ -1,9 +1,4 @@
-"""The event log: its port (`port.py`) and the JetStream adapter behind it (`jetstream.py`):
-append with optimistic concurrency and idempotency, load one aggregate, replay ranges,
-durable consumers, dead letters."""
-
-from eventstore.jetstream import JetStreamStore
-from eventstore.port import Consumer, Delivery, EventLog
-from eventstore.settings import StreamSettings
-
-__all__ = ["Consumer", "Delivery", "EventLog", "JetStreamStore", "StreamSettings"]
+"""The event log: its port and errors (`port.py`), the JetStream adapter behind it
+(`jetstream.py`) and the in-memory one (`memory.py`): append with optimistic concurrency
+and idempotency, load one aggregate, replay ranges, durable consumers, dead letters.
+Importing the package loads no adapter: a process that runs on memory loads no nats."""

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import msgspec
@@ -30,6 +31,8 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, BucketNotFoundError, KeyNotFoundError, NotFoundError
 
 from eventstore import checkpoints
+from eventstore.kv import make_bucket
+from eventstore.settings import StreamSettings
 
 FLOOR_KEY = "hot-floor"
 
@@ -102,8 +105,10 @@ async def read_floor(js: JetStreamContext, stream: str) -> int:
     return f.floor if f.stream == stream else 0
 
 
-async def write_floor(js: JetStreamContext, stream: str, floor: int, *, replicas: int = 1) -> None:
-    kv = await checkpoints.bucket(js, replicas=replicas)
+async def write_floor(
+    js: JetStreamContext, stream: str, floor: int, settings: StreamSettings
+) -> None:
+    kv = await make_bucket(js, checkpoints.BUCKET, settings, checkpoints.DESCRIPTION)
     await kv.put(f"{FLOOR_KEY}.{stream}", msgspec.json.encode(Floor(stream, floor, time.time())))
 
 
@@ -111,3 +116,24 @@ async def retire(js: JetStreamContext, stream: str, aggregate_filter: str, end: 
     """Purge one ended aggregate's events up to and including `end` from the hot log (a
     later aggregate of the same name, after `end`, stays)."""
     await js.purge_stream(stream, seq=end + 1, subject=aggregate_filter)
+
+
+async def acked_floor(js: JetStreamContext, stream: str) -> int:
+    """The lowest ack floor of the stream's durable consumers (2**63 without one): a
+    service catching up reads the hot log from about there, and nothing it has not passed
+    may leave under it. (A node removed for good: delete its consumer, or it holds the
+    floor.)"""
+    floors = [
+        int(c.ack_floor.stream_seq or 0)
+        for c in await js.consumers_info(stream)
+        if c.config.durable_name and c.ack_floor is not None
+    ]
+    return min(floors, default=2**63)
+
+
+async def last_of(js: JetStreamContext, stream: str, scope: str, at_least: int) -> int:
+    """The last sequence of the subjects `scope` matches, at least `at_least`."""
+    with contextlib.suppress(Exception):
+        msg = await js.get_last_msg(stream, scope)
+        return max(int(msg.seq or 0), at_least)
+    return at_least

@@ -10,7 +10,9 @@ sequence, the size and a CRC. The head is written last and the previous checkpoi
 chunks are purged only after it: a writer killed at any point (kill -9, a lost server)
 leaves the previous head and its chunks intact, and a reader that finds the head never
 reads half a checkpoint (a chunk missing or a CRC that does not match is a refusal, never
-a crash). Chunks a killed writer left behind are purged by the next save.
+a crash). Before its chunks a writer records which it is writing (`<name>.next`), so the
+next save purges what a killed writer left behind. The bucket is the port's (`Bucket`):
+any adapter of the log holds checkpoints.
 
 A checkpoint is refused, with the reason, when it was written by other code (another
 `schema`: the state's shape or its fold changed), for another stream, or past the
@@ -19,19 +21,17 @@ says so in one line. Pure encoding of each state lives beside the state it encod
 
 from __future__ import annotations
 
-import contextlib
 import time
 import zlib
 
 import msgspec
-from nats.js.api import KeyValueConfig, StorageType
-from nats.js.client import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
-from nats.js.kv import KeyValue
+
+from eventstore.port import Bucket, EventLog
 
 BUCKET = "virt-checkpoints"
 API_VIEWS = "cluster-views"  # the api's views (and what its metrics read off them)
 CHUNK = 512 * 1024  # well under the 1 MiB default max payload, headers included
+DESCRIPTION = "service checkpoints (virtstream)"
 
 
 class Head(msgspec.Struct, frozen=True):
@@ -43,6 +43,13 @@ class Head(msgspec.Struct, frozen=True):
     size: int  # compressed bytes
     crc32: int
     saved_at: float = 0.0
+
+
+class Writing(msgspec.Struct, frozen=True):
+    """The chunks a save is writing (`<name>.next`), recorded before the first."""
+
+    last_seq: int
+    chunks: int
 
 
 class Checkpoint(msgspec.Struct, frozen=True):
@@ -58,52 +65,46 @@ class Refused(msgspec.Struct, frozen=True):
 
 
 _head_decoder = msgspec.json.Decoder(Head)
+_writing_decoder = msgspec.json.Decoder(Writing)
 
 
-async def bucket(
-    js: JetStreamContext,
-    *,
-    replicas: int = 1,
-    storage: StorageType = StorageType.FILE,
-    name: str = BUCKET,
-) -> KeyValue:
-    """Bind the bucket, creating it when missing (a concurrent creator is fine)."""
-    try:
-        return await js.key_value(name)
-    except (BucketNotFoundError, NotFoundError):
-        pass
-    cfg = KeyValueConfig(
-        bucket=name,
-        history=1,
-        storage=storage,
-        replicas=replicas,
-        description="service checkpoints (virtstream)",
-    )
-    try:
-        return await js.create_key_value(cfg)
-    except Exception:  # lost a creation race: bind to the winner's
-        return await js.key_value(name)
+async def bucket(store: EventLog, name: str = BUCKET) -> Bucket:
+    """Bind the bucket, creating it when missing (with the stream's storage and replicas)."""
+    made = await store.bucket(name, description=DESCRIPTION)
+    assert made is not None, "a bucket asked to be created exists"
+    return made
+
+
+async def find(store: EventLog, name: str = BUCKET) -> Bucket | None:
+    """The bucket, None when nobody made it yet."""
+    return await store.bucket(name, create=False)
 
 
 def _chunk_key(name: str, seq: int, i: int) -> str:
     return f"{name}.{seq}.{i}"
 
 
-async def head(kv: KeyValue, name: str) -> Head | None:
-    try:
-        entry = await kv.get(name)
-    except (KeyNotFoundError, NotFoundError):
+def _writing_key(name: str) -> str:
+    return f"{name}.next"
+
+
+async def head(kv: Bucket, name: str) -> Head | None:
+    value = await kv.get(name)
+    if not value:
         return None
-    if not entry.value:
-        return None
     try:
-        return _head_decoder.decode(entry.value)
+        return _head_decoder.decode(value)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
 
 
+async def _purge_chunks(kv: Bucket, name: str, seq: int, chunks: int) -> None:
+    for i in range(chunks):
+        await kv.purge(_chunk_key(name, seq, i))
+
+
 async def save(
-    kv: KeyValue,
+    kv: Bucket,
     name: str,
     *,
     schema: str,
@@ -115,6 +116,17 @@ async def save(
     """Write a checkpoint: the chunks, then the head, then the previous chunks go."""
     packed = zlib.compress(body, level)
     chunks = [packed[i : i + CHUNK] for i in range(0, len(packed), CHUNK)] or [b""]
+    old = await head(kv, name)
+    stray = await kv.get(_writing_key(name))
+    if stray:
+        with_head = old is not None and old.last_seq
+        try:
+            left = _writing_decoder.decode(stray)
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            left = None
+        if left is not None and left.last_seq not in (with_head, last_seq):
+            await _purge_chunks(kv, name, left.last_seq, left.chunks)  # a killed writer's
+    await kv.put(_writing_key(name), msgspec.json.encode(Writing(last_seq, len(chunks))))
     for i, part in enumerate(chunks):
         await kv.put(_chunk_key(name, last_seq, i), part)
     new = Head(
@@ -128,26 +140,16 @@ async def save(
         saved_at=time.time(),
     )
     await kv.put(name, msgspec.json.encode(new))
-    await _purge_others(kv, name, keep=last_seq)
+    if old is not None and old.last_seq != last_seq:
+        await _purge_chunks(kv, name, old.last_seq, old.chunks)
+    elif old is not None and old.chunks > len(chunks):  # the same sequence, fewer chunks
+        for i in range(len(chunks), old.chunks):
+            await kv.purge(_chunk_key(name, last_seq, i))
     return new
 
 
-async def _purge_others(kv: KeyValue, name: str, keep: int) -> None:
-    """Every chunk of `name` but the current checkpoint's: the previous one's, and any a
-    killed writer left."""
-    try:
-        keys = await kv.keys()  # (nats-py's `filters` match substrings, not subjects)
-    except Exception:  # nats-py's NoKeysError: nothing to purge
-        return
-    mine, prefix = f"{name}.", f"{name}.{keep}."
-    for k in keys:
-        if k.startswith(mine) and not k.startswith(prefix):
-            with contextlib.suppress(KeyNotFoundError, NotFoundError):
-                await kv.purge(k)
-
-
 async def load(
-    kv: KeyValue, name: str, *, schema: str, stream: str, stream_last_seq: int
+    kv: Bucket, name: str, *, schema: str, stream: str, stream_last_seq: int
 ) -> Checkpoint | Refused | None:
     """The newest checkpoint of `name` (None: there is none), or why it cannot be used."""
     h = await head(kv, name)
@@ -165,11 +167,10 @@ async def load(
         )
     parts = []
     for i in range(h.chunks):
-        try:
-            entry = await kv.get(_chunk_key(name, h.last_seq, i))
-        except (KeyNotFoundError, NotFoundError):
+        part = await kv.get(_chunk_key(name, h.last_seq, i))
+        if part is None:
             return Refused(f"chunk {i} of {h.chunks} is missing", h)
-        parts.append(entry.value or b"")
+        parts.append(part)
     packed = b"".join(parts)
     if len(packed) != h.size or zlib.crc32(packed) != h.crc32:
         return Refused("its chunks do not match the head's size and CRC", h)

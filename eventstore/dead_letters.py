@@ -18,6 +18,7 @@ from nats.js.errors import NotFoundError
 from events.catalog import Event
 from events.codec import decode
 from eventstore.jetstream import REDELIVERY_HEADER, JetStreamStore
+from eventstore.nats_errors import translated
 
 RETRY_HEADER = "Virt-Retry-Of"  # "<dlq stream>/<dlq seq>" on the re-appended event
 
@@ -34,6 +35,11 @@ class DeadLetter(msgspec.Struct, frozen=True):
 
 
 async def list_dead_letters(store: JetStreamStore) -> list[DeadLetter]:
+    with translated():
+        return await _list(store)
+
+
+async def _list(store: JetStreamStore) -> list[DeadLetter]:
     out: list[DeadLetter] = []
     js = store.js
     dlq = store.settings.dlq_name
@@ -86,6 +92,11 @@ async def retry(store: JetStreamStore, dl: DeadLetter) -> Retried:
     """Append the dead letter's original bytes to its original subject, then delete it."""
     if not dl.original_subject:
         raise ValueError(f"dead letter {dl.seq} has no original subject to retry to")
+    with translated():
+        return await _retry(store, dl)
+
+
+async def _retry(store: JetStreamStore, dl: DeadLetter) -> Retried:
     dlq = store.settings.dlq_name
     headers = {
         "Nats-Msg-Id": f"retry/{dlq}/{dl.seq}",

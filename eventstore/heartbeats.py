@@ -17,6 +17,8 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import BucketNotFoundError, NotFoundError
 from nats.js.kv import KV_DEL, KV_PURGE, KeyValue
 
+from eventstore.nats_errors import translated
+
 BUCKET = "virt-heartbeats"
 # Entries expire after a few node timeouts: a node gone for that long is unresponsive
 # anyway, and expiry keeps the bucket from growing with every node ever seen.
@@ -33,17 +35,18 @@ async def ensure_bucket(
 ) -> KeyValue:
     """Bind to the heartbeat bucket, creating it if missing (idempotent; a concurrent
     creator with the same config is fine)."""
-    try:
-        return await js.key_value(bucket)
-    except (BucketNotFoundError, NotFoundError):
-        pass
-    # as many replicas as the event stream: on a cluster, heartbeats survive a lost server
-    cfg = KeyValueConfig(bucket=bucket, history=1, ttl=ttl, storage=storage, replicas=replicas)
-    try:
-        return await js.create_key_value(cfg)
-    except Exception:
-        # lost a creation race (or the config differs): bind to whatever exists
-        return await js.key_value(bucket)
+    with translated():
+        try:
+            return await js.key_value(bucket)
+        except (BucketNotFoundError, NotFoundError):
+            pass
+        # as many replicas as the event stream: on a cluster, heartbeats survive a lost server
+        cfg = KeyValueConfig(bucket=bucket, history=1, ttl=ttl, storage=storage, replicas=replicas)
+        try:
+            return await js.create_key_value(cfg)
+        except Exception:
+            # lost a creation race (or the config differs): bind to whatever exists
+            return await js.key_value(bucket)
 
 
 def key_of(node: str) -> str:
@@ -53,21 +56,23 @@ def key_of(node: str) -> str:
 
 async def put(kv: KeyValue, node: str, at: float) -> None:
     """Record that `node`'s handler was alive at epoch second `at`."""
-    await kv.put(key_of(node), f"{at:.3f}".encode())
+    with translated():
+        await kv.put(key_of(node), f"{at:.3f}".encode())
 
 
 async def watch(kv: KeyValue) -> AsyncIterator[tuple[str, float]]:
     """(node, epoch seconds) for the latest heartbeat of every node, then every new one.
     Deleted, expired and unparsable entries are skipped."""
-    watcher = await kv.watchall()
-    try:
-        async for entry in watcher:
-            if entry is None or entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
-                continue
-            try:
-                at = float(entry.value.decode())
-            except ValueError:
-                continue
-            yield entry.key, at
-    finally:
-        await watcher.stop()
+    with translated():
+        watcher = await kv.watchall()
+        try:
+            async for entry in watcher:
+                if entry is None or entry.operation in (KV_DEL, KV_PURGE) or not entry.value:
+                    continue
+                try:
+                    at = float(entry.value.decode())
+                except ValueError:
+                    continue
+                yield entry.key, at
+        finally:
+            await watcher.stop()

@@ -5,6 +5,9 @@ Appends are optimistic per aggregate (`Nats-Expected-Last-Subject-Sequence` scop
 The server checks the expected sequence before the duplicate window, so a re-append of an
 event that already landed reports a conflict; `append` then looks for its own event id
 after the expected sequence and answers "duplicate" instead: exactly-once either way.
+
+nats-py's errors do not pass its public methods: they raise the port's
+(`eventstore/nats_errors.py`).
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 
 import msgspec
-import nats
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 from nats.errors import ConnectionClosedError
@@ -34,10 +36,12 @@ from nats.js.errors import APIError, NotFoundError
 from events import subjects
 from events.catalog import Event
 from events.codec import decode, encode, event_type
-from events.envelope import Appended, ConcurrencyConflict, Stored, Undecodable
+from events.envelope import Appended, Stored
 from events.meta import Aggregate
 from eventstore import archive, nats_headers
-from eventstore.port import Delivery
+from eventstore.kv import JsBucket, find_bucket, make_bucket
+from eventstore.nats_errors import translated
+from eventstore.port import ConcurrencyConflict, Delivery, Undecodable
 from eventstore.pull import Puller
 from eventstore.settings import StreamSettings
 
@@ -91,7 +95,8 @@ class JsDelivery:
         return _stored(self.msg)
 
     async def ack(self) -> None:
-        await self.msg.ack()
+        with translated():
+            await self.msg.ack()
 
 
 class JsConsumer:
@@ -107,8 +112,9 @@ class JsConsumer:
 
     async def fetch(self, timeout: float) -> list[Delivery]:
         try:
-            msgs = await self.puller.fetch(timeout)
-        except nats.errors.TimeoutError as e:
+            with translated():
+                msgs = await self.puller.fetch(timeout)
+        except TimeoutError as e:  # none came (or the pull went unanswered): idle
             raise TimeoutError from e
         return [JsDelivery(m) for m in msgs]
 
@@ -143,12 +149,20 @@ class JetStreamStore:
     def stream(self) -> str:
         return self.settings.name
 
+    @property
+    def connected(self) -> bool:
+        return bool(self.nc.is_connected)
+
     async def ensure(self) -> None:
         """Create the event and dead-letter streams (idempotent). The event stream denies
         message deletes; it denies purges too unless it is the hot log of an archive
         (`eventstore/archive.py`: the archive, a mirror, denies both, and only the
         stream's owner may purge an ended aggregate from the hot log). Dead letters are
         deleted once retried, so their stream allows it."""
+        with translated():
+            await self._ensure()
+
+    async def _ensure(self) -> None:
         s = self.settings
         storage = StorageType.FILE if s.storage == "file" else StorageType.MEMORY
         await self._ensure_stream(
@@ -197,6 +211,10 @@ class JetStreamStore:
         expected: None = no concurrency check, 0 = the aggregate must not exist yet,
         N = the aggregate's last sequence must be N. msg_id defaults to the event id.
         """
+        with translated():
+            return await self._append(event, expected, msg_id)
+
+    async def _append(self, event: Event, expected: int | None, msg_id: str | None) -> Appended:
         agg = event.meta.aggregate
         subject = subjects.event_subject(agg, event_type(event), event.meta.node)
         msg_id = msg_id or event.meta.event_id
@@ -231,7 +249,7 @@ class JetStreamStore:
         the idempotency header, nothing decoded), else whether all of them are poison
         (decoded only to tell; the lookup stops at the first readable one)."""
         only_poison = True
-        async for msg in self.replay_msgs([scope], start_seq=after + 1):
+        async for msg in self._replay_msgs([scope], start_seq=after + 1):
             if (msg.headers or {}).get("Nats-Msg-Id") == event_id:
                 return int(msg.metadata.sequence.stream), False
             if only_poison:
@@ -245,16 +263,18 @@ class JetStreamStore:
     # ------------------------------------------------------------------- reads
     async def last_seq(self, agg: Aggregate) -> int:
         """The aggregate's last sequence, 0 when it has no events."""
-        try:
-            msg = await self.js.get_last_msg(
-                self.stream, subjects.aggregate_filter(agg.kind, agg.namespace, agg.name)
-            )
-        except NotFoundError:
-            return 0
+        with translated():
+            try:
+                msg = await self.js.get_last_msg(
+                    self.stream, subjects.aggregate_filter(agg.kind, agg.namespace, agg.name)
+                )
+            except NotFoundError:
+                return 0
         return int(msg.seq or 0)
 
     async def stream_last_seq(self) -> int:
-        info = await self.js.stream_info(self.stream)
+        with translated():
+            info = await self.js.stream_info(self.stream)
         return int(info.state.last_seq)
 
     async def load(self, agg: Aggregate) -> list[Stored]:
@@ -263,15 +283,16 @@ class JetStreamStore:
         return [s async for s in self.replay([scope], raw=True)]
 
     async def get(self, seq: int) -> Stored | None:
-        try:
-            msg = await self.js.get_msg(self.stream, seq)
-        except NotFoundError:
-            if not await self.floor():
-                return None
-            try:  # an ended aggregate's event: in the archive
-                msg = await self.js.get_msg(self.archive, seq)
+        with translated():
+            try:
+                msg = await self.js.get_msg(self.stream, seq)
             except NotFoundError:
-                return None
+                if not await self.floor():
+                    return None
+                try:  # an ended aggregate's event: in the archive
+                    msg = await self.js.get_msg(self.archive, seq)
+                except NotFoundError:
+                    return None
         try:
             ev = decode(msg.data or b"")
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -282,16 +303,17 @@ class JetStreamStore:
     async def seq_at_time(self, when: float) -> int:
         """The server seeks to the first message after `when`: one message is read (from
         the archive when the hot log lacks ended aggregates' events)."""
-        if await self.floor():
-            with contextlib.suppress(NotFoundError):
-                async with contextlib.aclosing(
-                    self._replay_msgs(self.archive, None, start_time=when + 1e-6)
-                ) as msgs:
-                    async for msg in msgs:
-                        return int(msg.metadata.sequence.stream) - 1
-        async with contextlib.aclosing(self.replay_msgs(start_time=when + 1e-6)) as msgs:
-            async for msg in msgs:
-                return int(msg.metadata.sequence.stream) - 1
+        with translated():
+            if await self.floor():
+                with contextlib.suppress(NotFoundError):
+                    async with contextlib.aclosing(
+                        self._stream_msgs(self.archive, None, start_time=when + 1e-6)
+                    ) as msgs:
+                        async for msg in msgs:
+                            return int(msg.metadata.sequence.stream) - 1
+            async with contextlib.aclosing(self._replay_msgs(start_time=when + 1e-6)) as msgs:
+                async for msg in msgs:
+                    return int(msg.metadata.sequence.stream) - 1
         return await self.stream_last_seq()
 
     async def replay(
@@ -311,23 +333,24 @@ class JetStreamStore:
         (or at `until_seq`). Undecodable events raise `Undecodable` unless `raw` skips them;
         `on_skip(seq, subject)` hears of each skipped one.
         """
-        msgs = self.replay_msgs(
+        msgs = self._replay_msgs(
             filters, start_seq=start_seq, start_time=start_time, until_seq=until_seq, follow=follow
         )
         # a caller that stops early unsubscribes now, not when the generator is collected
-        async with contextlib.aclosing(msgs):
-            async for msg in msgs:
-                try:
-                    stored = _stored(msg)
-                except Undecodable:
-                    if not raw:
-                        raise
-                    if on_skip is not None:
-                        on_skip(int(msg.metadata.sequence.stream), msg.subject)
-                    continue
-                yield stored
+        with translated():
+            async with contextlib.aclosing(msgs):
+                async for msg in msgs:
+                    try:
+                        stored = _stored(msg)
+                    except Undecodable:
+                        if not raw:
+                            raise
+                        if on_skip is not None:
+                            on_skip(int(msg.metadata.sequence.stream), msg.subject)
+                        continue
+                    yield stored
 
-    async def replay_msgs(
+    async def _replay_msgs(
         self,
         filters: Sequence[str] | None = None,
         *,
@@ -345,7 +368,7 @@ class JetStreamStore:
             last = 0
             before = held if until_seq is None else min(held, until_seq)
             async with contextlib.aclosing(
-                self._replay_msgs(
+                self._stream_msgs(
                     self.archive,
                     filters,
                     start_seq=start_seq,
@@ -360,7 +383,7 @@ class JetStreamStore:
                 return
             start_seq, start_time = max(held, last) + 1, None
         async with contextlib.aclosing(
-            self._replay_msgs(
+            self._stream_msgs(
                 self.stream,
                 filters,
                 start_seq=start_seq,
@@ -372,7 +395,7 @@ class JetStreamStore:
             async for msg in hot:
                 yield msg
 
-    async def _replay_msgs(
+    async def _stream_msgs(
         self,
         stream: str,
         filters: Sequence[str] | None = None,
@@ -433,6 +456,12 @@ class JetStreamStore:
     async def durable(
         self, name: str, filters: Sequence[str], *, ack_wait: float = 10.0, batch: int = 256
     ) -> JsConsumer:
+        with translated():
+            return await self._durable(name, filters, ack_wait, batch)
+
+    async def _durable(
+        self, name: str, filters: Sequence[str], ack_wait: float, batch: int
+    ) -> JsConsumer:
         cfg = ConsumerConfig(
             durable_name=name,
             filter_subjects=list(filters),
@@ -460,7 +489,18 @@ class JetStreamStore:
             headers["Virt-Original-Subject"] = delivery.subject
             if delivery.seq:
                 headers["Virt-Original-Sequence"] = str(delivery.seq)
-        ack = await self.js.publish(
-            f"dlq.{service}", data, stream=self.settings.dlq_name, headers=headers
-        )
+        with translated():
+            ack = await self.js.publish(
+                f"dlq.{service}", data, stream=self.settings.dlq_name, headers=headers
+            )
         return int(ack.seq)
+
+    # ------------------------------------------------------------- key-value
+    async def bucket(
+        self, name: str, *, create: bool = True, description: str = ""
+    ) -> JsBucket | None:
+        """A KV bucket with one value per key, on the stream's storage and replicas."""
+        with translated():
+            if not create:
+                return await find_bucket(self.js, name)
+            return await make_bucket(self.js, name, self.settings, description)

@@ -31,6 +31,8 @@ from nats.js.errors import (
 )
 from nats.js.kv import KeyValue
 
+from eventstore.nats_errors import translated
+
 BUCKET = "virt-leases"
 STEP_DOWN = 0.6  # of the TTL without a renewal: the holder stops acting
 log = structlog.get_logger()
@@ -76,11 +78,12 @@ class Lease:
         return self.kv
 
     async def holder(self) -> str:
-        kv = await self.open()
-        try:
-            entry = await kv.get(self.key)
-        except (KeyNotFoundError, KeyDeletedError):
-            return ""
+        with translated():
+            kv = await self.open()
+            try:
+                entry = await kv.get(self.key)
+            except (KeyNotFoundError, KeyDeletedError):
+                return ""
         return (entry.value or b"").decode()
 
     async def try_acquire(self) -> bool:

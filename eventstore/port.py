@@ -1,7 +1,11 @@
-"""The event log as the services see it: a port, with the JetStream adapter behind it
-(`eventstore/jetstream.py`), which passes the port's contract suite
-(`tests/integration/test_store_contract.py`) on a real nats-server. Unit tests use the pure
-cores directly, with no store."""
+"""The event log as the services see it: a port, its errors, and two adapters behind it
+that pass the same contract suite (`tests/integration/test_store_contract.py`): JetStream
+(`eventstore/jetstream.py`, on a real nats-server) and memory (`eventstore/memory.py`, for
+tests of whole services in one process).
+
+The port owns its errors: an adapter raises only `EventLogError`s (and `TimeoutError` from
+an idle `Consumer.fetch`), translated from its client's at its edge, so no caller knows the
+transport."""
 
 from __future__ import annotations
 
@@ -12,6 +16,41 @@ from typing import Protocol
 from events.catalog import Event
 from events.envelope import Appended, Stored
 from events.meta import Aggregate
+
+
+class EventLogError(Exception):
+    """Every failure the event log reports."""
+
+
+class ConcurrencyConflict(EventLogError):
+    """Another writer appended to the aggregate since the sequence we decided on."""
+
+    def __init__(self, aggregate: str, expected: int, actual: int) -> None:
+        super().__init__(f"{aggregate}: expected last sequence {expected}, actual {actual}")
+        self.aggregate = aggregate
+        self.expected = expected
+        self.actual = actual
+
+
+class Undecodable(EventLogError):
+    """A stored message that is not an event of the catalog (poison)."""
+
+
+class Unavailable(EventLogError):
+    """The log did not answer: no connection (lost, reconnecting), no server or stream
+    leader responding, a request unanswered in time. Not the caller's fault and usually
+    passing. An append that ends with it may or may not be stored: appended again with the
+    same `msg_id`, it is stored once."""
+
+
+class TimedOut(Unavailable, TimeoutError):
+    """A request to the log went unanswered in time (still a `TimeoutError`, as a bounded
+    wait's is)."""
+
+
+class Refused(EventLogError):
+    """The log answered with an error a retry does not fix (a missing stream, a request
+    over its limits, no permission), or the client would not send it."""
 
 
 class Delivery(Protocol):
@@ -48,9 +87,30 @@ class Consumer(Protocol):
     async def close(self) -> None: ...
 
 
+class Bucket(Protocol):
+    """A key-value bucket beside the log (projection snapshots): the latest value per key,
+    each value at most the server's max payload."""
+
+    async def get(self, key: str) -> bytes | None:
+        """The value, None when the key is absent."""
+        ...
+
+    async def put(self, key: str, value: bytes) -> None: ...
+
+    async def purge(self, key: str) -> None:
+        """Forget the key (absent already: nothing happens)."""
+        ...
+
+
 class EventLog(Protocol):
     @property
     def stream(self) -> str: ...
+
+    @property
+    def connected(self) -> bool:
+        """The log is reachable now (False while a connection is down: an append would
+        wait for the reconnect)."""
+        ...
 
     async def ensure(self) -> None:
         """Create the event and dead-letter streams (idempotent)."""
@@ -108,4 +168,11 @@ class EventLog(Protocol):
     ) -> int:
         """Park a message a service could not handle, with the error and its origin
         (`data`: the bytes to park when there is no delivery)."""
+        ...
+
+    async def bucket(
+        self, name: str, *, create: bool = True, description: str = ""
+    ) -> Bucket | None:
+        """The key-value bucket `name` (made with the stream's storage and replicas when
+        `create`; else None when it does not exist)."""
         ...

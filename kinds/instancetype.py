@@ -8,7 +8,7 @@ from typing import Any
 
 import msgspec
 
-from events.meta import Kind
+from events.meta import ResourceKind
 from events.objects import (
     StatusCause,
     VirtualMachine,
@@ -79,7 +79,7 @@ INSTANCETYPE = resource_spec(
     plural="virtualmachineinstancetypes",
     singular="virtualmachineinstancetype",
     short_names=("vminstancetype", "vminstancetypes", "vmf", "vmfs"),
-    event_kind=Kind.INSTANCETYPE,
+    event_kind=ResourceKind.INSTANCETYPE,
     object_type=VirtualMachineInstancetype,
 )
 CLUSTER_INSTANCETYPE = resource_spec(
@@ -91,7 +91,7 @@ CLUSTER_INSTANCETYPE = resource_spec(
     short_names=("vmclusterinstancetype", "vmclusterinstancetypes", "vmcf", "vmcfs"),
     categories=(),
     scope=Scope.CLUSTER,
-    event_kind=Kind.CLUSTER_INSTANCETYPE,
+    event_kind=ResourceKind.CLUSTER_INSTANCETYPE,
     object_type=VirtualMachineClusterInstancetype,
 )
 PREFERENCE = resource_spec(
@@ -101,7 +101,7 @@ PREFERENCE = resource_spec(
     plural="virtualmachinepreferences",
     singular="virtualmachinepreference",
     short_names=("vmpref", "vmprefs", "vmp", "vmps"),
-    event_kind=Kind.PREFERENCE,
+    event_kind=ResourceKind.PREFERENCE,
     object_type=VirtualMachinePreference,
 )
 CLUSTER_PREFERENCE = resource_spec(
@@ -113,7 +113,7 @@ CLUSTER_PREFERENCE = resource_spec(
     short_names=("vmcp", "vmcps"),
     categories=(),
     scope=Scope.CLUSTER,
-    event_kind=Kind.CLUSTER_PREFERENCE,
+    event_kind=ResourceKind.CLUSTER_PREFERENCE,
     object_type=VirtualMachineClusterPreference,
 )
 SPECS = (INSTANCETYPE, CLUSTER_INSTANCETYPE, PREFERENCE, CLUSTER_PREFERENCE)

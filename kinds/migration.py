@@ -12,9 +12,8 @@ from core.kind import CallArgs
 from events.catalog import MigrationAbortRequested, MigrationRequested
 from events.meta import Kind
 from events.objects import VirtualMachineInstanceMigration
-from kinds import columns as col
 from kinds import vmi
-from kinds.spec import Column, KindSpec, PrinterColumn
+from kinds.spec import KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_migration
 from projections.render import render_migration
@@ -75,11 +74,6 @@ SPEC = KindSpec(
             ".spec.vmiName",
             description="The name of the VMI to perform the migration on",
         ),
-    ),
-    columns=(
-        Column("NAME", col.name),
-        Column("PHASE", lambda o: str(col.status(o).get("phase", ""))),
-        Column("VMI", lambda o: str((o.get("spec") or {}).get("vmiName", ""))),
     ),
     admit=admit,
     created=lambda meta, manifest: MigrationRequested(meta=meta, manifest=manifest),

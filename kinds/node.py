@@ -54,7 +54,7 @@ def _action(action: str) -> Subresource:
     return Subresource(action, act, answer=Answer.OBJECT, reads_body=False)
 
 
-def _status_cell(o: JSON) -> str:
+def _status_cell(o: JSON, _now: float) -> str:
     ready = "Ready" if col.ready(o) == "True" else "NotReady"
     return ready + ("" if col.status(o).get("schedulable", True) else ",SchedulingDisabled")
 
@@ -65,7 +65,7 @@ def _used(o: JSON, resource: str) -> str:
     return f"{allocated.get(resource, '0')}/{capacity.get(resource, '0')}"
 
 
-def _memory(o: JSON) -> str:
+def _memory(o: JSON, _now: float) -> str:
     """As kubectl prints quantities: `192Mi/3Gi`."""
     allocated = col.status(o).get("allocated") or {}
     capacity = col.status(o).get("capacity") or {}
@@ -86,13 +86,14 @@ SPEC = KindSpec(
     object_type=Node,
     subresource_group="subresources.virtstream.io",
     subresources=(_action("cordon"), _action("uncordon"), _action("drain")),
+    # KubeVirt has no CRD for nodes: virtstream's table, with kubectl's node STATUS
     columns=(
-        Column("NAME", col.name),
+        col.NAME,
         Column("STATUS", _status_cell),
-        Column("VMIS", lambda o: str((col.status(o).get("allocated") or {}).get("vmis", 0))),
-        Column("CPU", lambda o: _used(o, "cpu")),
+        Column("VMIS", lambda o, _: str((col.status(o).get("allocated") or {}).get("vmis", 0))),
+        Column("CPU", lambda o, _: _used(o, "cpu")),
         Column("MEMORY", _memory),
-        Column("AGE", col.age),
+        col.AGE,
     ),
     table=lambda c: c.nodes,
     render=render_node,

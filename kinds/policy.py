@@ -11,8 +11,7 @@ from core.kind import CallArgs
 from events.catalog import PolicyCreated, PolicyDeleted, PolicyUpdated
 from events.meta import Kind
 from events.objects import MigrationPolicy
-from kinds import columns as col
-from kinds.spec import Column, KindSpec, Scope
+from kinds.spec import KindSpec, Scope
 from projections.cluster import Cluster
 from projections.evolve import evolve_policy
 from projections.render import render_policy
@@ -47,7 +46,6 @@ SPEC = KindSpec(
     event_kind=Kind.POLICY,
     object_type=MigrationPolicy,
     # KubeVirt's CRD declares no printer columns: kubectl shows NAME and AGE
-    columns=(Column("NAME", col.name), Column("AGE", col.age)),
     admit=admit,
     created=lambda meta, manifest: PolicyCreated(meta=meta, manifest=manifest),
     updated=lambda meta, manifest: PolicyUpdated(meta=meta, manifest=manifest),

@@ -15,7 +15,7 @@ from core.errors import invalid
 from core.intents import defaulted, view
 from core.kind import Answer, CallArgs, Subresource
 from events.catalog import ResourceUpdated
-from events.meta import Kind
+from events.meta import ResourceKind
 from events.objects import (
     StatusCause,
     VirtualMachine,
@@ -23,9 +23,8 @@ from events.objects import (
     VirtualMachineInstanceSpec,
     VirtualMachinePool,
 )
-from kinds import columns as col
-from kinds.resource import resource_spec, spec_path
-from kinds.spec import Column, KindSpec, PrinterColumn
+from kinds.resource import resource_spec
+from kinds.spec import KindSpec, PrinterColumn
 from projections.cluster import Cluster
 from projections.replicas import label_selector, selector_matches
 from projections.views import ResourceView
@@ -159,10 +158,6 @@ def _scale_acts(spec_of: Any) -> tuple[Subresource, ...]:
     )
 
 
-def _cell(*path: str) -> Any:
-    return lambda o: spec_path(o, *path) if spec_path(o, *path) != "<none>" else "0"
-
-
 _COLUMNS_DESC = (
     ("Desired", ".spec.replicas", "Number of desired {}"),
     ("Current", ".status.replicas", "Number of managed and not final or deleted {}"),
@@ -177,14 +172,6 @@ def _printer(what: str) -> tuple[PrinterColumn, ...]:
     return (*cols, PrinterColumn("Age", "date", ".metadata.creationTimestamp"))
 
 
-_TABLE = (
-    Column("NAME", col.name),
-    Column("DESIRED", _cell("spec", "replicas")),
-    Column("CURRENT", _cell("status", "replicas")),
-    Column("READY", _cell("status", "readyReplicas")),
-    Column("AGE", col.age),
-)
-
 REPLICASET: KindSpec = resource_spec(
     group="kubevirt.io",
     version="v1",
@@ -192,13 +179,12 @@ REPLICASET: KindSpec = resource_spec(
     plural="virtualmachineinstancereplicasets",
     singular="virtualmachineinstancereplicaset",
     short_names=("vmirs", "vmirss"),
-    event_kind=Kind.VMIRS,
+    event_kind=ResourceKind.VMIRS,
     object_type=VirtualMachineInstanceReplicaSet,
     admit=admit_replicaset,
     subresources=_scale_acts(lambda: REPLICASET),
     subresource_group="kubevirt.io",
     printer_columns=_printer("VirtualMachineInstances"),
-    columns=_TABLE,
 )
 POOL: KindSpec = resource_spec(
     group="pool.kubevirt.io",
@@ -207,12 +193,11 @@ POOL: KindSpec = resource_spec(
     plural="virtualmachinepools",
     singular="virtualmachinepool",
     short_names=("vmpool", "vmpools"),
-    event_kind=Kind.VMPOOL,
+    event_kind=ResourceKind.VMPOOL,
     object_type=VirtualMachinePool,
     admit=admit_pool,
     subresources=_scale_acts(lambda: POOL),
     subresource_group="pool.kubevirt.io",
     printer_columns=_printer("VirtualMachines"),
-    columns=_TABLE,
 )
 SPECS = (REPLICASET, POOL)

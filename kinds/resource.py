@@ -1,6 +1,6 @@
-"""What the generic resources (events.meta.RESOURCE_KINDS) share: their create, update and
-delete events, table, fold and render, so each kind's module holds only what is its own
-(names, printer columns, admission, subresources)."""
+"""What the generic kinds (every kind without events of its own) share: their create,
+update and delete events, table, fold and render, so each kind's module holds only what is
+its own (names, printer columns, admission, subresources)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,8 @@ from core.context import Append, Outcome, RequestContext
 from core.intents import view
 from core.kind import CallArgs, Subresource
 from events.catalog import Event, ResourceCreated, ResourceDeleted, ResourceUpdated
-from events.meta import Kind, Meta
-from kinds import columns as col
-from kinds.spec import Admit, Column, KindSpec, PrinterColumn, Scope
+from events.meta import KindToken, Meta
+from kinds.spec import Admit, KindSpec, PrinterColumn, Scope
 from projections.cluster import Cluster
 from projections.evolve import evolve_resource
 from projections.render import render_resource
@@ -45,14 +44,6 @@ def delete_act(spec_of: Callable[[], KindSpec]) -> Callable[..., Outcome]:
     return delete
 
 
-def spec_path(obj: JSON, *path: str) -> str:
-    """A printer cell: the value at a JSON path, "" (or `<none>`) when absent."""
-    cur: Any = obj
-    for p in path:
-        cur = cur.get(p) if isinstance(cur, dict) else None
-    return "<none>" if cur is None else str(cur).lower() if isinstance(cur, bool) else str(cur)
-
-
 def resource_spec(
     *,
     group: str,
@@ -60,13 +51,12 @@ def resource_spec(
     kind: str,
     plural: str,
     singular: str,
-    event_kind: Kind,
+    event_kind: KindToken,
     object_type: type[Any],
     short_names: tuple[str, ...] = (),
     categories: tuple[str, ...] = ("all",),
     scope: Scope = Scope.NAMESPACED,
     printer_columns: tuple[PrinterColumn, ...] = (),
-    columns: tuple[Column, ...] = (),
     admit: Admit | None = admit_name,
     subresources: tuple[Subresource, ...] = (),
     subresource_group: str = "subresources.kubevirt.io",
@@ -92,7 +82,6 @@ def resource_spec(
         subresources=subresources,
         subresource_group=subresource_group,
         printer_columns=printer_columns,
-        columns=columns or (Column("NAME", col.name), Column("AGE", col.age)),
         admit=admit,
         created=_created,
         updated=_updated if updatable else None,

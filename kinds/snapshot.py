@@ -6,15 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 from core import admission
-from events.meta import Kind
+from events.meta import ResourceKind
 from events.objects import (
     VirtualMachineRestore,
     VirtualMachineSnapshot,
     VirtualMachineSnapshotContent,
 )
-from kinds import columns as col
-from kinds.resource import resource_spec, spec_path
-from kinds.spec import Column, PrinterColumn
+from kinds.resource import resource_spec
+from kinds.spec import PrinterColumn
 from projections.cluster import Cluster
 
 JSON = dict[str, Any]
@@ -54,10 +53,6 @@ def _admit_source(field: str) -> Any:
     return admit
 
 
-def _cells(*path: str) -> Any:
-    return lambda o: spec_path(o, *path)
-
-
 SNAPSHOT = resource_spec(
     group=GROUP,
     version=VERSION,
@@ -65,7 +60,7 @@ SNAPSHOT = resource_spec(
     plural="virtualmachinesnapshots",
     singular="virtualmachinesnapshot",
     short_names=("vmsnapshot", "vmsnapshots"),
-    event_kind=Kind.SNAPSHOT,
+    event_kind=ResourceKind.SNAPSHOT,
     object_type=VirtualMachineSnapshot,
     admit=_admit_source("source"),
     updatable=False,
@@ -77,14 +72,6 @@ SNAPSHOT = resource_spec(
         PrinterColumn("CreationTime", "date", ".status.creationTime"),
         PrinterColumn("Error", "string", ".status.error.message"),
     ),
-    columns=(
-        Column("NAME", col.name),
-        Column("SOURCEKIND", _cells("spec", "source", "kind")),
-        Column("SOURCENAME", _cells("spec", "source", "name")),
-        Column("PHASE", _cells("status", "phase")),
-        Column("READYTOUSE", _cells("status", "readyToUse")),
-        Column("AGE", col.age),
-    ),
 )
 CONTENT = resource_spec(
     group=GROUP,
@@ -93,18 +80,13 @@ CONTENT = resource_spec(
     plural="virtualmachinesnapshotcontents",
     singular="virtualmachinesnapshotcontent",
     short_names=("vmsnapshotcontent", "vmsnapshotcontents"),
-    event_kind=Kind.SNAPSHOT_CONTENT,
+    event_kind=ResourceKind.SNAPSHOT_CONTENT,
     object_type=VirtualMachineSnapshotContent,
     updatable=False,
     printer_columns=(
         PrinterColumn("ReadyToUse", "boolean", ".status.readyToUse"),
         PrinterColumn("CreationTime", "date", ".status.creationTime"),
         PrinterColumn("Error", "string", ".status.error.message"),
-    ),
-    columns=(
-        Column("NAME", col.name),
-        Column("READYTOUSE", _cells("status", "readyToUse")),
-        Column("AGE", col.age),
     ),
 )
 RESTORE = resource_spec(
@@ -114,7 +96,7 @@ RESTORE = resource_spec(
     plural="virtualmachinerestores",
     singular="virtualmachinerestore",
     short_names=("vmrestore", "vmrestores"),
-    event_kind=Kind.RESTORE,
+    event_kind=ResourceKind.RESTORE,
     object_type=VirtualMachineRestore,
     admit=_admit_source("target"),
     updatable=False,
@@ -124,13 +106,6 @@ RESTORE = resource_spec(
         PrinterColumn("Complete", "boolean", ".status.complete"),
         PrinterColumn("RestoreTime", "date", ".status.restoreTime"),
         PrinterColumn("Error", "string", ".status.error.message"),
-    ),
-    columns=(
-        Column("NAME", col.name),
-        Column("TARGETKIND", _cells("spec", "target", "kind")),
-        Column("TARGETNAME", _cells("spec", "target", "name")),
-        Column("COMPLETE", _cells("status", "complete")),
-        Column("AGE", col.age),
     ),
 )
 SPECS = (SNAPSHOT, CONTENT, RESTORE)

@@ -17,7 +17,8 @@ from core.kind import Act, Subresource
 from core.names import NameRule
 from events.catalog import Event
 from events.envelope import Stored
-from events.meta import Kind, Meta
+from events.meta import KindToken, Meta
+from kinds.columns import DEFAULT_PRINTER_COLUMNS, Column, PrinterColumn, table_of
 from projections.cluster import Cluster
 
 JSON = dict[str, Any]
@@ -28,24 +29,6 @@ class Scope(StrEnum):
 
     NAMESPACED = "Namespaced"
     CLUSTER = "Cluster"
-
-
-class PrinterColumn(msgspec.Struct, frozen=True):
-    """A CRD's additionalPrinterColumn (KubeVirt's own, for kubectl's Table output)."""
-
-    name: str
-    type: str
-    json_path: str
-    priority: int = 0
-    description: str = ""
-
-
-class Column(msgspec.Struct, frozen=True):
-    """A column of `virtstream get`'s table; `wide` ones only with `-o wide`."""
-
-    header: str
-    cell: Callable[[JSON], str]
-    wide: bool = False
 
 
 Admit = Callable[[Cluster, Any, str], tuple[Any, list[Any]]]
@@ -75,7 +58,7 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     categories: tuple[str, ...] = ()
     scope: Scope = Scope.NAMESPACED
     verbs: tuple[str, ...] = ("get", "list", "watch", "create", "update", "delete")
-    event_kind: Kind
+    event_kind: KindToken
     object_type: type[Any]
     subresource_group: str = "subresources.kubevirt.io"
     name_rule: NameRule = NameRule.SUBDOMAIN  # what the API server checks its names against
@@ -85,6 +68,8 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     # listed in discovery and authorized like the others, served by services/api/streams.py
     streams: tuple[str, ...] = ()
     printer_columns: tuple[PrinterColumn, ...] = ()
+    # `virtstream get`'s table when it is not NAME and the printer columns (`table_columns`
+    # derives it from them): nodes print kubectl's node STATUS
     columns: tuple[Column, ...] = ()
     admit: Admit | None = None
     created: Callable[[Meta, JSON], Event] | None = None
@@ -121,6 +106,17 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     def subresource_resource(self) -> Resource:
         """KubeVirt's subresource handlers name the singular in their conflicts."""
         return Resource(self.singular, self.group, self.kind)
+
+    # ----------------------------------------------------------------- tables
+    @property
+    def shown_printer_columns(self) -> tuple[PrinterColumn, ...]:
+        """The printer columns kubectl's Table shows (an age for a kind without any)."""
+        return self.printer_columns or DEFAULT_PRINTER_COLUMNS
+
+    @property
+    def table_columns(self) -> tuple[Column, ...]:
+        """`virtstream get`'s columns."""
+        return self.columns or table_of(self.printer_columns)
 
     # ----------------------------------------------------------------- paths
     @property

@@ -206,6 +206,13 @@ def _migrate(c: Cluster, ns: str, name: str, r: CallArgs, ctx: RequestContext) -
 
 
 # ------------------------------------------------------------------ registry
+PRINTER_COLUMNS = (
+    PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+    PrinterColumn(
+        "Status", "string", ".status.printableStatus", description="Human Readable Status"
+    ),
+    PrinterColumn("Ready", "string", ".status.conditions[?(@.type=='Ready')].status"),
+)
 SPEC = KindSpec(
     group="kubevirt.io",
     version="v1",
@@ -223,19 +230,11 @@ SPEC = KindSpec(
         Subresource("restart", _restart),
         Subresource("migrate", _migrate, answer=Answer.CREATED),
     ),
-    printer_columns=(
-        PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
-        PrinterColumn(
-            "Status", "string", ".status.printableStatus", description="Human Readable Status"
-        ),
-        PrinterColumn("Ready", "string", ".status.conditions[?(@.type=='Ready')].status"),
-    ),
+    printer_columns=PRINTER_COLUMNS,
+    # virtstream's own column beside kubectl's, in `-o wide`
     columns=(
-        Column("NAME", col.name),
-        Column("AGE", col.age),
-        Column("STATUS", lambda o: str(col.status(o).get("printableStatus", ""))),
-        Column("READY", lambda o: str(bool(col.status(o).get("ready")))),
-        Column("RUNSTRATEGY", lambda o: str(col.status(o).get("runStrategy", "")), wide=True),
+        *col.table_of(PRINTER_COLUMNS),
+        Column("RUNSTRATEGY", lambda o, _: str(col.status(o).get("runStrategy", "")), wide=True),
     ),
     admit=admit,
     created=lambda meta, manifest: VMCreated(meta=meta, manifest=manifest),

@@ -20,8 +20,7 @@ from events.catalog import (
 from events.manifest import load
 from events.meta import Kind
 from events.objects import VirtualMachineInstance
-from kinds import columns as col
-from kinds.spec import Column, KindSpec, PrinterColumn
+from kinds.spec import KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_vmi
 from projections.render import render_vmi
@@ -121,13 +120,6 @@ def _softreboot(c: Cluster, ns: str, name: str, _: CallArgs, ctx: RequestContext
     return softreboot(c, ns, name, ctx)
 
 
-def _ip(obj: JSON) -> str:
-    for iface in col.status(obj).get("interfaces") or []:
-        if iface.get("ipAddress"):
-            return str(iface["ipAddress"])
-    return ""
-
-
 # ------------------------------------------------------------------ registry
 SPEC = KindSpec(
     group="kubevirt.io",
@@ -161,14 +153,6 @@ SPEC = KindSpec(
         PrinterColumn(
             "Paused", "string", ".status.conditions[?(@.type=='Paused')].status", priority=1
         ),
-    ),
-    columns=(
-        Column("NAME", col.name),
-        Column("AGE", col.age),
-        Column("PHASE", lambda o: str(col.status(o).get("phase", ""))),
-        Column("IP", _ip),
-        Column("NODENAME", lambda o: str(col.status(o).get("nodeName", ""))),
-        Column("READY", col.ready),
     ),
     admit=admit,
     created=lambda meta, manifest: VMICreated(meta=meta, manifest=manifest),

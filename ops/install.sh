@@ -24,9 +24,11 @@ missing() {
   done
 }
 # prometheus (with promtool): the observability tests and `virtstream up --metrics`; its
-# recommended node exporter is not wanted. The qemu stack is installed with its
-# recommendations, the set verified on this machine kind (see ../shared/DESIGN.md).
-mapfile -t lean < <(missing libvirt-dev pkg-config libvirt0 prometheus ${VIRTSTREAM_EXTRA_APT:-})
+# recommended node exporter is not wanted. chromium: the web console's browser tests and
+# benchmark drive it headless through Playwright (no browser download). The qemu stack is
+# installed with its recommendations, the set verified on this machine kind (see
+# ../shared/DESIGN.md).
+mapfile -t lean < <(missing libvirt-dev pkg-config libvirt0 prometheus chromium ${VIRTSTREAM_EXTRA_APT:-})
 mapfile -t full < <(missing $qemu_apt)
 if [ $((${#lean[@]} + ${#full[@]})) -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then

@@ -91,7 +91,7 @@ def api_user(password: str, stream: str = "VIRT") -> NatsUser:
         Permissions(
             (
                 "virt.>",
-                "vidx.>",  # the debugging indexes it keeps (readside/index.py)
+                "vidx.>",  # the debugging indexes it keeps (eventstore/index.py)
                 f"{JS}.>",
                 *own_checkpoint(checkpoints.API_VIEWS),
                 *own_checkpoint(archive.FLOOR_KEY),  # the hot log's floor

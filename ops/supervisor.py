@@ -7,8 +7,11 @@ a handful of processes a few times a second, no event loop needed.
 
 Each service also gets SIGTERM when the supervisor dies, however it dies (the parent-death
 signal). The pids (with their command lines) are recorded in a state file as well, so
-whatever still outlives a killed supervisor is stopped by the next start
-(`stop_recorded`): it would hold the ports and the consumers.
+whatever still outlives a killed supervisor is stopped (`stop_recorded`: by `up`'s reaper,
+else by the next start): it would hold the ports and the consumers. With a state file, the
+services stopped last (the bus) do not get the parent-death signal: they outlive a killed
+supervisor until `stop_recorded` has stopped the others, so those drain against a live
+bus and end in a second, rather than wait on reconnects until they are killed.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ MAX_BACKOFF_SECONDS = 10.0
 class Recorded(msgspec.Struct, frozen=True):
     pid: int
     argv: list[str]
+    last: bool = False  # stopped once the others have exited (ServiceSpec.stop_last)
 
 
 def _cmdline(pid: int) -> list[str] | None:
@@ -46,24 +50,31 @@ def _cmdline(pid: int) -> list[str] | None:
     return [a.decode(errors="replace") for a in raw.split(b"\0")[:-1]]
 
 
-def stop_recorded(state_file: Path, timeout: float = 10.0) -> list[str]:
-    """SIGTERM (then SIGKILL) the processes a previous supervisor recorded that still run
-    the recorded command (a reused pid is left alone); returns their names."""
+def stop_recorded(
+    state_file: Path, timeout: float = 10.0, *, first_timeout: float | None = None
+) -> list[str]:
+    """SIGTERM (then SIGKILL after `timeout`) the processes a previous supervisor recorded
+    that still run the recorded command (a reused pid is left alone), those recorded as
+    `last` once the others have exited (bounded by `first_timeout` when given); returns
+    their names."""
     try:
         recorded = msgspec.json.decode(state_file.read_bytes(), type=dict[str, Recorded])
     except (OSError, msgspec.DecodeError, msgspec.ValidationError):
         return []
     alive = {n: r for n, r in recorded.items() if _cmdline(r.pid) == r.argv}
-    for r in alive.values():
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(r.pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    for r in alive.values():
-        while _cmdline(r.pid) == r.argv and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if _cmdline(r.pid) == r.argv:
+    for last in (False, True):
+        tier = [r for r in alive.values() if r.last is last]
+        for r in tier:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(r.pid, signal.SIGKILL)
+                os.kill(r.pid, signal.SIGTERM)
+        bound = timeout if last or first_timeout is None else first_timeout
+        deadline = time.monotonic() + bound
+        for r in tier:
+            while _cmdline(r.pid) == r.argv and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if _cmdline(r.pid) == r.argv:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(r.pid, signal.SIGKILL)
     with contextlib.suppress(FileNotFoundError):
         state_file.unlink()
     return sorted(alive)
@@ -79,7 +90,8 @@ class ServiceSpec(msgspec.Struct, frozen=True, kw_only=True):
     env: dict[str, str] = {}
     umask: int = -1  # -1: the supervisor's
     #: stopped after every other service has stopped (the bus: its clients drain against
-    #: it, and a handler whose server went first waits on reconnects until it is killed)
+    #: it, and a handler whose server went first waits on reconnects until it is killed);
+    #: with a state file, also when the supervisor is killed (no parent-death signal)
     stop_last: bool = False
 
     def argv(self) -> list[str]:
@@ -121,8 +133,9 @@ def importable(module: str) -> bool:
 
 
 class Supervised:
-    def __init__(self, spec: ServiceSpec, log_dir: Path) -> None:
+    def __init__(self, spec: ServiceSpec, log_dir: Path, dies_with_us: bool = True) -> None:
         self.spec = spec
+        self.dies_with_us = dies_with_us
         # `handler-node-1.log`: a file name a shell takes without quotes
         self.log_path = log_dir / f"{spec.name.replace(' ', '-')}.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -134,7 +147,7 @@ class Supervised:
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
-                _dies_with_us(self.spec.argv()),
+                _dies_with_us(self.spec.argv()) if self.dies_with_us else self.spec.argv(),
                 cwd=REPO,
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -200,7 +213,7 @@ class Supervisor:
         state = dict(self.extra)
         for s in self.services:
             if s.proc is not None and s.proc.poll() is None:
-                state[s.spec.name] = Recorded(s.proc.pid, s.spec.argv())
+                state[s.spec.name] = Recorded(s.proc.pid, s.spec.argv(), s.spec.stop_last)
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_bytes(msgspec.json.encode(state))
         tmp.replace(self.state_file)
@@ -210,7 +223,8 @@ class Supervisor:
         if spec.module and not importable(spec.module):
             self.say(f"[yellow]skipped[/] {spec.name}: `{spec.module}` is not importable yet")
             return None
-        s = Supervised(spec, self.log_dir)
+        # the bus outlives a killed supervisor only where stop_recorded will find it
+        s = Supervised(spec, self.log_dir, not (spec.stop_last and self.state_file is not None))
         s.start()
         self.services.append(s)
         self.record()

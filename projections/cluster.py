@@ -6,6 +6,7 @@ functions return and reports which objects changed, so watchers know what to sen
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any, assert_never
 
@@ -24,7 +25,7 @@ from events.catalog import (
     VMIRemoved,
 )
 from events.envelope import Stored
-from events.meta import CLUSTER_SCOPED, RESOURCE_KINDS, Aggregate, Kind
+from events.meta import Aggregate, Kind, KindToken, ResourceKind, own_kind
 from projections.evolve import (
     evolve_migration,
     evolve_node,
@@ -42,7 +43,7 @@ from projections.views import (
     VMView,
 )
 
-Touched = tuple[Kind, str]  # (kind, "namespace/name" or node/policy name)
+Touched = tuple[KindToken, str]  # (kind, "namespace/name" or node/policy name)
 
 
 def key(namespace: str, name: str) -> str:
@@ -51,7 +52,7 @@ def key(namespace: str, name: str) -> str:
 
 def view_key(agg: Aggregate) -> str:
     """The Cluster table key of an aggregate ("ns/name", or the name when cluster-scoped)."""
-    return agg.name if agg.kind in CLUSTER_SCOPED else key(agg.namespace, agg.name)
+    return agg.name if agg.cluster_scoped else key(agg.namespace, agg.name)
 
 
 class Cluster:
@@ -61,15 +62,16 @@ class Cluster:
         self.migrations: dict[str, MigrationView] = {}
         self.nodes: dict[str, NodeView] = {}
         self.policies: dict[str, PolicyView] = {}
-        # the generic resources' views, per kind (instance types, replica sets, ...)
-        self.resources: dict[Kind, dict[str, ResourceView]] = {k: {} for k in RESOURCE_KINDS}
+        # the generic kinds' views, per kind (instance types, replica sets, ...): any kind
+        # without events of its own, each table begun by its first event (or lookup)
+        self.resources: defaultdict[KindToken, dict[str, ResourceView]] = defaultdict(dict)
         self.vmis_by_node: dict[str, set[str]] = {}
         self.last_seq = 0
 
     # ------------------------------------------------------------------ queries
-    def table(self, kind: Kind) -> dict[str, Any]:
+    def table(self, kind: KindToken) -> dict[str, Any]:
         """The views of one kind, by key."""
-        match kind:
+        match own_kind(kind):
             case Kind.VM:
                 return self.vms
             case Kind.VMI:
@@ -80,20 +82,10 @@ class Cluster:
                 return self.nodes
             case Kind.POLICY:
                 return self.policies
-            case (
-                Kind.INSTANCETYPE
-                | Kind.CLUSTER_INSTANCETYPE
-                | Kind.PREFERENCE
-                | Kind.CLUSTER_PREFERENCE
-                | Kind.VMIRS
-                | Kind.VMPOOL
-                | Kind.SNAPSHOT
-                | Kind.SNAPSHOT_CONTENT
-                | Kind.RESTORE
-            ):
+            case None:
                 return self.resources[kind]
-            case _:
-                assert_never(kind)
+            case never:
+                assert_never(never)
 
     def vmi_of_vm(self, vm: VMView) -> VMIView | None:
         vmi = self.vmis.get(key(vm.namespace, vm.name))
@@ -116,9 +108,9 @@ class Cluster:
         agg = s.event.meta.aggregate
         self.last_seq = max(self.last_seq, s.seq)
         if s.redelivery_of:
-            self._advance_version(agg.kind, agg.namespace, agg.name, s.seq)
+            self._advance_version(agg, s.seq)
             return []
-        match agg.kind:
+        match own_kind(agg.kind):
             case Kind.VM:
                 return self._apply_vm(s, key(agg.namespace, agg.name))
             case Kind.VMI:
@@ -132,26 +124,16 @@ class Cluster:
             case Kind.POLICY:
                 new = evolve_policy(self.policies.get(agg.name), s)
                 return self._swap(self.policies, agg.name, new, Kind.POLICY)
-            case (
-                Kind.INSTANCETYPE
-                | Kind.CLUSTER_INSTANCETYPE
-                | Kind.PREFERENCE
-                | Kind.CLUSTER_PREFERENCE
-                | Kind.VMIRS
-                | Kind.VMPOOL
-                | Kind.SNAPSHOT
-                | Kind.SNAPSHOT_CONTENT
-                | Kind.RESTORE
-            ):
+            case None:
                 table = self.resources[agg.kind]
                 k = view_key(agg)
                 old = table.get(k)
                 touched = self._swap(table, k, evolve_resource(old, s), agg.kind)
-                if agg.kind in (Kind.SNAPSHOT, Kind.RESTORE):
+                if agg.kind in (ResourceKind.SNAPSHOT, ResourceKind.RESTORE):
                     touched += self._touch_vm_of(old or table.get(k), s.seq)
                 return touched
-            case _:
-                assert_never(agg.kind)
+            case never:
+                assert_never(never)
 
     def skip(self, seq: int, subject: str) -> None:
         """An event no fold can read (poison) at `seq`: every fold skips it the same way,
@@ -159,23 +141,21 @@ class Cluster:
         aggregate expect the stream's real last sequence and the aggregate stays operable."""
         self.last_seq = max(self.last_seq, seq)
         try:
-            kind_token, namespace, name, _, _ = subjects.parse(subject)
-            kind = Kind(kind_token)
+            kind, namespace, name, _, _ = subjects.parse(subject)
         except ValueError:
             return  # not an aggregate's subject
-        self._advance_version(kind, namespace, name, seq)
+        self._advance_version(Aggregate(kind, namespace, name), seq)
 
-    def _advance_version(self, kind: Kind, namespace: str, name: str, seq: int) -> None:
+    def _advance_version(self, agg: Aggregate, seq: int) -> None:
         """A retried dead letter (a copy of an event folded at its original sequence) is
         not folded again, but it is the aggregate's last event: OCC appends expect it."""
-        table = self.table(kind)
-        k = name if kind in CLUSTER_SCOPED else key(namespace, name)
-        view = table.get(k)
+        table = self.table(agg.kind)
+        view = table.get(view_key(agg))
         if view is not None:
-            table[k] = replace(view, version=seq)
+            table[view_key(agg)] = replace(view, version=seq)
 
     @staticmethod
-    def _swap(table: dict[str, Any], k: str, new: object, kind: Kind) -> list[Touched]:
+    def _swap(table: dict[str, Any], k: str, new: object, kind: KindToken) -> list[Touched]:
         if new is None:
             if table.pop(k, None) is None:
                 return []

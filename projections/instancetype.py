@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import Any, NamedTuple
 
-from events.meta import Kind
+from events.meta import ResourceKind
 from projections.cluster import Cluster, key
 
 JSON = dict[str, Any]
@@ -18,16 +18,16 @@ GROUP = "instancetype.kubevirt.io"
 CLUSTER_INSTANCETYPE = "VirtualMachineClusterInstancetype"
 CLUSTER_PREFERENCE = "VirtualMachineClusterPreference"
 # matcher kind (as users write it, any case) → (aggregate kind, plural, cluster-scoped)
-_KINDS: dict[str, tuple[Kind, str, bool]] = {
-    "virtualmachineinstancetype": (Kind.INSTANCETYPE, "virtualmachineinstancetypes", False),
+_KINDS: dict[str, tuple[ResourceKind, str, bool]] = {
+    "virtualmachineinstancetype": (ResourceKind.INSTANCETYPE, "virtualmachineinstancetypes", False),
     "virtualmachineclusterinstancetype": (
-        Kind.CLUSTER_INSTANCETYPE,
+        ResourceKind.CLUSTER_INSTANCETYPE,
         "virtualmachineclusterinstancetypes",
         True,
     ),
-    "virtualmachinepreference": (Kind.PREFERENCE, "virtualmachinepreferences", False),
+    "virtualmachinepreference": (ResourceKind.PREFERENCE, "virtualmachinepreferences", False),
     "virtualmachineclusterpreference": (
-        Kind.CLUSTER_PREFERENCE,
+        ResourceKind.CLUSTER_PREFERENCE,
         "virtualmachineclusterpreferences",
         True,
     ),
@@ -66,10 +66,10 @@ def find(cluster: Cluster, namespace: str, vm_name: str, field: str, matcher: JS
 
 
 _CANONICAL = {
-    "VirtualMachineInstancetype": Kind.INSTANCETYPE,
-    CLUSTER_INSTANCETYPE: Kind.CLUSTER_INSTANCETYPE,
-    "VirtualMachinePreference": Kind.PREFERENCE,
-    CLUSTER_PREFERENCE: Kind.CLUSTER_PREFERENCE,
+    "VirtualMachineInstancetype": ResourceKind.INSTANCETYPE,
+    CLUSTER_INSTANCETYPE: ResourceKind.CLUSTER_INSTANCETYPE,
+    "VirtualMachinePreference": ResourceKind.PREFERENCE,
+    CLUSTER_PREFERENCE: ResourceKind.CLUSTER_PREFERENCE,
 }
 
 

@@ -11,7 +11,7 @@ import math
 from typing import Any, assert_never
 
 from events.catalog import ERR_IMAGE_PULL
-from events.meta import Kind
+from events.meta import Kind, KindToken, own_kind
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
 from projections.migratability import live_migratable
@@ -359,9 +359,9 @@ def render_resource(res: ResourceView) -> JSON:
     return obj
 
 
-def render_view(cluster: Cluster, kind: Kind, view: Any, now: float) -> JSON:
+def render_view(cluster: Cluster, kind: KindToken, view: Any, now: float) -> JSON:
     """Any view as the api serves it; `now` for the clock-dependent fields."""
-    match kind:
+    match own_kind(kind):
         case Kind.VM:
             return render_vm(cluster, view, now)
         case Kind.VMI:
@@ -372,17 +372,7 @@ def render_view(cluster: Cluster, kind: Kind, view: Any, now: float) -> JSON:
             return render_node(cluster, view, now)
         case Kind.POLICY:
             return render_policy(view)
-        case (
-            Kind.INSTANCETYPE
-            | Kind.CLUSTER_INSTANCETYPE
-            | Kind.PREFERENCE
-            | Kind.CLUSTER_PREFERENCE
-            | Kind.VMIRS
-            | Kind.VMPOOL
-            | Kind.SNAPSHOT
-            | Kind.SNAPSHOT_CONTENT
-            | Kind.RESTORE
-        ):
+        case None:
             return render_resource(view)
-        case _:
-            assert_never(kind)
+        case never:
+            assert_never(never)

@@ -22,7 +22,7 @@ from events import subjects
 from events.catalog import Event
 from events.codec import event_type
 from events.envelope import Stored
-from events.meta import CLUSTER_SCOPED, Aggregate, Kind
+from events.meta import CLUSTER_SCOPED, Aggregate, Kind, KindToken
 from projections.cluster import Cluster, view_key
 from projections.render import render_view
 from projections.views import MigrationView
@@ -187,7 +187,7 @@ def gone(view: object) -> bool:
     return isinstance(view, MigrationView) and view.deleted and view.final
 
 
-def render_object(cluster: Cluster, kind: Kind, k: str, now: float) -> JSON | None:
+def render_object(cluster: Cluster, kind: KindToken, k: str, now: float) -> JSON | None:
     """The object as the api would serve it from this cluster (None when it does not exist)."""
     view = cluster.table(kind).get(k)
     if view is None or gone(view):
@@ -227,14 +227,30 @@ def _flatten(obj: Any, prefix: str, out: dict[str, Any]) -> None:
         out[prefix] = obj
 
 
+_ABSENT = object()
+
+
+def _changed_leaves(other: Any, obj: Any, prefix: str, out: dict[str, Any]) -> None:
+    """`obj`'s leaves as `_flatten` gives them, but only under the mappings that differ
+    from `other`'s at the same path: an equal subtree (compared in C) has no change to
+    find, and a history diffs each event's rendering against the one before it."""
+    if isinstance(obj, dict) and obj and isinstance(other, dict) and other:
+        for k, v in obj.items():
+            if k in other and other[k] == v:
+                continue
+            _changed_leaves(other.get(k, _ABSENT), v, f"{prefix}.{k}" if prefix else str(k), out)
+    else:
+        _flatten(obj, prefix, out)
+
+
 def diff_objects(
     before: JSON | None, after: JSON | None, ignore: Iterable[str] = NOISE
 ) -> list[FieldChange]:
     """Leaf-level changes between two renderings of an object, in `after`'s field order."""
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}
-    _flatten(before or {}, "", a)
-    _flatten(after or {}, "", b)
+    _changed_leaves(after or {}, before or {}, "", a)
+    _changed_leaves(before or {}, after or {}, "", b)
     skip = set(ignore)
     changes = [FieldChange(p, a.get(p), v) for p, v in b.items() if p not in skip and a.get(p) != v]
     changes += [FieldChange(p, v, None) for p, v in a.items() if p not in skip and p not in b]
@@ -263,24 +279,36 @@ class Step(msgspec.Struct, frozen=True):
     own: bool  # the event belongs to the object's aggregate (else a related one)
     changes: list[FieldChange]
     exists: bool  # the object exists after the event
+    rendered: JSON | None = None  # the object after the event, as the api served it then
 
 
-def replay_steps(events: Iterable[Stored], agg: Aggregate) -> Iterator[Step]:
+class Position:
+    """Where a replay stands: the fold so far and the object as last rendered. Handed to
+    `replay_steps` again with the events that followed, the replay goes on from there."""
+
+    def __init__(self) -> None:
+        self.cluster = Cluster()
+        self.before: JSON | None = None
+
+
+def replay_steps(
+    events: Iterable[Stored], agg: Aggregate, at: Position | None = None
+) -> Iterator[Step]:
     """Fold `events` (the aggregate's and its related ones', in stream order) and yield a
     step for each event of the aggregate and each related event that changed the object.
-    Rendered with the event's own clock, so the history does not depend on when it runs."""
-    cluster = Cluster()
+    Rendered with the event's own clock, so the history does not depend on when it runs.
+    `at`: go on from an earlier replay's position (and keep it current)."""
+    at = at if at is not None else Position()
     k = view_key(agg)
-    before: JSON | None = None
     for s in events:
-        cluster.apply(s)
+        at.cluster.apply(s)
         m = s.event.meta
         own = m.aggregate.kind == agg.kind and view_key(m.aggregate) == k
-        after = render_object(cluster, agg.kind, k, m.occurred_at)
-        changes = object_changes(before, after)
+        after = render_object(at.cluster, agg.kind, k, m.occurred_at)
+        changes = object_changes(at.before, after)
         if own or changes:
-            yield Step(stored=s, own=own, changes=changes, exists=after is not None)
-        before = after
+            yield Step(stored=s, own=own, changes=changes, exists=after is not None, rendered=after)
+        at.before = after
 
 
 def fold(events: Iterable[Stored], cluster: Cluster | None = None) -> Cluster:

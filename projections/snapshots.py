@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from events.meta import Kind
+from events.meta import ResourceKind
 from projections.cluster import Cluster
 from projections.views import VMView
 
@@ -24,7 +24,7 @@ def in_progress(cluster: Cluster, vm: VMView) -> JSON:
     """The snapshot (phase InProgress, taken of this VM) and the restore (neither complete
     nor failed, targeting it) that are working on the VM."""
     out: JSON = {}
-    for snap in cluster.resources[Kind.SNAPSHOT].values():
+    for snap in cluster.resources[ResourceKind.SNAPSHOT].values():
         if snap.namespace != vm.namespace or not snap.status_json:
             continue
         st = snap.status
@@ -34,7 +34,7 @@ def in_progress(cluster: Cluster, vm: VMView) -> JSON:
             and st.get("sourceUID") == vm.uid
         ):
             out["snapshotInProgress"] = snap.name
-    for restore in cluster.resources[Kind.RESTORE].values():
+    for restore in cluster.resources[ResourceKind.RESTORE].values():
         if restore.namespace != vm.namespace or not restore.status_json:
             continue
         st = restore.status

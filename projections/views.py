@@ -179,8 +179,8 @@ class PolicyView(ManifestView, frozen=True, kw_only=True):
 
 
 class ResourceView(ManifestView, frozen=True, kw_only=True):
-    """A generic resource (events.meta.RESOURCE_KINDS): the user's manifest (spec) and the
-    status its controller last recorded, both compact JSON."""
+    """An object of a generic kind (one without events of its own): the user's manifest
+    (spec) and the status its controller last recorded, both compact JSON."""
 
     namespace: str
     name: str

@@ -12,7 +12,7 @@ import hashlib
 
 import msgspec
 
-from events.meta import Kind
+from events.meta import KindToken
 from projections.cluster import Cluster
 from projections.views import (
     MigrationView,
@@ -31,7 +31,7 @@ class Views(msgspec.Struct, frozen=True):
     migrations: dict[str, MigrationView]
     nodes: dict[str, NodeView]
     policies: dict[str, PolicyView]
-    resources: dict[Kind, dict[str, ResourceView]] = {}
+    resources: dict[KindToken, dict[str, ResourceView]] = {}
 
 
 _views_encoder = msgspec.msgpack.Encoder()

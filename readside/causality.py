@@ -31,6 +31,7 @@ from events import subjects
 from events.catalog import NodeUnresponsive, VMIFailed
 from events.envelope import Stored
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
+from eventstore.index import Index
 from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from projections.cluster import Cluster
@@ -40,7 +41,6 @@ from projections.replay import (
     summarize,
     view_key,
 )
-from readside.index import Index
 from readside.timetravel import read, related
 
 MAX_HOPS = 200
@@ -147,7 +147,7 @@ class EventIndex:
         return None
 
     async def _indexed(self, event_id: str) -> Stored | None:
-        """The event id index (`readside/index.py`): one get for the sequence, one for
+        """The event id index (`eventstore/index.py`): one get for the sequence, one for
         the event."""
         if not isinstance(self.store, JetStreamStore):
             return None
@@ -222,7 +222,7 @@ def _heartbeat(s: Stored) -> Hop | None:
 
 async def why(store: EventLog, agg: Aggregate, *, anchor_seq: int | None = None) -> Chain:
     """The chain behind `agg`'s state (or behind the event at `anchor_seq`)."""
-    if agg.kind is Kind.NODE:
+    if agg.kind == Kind.NODE:
         events = await read(store, [subjects.aggregate_filter(Kind.NODE, CLUSTER_SCOPE, agg.name)])
     else:
         events = await related(store, agg)

@@ -155,9 +155,9 @@ class ProjectionMetrics:
         one scrape interval and distort every rate() window over it."""
         del stored  # the views carry the transition timestamps
         for kind, key in touched:
-            if kind is Kind.VMI:
+            if kind == Kind.VMI:
                 self._observe_vmi(key, replaying)
-            elif kind is Kind.MIGRATION:
+            elif kind == Kind.MIGRATION:
                 self._observe_migration(key, replaying)
 
     def _new_transitions(

@@ -24,10 +24,9 @@ import contextlib
 from collections.abc import Callable
 
 import structlog
-from nats.js.client import JetStreamContext
 
 from events import subjects
-from events.meta import RESOURCE_KINDS, Aggregate, Kind
+from events.meta import Aggregate, Kind
 from eventstore import archive
 from eventstore.jetstream import JetStreamStore
 from projections.cluster import Cluster, view_key
@@ -47,13 +46,13 @@ TERMINAL = [
     f"{subjects.PREFIX}.{Kind.VM}.*.*.VMDeleted.*",
     f"{subjects.PREFIX}.{Kind.MIGRATION}.*.*.MigrationAbortRequested.*",
     f"{subjects.PREFIX}.{Kind.POLICY}.*.*.PolicyDeleted.*",
-    *(f"{subjects.PREFIX}.{k}.*.*.ResourceDeleted.*" for k in sorted(RESOURCE_KINDS)),
+    f"{subjects.PREFIX}.*.*.*.ResourceDeleted.*",  # every generic kind's
 ]
 
 
 def aggregate_of(subject: str) -> Aggregate:
     kind, ns, name, _, _ = subjects.parse(subject)
-    return Aggregate(kind=Kind(kind), namespace=ns, name=name)
+    return Aggregate(kind=kind, namespace=ns, name=name)
 
 
 def ended(cluster: Cluster, agg: Aggregate, uid: str) -> str:
@@ -62,7 +61,7 @@ def ended(cluster: Cluster, agg: Aggregate, uid: str) -> str:
     "gone" (nothing of that name: the aggregate's last event ends it; a later one of the
     same name lands after everything folded so far). A VMI's life ends at its removal (the
     next VMI of a VM has the same name)."""
-    if agg.kind is Kind.VMI:
+    if agg.kind == Kind.VMI:
         return "replaced"
     view = cluster.table(agg.kind).get(view_key(agg))
     if view is None or gone(view):
@@ -124,13 +123,17 @@ class Retirer:
         """One round; returns how many aggregates left the hot log."""
         js, stream = self.store.js, self.store.stream
         cluster: Cluster = self.cluster()
-        upto = min(await archive.archived_upto(js, stream), cluster.last_seq, await self._acked(js))
+        upto = min(
+            await archive.archived_upto(js, stream),
+            cluster.last_seq,
+            await archive.acked_floor(js, stream),
+        )
         if folded is not None:
             upto = min(upto, folded)
         new = upto - self.window
         retired = 0
         if new >= self.floor + self.step or (new > self.floor and self.pending):
-            await archive.write_floor(js, stream, new, replicas=self.store.settings.replicas)
+            await archive.write_floor(js, stream, new, self.store.settings)
             async for s in self.store.replay(
                 TERMINAL, start_seq=max(1, self.floor), until_seq=new - 1, raw=True
             ):
@@ -155,20 +158,6 @@ class Retirer:
         self.retired += retired
         return retired
 
-    async def _acked(self, js: JetStreamContext) -> int:
-        """The lowest ack floor of the durable consumers: a service catching up reads the
-        hot log from about there, and nothing it has not passed may leave under it. (A
-        node removed for good: delete its consumer, or it holds the floor.)"""
-        floors = [
-            int(c.ack_floor.stream_seq or 0)
-            for c in await js.consumers_info(self.store.stream)
-            if c.config.durable_name and c.ack_floor is not None
-        ]
-        return min(floors, default=2**63)
-
     async def _last(self, scope: str, at_least: int) -> int:
         """The aggregate's last sequence (its deletion's when it is the last)."""
-        with contextlib.suppress(Exception):
-            msg = await self.store.js.get_last_msg(self.store.stream, scope)
-            return max(int(msg.seq or 0), at_least)
-        return at_least
+        return await archive.last_of(self.store.js, self.store.stream, scope, at_least)

@@ -20,9 +20,9 @@ from typing import Any
 import structlog
 
 from events.envelope import Stored
-from events.meta import Kind
+from events.meta import Kind, KindToken
 from eventstore.checkpoints import Refused
-from eventstore.jetstream import JetStreamStore
+from eventstore.port import EventLog
 from kinds.registry import REGISTRY, Registry
 from projections.cluster import Cluster, view_key
 from projections.replay import gone
@@ -56,7 +56,7 @@ Items = list[JSON]  # a list response's items (the class below has a method name
 class ProjectionRunner:
     def __init__(
         self,
-        store: JetStreamStore,
+        store: EventLog,
         *,
         history: int = WATCH_HISTORY,
         clock: Callable[[], float] = time.time,
@@ -76,7 +76,7 @@ class ProjectionRunner:
         self.history = WatchHistory(history)
         # The newest seq whose changes fell out of the history: watches from rv ≥ this resume.
         self.history_floor = 0
-        self._fresh: OrderedDict[tuple[Kind, str], tuple[Any, object, JSON]] = OrderedDict()
+        self._fresh: OrderedDict[tuple[KindToken, str], tuple[Any, object, JSON]] = OrderedDict()
         self._lists: OrderedDict[Selector, tuple[int, tuple[object, ...], bytes]] = OrderedDict()
         self.watchers: set[Watcher] = set()
         self.caught_up_to = 0  # the stream's last seq when the runner started
@@ -191,7 +191,7 @@ class ProjectionRunner:
             return []
         agg = s.event.meta.aggregate
         k = view_key(agg)
-        before = {kind: self._view(kind, k) for kind in Kind}
+        before = {kind: self._view(kind, k) for kind in (*Kind, agg.kind)}
         touched = self.cluster.apply(s)
         self.metrics.observe(s, touched, replaying=s.seq <= self.caught_up_to)
         if (
@@ -262,36 +262,36 @@ class ProjectionRunner:
         return True
 
     # ----------------------------------------------------------------- reads
-    def _table(self, kind: Kind) -> dict[str, Any]:
+    def _table(self, kind: KindToken) -> dict[str, Any]:
         return self.cluster.table(kind)
 
-    def _view(self, kind: Kind, k: str) -> Any:
+    def _view(self, kind: KindToken, k: str) -> Any:
         return self.cluster.table(kind).get(k)
 
-    def _render(self, kind: Kind, view: Any) -> JSON:
+    def _render(self, kind: KindToken, view: Any) -> JSON:
         return self.kinds.of(kind).render(self.cluster, view, self.clock())
 
-    def _remember(self, kind: Kind, k: str, view: Any, obj: JSON) -> None:
+    def _remember(self, kind: KindToken, k: str, view: Any, obj: JSON) -> None:
         """Keep the object just rendered for this exact view: the api's response to the
         request that caused the event renders it again otherwise (measured: one of the two
         renders per create). Views are immutable and replaced on every change, joins
         included, so identity is freshness; clock-dependent renders are not kept."""
-        if kind is Kind.NODE or (kind is Kind.VM and view.start_failure is not None):
+        if kind == Kind.NODE or (kind == Kind.VM and view.start_failure is not None):
             return
         self._fresh[(kind, k)] = (view, self._joined(kind, view), obj)
         self._fresh.move_to_end((kind, k))
         if len(self._fresh) > FRESH_RENDERS:
             self._fresh.popitem(last=False)  # O(1), unlike deleting a plain dict's first key
 
-    def _joined(self, kind: Kind, view: Any) -> object:
+    def _joined(self, kind: KindToken, view: Any) -> object:
         """The other view a rendering reads (a VM's VMI, a VMI's migration)."""
-        if kind is Kind.VM:
+        if kind == Kind.VM:
             return self.cluster.vmi_of_vm(view)
-        if kind is Kind.VMI and view.migration:
+        if kind == Kind.VMI and view.migration:
             return self.cluster.migrations.get(f"{view.namespace}/{view.migration}")
         return None
 
-    def get(self, kind: Kind, k: str) -> JSON | None:
+    def get(self, kind: KindToken, k: str) -> JSON | None:
         """The rendered object at key ("ns/name", or the name of a node or policy).
         Shared with the render cache: callers encode it, never mutate it."""
         view = self._view(kind, k)
@@ -360,7 +360,7 @@ class ProjectionRunner:
         watcher.close()
 
 
-def clock_free(kind: Kind) -> bool:
+def clock_free(kind: KindToken) -> bool:
     """Whether every object of the kind renders the same at any time: a node's readiness
     ages with its heartbeat, a VM's start backoff counts down."""
     return kind not in (Kind.NODE, Kind.VM)

@@ -11,12 +11,9 @@ fold's version.
 from __future__ import annotations
 
 import msgspec
-from nats.js.api import StorageType
-from nats.js.errors import BucketNotFoundError, NotFoundError
-from nats.js.kv import KeyValue
 
 from eventstore import checkpoints
-from eventstore.jetstream import JetStreamStore
+from eventstore.port import Bucket, EventLog
 from projections.cluster import Cluster
 from projections.views_codec import SCHEMA, Views, decode_views, encode_views
 
@@ -26,15 +23,12 @@ BUCKET = checkpoints.BUCKET
 
 
 # ------------------------------------------------------------------ bucket
-async def bucket(store: JetStreamStore, name: str = BUCKET) -> KeyValue:
-    storage = StorageType.FILE if store.settings.storage == "file" else StorageType.MEMORY
-    return await checkpoints.bucket(
-        store.js, replicas=store.settings.replicas, storage=storage, name=name
-    )
+async def bucket(store: EventLog, name: str = BUCKET) -> Bucket:
+    return await checkpoints.bucket(store, name)
 
 
 async def save(
-    store: JetStreamStore, name: str, cluster: Cluster, *, bucket_name: str = BUCKET
+    store: EventLog, name: str, cluster: Cluster, *, bucket_name: str = BUCKET
 ) -> checkpoints.Head:
     """Write a checkpoint of `cluster`'s views under `name`; returns its head record."""
     kv = await bucket(store, bucket_name)
@@ -45,12 +39,11 @@ async def save(
 
 
 async def load_checked(
-    store: JetStreamStore, name: str, *, bucket_name: str = BUCKET
+    store: EventLog, name: str, *, bucket_name: str = BUCKET
 ) -> Cluster | checkpoints.Refused | None:
     """The latest checkpoint of the views, why it cannot be used, or None (there is none)."""
-    try:
-        kv = await store.js.key_value(bucket_name)
-    except (BucketNotFoundError, NotFoundError):
+    kv = await checkpoints.find(store, bucket_name)
+    if kv is None:
         return None
     found = await checkpoints.load(
         kv, name, schema=SCHEMA, stream=store.stream, stream_last_seq=await store.stream_last_seq()
@@ -63,7 +56,7 @@ async def load_checked(
         return checkpoints.Refused(f"its views do not decode ({e})", found.head)
 
 
-async def load(store: JetStreamStore, name: str, *, bucket_name: str = BUCKET) -> Cluster | None:
+async def load(store: EventLog, name: str, *, bucket_name: str = BUCKET) -> Cluster | None:
     """The latest usable checkpoint of the views, or None."""
     found = await load_checked(store, name, bucket_name=bucket_name)
     return found if isinstance(found, Cluster) else None
@@ -75,7 +68,7 @@ class Loaded(msgspec.Struct, frozen=True):
 
 
 async def load_cluster(
-    store: JetStreamStore,
+    store: EventLog,
     name: str,
     *,
     until_seq: int | None = None,

@@ -7,12 +7,12 @@ from __future__ import annotations
 from events import subjects
 from events.envelope import Stored
 from events.meta import Aggregate, Kind
+from eventstore.index import Index
 from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from projections.cluster import Cluster
 from projections.replay import Point, Step, related_filters, replay_steps
 from readside import snapshots
-from readside.index import Index
 
 
 async def resolve(store: EventLog, point: Point | None) -> int:
@@ -36,7 +36,7 @@ async def read(
 
 async def related(store: EventLog, agg: Aggregate, until_seq: int | None = None) -> list[Stored]:
     """The events `agg`'s rendered object depends on (`related_filters`), in stream order.
-    A VM's or VMI's migrations come from the index (`readside/index.py`): those that named
+    A VM's or VMI's migrations come from the index (`eventstore/index.py`): those that named
     the VMI, plus the namespace's migrations the index has not covered yet; without an
     index, all of the namespace's, as `related_filters` says."""
     if until_seq is not None and until_seq <= 0:
@@ -75,7 +75,7 @@ async def object_at(store: EventLog, agg: Aggregate, seq: int) -> Cluster:
 
 
 async def cluster_at(
-    store: JetStreamStore,
+    store: EventLog,
     seq: int | None = None,
     time: float | None = None,
     *,
@@ -101,7 +101,7 @@ async def cluster_at(
 
 
 async def aggregate_replay(
-    store: JetStreamStore, agg: Aggregate, until: Point | None = None
+    store: EventLog, agg: Aggregate, until: Point | None = None
 ) -> list[Step]:
     """`virtstream replay`: the steps of one aggregate up to a point."""
     until_seq = await resolve(store, until)

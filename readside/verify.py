@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import msgspec
 
-from events.meta import Kind
+from events.meta import KindToken
 from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from kinds.registry import REGISTRY, Registry
@@ -36,7 +36,7 @@ CLOCK_FIELDS = ("status.heartbeatAgeSeconds",)
 
 
 class Difference(msgspec.Struct, frozen=True):
-    kind: Kind
+    kind: KindToken
     key: str
     problem: str  # missing-live | extra-live | differs
     changes: list[FieldChange] = []  # rebuilt → live
@@ -58,12 +58,12 @@ class LiveList(msgspec.Struct, frozen=True):
     items: dict[str, JSON]
 
 
-def object_key(kind: Kind, obj: JSON, kinds: Registry = REGISTRY) -> str:
+def object_key(kind: KindToken, obj: JSON, kinds: Registry = REGISTRY) -> str:
     md = obj.get("metadata") or {}
     return kinds.of(kind).key(str(md.get("namespace", "")), str(md.get("name", "")))
 
 
-def compare(kind: Kind, rebuilt: dict[str, JSON], live: dict[str, JSON]) -> list[Difference]:
+def compare(kind: KindToken, rebuilt: dict[str, JSON], live: dict[str, JSON]) -> list[Difference]:
     """Pure: the differences between rebuilt and live objects of one kind."""
     out: list[Difference] = []
     for k in sorted(rebuilt.keys() | live.keys()):
@@ -78,9 +78,11 @@ def compare(kind: Kind, rebuilt: dict[str, JSON], live: dict[str, JSON]) -> list
     return out
 
 
-async def fetch_live(client: httpx.AsyncClient, kinds: Registry = REGISTRY) -> dict[Kind, LiveList]:
+async def fetch_live(
+    client: httpx.AsyncClient, kinds: Registry = REGISTRY
+) -> dict[KindToken, LiveList]:
     """Each kind's list across namespaces (the kinds that render each aggregate kind)."""
-    out: dict[Kind, LiveList] = {}
+    out: dict[KindToken, LiveList] = {}
     for kind in dict.fromkeys(spec.event_kind for spec in kinds):
         r = await client.get(kinds.of(kind).collection_path())
         r.raise_for_status()

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from events.meta import Kind
+from events.meta import KindToken
 
 JSON = dict[str, Any]
 
@@ -35,7 +35,7 @@ class Change(msgspec.Struct, frozen=True):
 
     seq: int
     type: EventType
-    kind: Kind
+    kind: KindToken
     key: str
     object: JSON
 
@@ -131,7 +131,7 @@ def field_value(obj: JSON, path: str) -> str:
 class Selector(msgspec.Struct, frozen=True):
     """Which objects a list or watch wants: one kind, maybe one namespace, selectors."""
 
-    kind: Kind
+    kind: KindToken
     namespace: str = ""  # "" = all namespaces (and cluster-scoped kinds)
     labels: tuple[Requirement, ...] = ()
     fields: tuple[Requirement, ...] = ()
@@ -139,7 +139,7 @@ class Selector(msgspec.Struct, frozen=True):
     @classmethod
     def parse(
         cls,
-        kind: Kind,
+        kind: KindToken,
         namespace: str = "",
         label_selector: str | None = None,
         field_selector: str | None = None,
@@ -151,7 +151,7 @@ class Selector(msgspec.Struct, frozen=True):
             parse_field_selector(field_selector),
         )
 
-    def matches(self, kind: Kind, obj: JSON) -> bool:
+    def matches(self, kind: KindToken, obj: JSON) -> bool:
         if kind != self.kind:
             return False
         meta = obj.get("metadata") or {}
@@ -192,7 +192,7 @@ class Watcher:
 
     def offer(self, change: Change) -> None:
         # other kinds share keys ("ns/name" of a VM and its VMI): never this watch's objects
-        if self.closed or change.kind is not self.selector.kind:
+        if self.closed or change.kind != self.selector.kind:
             return
         matches = self.selector.matches(change.kind, change.object)
         was_shown = change.key in self.shown

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from events.meta import Kind
+from events.meta import KindToken
 from readside.watch import Change, EventType
 
 BLOCK = 64  # changes per compressed block (larger blocks compress little better)
@@ -27,7 +27,7 @@ class _Line(msgspec.Struct, array_like=True):
 
     seq: int
     type: EventType
-    kind: Kind
+    kind: KindToken
     key: str
     object: dict[str, Any]
 

@@ -41,7 +41,7 @@ from events.catalog import (
 )
 from events.codec import event_type
 from events.envelope import Stored
-from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
+from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, KindToken, Meta
 
 NS = "default"
 T0 = 1_800_000_000.0
@@ -78,7 +78,7 @@ class Script:
     def emit(
         self,
         cls: type[Event],
-        kind: Kind,
+        kind: KindToken,
         name: str,
         *,
         by: str,

@@ -6,11 +6,11 @@ import time
 import uuid
 from typing import Any
 
-from events.meta import Actor, Aggregate, Kind, Meta
+from events.meta import Actor, Aggregate, Kind, KindToken, Meta
 
 
 def meta(
-    kind: Kind = Kind.VM,
+    kind: KindToken = Kind.VM,
     name: str = "vm1",
     namespace: str = "default",
     *,

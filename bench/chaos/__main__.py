@@ -1,10 +1,18 @@
-"""`python -m bench.chaos [--vms N] [--per-fault K] [--json]`: faults one at a time over a VM
-workload on a cluster of network-namespace hosts (bench/chaos/cluster.py), and after each
-one what became of the VMs: acknowledged creates lost, VMs run twice, and how long until
-every VM was Running again and `virtstream verify` passed.
+"""`python -m bench.chaos [--vms N] [--per-fault K] [--only ROW] [--repeat N] [--json]`:
+faults one at a time over a VM workload on a cluster of network-namespace hosts
+(bench/chaos/cluster.py), and after each one what became of the VMs: acknowledged creates
+lost, VMs run twice, and how long until every VM was Running again and `virtstream verify`
+passed.
 
 The last row is `virtstream up` itself, the one-machine install: killed with SIGKILL while
-VMs are created, then started again on its data dir as systemd's `Restart=` would.
+VMs are created, then started again on its data dir 0.5 s later, once, as systemd's
+`Restart=` would.
+
+`--only ROW` runs the rows whose name contains ROW (`--only "kill -9 up"`: the `up` row
+alone, which needs no namespaces); `--repeat N` runs them N times, each on a fresh cluster,
+and says how many passed and how long they took to recover, to measure a flake's rate. The
+exit status is 1 when any row failed (lost or doubled a VM, did not recover, verify failed,
+or could not be injected).
 
 The default (100 VMs, 10 created during each fault) is what CI runs
 (tests/integration/test_chaos.py), about a minute and a half. Needs root (namespaces)."""
@@ -15,7 +23,9 @@ import argparse
 import collections
 import json
 import os
+import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,30 +59,39 @@ def vm(name: str) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def launcher_titles() -> collections.Counter[str]:
-    """Live launchers per VMI name, from their process titles (one domain each)."""
+def launcher_titles(run_dir: Path) -> collections.Counter[str]:
+    """Live launchers per VMI name, from their process titles (one domain each): those of
+    this run only, whose output goes to a log under `run_dir` (another run on the machine,
+    another engineer's chaos suite, has launchers with the same names)."""
     seen: collections.Counter[str] = collections.Counter()
+    ours = f"{run_dir.resolve()}/"
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
         try:
             cmd = (proc / "cmdline").read_bytes()
+            if not cmd.startswith(b"virt-launcher default/"):
+                continue
+            if not os.readlink(proc / "fd" / "1").startswith(ours):
+                continue
         except OSError:
             continue
-        if cmd.startswith(b"virt-launcher default/"):
-            seen[cmd.split(b"/", 1)[1].split()[0].decode()] += 1
+        seen[cmd.split(b"/", 1)[1].split()[0].decode()] += 1
     return seen
 
 
 class Run:
     """The workload on one api: what it acknowledged, what ran twice, whether it settled."""
 
-    def __init__(self, api_url: str, nats_url: str) -> None:
+    def __init__(self, api_url: str, nats_url: str, run_dir: Path) -> None:
         self.api_url, self.nats_url = api_url, nats_url
+        self.run_dir = run_dir  # where this run's launchers live
         # an `up` writes its credentials as it starts: wait for them
         opts = credentials.httpx_options(api_url, wait=30 if api_url.startswith("https") else 0)
         self.http = httpx.Client(timeout=10, **opts)
         self.acked: set[str] = set()
+        #: creates given up on → the last answer (0: none), each meant once per run
+        self.given_up: dict[str, int] = {}
         self.ours: set[str] = set()  # VM names of this run: other runs' launchers are not ours
         self.most_launchers: dict[str, int] = {}
         self._watching = threading.Event()
@@ -92,6 +111,7 @@ class Run:
                 self.acked.add(name)
                 return True
             if status not in (0, 500, 502, 503, 504) or time.monotonic() > deadline:
+                self.given_up[name] = status
                 return False
             time.sleep(0.5)
 
@@ -112,7 +132,7 @@ class Run:
 
         def go() -> None:
             while self._watching.is_set():
-                for name, n in launcher_titles().items():
+                for name, n in launcher_titles(self.run_dir).items():
                     if name in self.ours and n > self.most_launchers.get(name, 0):
                         self.most_launchers[name] = n
                 time.sleep(0.2)
@@ -151,7 +171,7 @@ class Run:
             return False
         if any(v.get("status", {}).get("phase") != "Running" for v in vmis):
             return False
-        launchers = launcher_titles()
+        launchers = launcher_titles(self.run_dir)
         return all(launchers.get(name) == 1 for name in st)
 
     def lost(self) -> set[str]:
@@ -180,7 +200,7 @@ class Run:
         if st is None:
             return "api not answering"
         not_running = sorted(n for n, s in st.items() if s != "Running")
-        launchers = launcher_titles()
+        launchers = launcher_titles(self.run_dir)
         not_once = sorted(n for n in st if launchers.get(n) != 1)
         return f"not Running: {not_running[:5]}; not exactly one launcher: {not_once[:5]}"
 
@@ -196,9 +216,12 @@ class Run:
         settled = self.wait_settled(settle)
         recovered = time.monotonic() - started
         verified, said = self.verify()
+        given_up, self.given_up = self.given_up, {}  # this fault's, for the next row
         return {
             "fault": fault,
             "acked": len(self.acked - before),
+            # not acknowledged within the client's 30 s: refused, or no answer (0)
+            "given_up": given_up,
             "lost": sorted(self.lost()),
             "duplicated": sorted(self.duplicated()),
             "recovered_s": None if settled is None else round(recovered, 1),
@@ -221,7 +244,18 @@ def kill(pid: int) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def faults(c: ChaosCluster, run: Run) -> list[tuple[str, Callable[[], None]]]:
+CLUSTER_ROWS = (
+    "kill -9 api",
+    "kill -9 active controller",
+    "kill -9 handler node-1",
+    "kill -9 a launcher",
+    "kill -9 NATS meta leader",
+    "cut node-1's link past the node timeout",
+)
+UP_ROW = "kill -9 up (one machine), started again"
+
+
+def faults(c: ChaosCluster, run: Run) -> dict[str, Callable[[], None]]:
     async_holder = _holder(c)
 
     def link_cut() -> None:
@@ -234,14 +268,16 @@ def faults(c: ChaosCluster, run: Run) -> list[tuple[str, Callable[[], None]]]:
         pids = [p for host in NODES.values() for p in live_launchers(c.work / "run" / host)]
         kill(pids[0])
 
-    return [
-        ("kill -9 api", lambda: kill(c.pid("api"))),
-        ("kill -9 active controller", lambda: kill(c.pid(async_holder()))),
-        ("kill -9 handler node-1", lambda: kill(c.pid("handler-node-1"))),
-        ("kill -9 a launcher", a_launcher),
-        ("kill -9 NATS meta leader", lambda: kill(c.pid(c.meta_leader()))),
-        ("cut node-1's link past the node timeout", link_cut),
-    ]
+    made = {
+        "kill -9 api": lambda: kill(c.pid("api")),
+        "kill -9 active controller": lambda: kill(c.pid(async_holder())),
+        "kill -9 handler node-1": lambda: kill(c.pid("handler-node-1")),
+        "kill -9 a launcher": a_launcher,
+        "kill -9 NATS meta leader": lambda: kill(c.pid(c.meta_leader())),
+        "cut node-1's link past the node timeout": link_cut,
+    }
+    assert tuple(made) == CLUSTER_ROWS
+    return made
 
 
 def _holder(c: ChaosCluster) -> Callable[[], str]:
@@ -264,20 +300,26 @@ def _holder(c: ChaosCluster) -> Callable[[], str]:
 
 
 # ---------------------------------------------------------------------- the run
-def chaos(vms: int, per_fault: int, node_timeout: float, settle: float) -> dict[str, Any]:
+def chaos(
+    vms: int, per_fault: int, node_timeout: float, settle: float, only: list[str]
+) -> dict[str, Any]:
+    """The cluster rows named in `only`, in their order, on one fresh cluster."""
     work = Path(tempfile.mkdtemp(prefix="vs-chaos-"))
     c = ChaosCluster(work, os.getpid(), node_timeout)
     rows: list[dict[str, Any]] = []
-    result: dict[str, Any] = {"vms": vms, "per_fault": per_fault, "faults": rows}
+    result: dict[str, Any] = {"vms": vms, "per_fault": per_fault, "faults": rows, "work": str(work)}
     try:
         c.start()
-        run = Run(c.api_url, c.nats_url)
+        run = Run(c.api_url, c.nats_url, work / "run")
         run.wait_answering(90)
         run.watch_duplicates()
         for i in range(vms):
             run.create(f"vm-{i}")
         result["baseline_settled_s"] = run.wait_settled(settle)
-        for name, inject in faults(c, run):
+        run.given_up.clear()  # the baseline's: fewer VMs, not a fault's doing
+        for name, inject in faults(c, run).items():
+            if name not in only:
+                continue
             before = set(run.acked)
             creating = run.create_many(
                 [f"fault{len(rows)}-{i}" for i in range(per_fault)],
@@ -307,72 +349,145 @@ def chaos(vms: int, per_fault: int, node_timeout: float, settle: float) -> dict[
 
 def up_killed(work: Path, vms: int, per_fault: int, settle: float) -> dict[str, Any]:
     """`virtstream up --nodes 2` (secure by default) with `vms` VMs, killed with SIGKILL
-    while `per_fault` more are created, and started again on the same data dir; restarts
-    that fail (its ports still held by the dying services) are retried, as systemd does.
-    Runs on this process's host's loopback."""
+    while `per_fault` more are created, and started again on the same data dir 0.5 s later,
+    once (systemd's `Restart=`, `RestartSec=0.5`): that start must come back, whatever the
+    killed run's reaper is still doing. Runs on this process's host's loopback."""
     data, port, nats_port = work / "up", free_port(), free_port()
     argv = [sys.executable, "-m", "cli.main", "up", "--data-dir", str(data), "--nodes", "2",
             "--port", str(port), "--nats-port", str(nats_port),
             "--node-memory", "64Gi", "--node-cpus", "512"]  # fmt: skip
-    log = (work / "up.log").open("ab")
 
-    def start() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(argv, cwd=REPO, stdout=log, stderr=subprocess.STDOUT)
+    def start(log: Path) -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            return subprocess.Popen(
+                argv, cwd=REPO, stdout=out, stderr=subprocess.STDOUT,
+                env={**os.environ, "COLUMNS": "200"},
+            )  # fmt: skip
 
-    up = start()
+    up = start(work / "up-1.log")
     try:
-        run = Run(f"https://127.0.0.1:{port}", f"nats://127.0.0.1:{nats_port}")
+        run = Run(f"https://127.0.0.1:{port}", f"nats://127.0.0.1:{nats_port}", data / "run")
         run.wait_answering(90)
         run.watch_duplicates()
         for i in range(vms):
             run.create(f"up-vm-{i}")
         run.wait_settled(settle)
+        run.given_up.clear()  # the baseline's: fewer VMs, not a fault's doing
         before = set(run.acked)
         creating = run.create_many([f"up-fault-{i}" for i in range(per_fault)], spread=0.2)
         started = time.monotonic()
         up.kill()
         up.wait()
-        restarts = 0
-        while True:  # Restart=on-failure, RestartSec=0.5
-            up = start()
-            restarts += 1
-            try:
-                up.wait(5)
-            except subprocess.TimeoutExpired:
-                break
-            if time.monotonic() - started > settle:
-                raise RuntimeError("`up` did not start again")
-            time.sleep(0.5)
+        time.sleep(0.5)
+        up = start(work / "up-2.log")
         creating.join(60)
-        row = run.row("kill -9 up (one machine), started again", before, started, settle)
+        row = run.row(UP_ROW, before, started, settle)
         run.stop_watching()
-        return {**row, "restarts": restarts}
+        said = (work / "up-2.log").read_text(errors="replace").splitlines()
+        row["restart_said"] = [line for line in said if "previous run" in line or "VM(s)" in line]
+        if up.poll() is not None:  # the start after the kill did not stay up
+            row["up_exited"] = up.returncode
+            row["up_said"] = said[-5:]
+        return row
     finally:
         interrupt(up, 60)
-        log.close()
+
+
+def failures(row: dict[str, Any]) -> list[str]:
+    """Why a row failed, in a few words each; empty when it passed."""
+    if "error" in row:
+        return [f"not injected: {row['error']}"]
+    why = []
+    if row["lost"]:
+        why.append(f"{len(row['lost'])} lost")
+    if row["duplicated"]:
+        why.append(f"{len(row['duplicated'])} ran twice")
+    if row["recovered_s"] is None:
+        why.append(f"not recovered ({row.get('unsettled')})")
+    if not row["verify"]:
+        why.append("verify fails")
+    if "up_exited" in row:
+        why.append(f"`up` exited with {row['up_exited']}: {' / '.join(row['up_said'])}")
+    return why
+
+
+def passed(result: dict[str, Any]) -> bool:
+    final = result.get("final", {"equal_to_fault_free": True})
+    return final["equal_to_fault_free"] and not any(failures(r) for r in result["faults"])
 
 
 def table(result: dict[str, Any]) -> str:
     lines = [
         f"chaos: {result['vms']} VMs, {result['per_fault']} created during each fault",
-        "| fault | acked creates | lost | duplicated | recovered in | verify |",
-        "|---|---|---|---|---|---|",
+        "| fault | acked creates | lost | duplicated | recovered in | verify | row |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in result["faults"]:
         if "error" in row:
-            lines.append(f"| {row['fault']} | not injected: {row['error']} | | | | |")
+            lines.append(f"| {row['fault']} | not injected: {row['error']} | | | | | FAILS |")
             continue
         rec = f"{row['recovered_s']} s" if row["recovered_s"] is not None else "no"
+        why = failures(row)
         lines.append(
             f"| {row['fault']} | {row['acked']} | {len(row['lost'])} | "
-            f"{len(row['duplicated'])} | {rec} | {'passes' if row['verify'] else 'FAILS'} |"
+            f"{len(row['duplicated'])} | {rec} | {'passes' if row['verify'] else 'FAILS'} | "
+            f"{'FAILS: ' + '; '.join(why) if why else 'passes'} |"
         )
-    final = result.get("final", {})
-    lines.append(
-        f"final state equals the fault-free run's: {final.get('equal_to_fault_free')} "
-        f"({final.get('acked')} acknowledged VMs, all Running)"
-    )
+        for name, status in row.get("given_up", {}).items():
+            answer = f"answered {status}" if status else "no answer in 30 s"
+            lines.append(f"  a create given up on (not acknowledged): {name}, {answer}")
+        for line in row.get("restart_said", []):  # what became of the killed run's VMs
+            lines.append(f"  the restarted `up` said: {line}")
+    if "final" in result:
+        final = result["final"]
+        lines.append(
+            f"final state equals the fault-free run's: {final.get('equal_to_fault_free')} "
+            f"({final.get('acked')} acknowledged VMs, all Running)"
+        )
+    kept = [r["work"] for r in [result, *result["faults"]] if "work" in r]
+    if kept and not passed(result):
+        lines.append(f"logs and stores left for a look: {', '.join(kept)}")
     return "\n".join(lines)
+
+
+def summary(results: list[dict[str, Any]]) -> str:
+    """Each row over the repeats: how many passed, and its recovery times."""
+    lines = [
+        f"over {len(results)} runs:",
+        "| fault | passed | recovered in: min / median / max |",
+        "|---|---|---|",
+    ]
+    names = [r["fault"] for r in results[0]["faults"]]
+    for name in names:
+        rows = [r for res in results for r in res["faults"] if r["fault"] == name]
+        ok = sum(1 for r in rows if not failures(r))
+        times = [r["recovered_s"] for r in rows if r.get("recovered_s") is not None]
+        spread = f"{min(times)} / {statistics.median(times):.1f} / {max(times)} s" if times else "-"
+        lines.append(f"| {name} | {ok} of {len(rows)} | {spread} |")
+    finals = [r["final"]["equal_to_fault_free"] for r in results if "final" in r]
+    if finals:
+        lines.append(f"final state equal to the fault-free run's in {sum(finals)} of {len(finals)}")
+    return "\n".join(lines)
+
+
+def once(a: argparse.Namespace, rows: list[str]) -> dict[str, Any]:
+    """The chosen rows once: the cluster's on a fresh cluster, then `up`'s."""
+    if any(r in CLUSTER_ROWS for r in rows):
+        result = chaos(a.vms, a.per_fault, a.node_timeout, a.settle, rows)
+    else:
+        result = {"vms": a.vms, "per_fault": a.per_fault, "faults": []}
+    if UP_ROW in rows:
+        work = Path(tempfile.mkdtemp(prefix="vs-chaos-up-"))
+        try:
+            row = up_killed(work, a.vms, a.per_fault, a.settle)
+        except Exception as e:
+            row = {"fault": UP_ROW, "error": repr(e)}
+        result["faults"].append({**row, "work": str(work)})
+    if passed(result):  # what a failed run leaves stays, to be looked at
+        for row in [result, *result["faults"]]:
+            if "work" in row:
+                shutil.rmtree(row.pop("work"), ignore_errors=True)
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -382,19 +497,44 @@ def main(argv: list[str] | None = None) -> int:
     # a NATS leader election takes seconds: the fence (half of this) must outlast it
     p.add_argument("--node-timeout", type=float, default=16.0)
     p.add_argument("--settle", type=float, default=60.0, help="seconds a fault may take")
-    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--only",
+        default="",
+        metavar="ROW",
+        help='only the rows whose name contains this (e.g. "kill -9 up")',
+    )
+    p.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        metavar="N",
+        help="run the rows N times, each on a fresh cluster, and sum up",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON line per run")  # fmt: skip
     a = p.parse_args(argv)
-    if os.geteuid() != 0:
+    rows = [r for r in (*CLUSTER_ROWS, UP_ROW) if a.only.lower() in r.lower()]
+    if not rows:
+        names = ", ".join(repr(r) for r in (*CLUSTER_ROWS, UP_ROW))
+        print(f"error: no row's name contains {a.only!r}; the rows: {names}", file=sys.stderr)
+        return 2
+    if a.repeat < 1:
+        print("error: --repeat must be at least 1", file=sys.stderr)
+        return 2
+    if any(r in CLUSTER_ROWS for r in rows) and os.geteuid() != 0:
         print("error: the chaos suite makes network namespaces: run it as root", file=sys.stderr)
         return 1
-    result = chaos(a.vms, a.per_fault, a.node_timeout, a.settle)
-    work = Path(tempfile.mkdtemp(prefix="vs-chaos-up-"))
-    try:
-        result["faults"].append(up_killed(work, a.vms, a.per_fault, a.settle))
-    except Exception as e:
-        result["faults"].append({"fault": "kill -9 up (one machine)", "error": repr(e)})
-    print(json.dumps(result) if a.json else table(result))
-    return 0
+    results = []
+    for i in range(a.repeat):
+        result = once(a, rows)
+        results.append(result)
+        if a.json:
+            print(json.dumps(result), flush=True)
+        else:
+            print(("" if a.repeat == 1 else f"run {i + 1} of {a.repeat}: ") + table(result))
+            print(flush=True)
+    if a.repeat > 1 and not a.json:
+        print(summary(results))
+    return 0 if all(passed(r) for r in results) else 1
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """`python -m services.api --nats-url URL --port P [--host H] [--read-only]
-[--watch-history N]`."""
+[--watch-history N] [--prometheus-url URL]`."""
 
 from __future__ import annotations
 
@@ -11,12 +11,13 @@ import uvicorn
 from core.names import SOCKET_NAME_MAX
 from eventstore import archive, checkpoints, connection
 from eventstore.connection import ConnectOptions, connect_service
+from eventstore.index import Indexer
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from kinds.registry import REGISTRY
-from readside.index import Indexer
 from readside.retire import Retirer
 from readside.runner import WATCH_HISTORY, ProjectionRunner
+from services.api import prometheus_proxy
 from services.api.app import create_app
 from services.api.auth import Authenticator, AuthFileError
 from services.api.guard import Guard
@@ -39,6 +40,7 @@ async def serve(
     auth_file: Path | None = None,
     tls: Tls | None = None,
     nats_options: ConnectOptions | None = None,
+    prometheus_url: str = "",
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM. With an
     `auth_file`, every request is authenticated and authorized by it."""
@@ -51,10 +53,11 @@ async def serve(
     await runner.start()
     api = ApiService(runner, None if read_only else store, socket_name_max=socket_name_max)
     app = create_app(api, guard)
+    app.state[prometheus_proxy.STATE_KEY] = prometheus_url  # the web console's charts
     # the same intents over NATS request-reply (writers only: a replica in the queue
     # group would be handed writes it must refuse)
     over_nats = None if read_only else await serve_intents(nc, api, guard)
-    # the debugging indexes (readside/index.py): kept by the writer, not by each replica
+    # the debugging indexes (eventstore/index.py): kept by the writer, not by each replica
     indexer = None if read_only else Indexer(store)
     if indexer is not None:
         await indexer.start()
@@ -112,6 +115,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tls-cert", type=Path, help="serve HTTPS with this certificate")
     parser.add_argument("--tls-key", type=Path, help="the certificate's key")
     parser.add_argument("--client-ca", type=Path, help="CA of the client certificates accepted")
+    parser.add_argument(
+        "--prometheus-url",
+        default="",
+        help="a Prometheus whose query API the api relays at /prometheus/api/v1/ (charts)",
+    )
     args = parser.parse_args(argv)
     if args.watch_history < 1:
         parser.error("--watch-history must be at least 1")
@@ -134,6 +142,7 @@ def main(argv: list[str] | None = None) -> None:
             socket_name_max=args.max_socket_name,
             auth_file=args.auth_file,
             tls=tls,
+            prometheus_url=args.prometheus_url,
         ),
         "virt-api",
     )

@@ -38,7 +38,7 @@ from core.errors import (
     unknown_resource,
 )
 from core.idempotency import HEADER as IDEMPOTENCY_HEADER
-from events.meta import CLUSTER_SCOPE, Aggregate, Kind
+from events.meta import CLUSTER_SCOPE, Aggregate, Kind, KindToken
 from kinds.registry import Registry
 from kinds.spec import KindSpec
 from projections import replay
@@ -52,6 +52,7 @@ from services.api.guard import middleware as guard_middleware
 from services.api.ids import new_id
 from services.api.metrics import REQUEST_SECONDS, REQUESTS
 from services.api.service import ApiService
+from services.api.web import WEB_ROUTES
 
 JSON = dict[str, Any]
 CORRELATION_HEADER = "x-correlation-id"
@@ -159,7 +160,7 @@ def _command_request(
 
 
 # ------------------------------------------------------------- read side
-def _selector(request: Request[Any, Any, Any], kind: Kind, namespace: str) -> Selector:
+def _selector(request: Request[Any, Any, Any], kind: KindToken, namespace: str) -> Selector:
     q = request.query_params
     try:
         return Selector.parse(kind, namespace, q.get("labelSelector"), q.get("fieldSelector"))
@@ -702,6 +703,7 @@ def create_app(api: ApiService, guard: Guard | None = None) -> Litestar:
             *discovery_routes(kinds),
             *openapi_routes(kinds),
             ssar_route(guard),
+            *WEB_ROUTES,
         ],
         middleware=[
             lambda app: observe(app, api),

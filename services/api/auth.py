@@ -27,6 +27,8 @@ again when it changes, so a binding takes effect without a restart."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import hashlib
 import os
 import time
@@ -40,6 +42,10 @@ import yaml
 from services.api.rbac import AUTHENTICATED, Binding, Subject, User
 
 RELOAD_SECONDS = 1.0
+# Kubernetes' WebSocket token: a browser cannot set a WebSocket's Authorization header, so
+# it offers `base64url.bearer.authorization.k8s.io.<base64url(token), unpadded>` as a
+# subprotocol instead (the API server's wsstream reads it the same way).
+WEBSOCKET_BEARER = "base64url.bearer.authorization.k8s.io."
 
 
 class AuthFileError(ValueError):
@@ -179,3 +185,21 @@ class Authenticator:
         if user is not None:
             return with_authenticated(user), True
         return None, False
+
+
+def websocket_bearer(protocols: list[str]) -> tuple[str, list[str]]:
+    """(`Bearer <token>` from a WebSocket's offered subprotocols, or "", the other
+    subprotocols): the token's protocol is taken out, so it is never chosen and echoed."""
+    authorization = ""
+    rest = []
+    for p in protocols:
+        if not p.startswith(WEBSOCKET_BEARER):
+            rest.append(p)
+            continue
+        encoded = p[len(WEBSOCKET_BEARER) :]
+        try:
+            token = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            token = ""
+        authorization = f"Bearer {token}" if token else "Bearer -"  # unreadable: refused
+    return authorization, rest

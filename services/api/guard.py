@@ -26,7 +26,7 @@ from events.objects import Status, StatusDetails
 from kinds.registry import Registry
 from kinds.spec import KindSpec
 from services.api import protowire
-from services.api.auth import Authenticator
+from services.api.auth import Authenticator, websocket_bearer
 from services.api.rbac import (
     ANONYMOUS,
     UNAUTHENTICATED,
@@ -66,11 +66,15 @@ def _status(code: int, reason: str, message: str, details: StatusDetails | None 
     return _json.encode(msgspec.to_builtins(status))
 
 
-async def _answer(send: Send, code: int, body: bytes) -> None:
+async def _answer(send: Send, code: int, body: bytes, scope_type: str = "http") -> None:
+    """The refusal as an HTTP answer; a WebSocket's before its upgrade (uvicorn's
+    `websocket.http.response` extension)."""
+    kind = "websocket.http" if scope_type == "websocket" else "http"
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    start: Any = {"type": "http.response.start", "status": code, "headers": headers}
+    start: Any = {"type": f"{kind}.response.start", "status": code, "headers": headers}
     await send(start)
-    await send({"type": "http.response.body", "body": body, "more_body": False})
+    end: Any = {"type": f"{kind}.response.body", "body": body, "more_body": False}
+    await send(end)
 
 
 def _peercert(scope: Scope) -> dict[str, Any] | None:
@@ -89,9 +93,14 @@ def middleware(guard: Guard) -> Any:
                 return
             headers = dict(scope.get("headers") or [])
             authorization = headers.get(b"authorization", b"").decode("latin-1")
+            if scope["type"] == "websocket" and not authorization:  # a browser's
+                ws: Any = scope
+                authorization, ws["subprotocols"] = websocket_bearer(ws.get("subprotocols", []))
             user, presented = guard.authenticator.authenticate(authorization, _peercert(scope))
             if user is None and presented:
-                await _answer(send, 401, _status(401, "Unauthorized", "Unauthorized"))
+                await _answer(
+                    send, 401, _status(401, "Unauthorized", "Unauthorized"), scope["type"]
+                )
                 return
             method = str(scope.get("method") or "GET")
             query = (scope.get("query_string") or b"").decode("latin-1")
@@ -99,13 +108,14 @@ def middleware(guard: Guard) -> Any:
             who = user or ANONYMOUS_USER
             if not guard.allows(who, a):
                 if user is None:
-                    await _answer(send, 401, _status(401, "Unauthorized", "Unauthorized"))
+                    unauthorized = _status(401, "Unauthorized", "Unauthorized")
+                    await _answer(send, 401, unauthorized, scope["type"])
                     return
                 details = StatusDetails(
                     name=a.name or None, group=a.api_group or None, kind=a.resource or None
                 )
                 body = _status(403, "Forbidden", forbidden_message(who, a), details)
-                await _answer(send, 403, body)
+                await _answer(send, 403, body, scope["type"])
                 return
             scope.setdefault("state", {})["user"] = who
             token = CURRENT_USER.set(who.name if user else "")

@@ -7,7 +7,9 @@ The roles follow KubeVirt's (pkg/virt-operator/resource/generate/rbac/cluster.go
 the resource names taken from the registry so a new kind is covered without touching
 this module:
 - `kubevirt.io:view`: get, list, watch on every KubeVirt kind; get on the subresources
-  that only report (guestosinfo, filesystemlist, userlist);
+  that only report (guestosinfo, filesystemlist, userlist); get on the kind's history and
+  causes (`debug.virtstream.io`, services/api/history.py) and on Prometheus' query API
+  as the api relays it (`/prometheus/api/v1/*`, services/api/prometheus_proxy.py);
 - `kubevirt.io:edit`: view, plus create, update, patch, delete on every namespaced
   KubeVirt kind and every subresource, except migrations (read only) and `migrate`;
   get on the consoles (console, vnc, vnc/screenshot);
@@ -46,8 +48,21 @@ VIEW, EDIT, ADMIN, MIGRATE = (
 )
 CLUSTER_ADMIN = "cluster-admin"
 # Kubernetes' system:public-info-viewer (anyone) and system:discovery (any authenticated
-# user). /metrics is public here so a Prometheus scrape needs no credentials.
-PUBLIC_PATHS = ("/healthz", "/livez", "/readyz", "/version", "/version/", "/metrics")
+# user). /metrics is public here so a Prometheus scrape needs no credentials; /ui/ is the
+# web console's static files (they hold no data: the page asks with its user's token).
+PUBLIC_PATHS = (
+    "/healthz",
+    "/livez",
+    "/readyz",
+    "/version",
+    "/version/",
+    "/metrics",
+    "/ui",
+    "/ui/*",
+)
+HISTORY_GROUP = "debug.virtstream.io"  # services/api/history.py
+HISTORY_SUBRESOURCES = ("history", "why")
+PROMETHEUS_PATHS = ("/prometheus/api/v1/*",)  # services/api/prometheus_proxy.py
 DISCOVERY_PATHS = ("/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/openapi.json")
 
 
@@ -145,7 +160,7 @@ def _kubevirt(spec: KindSpec) -> bool:
 
 
 def _is_migration(spec: KindSpec) -> bool:
-    return spec.event_kind is Kind.MIGRATION
+    return spec.event_kind == Kind.MIGRATION
 
 
 def _subs(spec: KindSpec, keep: Iterable[str]) -> tuple[Rule, ...]:
@@ -172,6 +187,8 @@ def cluster_roles(kinds: Registry) -> dict[str, tuple[Rule, ...]]:
         if not _kubevirt(spec):
             continue
         view.append(Rule(READ, (spec.group,), (spec.plural,)))
+        history = tuple(f"{spec.plural}/{sub}" for sub in HISTORY_SUBRESOURCES)
+        view.append(Rule(("get",), (HISTORY_GROUP,), history))
         view.extend(_subs(spec, (s.name for s in spec.subresources if s.name in INFO_SUBRESOURCES)))
         if not spec.namespaced:
             continue
@@ -188,6 +205,7 @@ def cluster_roles(kinds: Registry) -> dict[str, tuple[Rule, ...]]:
         migrate.extend(
             _subs(spec, (s.name for s in spec.subresources if s.name == MIGRATE_SUBRESOURCE))
         )
+    view.append(Rule(("get",), non_resource_urls=PROMETHEUS_PATHS))
     edit = view + edit
     admin = [
         *edit,

@@ -24,6 +24,7 @@ except ImportError:  # pragma: no cover - httptools is a dependency; h11 is uvic
 
 HEADER_SECONDS = 10.0
 KEEP_ALIVE_SECONDS = 5.0
+SHUTDOWN_SECONDS = 3.0
 
 
 class GuardedHttp(_Base):
@@ -99,6 +100,10 @@ def config(
         port=port,
         http=GuardedHttp,
         timeout_keep_alive=int(KEEP_ALIVE_SECONDS),
+        # a stop waits this long for open connections (a watch, a client's idle TLS
+        # keep-alive) before closing them: without it a connected client held a stop until
+        # the supervisor killed the api
+        timeout_graceful_shutdown=int(SHUTDOWN_SECONDS),
         **(tls.uvicorn_options() if tls else {}),
         **kwargs,
     )

@@ -14,8 +14,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 import msgspec
-import nats.errors
-import nats.js.errors
 
 from core.context import Append, Outcome, RequestContext
 from core.errors import (
@@ -28,8 +26,8 @@ from core.errors import (
 from core.idempotency import ALNUM, Idempotency, keyed_context
 from core.names import SOCKET_NAME_MAX
 from events.codec import event_type
-from events.envelope import Appended, ConcurrencyConflict
-from eventstore.port import EventLog
+from events.envelope import Appended
+from eventstore.port import ConcurrencyConflict, EventLog, Unavailable
 from kinds.registry import REGISTRY, Registry
 from projections.cluster import Cluster
 from readside.runner import ProjectionRunner
@@ -44,21 +42,6 @@ APPEND_SECONDS = 10.0  # how long a write keeps retrying an append whose outcome
 READY_SECONDS = 2.0
 IDEMPOTENCY_KEYS = 10_000  # completed keyed requests remembered (oldest forgotten first)
 IDEMPOTENCY_SECONDS = 120.0  # JetStream's duplicate window: a key is honoured this long
-
-# An append that ended with one of these may or may not have been stored: the same
-# event (same Nats-Msg-Id) is appended again, which the stream stores once.
-AMBIGUOUS: tuple[type[BaseException], ...] = (
-    nats.errors.TimeoutError,
-    nats.errors.NoRespondersError,
-    nats.errors.ConnectionClosedError,
-    nats.errors.ConnectionReconnectingError,
-    nats.errors.OutboundBufferLimitError,
-    nats.errors.StaleConnectionError,
-    nats.errors.UnexpectedEOF,
-    nats.js.errors.ServiceUnavailableError,
-    nats.js.errors.NoStreamResponseError,
-    OSError,
-)
 
 
 @dataclass
@@ -105,8 +88,7 @@ class ApiService:
 
     # ------------------------------------------------------------- readiness
     def _connected(self) -> bool:
-        nc = getattr(self.runner.store, "nc", None)
-        return nc is None or bool(nc.is_connected)
+        return self.runner.store.connected
 
     async def ready(self) -> bool:
         """Ready = connected, JetStream answers, and the projection has folded everything
@@ -242,7 +224,7 @@ class ApiService:
                 try:
                     sent = True
                     return await self.store.append(append.event, expected=append.expected)
-                except AMBIGUOUS:
+                except Unavailable:  # it may have been stored: the same event id again
                     pass
             if time.monotonic() + delay > deadline:
                 if sent:

@@ -6,21 +6,16 @@ none), so `kubectl get` prints KubeVirt's columns. Pure."""
 from __future__ import annotations
 
 import datetime as dt
-import re
 from typing import Any
 
-from kinds.spec import KindSpec, PrinterColumn
+from kinds.columns import PrinterColumn, lookup
+from kinds.spec import KindSpec
 
 JSON = dict[str, Any]
 NAME_DESCRIPTION = (
     "Name must be unique within a namespace. Is required when creating resources, "
     "although some resources may allow a client to request the generation of an "
     "appropriate name automatically."
-)
-_DEFAULT = (PrinterColumn("Age", "date", ".metadata.creationTimestamp"),)
-# `.a.b`, `[0]`, `[?(@.type=='Ready')]`: the simple JSONPath CRD printer columns use.
-_STEP = re.compile(
-    r"\.([A-Za-z0-9_-]+)|\[(\d+)\]|\[\?\(@\.([A-Za-z0-9_-]+)==['\"]([^'\"]*)['\"]\)\]"
 )
 
 
@@ -34,28 +29,6 @@ def wants_table(accept: str) -> bool:
         if fields[0] in ("application/json", "*/*"):
             return False
     return False
-
-
-def lookup(obj: Any, path: str) -> Any:
-    """The first value `path` selects in `obj`, or None."""
-    values = [obj]
-    pos = 0
-    while pos < len(path):
-        m = _STEP.match(path, pos)
-        if m is None:
-            return None
-        pos = m.end()
-        field, index, key, want = m.groups()
-        nxt: list[Any] = []
-        for v in values:
-            if field is not None and isinstance(v, dict) and field in v:
-                nxt.append(v[field])
-            elif index is not None and isinstance(v, list) and int(index) < len(v):
-                nxt.append(v[int(index)])
-            elif key is not None and isinstance(v, list):
-                nxt.extend(i for i in v if isinstance(i, dict) and str(i.get(key)) == want)
-        values = nxt
-    return values[0] if values else None
 
 
 def human_duration(seconds: float) -> str:
@@ -115,7 +88,7 @@ NAMESPACE_COLUMNS = (
 
 
 def columns(spec: KindSpec) -> tuple[PrinterColumn, ...]:
-    return spec.printer_columns or _DEFAULT
+    return spec.shown_printer_columns
 
 
 def table(

@@ -4,9 +4,16 @@ A node whose latest sign of life (heartbeat, join, or the moment the controller 
 watching) is older than `node_timeout` becomes NodeUnresponsive, and every non-final VMI
 on it fails with reason NodeUnresponsive; the run strategies take it from there. A fresh
 heartbeat brings it back (NodeResponsive). A re-join makes it responsive by itself (the
-projection's NodeJoined starts a fresh view)."""
+projection's NodeJoined starts a fresh view).
+
+Heartbeats are observations, not events: the service's watch of the bucket puts them into
+the shell's inbox, and `observe` folds them like any observation."""
 
 from __future__ import annotations
+
+from typing import assert_never
+
+import msgspec
 
 from events.catalog import Event, NodeResponsive, NodeUnresponsive, VMIFailed
 from events.envelope import Context
@@ -17,6 +24,35 @@ from services.controller.state import ControllerState
 from services.runtime import timeouts
 
 DEFAULT_NODE_TIMEOUT = timeouts.NODE_TIMEOUT  # the handlers fence at half of it
+
+
+class HeartbeatSeen(msgspec.Struct, frozen=True):
+    """A handler's heartbeat, as the watch read it from the bucket."""
+
+    node: str
+    at: float  # epoch seconds
+
+
+class WatchStarted(msgspec.Struct, frozen=True):
+    """The heartbeat watch began at `at`: heartbeats are trusted from then on (before it
+    has read the latest ones, no node times out)."""
+
+    at: float
+
+
+Observation = HeartbeatSeen | WatchStarted
+
+
+def observe(state: ControllerState, obs: Observation) -> ControllerState:
+    match obs:
+        case HeartbeatSeen(node=node, at=at):
+            if at > state.heartbeats.get(node, 0.0):
+                state.heartbeats[node] = at
+        case WatchStarted(at=at):
+            state.heartbeats_since = at
+        case _:
+            assert_never(obs)
+    return state
 
 
 def last_seen(state: ControllerState, node: NodeView) -> float:

@@ -43,9 +43,9 @@ class PlacementIndex:
     # ------------------------------------------------------------------ upkeep
     def touched(self, cluster: Cluster, touched: Iterable[Touched]) -> None:
         for kind, k in touched:
-            if kind is Kind.VMI:
+            if kind == Kind.VMI:
                 self._vmi(k, cluster.vmis.get(k))
-            elif kind is Kind.MIGRATION:
+            elif kind == Kind.MIGRATION:
                 self._migration(k, cluster.migrations.get(k))
 
     def rebuild(self, cluster: Cluster) -> None:

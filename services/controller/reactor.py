@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from events import subjects
 from events.catalog import Event
 from events.envelope import Context, Decision, Stored
-from events.meta import Kind
+from events.meta import Kind, ResourceKind
 from projections.cluster import key
 from services.controller import (
     backoff,
@@ -70,10 +70,17 @@ class Controller:
     def evolve(self, state: ControllerState, stored: Stored) -> ControllerState:
         return evolve_state(state, stored)
 
-    def record_heartbeat(self, state: ControllerState, node: str, at: float) -> None:
-        """Called by the shell's heartbeat watch (heartbeats are not events)."""
-        if at > state.heartbeats.get(node, 0.0):
-            state.heartbeats[node] = at
+    # ------------------------------------------------ observations (heartbeats)
+    def observe(self, state: ControllerState, obs: node_health.Observation) -> ControllerState:
+        return node_health.observe(state, obs)
+
+    def respond(
+        self, state: ControllerState, obs: node_health.Observation, ctx: Context
+    ) -> Sequence[Decision]:
+        return []  # a heartbeat decides nothing at once: the tick checks every node
+
+    def wakeup(self, state: ControllerState) -> float | None:
+        return None
 
     # ---------------------------------------------------------------- deciding
     def react(self, state: ControllerState, stored: Stored, ctx: Context) -> Sequence[Decision]:
@@ -124,16 +131,16 @@ class Controller:
             out += run_strategy.reconcile(state, vm, ctx)
         # replica sets and pools are few: every pass looks at all of them
         sets: list[Decision] = []
-        for rs in c.resources[Kind.VMIRS].values():
+        for rs in c.resources[ResourceKind.VMIRS].values():
             sets += replicas.reconcile_replicaset(c, rs, ctx)
-        for pool in c.resources[Kind.VMPOOL].values():
+        for pool in c.resources[ResourceKind.VMPOOL].values():
             sets += replicas.reconcile_pool(c, pool, ctx)
         # snapshots and restores too (the finished ones decide nothing)
-        for snap in c.resources[Kind.SNAPSHOT].values():
+        for snap in c.resources[ResourceKind.SNAPSHOT].values():
             sets += snapshot.reconcile_snapshot(c, snap, ctx)
-        for content in c.resources[Kind.SNAPSHOT_CONTENT].values():
+        for content in c.resources[ResourceKind.SNAPSHOT_CONTENT].values():
             sets += snapshot.reconcile_content(c, content, ctx)
-        for restore in c.resources[Kind.RESTORE].values():
+        for restore in c.resources[ResourceKind.RESTORE].values():
             sets += snapshot.reconcile_restore(c, restore, ctx)
         reserved = scheduler.Reserved()
         out += migration.reconcile(state, ctx, self.migrations, reserved)

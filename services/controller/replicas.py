@@ -21,7 +21,7 @@ from typing import Any
 
 from events.catalog import Event, ResourceStatusChanged, VMCreated, VMDeleted, VMICreated
 from events.envelope import Context, Decision
-from events.meta import Aggregate, Kind
+from events.meta import Aggregate, Kind, ResourceKind
 from projections import replicas as rp
 from projections.cluster import Cluster
 from projections.views import ResourceView
@@ -52,15 +52,15 @@ def _owner(api_version: str, kind: str, res: ResourceView) -> JSON:
 def _status_decision(res: ResourceView, status: JSON, ctx: Context) -> list[Decision]:
     if status == res.status:
         return []
-    agg = Aggregate(kind=Kind(_kind_of(res)), namespace=res.namespace, name=res.name, uid=res.uid)
+    agg = Aggregate(kind=_kind_of(res), namespace=res.namespace, name=res.name, uid=res.uid)
     ev = ResourceStatusChanged(
         meta=emit.meta(ctx, agg, f"status/{res.uid}/{res.version}"), status=status
     )
     return [Decision(ev)]
 
 
-def _kind_of(res: ResourceView) -> str:
-    return "vmpool" if "virtualMachineTemplate" in res.spec else "vmirs"
+def _kind_of(res: ResourceView) -> ResourceKind:
+    return ResourceKind.VMPOOL if "virtualMachineTemplate" in res.spec else ResourceKind.VMIRS
 
 
 # ----------------------------------------------------------------- replica set

@@ -1,9 +1,9 @@
 """Running virt-controller: the generic service shell plus the heartbeat watch, behind a
 lease (active/standby).
 
-Heartbeats are not events, so the shell alone cannot feed them: a task beside it watches
-the KV bucket and records each heartbeat into the reactor's state between reactions (one
-event loop, so no locking).
+Heartbeats are not events: a task beside the shell watches the KV bucket and puts each
+heartbeat into the shell's inbox as an observation, which the shell folds before its next
+decision, as it folds a handler's observations of its launchers.
 
 Several controllers may run; only the holder of the `virt-controller` lease
 (eventstore/lease.py) consumes and decides. The others wait for it; a holder that loses
@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from typing import Never
 
 from eventstore import heartbeats
 from eventstore.jetstream import JetStreamStore
 from eventstore.lease import Lease
 from eventstore.settings import StreamSettings
 from services.controller.checkpoint import ControllerCodec
+from services.controller.node_health import HeartbeatSeen, Observation, WatchStarted
 from services.controller.reactor import Controller
 from services.controller.state import ControllerState
 from services.runtime import metrics as m
 from services.runtime.checkpointing import Checkpointer
+from services.runtime.reactor import Inbox
 from services.runtime.shell import ServiceShell, run_process
 
 # deliveries whose appends may be in flight at once: the controller decides on every event
@@ -50,12 +53,15 @@ class ControllerService:
         self.controller = controller
         self.store = store
         self.bucket = bucket
-        self.shell: ServiceShell[ControllerState] = ServiceShell(
+        self.heartbeats: Inbox[Observation] = Inbox()
+        self.shell: ServiceShell[ControllerState, Never, Observation] = ServiceShell(
             controller,
             store,
             tick_interval=tick_interval,
             ack_wait=ack_wait,
             window=window,
+            observer=controller,
+            inbox=self.heartbeats,
             checkpoints=Checkpointer(store, controller.name, ControllerCodec()),
         )
         # no identity: the only controller, no lease (tests that run one in-process)
@@ -108,20 +114,10 @@ class ControllerService:
             self.store.js, self.bucket, ttl=ttl, replicas=self.store.settings.replicas
         )
         # until the watch has delivered the latest heartbeats, nobody may time out
-        self.shell.state.heartbeats_since = self.shell.clock()
+        self.heartbeats.put(WatchStarted(self.shell.clock()))
         watching = asyncio.create_task(self._watch(kv))
-        before = self.shell.state
-
-        def loaded() -> None:
-            # a checkpoint replaced the state: it keeps what the watch saw meanwhile
-            now = self.shell.state
-            if now is not before:
-                now.heartbeats_since = before.heartbeats_since
-                for node, at in before.heartbeats.items():
-                    now.heartbeats[node] = max(at, now.heartbeats.get(node, 0.0))
-
         try:
-            await self.shell.run(loaded)
+            await self.shell.run()
         finally:
             watching.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -131,7 +127,7 @@ class ControllerService:
         while True:
             try:
                 async for node, at in heartbeats.watch(kv):
-                    self.controller.record_heartbeat(self.shell.state, node, at)
+                    self.heartbeats.put(HeartbeatSeen(node, at))
                     m.HEARTBEATS.record(node, at)
             except asyncio.CancelledError:
                 raise

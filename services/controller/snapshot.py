@@ -47,7 +47,7 @@ from events.catalog import (
     VolumesCopyRequested,
 )
 from events.envelope import Context, Decision
-from events.meta import Aggregate, Kind
+from events.meta import Aggregate, Kind, KindToken, ResourceKind
 from projections.cluster import Cluster, key
 from projections.render import rfc3339
 from projections.snapshots import failed as _failed
@@ -102,7 +102,7 @@ def content_name(snapshot: ResourceView) -> str:
     return f"vmsnapshot-content-{snapshot.uid}"
 
 
-def _agg(kind: Kind, res: ResourceView) -> Aggregate:
+def _agg(kind: KindToken, res: ResourceView) -> Aggregate:
     return Aggregate(kind=kind, namespace=res.namespace, name=res.name, uid=res.uid)
 
 
@@ -126,10 +126,10 @@ def _conditions(old: JSON, new: list[tuple[str, str, str]], now: float) -> list[
     return out
 
 
-def _status(kind: Kind, res: ResourceView, status: JSON, ctx: Context) -> list[Decision]:
+def _status(kind: KindToken, res: ResourceView, status: JSON, ctx: Context) -> list[Decision]:
     if status == res.status:
         return []
-    key_ = f"{kind.value}-status/{res.uid}/{res.version}"
+    key_ = f"{kind}-status/{res.uid}/{res.version}"
     ev = ResourceStatusChanged(meta=emit.meta(ctx, _agg(kind, res), key_), status=status)
     return [Decision(ev)]
 
@@ -185,7 +185,7 @@ def _backups(content: ResourceView) -> list[VolumeCopy]:
 
 def _request_copies(
     cluster: Cluster,
-    kind: Kind,
+    kind: KindToken,
     res: ResourceView,
     copies: list[VolumeCopy],
     vmi: VMIView | None,
@@ -218,7 +218,7 @@ def reconcile_snapshot(cluster: Cluster, snap: ResourceView, ctx: Context) -> li
     if old.get("phase") in ("Succeeded", "Failed"):
         return []
     vm = source_vm(cluster, snap)
-    contents = cluster.resources[Kind.SNAPSHOT_CONTENT]
+    contents = cluster.resources[ResourceKind.SNAPSHOT_CONTENT]
     content = contents.get(key(snap.namespace, content_name(snap)))
     out: list[Decision] = []
     status: JSON = {"readyToUse": False}
@@ -284,7 +284,7 @@ def reconcile_snapshot(cluster: Cluster, snap: ResourceView, ctx: Context) -> li
     ready = status["readyToUse"]
     conds.append(("Ready", "True", "Ready") if ready else ("Ready", "False", "Not ready"))
     status["conditions"] = _conditions(old, conds, ctx.now)
-    return _status(Kind.SNAPSHOT, snap, status, ctx) + out
+    return _status(ResourceKind.SNAPSHOT, snap, status, ctx) + out
 
 
 def _content_progress(
@@ -298,12 +298,12 @@ def _content_progress(
         return []
     if backups and not copied:
         return _request_copies(
-            cluster, Kind.SNAPSHOT_CONTENT, content, backups, vmi, ctx, restore=False
+            cluster, ResourceKind.SNAPSHOT_CONTENT, content, backups, vmi, ctx, restore=False
         )
     if backups and not all(v.get("readyToUse") for v in copied):
         return []  # the handler is copying
     ready = {**cstatus, "creationTime": rfc3339(ctx.now), "readyToUse": True}
-    return _status(Kind.SNAPSHOT_CONTENT, content, ready, ctx)
+    return _status(ResourceKind.SNAPSHOT_CONTENT, content, ready, ctx)
 
 
 def _create_content(snap: ResourceView, vm: VMView, qemu: bool, ctx: Context) -> Decision:
@@ -353,7 +353,9 @@ def _create_content(snap: ResourceView, vm: VMView, qemu: bool, ctx: Context) ->
             ],
         },
     }
-    agg = Aggregate(kind=Kind.SNAPSHOT_CONTENT, namespace=snap.namespace, name=name, uid=uid)
+    agg = Aggregate(
+        kind=ResourceKind.SNAPSHOT_CONTENT, namespace=snap.namespace, name=name, uid=uid
+    )
     ev = ResourceCreated(meta=emit.meta(ctx, agg, decision_key), manifest=content)
     return Decision(ev)  # OCC: the content does not exist yet
 
@@ -362,13 +364,13 @@ def reconcile_content(cluster: Cluster, content: ResourceView, ctx: Context) -> 
     """A content owned by a snapshot that is gone is deleted (`deletionPolicy: Delete`, the
     default; a Retain snapshot's content has no owner and stays)."""
     owners = (content.manifest.get("metadata") or {}).get("ownerReferences") or []
-    snaps = cluster.resources[Kind.SNAPSHOT]
+    snaps = cluster.resources[ResourceKind.SNAPSHOT]
     for ref in owners:
         if ref.get("kind") != "VirtualMachineSnapshot":
             continue
         snap = snaps.get(key(content.namespace, str(ref.get("name") or "")))
         if snap is None or snap.uid != ref.get("uid"):
-            agg = _agg(Kind.SNAPSHOT_CONTENT, content)
+            agg = _agg(ResourceKind.SNAPSHOT_CONTENT, content)
             ev = ResourceDeleted(meta=emit.meta(ctx, agg, f"vmsnapshot-content-gc/{content.uid}"))
             return [Decision(ev)]
     return []
@@ -385,7 +387,7 @@ def _restore_claim(restore: ResourceView, volume: str) -> str:
 
 def _content_of(cluster: Cluster, snap: ResourceView) -> ResourceView | None:
     name = str(snap.status.get("virtualMachineSnapshotContentName") or "")
-    return cluster.resources[Kind.SNAPSHOT_CONTENT].get(key(snap.namespace, name))
+    return cluster.resources[ResourceKind.SNAPSHOT_CONTENT].get(key(snap.namespace, name))
 
 
 def _snapshot_content(
@@ -394,7 +396,7 @@ def _snapshot_content(
     """The snapshot and its content's VM, or KubeVirt's error text."""
     name = str(restore.spec.get("virtualMachineSnapshotName") or "")
     ref = key(restore.namespace, name)
-    snap = cluster.resources[Kind.SNAPSHOT].get(ref)
+    snap = cluster.resources[ResourceKind.SNAPSHOT].get(ref)
     if snap is None:
         return None, None, f"VMSnapshot {ref} does not exist"
     st = snap.status
@@ -403,7 +405,7 @@ def _snapshot_content(
     if not st.get("readyToUse"):
         return None, None, f"VMSnapshot {ref} not ready"
     cref = key(restore.namespace, str(st.get("virtualMachineSnapshotContentName") or ""))
-    content = cluster.resources[Kind.SNAPSHOT_CONTENT].get(cref)
+    content = cluster.resources[ResourceKind.SNAPSHOT_CONTENT].get(cref)
     if content is None:
         return None, None, f"VMSnapshotContent {cref} does not exist"
     if not content.status.get("readyToUse"):
@@ -432,12 +434,12 @@ def reconcile_restore(cluster: Cluster, restore: ResourceView, ctx: Context) -> 
                 ctx.now,
             ),
         }
-        return _status(Kind.RESTORE, restore, status, ctx)
+        return _status(ResourceKind.RESTORE, restore, status, ctx)
     status = {k: v for k, v in old.items() if k != "conditions"}
 
     def conditions(*conds: tuple[str, str, str]) -> list[Decision]:
         status["conditions"] = _conditions(old, list(conds), ctx.now)
-        return _status(Kind.RESTORE, restore, status, ctx)
+        return _status(ResourceKind.RESTORE, restore, status, ctx)
 
     def error(text: str) -> list[Decision]:
         return conditions(("Progressing", "False", text), ("Ready", "False", text))
@@ -474,7 +476,7 @@ def reconcile_restore(cluster: Cluster, restore: ResourceView, ctx: Context) -> 
         if _reason(old, "Progressing") == RESTORING_VOLUMES:
             return waiting  # asked already: the handler is copying
         return (
-            _request_copies(cluster, Kind.RESTORE, restore, copies, None, ctx, restore=True)
+            _request_copies(cluster, ResourceKind.RESTORE, restore, copies, None, ctx, restore=True)
             + waiting
         )
     if backups:

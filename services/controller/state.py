@@ -1,19 +1,36 @@
 """What virt-controller knows: the shared cluster projection plus its own bookkeeping.
 
 Everything except `heartbeats` is folded from the event log, so a restarted controller
-rebuilds exactly the same state. Heartbeats come from the KV bucket (services/controller/
-heartbeats.py) through `Controller.record_heartbeat`."""
+rebuilds exactly the same state. Heartbeats come from the KV bucket (eventstore/
+heartbeats.py) as observations (`node_health.HeartbeatSeen`, folded by `Controller.observe`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import assert_never
 
 from events.catalog import (
+    DomainMigratedIn,
+    DomainPaused,
+    DomainResumed,
+    DomainSoftRebooted,
+    DomainStarted,
+    DomainStopped,
+    LauncherExited,
+    LauncherStarted,
     MigrationAbortRequested,
     NodeUncordoned,
+    PodScheduled,
+    Unschedulable,
+    VMICreated,
     VMIDeleteRequested,
+    VMIEvent,
     VMIEvictionBlocked,
+    VMIFailed,
+    VMIPauseRequested,
     VMIRemoved,
+    VMISoftRebootRequested,
+    VMIUnpauseRequested,
 )
 from events.envelope import Stored
 from events.meta import Kind
@@ -47,7 +64,7 @@ def evolve(state: ControllerState, s: Stored) -> ControllerState:
     """Fold one event: bookkeeping first (it needs the VMI as it was), then the cluster."""
     ev = s.event
     agg = ev.meta.aggregate
-    if agg.kind is Kind.VMI:
+    if agg.kind == Kind.VMI and isinstance(ev, VMIEvent):
         vmi = state.cluster.vmis.get(key(agg.namespace, agg.name))
         if vmi is not None:
             match ev:
@@ -59,7 +76,27 @@ def evolve(state: ControllerState, s: Stored) -> ControllerState:
                         state.last_outcome[vmi.owner_vm_uid] = phase
                 case VMIEvictionBlocked(node=node):
                     state.eviction_blocked.add((vmi.uid, node))
-    elif agg.kind is Kind.MIGRATION and isinstance(ev, MigrationAbortRequested):
+                case (
+                    VMICreated()
+                    | VMIPauseRequested()
+                    | VMIUnpauseRequested()
+                    | VMISoftRebootRequested()
+                    | PodScheduled()
+                    | Unschedulable()
+                    | VMIFailed()
+                    | LauncherStarted()
+                    | DomainStarted()
+                    | DomainMigratedIn()
+                    | DomainPaused()
+                    | DomainResumed()
+                    | DomainSoftRebooted()
+                    | DomainStopped()
+                    | LauncherExited()
+                ):
+                    pass  # the cluster's fold has it all
+                case _:
+                    assert_never(ev)
+    elif agg.kind == Kind.MIGRATION and isinstance(ev, MigrationAbortRequested):
         mig = state.cluster.migrations.get(key(agg.namespace, agg.name))
         if mig is not None and ev.meta.node:
             state.abort_routed[mig.uid] = ev.meta.node

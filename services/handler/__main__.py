@@ -13,8 +13,8 @@ from eventstore.settings import StreamSettings
 from services.handler.node_info import LaunchSettings, NodeConfig, qemu_pid_dir_of
 from services.handler.service import Fenced, HandlerConfig, serve
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
-from services.launcher.hypervisor import TEST_URI
 from services.launcher.kvm_probe import domain_type as probe_domain_type
+from services.launcher.uris import TEST_URI
 from services.runtime import logs, loop, timeouts
 
 

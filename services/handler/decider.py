@@ -21,27 +21,25 @@ from typing import assert_never
 import msgspec
 
 from events import subjects
-from events.catalog import MigrationFailed, Resources, TargetPrepared
+from events.catalog import Resources
 from events.envelope import Context, Decision, Stored
-from events.meta import Kind
+from events.meta import Kind, ResourceKind
 from services.handler import migration, volumes
 from services.handler.effects import (
     Action,
-    Launch,
     LauncherSeen,
     MigrationCalled,
     MigrationRead,
     MigrationReported,
     Observation,
+    Observed,
     Release,
 )
 from services.handler.migration import (
-    Forget,
     MigrationNote,
     MigrationState,
     ProgressSent,
     SourceStep,
-    SpawnTarget,
     Stage,
     TargetJob,
     TargetNoted,
@@ -52,22 +50,12 @@ from services.handler.migration import (
 )
 from services.handler.migration_source import owns, plan_source, source_wakeup
 from services.handler.node_info import NodeConfig, joined_event
-from services.handler.planner import (
-    Append,
-    Cleanup,
-    Observed,
-    Send,
-    Spawn,
-    launch_manifest,
-    plan,
-    released,
-    service_name,
-)
+from services.handler.planner import plan, released, service_name
 from services.handler.state import NodeState, evolve, vmi_key
 from services.handler.volumes import CopyStarted, Jobs, VolumesCopyDone
 from services.runtime.reactor import Note
 
-_COPY_KINDS = (Kind.SNAPSHOT_CONTENT, Kind.RESTORE)
+_COPY_KINDS = (ResourceKind.SNAPSHOT_CONTENT, ResourceKind.RESTORE)
 
 
 class Joined(msgspec.Struct, frozen=True):
@@ -111,8 +99,8 @@ class NodeDecider:
         return [
             subjects.node_filter(Kind.VMI, self.node),
             subjects.node_filter(Kind.MIGRATION, self.node),
-            subjects.node_filter(Kind.SNAPSHOT_CONTENT, self.node),
-            subjects.node_filter(Kind.RESTORE, self.node),
+            subjects.node_filter(ResourceKind.SNAPSHOT_CONTENT, self.node),
+            subjects.node_filter(ResourceKind.RESTORE, self.node),
         ]
 
     def initial_state(self) -> HandlerState:
@@ -126,7 +114,7 @@ class NodeDecider:
         evolve(state.records, stored.event)
         migration.note_newer(state.migrations, stored)
         migration.fold(state.migrations, state.records, stored.event, self.node)
-        if stored.event.meta.aggregate.kind is Kind.VMI:
+        if stored.event.meta.aggregate.kind == Kind.VMI:
             # a handed-off source job holds its VMI until its LauncherExited is back
             key = vmi_key(stored.event)
             sources = state.migrations.sources
@@ -162,9 +150,9 @@ class NodeDecider:
         mkeys: list[str] = []
         if agg.kind in _COPY_KINDS:
             return self._copy(state, volumes.job_key(agg))
-        if agg.kind is Kind.VMI:
+        if agg.kind == Kind.VMI:
             vkeys.append(vmi_key(event))
-        elif agg.kind is Kind.MIGRATION and event.meta.node == self.node:
+        elif agg.kind == Kind.MIGRATION and event.meta.node == self.node:
             target = target_of(state.migrations, agg)
             if target is not None:
                 vkeys.append(target.vmi_key)
@@ -260,45 +248,13 @@ class NodeDecider:
         if target is not None:
             return self._target(target, o, now)
         r = state.records.get(key)
-        actions = plan(key, r, o, self.node, now)
-        if not actions:
+        planned = plan(key, r, o, self.node, now)
+        if not planned:
             return [Release(key)] if o is not None and released(r, o) else []
-        out: list[Output] = []
-        for action in actions:
-            match action:
-                case Append(event=event):
-                    out.append(Decision(event, occ=False))
-                case Spawn():
-                    assert r is not None
-                    out.append(Launch(key, r.uid, launch_manifest(r.manifest, key, r.uid)))
-                case Send() | Cleanup():
-                    out.append(action)
-                case _:
-                    assert_never(action)
-        return out
+        return [*planned]
 
     def _target(self, job: TargetJob, o: Observed | None, now: float) -> list[Output]:
-        key = job.vmi_key
-        out: list[Output] = []
-        for action in plan_target(job, o, self.node, self.qemu, self._address(o), now):
-            match action:
-                case Append(event=event):
-                    out.append(Decision(event, occ=False))
-                    # routed to the source: never delivered here, so noted
-                    if isinstance(event, TargetPrepared):
-                        out.append(Note(TargetNoted(key, prepared=True)))
-                    elif isinstance(event, MigrationFailed):
-                        out.append(Note(TargetNoted(key, failed=True)))
-                case Send():
-                    out.append(action)
-                case SpawnTarget():
-                    manifest = launch_manifest(job.manifest, key, job.vmi_uid)
-                    out.append(Launch(key, job.vmi_uid, manifest, migration_target=self.qemu))
-                case Forget():
-                    out.append(Note(TargetOver(key)))  # the planner decides from here on
-                case _:
-                    assert_never(action)
-        return out
+        return [*plan_target(job, o, self.node, self.qemu, self._address(o), now)]
 
     def _address(self, o: Observed | None) -> str:
         """Where the source migrates to: the node's address (test mode, simulated), the

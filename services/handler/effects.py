@@ -1,20 +1,65 @@
-"""What the handler's decider asks of its executors, and what they report back.
+"""What the handler's decider asks of its executors, and what they report back: the one
+vocabulary of its effects. Appends are the shell's `Decision`s, and what the decider notes
+of its own doing a `Note`; everything else is here.
 
 Actions: the launcher fleet (`fleet.py`) spawns, commands, cleans up and forgets launchers
 and drives a launcher's live migration; `ReadMigration` reads a migration aggregate from the
-log (the node's consumer sees only the events routed to it). Observations come back through
-the shell's inbox, in the order they were made."""
+log (the node's consumer sees only the events routed to it); `CopyVolumes` (`volumes.py`)
+copies a snapshot's or a restore's disks. Observations come back through the shell's
+inbox, in the order they were made."""
 
 from __future__ import annotations
 
 import msgspec
+from msgspec.structs import replace
 
 from events.catalog import MigrationScheduled
 from events.meta import Aggregate
 from projections.views import MigrationView
-from services.handler.planner import Cleanup, Observed, Send
 from services.handler.volumes import CopyVolumes, VolumesCopyDone
-from services.launcher.protocol import AbortMigration, MigrateTo, MigrationProgress, MigrationResult
+from services.launcher.protocol import (
+    AbortMigration,
+    Command,
+    DomainStatus,
+    MigrateTo,
+    MigrationProgress,
+    MigrationResult,
+)
+
+
+class Observed(msgspec.Struct, frozen=True, kw_only=True):
+    """One launcher as the launcher fleet sees it. Immutable: the fleet reports a new one
+    for every change, so a decider's state can hold it as it is."""
+
+    uid: str  # the VMI uid from the launcher's Hello
+    domain_name: str = ""
+    pid: int = 0
+    domain_pid: int | None = None
+    domain_type: str = ""  # Hello.domain_type: "qemu" = software emulation
+    hypervisor_uri: str = ""  # Hello.hypervisor_uri: where a migration target listens
+    status: DomainStatus | None = None  # the latest report (highest seq)
+    final: DomainStatus | None = None  # the report that said the domain is gone
+    spawning: bool = False  # spawn requested, no Hello yet
+    connected: bool = False
+    gone: bool = False  # the launcher process has exited
+    spawn_error: str = ""  # the spawn failed (then also gone)
+    ended_at: float | None = None  # when the fleet first saw it final or gone
+    in_flight: frozenset[str] = frozenset()  # command tags awaiting results
+    start_sent: bool = False
+    shutdown_grace: float | None = None  # smallest grace period sent
+    reboots_sent: int = 0
+    reboots_ok: int = 0
+
+    def updated(self, status: DomainStatus, now: float) -> Observed:
+        """With `status` taken in: the latest unless an older report arrives late, the final
+        one kept, and `now` as the end for a first final one."""
+        latest = self.status is None or status.seq >= self.status.seq
+        return replace(
+            self,
+            status=status if latest else self.status,
+            final=status if status.final else self.final,
+            ended_at=now if status.final and self.ended_at is None else self.ended_at,
+        )
 
 
 # ------------------------------------------------------------------ actions
@@ -25,6 +70,19 @@ class Launch(msgspec.Struct, frozen=True):
     uid: str
     manifest: bytes  # the VMI manifest the launcher is spawned with (metadata filled in)
     migration_target: bool = False
+
+
+class Send(msgspec.Struct, frozen=True):
+    """A command to the VMI's launcher (one at a time: `Observed.in_flight`)."""
+
+    key: str
+    command: Command
+
+
+class Cleanup(msgspec.Struct, frozen=True):
+    """An orphan launcher (its VMI is gone, or is a newer VMI of the same name): destroy it."""
+
+    key: str
 
 
 class Release(msgspec.Struct, frozen=True):

@@ -25,6 +25,7 @@ import structlog
 from msgspec.structs import replace
 
 from services.handler.effects import (
+    Cleanup,
     FleetAction,
     Launch,
     LauncherSeen,
@@ -32,11 +33,14 @@ from services.handler.effects import (
     MigrationCalled,
     MigrationReported,
     Observation,
+    Observed,
     Relay,
     Release,
+    Send,
 )
-from services.handler.node_info import LaunchSettings, destroy_unowned_domains
-from services.handler.planner import Cleanup, Observed, Send, service_name
+from services.handler.host import destroy_unowned_domains
+from services.handler.node_info import LaunchSettings
+from services.handler.planner import service_name
 from services.handler.spawn_queue import SpawnQueue
 from services.launcher import rundir
 from services.launcher.client import LauncherClient, LauncherGone
@@ -230,11 +234,11 @@ class LauncherFleet:
         sent = replace(o, in_flight=o.in_flight | {tag})
         match command:
             case Start():
-                sent.start_sent = True
+                sent = replace(sent, start_sent=True)
             case Shutdown(grace_period_seconds=grace):
-                sent.shutdown_grace = grace
+                sent = replace(sent, shutdown_grace=grace)
             case SoftReboot():
-                sent.reboots_sent += 1
+                sent = replace(sent, reboots_sent=sent.reboots_sent + 1)
         self._set(key, sent)
         result: CommandResult | None = None
         try:
@@ -247,7 +251,7 @@ class LauncherFleet:
             if result is not None and result.status is not None:
                 done = done.updated(result.status, time.time())
             if result is not None and result.ok and isinstance(command, SoftReboot):
-                done.reboots_ok += 1
+                done = replace(done, reboots_ok=done.reboots_ok + 1)
             self._set(key, done)
         if result is None:
             return

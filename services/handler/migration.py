@@ -26,6 +26,7 @@ events). Event ids are `virt-handler-<node>/<migration uid>/<what>[/<n>]`.
 from __future__ import annotations
 
 import enum
+from typing import assert_never
 
 import msgspec
 
@@ -34,24 +35,36 @@ from events.catalog import (
     Manifest,
     MigrationAborted,
     MigrationAbortRequested,
+    MigrationEvent,
     MigrationFailed,
+    MigrationPending,
     MigrationProgressed,
+    MigrationRequested,
     MigrationScheduled,
+    MigrationScheduling,
     MigrationSettings,
     MigrationStarted,
     MigrationSucceeded,
     TargetPrepared,
     TargetPreparing,
 )
-from events.envelope import Stored
+from events.envelope import Decision, Stored
 from events.meta import Actor, Aggregate, Kind, Meta
 from projections.views import MigrationView
 from services.handler import migration_sim as sim
-from services.handler.effects import MigrationCalled, MigrationRead, MigrationReported
-from services.handler.planner import Append, Observed, Send, service_name
+from services.handler.effects import (
+    Launch,
+    MigrationCalled,
+    MigrationRead,
+    MigrationReported,
+    Observed,
+    Send,
+)
+from services.handler.planner import launch_manifest, service_name
 from services.handler.state import NodeState, VMIRecord
 from services.launcher.domain_state import DomainState
 from services.launcher.protocol import MigrationProgress, MigrationResult, Resume, Shutdown, Start
+from services.runtime.reactor import Note
 
 TARGET_POD_DOWN = "Target pod is down"
 ABORTED_BY_USER = "Migration aborted by user"
@@ -190,7 +203,9 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
     """Fold one migration event into the state (mutates). Only events routed to `node`
     count. Returns the VMI key of a target job it touched, else None."""
     agg = event.meta.aggregate
-    if agg.kind is not Kind.MIGRATION or event.meta.node != node:
+    if agg.kind != Kind.MIGRATION or event.meta.node != node:
+        return None
+    if not isinstance(event, MigrationEvent):
         return None
     corr, caus = event.meta.correlation_id, event.meta.event_id
     mkey = _key(agg)
@@ -248,6 +263,17 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
             case MigrationFailed() | MigrationAborted():
                 if target.outcome == "":
                     target.outcome = "failed"
+            case (
+                MigrationRequested()
+                | MigrationAbortRequested()
+                | MigrationPending()
+                | MigrationScheduling()
+                | MigrationStarted()
+                | MigrationProgressed()
+            ):
+                pass  # the source's and the controller's
+            case _:
+                assert_never(event)
         return target.vmi_key
     src = ms.sources.get(mkey)
     if src is not None and (not agg.uid or src.migration.uid in ("", agg.uid)):
@@ -260,6 +286,17 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
                 src.abort_requested = True
             case MigrationFailed(reason=reason, message=message):
                 src.failure = message or reason
+            case (
+                MigrationRequested()
+                | MigrationPending()
+                | MigrationScheduling()
+                | TargetPreparing()
+                | MigrationSucceeded()
+                | MigrationAborted()
+            ):
+                pass  # the target's and the controller's, or what this job appended
+            case _:
+                assert_never(event)
     return None
 
 
@@ -280,7 +317,7 @@ def note_newer(ms: MigrationState, stored: Stored) -> None:
     is stale (the controller failed or aborted it first; our MigrationStarted conflicted),
     read it again."""
     agg = stored.event.meta.aggregate
-    if agg.kind is not Kind.MIGRATION:
+    if agg.kind != Kind.MIGRATION:
         return
     job = ms.sources.get(_key(agg))
     if job is None or job.stage is not Stage.JUDGE or job.view is None:
@@ -378,17 +415,10 @@ def migration_meta(
 
 
 # ---------------------------------------------------------------- target planning (pure)
-class SpawnTarget(msgspec.Struct, frozen=True):
-    key: str
-
-
-class Forget(msgspec.Struct, frozen=True):
-    """The job is over here: drop it (and the launcher's bookkeeping once it is gone)."""
-
-    key: str
-
-
-TargetAction = Append | Send | SpawnTarget | Forget
+# Appends (TargetPrepared and TargetPodDown are routed to the source, never delivered here:
+# a note keeps that they went out), launcher actions, and the note that ends the job (the
+# planner decides for the VMI from then on)
+TargetOutput = Decision | Send | Launch | Note[TargetNoted | TargetOver]
 
 
 def plan_target(
@@ -398,45 +428,49 @@ def plan_target(
     qemu: bool,
     address: str,
     now: float,
-) -> list[TargetAction]:
+) -> list[TargetOutput]:
     """The target side of one migration, level-triggered from the job and the launcher."""
     m = job.migration
+    key = job.vmi_key
 
     def meta(what: str, route: str) -> Meta:
         return migration_meta(m, node, what, route, now, job.correlation_id, job.causation_id)
 
     if o is not None and o.uid != job.vmi_uid:
         return []  # an older VMI's launcher of the same name: the planner's orphan, not ours
+    forget = Note(TargetOver(key))
     if job.outcome == "failed":
         if o is None or o.gone:
-            return [Forget(job.vmi_key)]
+            return [forget]
         if o.connected and o.shutdown_grace != 0 and o.final is None:
-            return [Send(job.vmi_key, Shutdown(grace_period_seconds=0))]
+            return [Send(key, Shutdown(grace_period_seconds=0))]
         return []
     if job.outcome == "succeeded":
         if o is None or o.gone:
-            return [Forget(job.vmi_key)]  # the planner reports the launcher gone
+            return [forget]  # the planner reports the launcher gone
         s = o.status
         if s is not None and s.state is DomainState.PAUSED and o.connected and not o.in_flight:
-            return [Send(job.vmi_key, Resume())] if not qemu else []
+            return [Send(key, Resume())] if not qemu else []
         if s is not None and s.state is DomainState.RUNNING:
-            return [Forget(job.vmi_key)]  # ours now: the planner takes over
+            return [forget]  # ours now: the planner takes over
         return []
-    out: list[TargetAction] = []
+    out: list[TargetOutput] = []
     if not job.preparing:
-        out.append(Append(TargetPreparing(meta=meta("TargetPreparing", node), target_node=node)))
+        preparing = TargetPreparing(meta=meta("TargetPreparing", node), target_node=node)
+        out.append(Decision(preparing, occ=False))
     if o is None:
         if job.preparing and not job.failure_sent:
             # spawned before (TargetPreparing is appended first) and gone while unobserved
-            out.append(_target_down(job, node, now))
+            out += _target_down(job, node, now)
         elif not job.preparing:
-            out.append(SpawnTarget(job.vmi_key))
+            manifest = launch_manifest(job.manifest, key, job.vmi_uid)
+            out.append(Launch(key, job.vmi_uid, manifest, migration_target=qemu))
         return out
     if o.spawning:
         return out
     if o.gone or o.final is not None:
         if not job.failure_sent and (not qemu or _grace_over(o, now)):
-            out.append(_target_down(job, node, now))
+            out += _target_down(job, node, now)
         return out
     s = o.status
     ready = False
@@ -444,19 +478,16 @@ def plan_target(
         ready = o.connected
     elif s is not None:
         if s.state is DomainState.SHUTOFF and not o.start_sent and o.connected:
-            out.append(Send(job.vmi_key, Start(paused=True)))
+            out.append(Send(key, Start(paused=True)))
         ready = s.state is DomainState.PAUSED
     if ready and not job.prepared_sent:
-        out.append(
-            Append(
-                TargetPrepared(
-                    meta=meta("TargetPrepared", job.source_node),
-                    target_node=node,
-                    target_address=address,
-                    target_pod_uid=job.target_pod_uid,
-                )
-            )
+        prepared = TargetPrepared(
+            meta=meta("TargetPrepared", job.source_node),
+            target_node=node,
+            target_address=address,
+            target_pod_uid=job.target_pod_uid,
         )
+        out += [Decision(prepared, occ=False), Note(TargetNoted(key, prepared=True))]
     return out
 
 
@@ -471,8 +502,10 @@ def target_wakeup(job: TargetJob, o: Observed | None, qemu: bool) -> float | Non
     return o.ended_at + TARGET_GONE_GRACE
 
 
-def _target_down(job: TargetJob, node: str, now: float) -> Append:
+def _target_down(job: TargetJob, node: str, now: float) -> list[TargetOutput]:
+    """MigrationFailed(TargetPodDown), routed to the source, and the note that it went out."""
     meta = migration_meta(
         job.migration, node, "TargetPodDown", job.source_node, now, job.correlation_id
     )
-    return Append(MigrationFailed(meta=meta, reason="TargetPodDown", message=TARGET_POD_DOWN))
+    down = MigrationFailed(meta=meta, reason="TargetPodDown", message=TARGET_POD_DOWN)
+    return [Decision(down, occ=False), Note(TargetNoted(job.vmi_key, failed=True))]

@@ -33,7 +33,7 @@ from events.catalog import (
 from events.envelope import Decision
 from events.meta import Aggregate, Kind, Meta
 from services.handler import migration_sim as sim
-from services.handler.effects import Migrate, ReadMigration, Relay
+from services.handler.effects import Migrate, Observed, ReadMigration, Relay, Send
 from services.handler.migration import (
     ABORTED_BY_USER,
     SOURCE_GONE,
@@ -45,7 +45,6 @@ from services.handler.migration import (
     Stage,
     migration_meta,
 )
-from services.handler.planner import Observed, Send
 from services.handler.state import NodeState, VMIRecord
 from services.launcher.domain_state import DomainState
 from services.launcher.protocol import AbortMigration, MigrateTo, Pause, Resume, Shutdown

@@ -1,20 +1,17 @@
-"""The node a handler registers (capacity, labels, address: NodeJoined) and how it runs
-its launchers (hypervisor URI, domain type, disk/image/pidfile dirs)."""
+"""The node a handler registers (NodeJoined from its configuration and what was probed of
+its host) and how it runs its launchers (hypervisor URI, domain type, disk/image/pidfile
+dirs). Pure: the probing of the host is `host.py`."""
 
 from __future__ import annotations
 
-import contextlib
-import platform
-import socket
 from pathlib import Path
 
 import msgspec
 
 from events.catalog import NodeJoined, Resources
 from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
-from events.quantity import parse_quantity
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
-from services.launcher.hypervisor import TEST_URI
+from services.launcher.uris import TEST_URI
 
 
 class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,39 +56,6 @@ def qemu_pid_dir_of(uri: str) -> str | None:
     return str(path.parent.parent / "run" / "qemu")
 
 
-def host_capacity(uri: str = TEST_URI) -> tuple[int, int]:
-    """(cpus, memory bytes) from libvirt's getInfo() (the test driver: 16 CPUs, 3 GiB)."""
-    import libvirt
-
-    conn = libvirt.open(uri)
-    try:
-        info = conn.getInfo()
-    finally:
-        conn.close()
-    return int(info[2]), int(info[1]) * 1024 * 1024
-
-
-def capacity(cfg: NodeConfig) -> Resources:
-    cpus, memory = cfg.cpus, parse_quantity(cfg.memory) if cfg.memory else None
-    if cpus is None or memory is None:
-        host_cpus, host_memory = host_capacity(cfg.libvirt_uri)
-        cpus = host_cpus if cpus is None else cpus
-        memory = host_memory if memory is None else memory
-    return Resources(cpu_millis=cpus * 1000, memory_bytes=int(memory))
-
-
-def labels(cfg: NodeConfig) -> dict[str, str]:
-    return {
-        "kubernetes.io/hostname": cfg.name,
-        "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": {"x86_64": "amd64", "aarch64": "arm64"}.get(
-            platform.machine(), platform.machine()
-        ),
-        "kubevirt.io/schedulable": "true",
-        "virtstream.io/host": socket.gethostname(),
-    }
-
-
 def joined_event(
     cfg: NodeConfig, cap: Resources, node_labels: dict[str, str], now: float
 ) -> NodeJoined:
@@ -118,27 +82,3 @@ def joined_event(
         hypervisor=cfg.hypervisor,
         console_port=cfg.console_port,
     )
-
-
-def destroy_unowned_domains(uri: str, owned: set[str]) -> list[str]:
-    """Destroy and undefine the domains on `uri` whose names are not in `owned`; returns
-    their names. Disks are left alone: the disk dir is shared by the nodes, and a VMI of
-    that name may run elsewhere."""
-    import libvirt
-
-    conn = libvirt.open(uri)
-    gone = []
-    try:
-        for dom in conn.listAllDomains():
-            name = dom.name()
-            if name in owned:
-                continue
-            with contextlib.suppress(libvirt.libvirtError):
-                if dom.isActive():
-                    dom.destroy()
-            with contextlib.suppress(libvirt.libvirtError):
-                dom.undefine()
-            gone.append(name)
-    finally:
-        conn.close()
-    return gone

@@ -1,5 +1,6 @@
 """The handler's pure core: what the events say (VMIRecord) vs what the launcher says
-(Observed) → what to do (spawn a launcher, send it a command, append an event).
+(Observed) → what to do (spawn a launcher, send it a command, append an event), in the
+handler's vocabulary of effects (`effects.py`).
 
 Level-triggered: `plan` looks only at the two states, never at "the event in hand", so a
 redelivered event, a handler restart or a repeated status report plans nothing new. Event
@@ -25,11 +26,12 @@ from events.catalog import (
     Manifest,
     StopReason,
 )
+from events.envelope import Decision
 from events.meta import Actor, Aggregate, Kind, Meta
+from services.handler.effects import Cleanup, Launch, Observed, Send
 from services.handler.state import VMIRecord
 from services.launcher.domain_state import ACTIVE_STATES, DomainState, StateReason
 from services.launcher.protocol import (
-    Command,
     DomainStatus,
     Pause,
     Resume,
@@ -38,65 +40,9 @@ from services.launcher.protocol import (
     Start,
 )
 
+# What the planner asks for: appends, and launcher actions of the handler's effects
+Planned = Decision | Launch | Send | Cleanup
 
-class Observed(msgspec.Struct, kw_only=True):
-    """One launcher as the launcher fleet sees it. The fleet never changes one it has
-    reported (it reports a new one), so a decider's state can hold it as it is."""
-
-    uid: str  # the VMI uid from the launcher's Hello
-    domain_name: str = ""
-    pid: int = 0
-    domain_pid: int | None = None
-    domain_type: str = ""  # Hello.domain_type: "qemu" = software emulation
-    hypervisor_uri: str = ""  # Hello.hypervisor_uri: where a migration target listens
-    status: DomainStatus | None = None  # the latest report (highest seq)
-    final: DomainStatus | None = None  # the report that said the domain is gone
-    spawning: bool = False  # spawn requested, no Hello yet
-    connected: bool = False
-    gone: bool = False  # the launcher process has exited
-    spawn_error: str = ""  # the spawn failed (then also gone)
-    ended_at: float | None = None  # when the fleet first saw it final or gone
-    in_flight: set[str] = msgspec.field(default_factory=set)  # command tags awaiting results
-    start_sent: bool = False
-    shutdown_grace: float | None = None  # smallest grace period sent
-    reboots_sent: int = 0
-    reboots_ok: int = 0
-
-    def update(self, status: DomainStatus) -> None:
-        if self.status is None or status.seq >= self.status.seq:
-            self.status = status
-        if status.final:
-            self.final = status
-
-    def updated(self, status: DomainStatus, now: float) -> Observed:
-        """A copy with `status` taken in (and `now` as the end, for a first final one)."""
-        o = msgspec.structs.replace(self)
-        o.update(status)
-        if status.final and o.ended_at is None:
-            o.ended_at = now
-        return o
-
-
-class Spawn(msgspec.Struct, frozen=True):
-    key: str
-
-
-class Send(msgspec.Struct, frozen=True):
-    key: str
-    command: Command
-
-
-class Append(msgspec.Struct, frozen=True):
-    event: Event
-
-
-class Cleanup(msgspec.Struct, frozen=True):
-    """An orphan launcher (its VMI is gone, or is a newer VMI of the same name): destroy it."""
-
-    key: str
-
-
-Action = Spawn | Send | Append | Cleanup
 
 _STOP_REASONS = {
     StateReason.SHUTDOWN: StopReason.SHUTDOWN,
@@ -141,8 +87,9 @@ def launch_manifest(manifest: Manifest, key: str, uid: str) -> bytes:
     return msgspec.json.encode({**manifest, "metadata": meta})
 
 
-def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: float) -> list[Action]:
-    """Actions for one VMI key ("ns/name") on this node."""
+def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: float) -> list[Planned]:
+    """What one VMI key ("ns/name") on this node calls for. Its appends carry no OCC (the
+    handler sees only its node's events of an aggregate; the ids make a repeat a duplicate)."""
     if o is not None and (r is None or r.uid != o.uid or r.exited):
         # orphan: destroy it unless it is already on its way out
         if not o.spawning and not o.gone and o.final is None and o.shutdown_grace != 0:
@@ -150,14 +97,14 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
         return []
     if r is None:
         return []
-    out: list[Action] = []
+    out: list[Planned] = []
 
     def emit(event: Event) -> None:
-        out.append(Append(event))
+        out.append(Decision(event, occ=False))
 
     if o is None:
         if r.launcher_pid == 0 and not r.migrated_in and not r.wants_stop and not r.stopped:
-            return [Spawn(key=key)]
+            return [Launch(key, r.uid, launch_manifest(r.manifest, key, r.uid))]
         if (r.launcher_pid or r.migrated_in) and not r.exited:
             # the launcher vanished while nobody watched (e.g. killed while the handler was down)
             if not r.stopped:
@@ -273,7 +220,7 @@ def released(r: VMIRecord | None, o: Observed) -> bool:
     return o.gone and (r is None or r.exited or r.uid != o.uid)
 
 
-def _commands(r: VMIRecord, o: Observed, s: DomainStatus) -> list[Action]:
+def _commands(r: VMIRecord, o: Observed, s: DomainStatus) -> list[Planned]:
     if not o.connected:
         return []
     key = r.key

@@ -20,13 +20,12 @@ from pathlib import Path
 
 import msgspec
 import structlog
-from nats.aio.client import Client as NATS
-from nats.js.kv import KeyValue
 from prometheus_client import Gauge
 
 from events.catalog import MigrationScheduled
 from events.meta import Aggregate, Kind
 from eventstore import heartbeats as heartbeat
+from eventstore.connection import connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from projections.evolve import evolve_migration
@@ -36,8 +35,9 @@ from services.handler.console_server import ConsoleServer
 from services.handler.decider import HandlerState, Input, NodeDecider
 from services.handler.effects import Action, MigrationRead, ReadMigration
 from services.handler.fleet import LauncherFleet
+from services.handler.host import capacity, labels
 from services.handler.migration import MigrationState
-from services.handler.node_info import LaunchSettings, NodeConfig, capacity, labels
+from services.handler.node_info import LaunchSettings, NodeConfig
 from services.handler.planner import service_name
 from services.handler.state import NodeState
 from services.handler.volume_copy import copy_volumes
@@ -45,7 +45,7 @@ from services.handler.volumes import CopyVolumes, VolumesCopyDone
 from services.launcher.domain_xml import DomainType
 from services.runtime.checkpointing import Checkpointer
 from services.runtime.reactor import Inbox
-from services.runtime.shell import ServiceShell, connect, run_process
+from services.runtime.shell import ServiceShell, run_process
 
 log = structlog.get_logger()
 
@@ -145,16 +145,13 @@ class Fenced(RuntimeError):
 
 
 class Handler:
-    """One node's virt-handler (`store`: run on it; else `nc`, or connect to the config's
-    NATS URL)."""
+    """One node's virt-handler (`store`: run on it; else connect to the config's NATS URL
+    and close the connection at the end)."""
 
-    def __init__(
-        self, cfg: HandlerConfig, nc: NATS | None = None, *, store: JetStreamStore | None = None
-    ) -> None:
+    def __init__(self, cfg: HandlerConfig, *, store: JetStreamStore | None = None) -> None:
         self.cfg = cfg
         self.node = cfg.node.name
         self.name = service_name(self.node)
-        self.nc = nc
         self.store = store
         self.shell: ServiceShell[HandlerState, Action, Input] | None = None
         self.fleet: LauncherFleet | None = None
@@ -187,11 +184,10 @@ class Handler:
 
     async def run(self) -> None:
         """Run until stop()."""
-        own_nc = self.store is None and self.nc is None
+        own = self.store is None
         if self.store is None:
-            if self.nc is None:
-                self.nc = await connect(self.cfg.nats_url, self.name)
-            self.store = JetStreamStore(self.nc, self.cfg.settings)
+            nc = await connect_service(self.cfg.nats_url, self.name)
+            self.store = JetStreamStore(nc, self.cfg.settings)
         store = self.store
         cfg = self.cfg
         inbox: Inbox[Input] = Inbox()
@@ -225,7 +221,7 @@ class Handler:
             observer=decider,
             executor=effects,
             inbox=inbox,
-            checkpoints=Checkpointer(store, decider.name, HandlerCodec()),
+            checkpoints=Checkpointer(store, decider.name, HandlerCodec(), apart=True),
         )
         self.shell = shell
         heartbeats: asyncio.Task[None] | None = None
@@ -258,9 +254,9 @@ class Handler:
             if consoles is not None:
                 await consoles.close()
             await fleet.close()
-            if own_nc and self.nc is not None:
+            if own:
                 with contextlib.suppress(Exception):
-                    await self.nc.drain()
+                    await store.nc.drain()
         if self.fenced:
             raise Fenced(f"{self.node}: fenced after {self.cfg.fence_timeout}s off the bus")
 
@@ -282,7 +278,7 @@ class Handler:
                 )
                 return
 
-    async def _heartbeats(self, kv: KeyValue) -> None:
+    async def _heartbeats(self, kv: heartbeat.KeyValue) -> None:
         while True:
             await asyncio.sleep(self.cfg.heartbeat_interval)
             now = time.time()

@@ -7,7 +7,7 @@ the record of an earlier VMI of the same name (a VM restart creates a new VMI ui
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, assert_never
 
 import msgspec
 
@@ -23,7 +23,11 @@ from events.catalog import (
     LauncherStarted,
     Manifest,
     PodScheduled,
+    Unschedulable,
+    VMICreated,
     VMIDeleteRequested,
+    VMIEvent,
+    VMIEvictionBlocked,
     VMIFailed,
     VMIPauseRequested,
     VMIRemoved,
@@ -127,8 +131,8 @@ def evolve(state: NodeState, event: Event) -> NodeState:
     """Fold one event of this node's stream into the state (mutates and returns `state`:
     the handler owns it alone, and copying per event would be waste)."""
     agg = event.meta.aggregate
-    if agg.kind is not Kind.VMI:
-        return state  # migrations: not handled yet
+    if agg.kind != Kind.VMI or not isinstance(event, VMIEvent):
+        return state  # a migration's events are `migration.fold`'s, copies `volumes.fold`'s
     key = vmi_key(event)
     if isinstance(event, PodScheduled):
         uid = agg.uid or manifest_uid(event.manifest)
@@ -184,7 +188,9 @@ def evolve(state: NodeState, event: Event) -> NodeState:
         case VMIRemoved():
             del state[key]
             return state
+        case VMICreated() | Unschedulable() | VMIEvictionBlocked():
+            return state  # before this node, or the controller's
         case _:
-            return state
+            assert_never(event)
     state[key] = r
     return state

@@ -8,9 +8,21 @@ is copied again (a copy replaces its target whole, so a repeat is harmless)."""
 
 from __future__ import annotations
 
+from typing import assert_never
+
 import msgspec
 
-from events.catalog import Event, VolumeCopy, VolumesCopied, VolumesCopyRequested
+from events.catalog import (
+    Event,
+    ResourceCreated,
+    ResourceDeleted,
+    ResourceEvent,
+    ResourceStatusChanged,
+    ResourceUpdated,
+    VolumeCopy,
+    VolumesCopied,
+    VolumesCopyRequested,
+)
 from events.meta import Actor, Aggregate, Meta
 
 
@@ -48,10 +60,12 @@ Jobs = dict[str, CopyJob]
 
 
 def job_key(agg: Aggregate) -> str:
-    return f"{agg.kind.value}/{agg.namespace}/{agg.name}/{agg.uid}"
+    return f"{agg.kind}/{agg.namespace}/{agg.name}/{agg.uid}"
 
 
 def fold(jobs: Jobs, event: Event) -> None:
+    if not isinstance(event, ResourceEvent):
+        return
     match event:
         case VolumesCopyRequested():
             jobs.setdefault(job_key(event.meta.aggregate), CopyJob(request=event))
@@ -60,8 +74,10 @@ def fold(jobs: Jobs, event: Event) -> None:
             job = jobs.get(key)
             if job is not None:
                 job.done, job.running = True, False
+        case ResourceCreated() | ResourceUpdated() | ResourceStatusChanged() | ResourceDeleted():
+            pass  # the object itself, the snapshot controller's
         case _:
-            pass
+            assert_never(event)
 
 
 def observe(jobs: Jobs, obs: CopyStarted | VolumesCopyDone) -> None:

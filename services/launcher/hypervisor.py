@@ -25,8 +25,8 @@ import libvirtaio
 import msgspec
 
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
+from services.launcher.uris import TEST_URI
 
-TEST_URI = "test:///default"
 #: What a connection to TEST_URI opens: the test driver with the host this file describes,
 #: and nothing on it. test:///default builds a whole fake host per connection (a running
 #: domain, a network, a storage pool, interfaces, ~1 ms of CPU) that no launcher uses.

@@ -21,11 +21,10 @@ from typing import Generic, Protocol
 
 import msgspec
 import structlog
-from nats.js.api import StorageType
 from typing_extensions import TypeVar
 
 from eventstore import checkpoints
-from eventstore.jetstream import JetStreamStore
+from eventstore.port import Bucket, EventLog
 
 S = TypeVar("S")
 log = structlog.get_logger()
@@ -54,7 +53,7 @@ class Loaded(msgspec.Struct, Generic[S], frozen=True):
     upto: int
     versions: dict[str, int]
     state: S
-    again: S  # a second decoding: the log-only fold a shell with an observer keeps
+    again: S | None  # a second decoding: the log-only fold kept apart (`apart`)
 
 
 _encoder = msgspec.msgpack.Encoder()
@@ -64,10 +63,11 @@ _decoder = msgspec.msgpack.Decoder(ShellCheckpoint)
 class Checkpointer(Generic[S]):
     def __init__(
         self,
-        store: JetStreamStore,
+        store: EventLog,
         name: str,
         codec: StateCodec[S],
         *,
+        apart: bool = False,
         every: int = 10_000,
         seconds: float = 60.0,
         bucket: str = checkpoints.BUCKET,
@@ -76,6 +76,9 @@ class Checkpointer(Generic[S]):
         self.bucket = bucket
         self.name = name
         self.codec = codec
+        # the state also holds observations: the checkpoint is of the log's fold kept
+        # apart from it (`Folding.log_only`)
+        self.apart = apart
         self.every = every
         self.seconds = seconds
         self.schema = f"shell/{SHELL_VERSION}/{codec.schema}"
@@ -84,12 +87,8 @@ class Checkpointer(Generic[S]):
         self._saving: asyncio.Task[None] | None = None
         self.saves = 0
 
-    async def _bucket(self) -> checkpoints.KeyValue:
-        s = self.store.settings
-        storage = StorageType.FILE if s.storage == "file" else StorageType.MEMORY
-        return await checkpoints.bucket(
-            self.store.js, replicas=s.replicas, storage=storage, name=self.bucket
-        )
+    async def _bucket(self) -> Bucket:
+        return await checkpoints.bucket(self.store, self.bucket)
 
     async def load(self) -> Loaded[S] | None:
         """The newest usable checkpoint; a refused one is said in one line (None)."""
@@ -116,7 +115,7 @@ class Checkpointer(Generic[S]):
                 upto=cp.upto,
                 versions=dict(cp.versions),
                 state=self.codec.decode(cp.state),
-                again=self.codec.decode(cp.state),
+                again=self.codec.decode(cp.state) if self.apart else None,
             )
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
             log.warning(

@@ -13,12 +13,13 @@ import sys
 from collections.abc import Sequence
 
 from events import subjects
-from events.catalog import VMIPauseRequested, VMStartRequested
-from events.envelope import Context, Decision, Stored
+from events.catalog import Event, VMIPauseRequested, VMStartRequested
+from events.envelope import Appended, Context, Decision, Stored
 from events.meta import Aggregate, Kind
+from eventstore.connection import connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from services.runtime.shell import ServiceShell, connect
+from services.runtime.shell import ServiceShell
 
 
 class Echo:
@@ -48,19 +49,21 @@ class Echo:
         return []
 
 
-class CrashingShell(ServiceShell[int]):
-    """Dies like kill -9 right after its first append, before the ack."""
+class CrashingStore(JetStreamStore):
+    """Dies like kill -9 right after its first append, before the shell acks."""
 
-    async def _append(self, d: Decision, cause: Stored | None) -> None:
-        await super()._append(d, cause)
+    async def append(
+        self, event: Event, *, expected: int | None = None, msg_id: str | None = None
+    ) -> Appended:
+        await super().append(event, expected=expected, msg_id=msg_id)
         os._exit(137)
 
 
 async def main(url: str, stream: str, crash: bool) -> None:
-    nc = await connect(url, "echo")
+    nc = await connect_service(url, "echo")
     settings = StreamSettings(name=stream, dlq_name=f"{stream}_DLQ", storage="memory")
-    shell_cls = CrashingShell if crash else ServiceShell
-    shell = shell_cls(Echo(), JetStreamStore(nc, settings), tick_interval=0.2, ack_wait=1.0)
+    store = (CrashingStore if crash else JetStreamStore)(nc, settings)
+    shell = ServiceShell(Echo(), store, tick_interval=0.2, ack_wait=1.0)
     await shell.run()
 
 

@@ -14,6 +14,7 @@ from typing import Any
 import uvicorn
 
 from eventstore.jetstream import JetStreamStore
+from kinds.registry import REGISTRY, Registry
 from ops.pki import Pki
 from readside.runner import ProjectionRunner
 from services.api.app import create_app
@@ -61,12 +62,14 @@ async def running_api(
     auth: bool = True,
     extra: dict[str, Any] | None = None,
     pki: Pki | None = None,
+    kinds: Registry = REGISTRY,
 ) -> AsyncIterator[RunningApi]:
     """`extra`: more of the auth file (`tokens`, `roleBindings`, `clusterRoleBindings`);
-    `pki`: serve HTTPS with its server certificate (kubectl sends a token over TLS only)."""
-    runner = ProjectionRunner(store)
+    `pki`: serve HTTPS with its server certificate (kubectl sends a token over TLS only);
+    `kinds`: the kinds it serves."""
+    runner = ProjectionRunner(store, kinds=kinds)
     await runner.start()
-    service = ApiService(runner, None if read_only else store)
+    service = ApiService(runner, None if read_only else store, kinds)
     token = secrets.token_hex(16) if auth else ""
     authenticator = Authenticator(config=admin_auth(token, extra)) if auth else None
     guard = Guard.of(authenticator, service.kinds) if authenticator else None

@@ -30,8 +30,9 @@ def test_no_fault_loses_or_doubles_a_vm() -> None:
         [sys.executable, "-m", "bench.chaos", "--json"], cwd=REPO, capture_output=True,
         timeout=880,
     )  # fmt: skip
-    assert done.returncode == 0, done.stderr.decode()[-2000:]
-    result = json.loads(done.stdout.decode().splitlines()[-1])
+    out = done.stdout.decode().splitlines()
+    assert out, done.stderr.decode()[-2000:]
+    result = json.loads(out[-1])
     assert [row["fault"].split(" (")[0] for row in result["faults"]][-1] == "kill -9 up"
     for row in result["faults"]:
         assert "error" not in row, row
@@ -40,3 +41,4 @@ def test_no_fault_loses_or_doubles_a_vm() -> None:
         assert row["verify"], f"{row['fault']}: verify said {row.get('verify_said')!r}"
         assert row["recovered_s"] is not None, f"{row['fault']}: {row.get('unsettled')}"
     assert result["final"]["equal_to_fault_free"], result["final"]
+    assert done.returncode == 0, done.stderr.decode()[-2000:]  # a failed row fails the run

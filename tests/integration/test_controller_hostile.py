@@ -17,9 +17,9 @@ from events.catalog import (
     VMRunStrategyChanged,
     VMStopRequested,
 )
-from events.envelope import ConcurrencyConflict
 from events.meta import Aggregate, Kind
 from eventstore.jetstream import JetStreamStore
+from eventstore.port import ConcurrencyConflict
 from tests.conftest import unique
 from tests.factories import meta, vm_manifest
 from tests.integration import test_controller_service

@@ -61,7 +61,7 @@ async def running_handler(
         tick_interval=0.2,
         heartbeat_interval=0.5,
     )
-    handler = Handler(cfg, nc=nc)
+    handler = Handler(cfg, store=JetStreamStore(nc, settings))
     task = asyncio.create_task(handler.run())
     async with asyncio.timeout(15):
         while not handler.ready:

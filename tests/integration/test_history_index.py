@@ -1,4 +1,4 @@
-"""The debugging indexes (readside/index.py) on a real nats-server: event id → sequence,
+"""The debugging indexes (eventstore/index.py) on a real nats-server: event id → sequence,
 correlation id → sequences, a VMI's migrations; `why`, `replay` and one object's
 `get --at` read through them and answer as the full reads did."""
 
@@ -12,10 +12,10 @@ import pytest
 
 from events.catalog import MigrationRequested, NodeCordoned, VMStartRequested
 from events.meta import Aggregate, Kind
+from eventstore.index import Index, Indexer, stream_name
 from eventstore.jetstream import JetStreamStore
 from projections.replay import related_filters, render_object, replay_steps
 from readside import causality, timetravel
-from readside.index import Index, Indexer, stream_name
 from tests.debug_scenario import NS, Script, lifecycle
 
 VM1 = Aggregate(kind=Kind.VM, namespace=NS, name="vm1")

@@ -58,7 +58,7 @@ async def qemu_handler(
             qemu_pid_dir=str(rt.qemu_pid_dir),
         ),
     )
-    handler = Handler(cfg, nc=nc)
+    handler = Handler(cfg, store=JetStreamStore(nc, settings))
     task = asyncio.create_task(handler.run())
     async with asyncio.timeout(30):
         while not handler.ready:

@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 
 from events.catalog import DomainPaused, DomainStarted, DomainStopped, StopReason
+from events.envelope import Decision
 from events.meta import Kind
 from projections.render import render_vmi
 from services.handler.__main__ import launch_settings
+from services.handler.effects import Observed
 from services.handler.node_info import qemu_pid_dir_of
-from services.handler.planner import Append, Observed, plan
+from services.handler.planner import plan
 from services.handler.state import VMIRecord
 from services.launcher.domain_state import DomainState
 from services.launcher.domain_xml import DomainType
@@ -74,10 +76,10 @@ def test_domain_started_carries_qemu_pid_from_the_running_status_and_the_type() 
     observed = Observed(
         uid="u1", pid=7, domain_name="default_vm1", domain_type="qemu", connected=True
     )
-    observed.update(running)
+    observed = observed.updated(running, 1.0)
     actions = plan("default/vm1", record, observed, "node-1", 1.0)
     started = [
-        a.event for a in actions if isinstance(a, Append) and isinstance(a.event, DomainStarted)
+        a.event for a in actions if isinstance(a, Decision) and isinstance(a.event, DomainStarted)
     ]
     assert len(started) == 1
     assert started[0].qemu_pid == 999 and started[0].domain_type == "qemu"

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from msgspec.structs import replace
+
 from events import subjects
 from events.catalog import (
     Event,
@@ -19,8 +21,8 @@ from events.envelope import Context, Stored
 from events.meta import Actor, Aggregate, Kind, Meta
 from projections.views import MigrationView
 from services.handler.decider import HandlerState, NodeDecider, Output
+from services.handler.effects import Observed
 from services.handler.node_info import NodeConfig
-from services.handler.planner import Observed
 from services.launcher.domain_state import DomainState
 from services.launcher.protocol import DomainStatus
 from services.runtime.reactor import Note
@@ -95,10 +97,8 @@ def pod_scheduled(seq: int = 1, node: str = NODE) -> PodScheduled:
 def launcher(state: DomainState | None, **kw: object) -> Observed:
     o = Observed(uid=VMI_UID, pid=42, connected=True, domain_name="default_vm1")
     if state is not None:
-        o.update(DomainStatus(state=state, seq=1))
-    for k, v in kw.items():
-        setattr(o, k, v)
-    return o
+        o = o.updated(DomainStatus(state=state, seq=1), 0.0)
+    return replace(o, **kw)
 
 
 def scheduled(settings: MigrationSettings | None = None) -> MigrationScheduled:

@@ -15,7 +15,7 @@ from core.admission import (
     validate_vmi,
     validate_vmi_spec,
 )
-from events.manifest import dump, load, load_any
+from events.manifest import dump, load
 from events.objects import (
     Condition,
     VirtualMachine,
@@ -23,6 +23,7 @@ from events.objects import (
     VirtualMachineInstanceMigration,
     VirtualMachineInstanceStatus,
 )
+from kinds.registry import REGISTRY
 from tests.unit.kubevirt_examples import example_documents
 
 DOCS = example_documents()
@@ -30,7 +31,7 @@ DOCS = example_documents()
 
 @pytest.mark.parametrize(("name", "raw"), DOCS, ids=[n for n, _ in DOCS])
 def test_every_example_passes_after_defaulting(name: str, raw: dict[str, Any]) -> None:
-    obj = load_any(raw)
+    obj = REGISTRY.load(raw)
     if isinstance(obj, VirtualMachine):
         assert validate_vm(default_vm(obj, "uuid-1")) == []
         assert validate_vm(obj) == []  # KubeVirt accepts VM templates before defaulting too
@@ -134,7 +135,7 @@ def test_no_default_network_when_autoattach_disabled() -> None:
 
 def test_defaulted_example_keeps_unknown_fields() -> None:
     raw = next(doc for name, doc in DOCS if name == "vmi-fedora.yaml")
-    out = dump(default_vmi(load_any(raw), "u"), raw)
+    out = dump(default_vmi(REGISTRY.load(raw), "u"), raw)
     assert out["spec"]["domain"]["devices"]["rng"] == {}
     assert out["spec"]["domain"]["firmware"]["uuid"] == "u"
 

@@ -26,7 +26,7 @@ def test_heartbeats_keep_a_node_responsive() -> None:
     for _ in range(5):
         w.now += 30
         for n in ("node1", "node2"):
-            w.controller.record_heartbeat(w.state, n, w.now)
+            w.heartbeat(n, w.now)
         assert w.tick() == []
 
 
@@ -34,7 +34,7 @@ def test_silent_node_is_unresponsive_and_its_vms_restart_elsewhere() -> None:
     w = cluster()
     joined = w.now
     w.now += 61
-    w.controller.record_heartbeat(w.state, "node2", w.now)
+    w.heartbeat("node2", w.now)
     out = w.tick()
     assert types(out) == ["NodeUnresponsive"]
     ev = out[0]
@@ -58,11 +58,11 @@ def test_silent_node_is_unresponsive_and_its_vms_restart_elsewhere() -> None:
 def test_a_node_that_heartbeats_again_is_responsive() -> None:
     w = cluster()
     w.now += 61
-    w.controller.record_heartbeat(w.state, "node2", w.now)
+    w.heartbeat("node2", w.now)
     w.settle(w.tick())
     w.now += 5
-    w.controller.record_heartbeat(w.state, "node1", w.now)
-    w.controller.record_heartbeat(w.state, "node2", w.now)
+    w.heartbeat("node1", w.now)
+    w.heartbeat("node2", w.now)
     out = w.tick()
     assert types(out) == ["NodeResponsive"] and isinstance(out[0], NodeResponsive)
     assert out[0].last_heartbeat == w.now
@@ -74,7 +74,7 @@ def test_heartbeats_are_trusted_only_once_watched() -> None:
     """A restarted controller does not time out nodes before its heartbeat watch runs."""
     w = cluster()
     w.now += 3600
-    w.state.heartbeats_since = w.now
+    w.watch_started(w.now)
     assert w.tick() == []
     w.now += 61
     assert types(w.tick()) == ["NodeUnresponsive", "NodeUnresponsive"]
@@ -82,9 +82,9 @@ def test_heartbeats_are_trusted_only_once_watched() -> None:
 
 def test_a_stale_heartbeat_does_not_revive() -> None:
     w = cluster()
-    w.controller.record_heartbeat(w.state, "node1", w.now + 1)
+    w.heartbeat("node1", w.now + 1)
     w.now += 200
-    w.controller.record_heartbeat(w.state, "node2", w.now)
+    w.heartbeat("node2", w.now)
     w.settle(w.tick())
     assert w.state.cluster.nodes["node1"].unresponsive
     assert w.tick() == []

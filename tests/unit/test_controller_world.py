@@ -25,8 +25,9 @@ from events.catalog import (
 )
 from events.codec import event_type
 from events.envelope import Context, Stored
-from events.meta import Kind
+from events.meta import Kind, KindToken
 from projections.views import VMIView, VMView
+from services.controller.node_health import HeartbeatSeen, WatchStarted
 from services.controller.reactor import Controller
 from tests.factories import meta, vm_manifest, vmi_manifest
 
@@ -53,6 +54,13 @@ class World:
         self.log.append(s)
         self.ids.add(ev.meta.event_id)
         return s
+
+    def heartbeat(self, node: str, at: float) -> None:
+        """The heartbeat watch saw `node`'s handler alive at `at`."""
+        self.state = self.controller.observe(self.state, HeartbeatSeen(node, at))
+
+    def watch_started(self, at: float) -> None:
+        self.state = self.controller.observe(self.state, WatchStarted(at))
 
     def react(self, s: Stored) -> list[Event]:
         ctx = Context("virt-controller", "", self.now, s)
@@ -96,9 +104,9 @@ class World:
         return self.state.cluster.vmis.get(f"default/{name}")
 
     # ----------------------------------------------------------------- events
-    def m(self, kind: Kind, name: str, node: str = "") -> Any:
+    def m(self, kind: KindToken, name: str, node: str = "") -> Any:
         return meta(
-            kind, name, namespace="" if kind is Kind.NODE else "default", node=node, at=self.now
+            kind, name, namespace="" if kind == Kind.NODE else "default", node=node, at=self.now
         )
 
     def node_joined(

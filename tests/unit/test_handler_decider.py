@@ -23,9 +23,8 @@ from events.catalog import (
 )
 from events.envelope import Decision
 from services.handler.decider import HandlerState
-from services.handler.effects import Launch, LauncherSeen, Release
+from services.handler.effects import Cleanup, Launch, LauncherSeen, Observed, Release, Send
 from services.handler.migration import TARGET_GONE_GRACE, TargetOver
-from services.handler.planner import Cleanup, Observed, Send
 from services.launcher.domain_state import DomainState
 from services.launcher.protocol import Resume, Start
 from services.runtime.reactor import Note

@@ -14,20 +14,23 @@ from events.catalog import (
     TargetPrepared,
     TargetPreparing,
 )
+from events.envelope import Decision
 from events.meta import Actor, Aggregate, Kind, Meta
+from services.handler.effects import Launch, Observed, Send
 from services.handler.migration import (
     TARGET_POD_DOWN,
-    Forget,
     MigrationState,
-    SpawnTarget,
     TargetJob,
+    TargetNoted,
+    TargetOver,
     fold,
     plan_target,
 )
-from services.handler.planner import Append, Observed, Send, plan
+from services.handler.planner import launch_manifest, plan
 from services.handler.state import NodeState, evolve
 from services.launcher.domain_state import DomainState
 from services.launcher.protocol import DomainStatus, Resume, Shutdown, Start
+from services.runtime.reactor import Note
 
 MIG = Aggregate(Kind.MIGRATION, "default", "m1", "mig-uid")
 VMI = {"metadata": {"name": "vm1", "namespace": "default", "uid": "vmi-uid"}, "spec": {}}
@@ -78,17 +81,21 @@ def test_only_events_routed_here_are_folded() -> None:
 def test_target_prepares_spawns_then_starts_paused_and_reports_ready() -> None:
     _, _, job = target_state()
     first = plan_target(job, None, "node-2", False, "10.0.0.2", 5.0)
-    assert isinstance(first[0], Append) and isinstance(first[0].event, TargetPreparing)
+    assert isinstance(first[0], Decision) and isinstance(first[0].event, TargetPreparing)
     assert first[0].event.meta.event_id == "virt-handler-node-2/mig-uid/TargetPreparing"
-    assert first[1] == SpawnTarget("default/vm1")
+    assert not first[0].occ
+    manifest = launch_manifest(job.manifest, "default/vm1", "vmi-uid")
+    assert first[1] == Launch("default/vm1", "vmi-uid", manifest, migration_target=False)
     job.preparing = True
     o = Observed(uid="vmi-uid", connected=True, pid=7, status=status(DomainState.SHUTOFF))
     assert plan_target(job, o, "node-2", False, "10.0.0.2", 5.0) == [
         Send("default/vm1", Start(paused=True))
     ]
-    o.start_sent, o.status = True, status(DomainState.PAUSED)
-    (ready,) = plan_target(job, o, "node-2", False, "10.0.0.2", 5.0)
-    assert isinstance(ready, Append) and isinstance(ready.event, TargetPrepared)
+    o = replace(o, start_sent=True, status=status(DomainState.PAUSED))
+    ready, noted = plan_target(job, o, "node-2", False, "10.0.0.2", 5.0)
+    assert isinstance(ready, Decision) and isinstance(ready.event, TargetPrepared)
+    # routed to the source, never delivered here: noted once appended
+    assert noted == Note(TargetNoted("default/vm1", prepared=True))
     assert ready.event.meta.node == "node-1"  # routed to the source
     assert ready.event.target_address == "10.0.0.2" and ready.event.target_pod_uid == "tpod"
 
@@ -97,8 +104,8 @@ def test_qemu_target_is_ready_once_its_launcher_waits() -> None:
     _, _, job = target_state()
     job.preparing = True
     o = Observed(uid="vmi-uid", connected=True, pid=7, status=status(DomainState.SHUTOFF))
-    (ready,) = plan_target(job, o, "node-2", True, "qemu+unix:///system?socket=/x", 5.0)
-    assert isinstance(ready, Append) and isinstance(ready.event, TargetPrepared)
+    ready, _ = plan_target(job, o, "node-2", True, "qemu+unix:///system?socket=/x", 5.0)
+    assert isinstance(ready, Decision) and isinstance(ready.event, TargetPrepared)
     assert ready.event.target_address.startswith("qemu+unix://")
 
 
@@ -106,12 +113,13 @@ def test_target_launcher_gone_reports_target_pod_down_to_the_source() -> None:
     _, _, job = target_state()
     job.preparing = True
     o = Observed(uid="vmi-uid", gone=True, pid=7)
-    (down,) = plan_target(job, o, "node-2", False, "a", 5.0)
-    assert isinstance(down, Append) and isinstance(down.event, MigrationFailed)
+    down, noted = plan_target(job, o, "node-2", False, "a", 5.0)
+    assert isinstance(down, Decision) and isinstance(down.event, MigrationFailed)
     assert down.event.message == TARGET_POD_DOWN and down.event.meta.node == "node-1"
+    assert noted == Note(TargetNoted("default/vm1", failed=True))
     # unobserved after a restart (TargetPreparing recorded: it had been spawned)
-    (down2,) = plan_target(job, None, "node-2", False, "a", 5.0)
-    assert isinstance(down2, Append) and down2.event.meta.event_id == down.event.meta.event_id
+    down2, _ = plan_target(job, None, "node-2", False, "a", 5.0)
+    assert isinstance(down2, Decision) and down2.event.meta.event_id == down.event.meta.event_id
 
 
 def test_success_makes_an_ordinary_record_and_resumes_then_the_planner_takes_over() -> None:
@@ -123,14 +131,14 @@ def test_success_makes_an_ordinary_record_and_resumes_then_the_planner_takes_ove
     assert r.migrated_in and r.started and r.pod_uid == "tpod" and r.id_scope == "tpod"
     o = Observed(uid="vmi-uid", connected=True, pid=7, status=status(DomainState.PAUSED))
     assert plan_target(job, o, "node-2", False, "a", 5.0) == [Send("default/vm1", Resume())]
-    o.status = status(DomainState.RUNNING)
-    assert plan_target(job, o, "node-2", False, "a", 5.0) == [Forget("default/vm1")]
+    o = replace(o, status=status(DomainState.RUNNING))
+    assert plan_target(job, o, "node-2", False, "a", 5.0) == [Note(TargetOver("default/vm1"))]
     # no LauncherStarted / DomainStarted for a migrated-in VMI (it is Running already): one
     # DomainMigratedIn with the target's QEMU pid and domain type, id scoped by the target pod
-    o.status = DomainStatus(state=DomainState.RUNNING, seq=2, domain_pid=4242)
-    o.domain_type = "qemu"
+    running = DomainStatus(state=DomainState.RUNNING, seq=2, domain_pid=4242)
+    o = replace(o, status=running, domain_type="qemu")
     (moved,) = plan("default/vm1", r, o, "node-2", 5.0)
-    assert isinstance(moved, Append) and isinstance(moved.event, DomainMigratedIn)
+    assert isinstance(moved, Decision) and isinstance(moved.event, DomainMigratedIn)
     assert (moved.event.node, moved.event.qemu_pid, moved.event.domain_type) == (
         "node-2",
         4242,
@@ -140,7 +148,7 @@ def test_success_makes_an_ordinary_record_and_resumes_then_the_planner_takes_ove
     assert moved.event.meta.node == "node-2" and moved.event.meta.aggregate.uid == "vmi-uid"
     # a plan repeated before its append was folded repeats the same id (a duplicate)
     (again,) = plan("default/vm1", r, o, "node-2", 6.0)
-    assert isinstance(again, Append) and again.event.meta.event_id == moved.event.meta.event_id
+    assert isinstance(again, Decision) and again.event.meta.event_id == moved.event.meta.event_id
     # folded (live or on a restart's catch-up): reported once, nothing more to say
     evolve(records, moved.event)
     assert records["default/vm1"].migrated_in_reported
@@ -155,9 +163,9 @@ def test_migrated_in_is_not_reported_before_the_domain_runs_here() -> None:
     r = records["default/vm1"]
     assert plan("default/vm1", r, Observed(uid="vmi-uid", connected=True, pid=7), "n", 5.0) == []
     gone = Observed(uid="vmi-uid", pid=7, status=status(DomainState.RUNNING))
-    gone.update(DomainStatus(state=DomainState.SHUTOFF, seq=2, final=True))
+    gone = gone.updated(DomainStatus(state=DomainState.SHUTOFF, seq=2, final=True), 5.0)
     assert not any(
-        isinstance(a, Append) and isinstance(a.event, DomainMigratedIn)
+        isinstance(a, Decision) and isinstance(a.event, DomainMigratedIn)
         for a in plan("default/vm1", r, gone, "node-2", 5.0)
     )
 
@@ -169,7 +177,7 @@ def test_a_second_arrival_on_the_same_node_is_reported_again_with_its_own_id() -
     r = records["default/vm1"]
     o = Observed(uid="vmi-uid", connected=True, pid=7, status=status(DomainState.RUNNING))
     (first,) = plan("default/vm1", r, o, "node-2", 5.0)
-    assert isinstance(first, Append)
+    assert isinstance(first, Decision)
     evolve(records, first.event)
     # the VMI left and comes back by another migration (a new target pod)
     del ms.targets["default/vm1"]
@@ -180,7 +188,7 @@ def test_a_second_arrival_on_the_same_node_is_reported_again_with_its_own_id() -
     r2 = records["default/vm1"]
     assert r2.migrated_in and not r2.migrated_in_reported
     (second,) = plan("default/vm1", r2, o, "node-2", 6.0)
-    assert isinstance(second, Append) and isinstance(second.event, DomainMigratedIn)
+    assert isinstance(second, Decision) and isinstance(second.event, DomainMigratedIn)
     assert second.event.meta.event_id == "virt-handler-node-2/tpod2/DomainMigratedIn"
 
 
@@ -193,8 +201,8 @@ def test_failure_or_abort_destroys_the_target_launcher() -> None:
     assert plan_target(job, o, "node-2", False, "a", 5.0) == [
         Send("default/vm1", Shutdown(grace_period_seconds=0))
     ]
-    o.gone = True
-    assert plan_target(job, o, "node-2", False, "a", 5.0) == [Forget("default/vm1")]
+    o = replace(o, gone=True)
+    assert plan_target(job, o, "node-2", False, "a", 5.0) == [Note(TargetOver("default/vm1"))]
 
 
 def test_source_job_folds_start_progress_abort_and_failure() -> None:

@@ -29,10 +29,10 @@ from services.handler.effects import (
     ReadMigration,
     Relay,
     Release,
+    Send,
 )
 from services.handler.migration import ABORTED_BY_USER, READ_RETRY, SOURCE_GONE, Stage
 from services.handler.migration_source import HANDOFF_WAIT, kubevirt_wording
-from services.handler.planner import Send
 from services.launcher.domain_state import DomainState, StateReason
 from services.launcher.protocol import (
     AbortMigration,
@@ -235,9 +235,9 @@ def test_qemu_source_migrates_relays_and_hands_off() -> None:
     (ok,) = events(report(MigrationResult(migration_uid="mig-uid", ok=True), 6.0))
     assert isinstance(ok, MigrationSucceeded) and ok.meta.node == TARGET
     assert d.wakeup(state) == 6.0 + HANDOFF_WAIT
-    final = launcher(DomainState.SHUTOFF, start_sent=True)
-    final.update(
-        DomainStatus(state=DomainState.SHUTOFF, reason=StateReason.MIGRATED, seq=2, final=True)
+    final = launcher(DomainState.SHUTOFF, start_sent=True).updated(
+        DomainStatus(state=DomainState.SHUTOFF, reason=StateReason.MIGRATED, seq=2, final=True),
+        6.1,
     )
     d.observe(state, LauncherSeen(KEY, final))
     (stopped,) = events(settle(d, state, d.respond(state, LauncherSeen(KEY, final), ctx(6.1, d))))

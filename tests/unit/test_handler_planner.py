@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from msgspec.structs import replace
+
 from events.catalog import DomainStarted, DomainStopped, LauncherExited, LauncherStarted, StopReason
-from services.handler.planner import Append, Cleanup, Observed, Send, Spawn, plan
+from events.envelope import Decision
+from services.handler.effects import Cleanup, Launch, Observed, Send
+from services.handler.planner import launch_manifest, plan
 from services.handler.state import VMIRecord
 from services.launcher.domain_state import DomainState, StateReason
 from services.launcher.protocol import DomainStatus, Pause, Shutdown, Start
@@ -25,18 +29,20 @@ def record(**kw: object) -> VMIRecord:
 def observed(state: DomainState | None = None, **kw: object) -> Observed:
     o = Observed(uid="u1", pid=42, connected=True, domain_name="default_vm1")
     if state is not None:
-        o.update(DomainStatus(state=state, seq=1))
-    for k, v in kw.items():
-        setattr(o, k, v)
-    return o
+        o = o.updated(DomainStatus(state=state, seq=1), 0.0)
+    return replace(o, **kw)
 
 
 def events(actions: Sequence[object]) -> list[object]:
-    return [a.event for a in actions if isinstance(a, Append)]
+    appends = [a for a in actions if isinstance(a, Decision)]
+    assert not any(a.occ for a in appends)  # the handler sees only its node's events
+    return [a.event for a in appends]
 
 
 def test_scheduled_without_launcher_spawns() -> None:
-    assert plan(KEY, record(), None, "n1", 0.0) == [Spawn(key=KEY)]
+    r = record()
+    manifest = launch_manifest(r.manifest, KEY, "u1")
+    assert plan(KEY, r, None, "n1", 0.0) == [Launch(KEY, "u1", manifest)]
 
 
 def test_defined_domain_reports_launcher_and_starts() -> None:
@@ -74,7 +80,8 @@ def test_pause_wanted() -> None:
 def test_final_status_and_exit() -> None:
     r = record(launcher_pid=42, started=True)
     o = observed(DomainState.RUNNING, gone=True)
-    o.update(DomainStatus(state=DomainState.SHUTOFF, reason=StateReason.CRASHED, seq=2, final=True))
+    final = DomainStatus(state=DomainState.SHUTOFF, reason=StateReason.CRASHED, seq=2, final=True)
+    o = o.updated(final, 0.0)
     stopped, exited = events(plan(KEY, r, o, "n1", 0.0))
     assert isinstance(stopped, DomainStopped) and stopped.reason is StopReason.CRASHED
     assert isinstance(exited, LauncherExited)

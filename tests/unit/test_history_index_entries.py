@@ -1,4 +1,4 @@
-"""What the index writes for an event (readside/index.py: entries), pure."""
+"""What the index writes for an event (eventstore/index.py: entries), pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from events import subjects
 from events.catalog import MigrationRequested, VMStartRequested
 from events.codec import encode, event_type
 from events.meta import Kind
-from readside.index import correlation_subject, entries, id_subject, migrations_subject
+from eventstore.index import correlation_subject, entries, id_subject, migrations_subject
 from tests.factories import meta
 
 

@@ -21,7 +21,7 @@ from events.catalog import (
 )
 from events.envelope import Stored
 from events.manifest import yaml_documents
-from events.meta import CLUSTER_SCOPE, Kind
+from events.meta import CLUSTER_SCOPE, Kind, ResourceKind
 from kinds.registry import REGISTRY
 from projections import instancetype as it
 from projections.cluster import Cluster
@@ -80,7 +80,11 @@ def vm_body(domain: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]
 def cluster_with(*docs: dict[str, Any]) -> Cluster:
     c = Cluster()
     for d in docs:
-        kind = Kind.CLUSTER_INSTANCETYPE if "Instancetype" in d["kind"] else Kind.CLUSTER_PREFERENCE
+        kind = (
+            ResourceKind.CLUSTER_INSTANCETYPE
+            if "Instancetype" in d["kind"]
+            else ResourceKind.CLUSTER_PREFERENCE
+        )
         ev = ResourceCreated(meta=meta(kind, d["metadata"]["name"], CLUSTER_SCOPE), manifest=d)
         c.apply(Stored(seq=c.last_seq + 1, subject="", time=0.0, event=ev))
     return c
@@ -176,7 +180,11 @@ def _world_with_vm() -> tuple[World, Event]:
     w = World()
     w.given(w.node_joined("node-1"))
     for d in (small(), fedora()):
-        kind = Kind.CLUSTER_INSTANCETYPE if "Instancetype" in d["kind"] else Kind.CLUSTER_PREFERENCE
+        kind = (
+            ResourceKind.CLUSTER_INSTANCETYPE
+            if "Instancetype" in d["kind"]
+            else ResourceKind.CLUSTER_PREFERENCE
+        )
         w.given(ResourceCreated(meta=meta(kind, d["metadata"]["name"], CLUSTER_SCOPE), manifest=d))
     out = create_vm(w.state.cluster, vm_body(preference={"name": "fedora"}))
     created = out.appends[0].event
@@ -208,7 +216,7 @@ def test_a_changed_instance_type_does_not_change_a_vm_that_recorded_its_revision
     bigger = small(cpu=4, memory="8Gi")
     w.given(
         ResourceUpdated(
-            meta=meta(Kind.CLUSTER_INSTANCETYPE, "u1.small", CLUSTER_SCOPE), manifest=bigger
+            meta=meta(ResourceKind.CLUSTER_INSTANCETYPE, "u1.small", CLUSTER_SCOPE), manifest=bigger
         )
     )
     w.state.cluster.vmis.pop("default/vm1")  # the VMI is gone (a restart)

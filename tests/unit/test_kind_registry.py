@@ -8,18 +8,18 @@ from __future__ import annotations
 import json
 from typing import Any, cast
 
+import msgspec
 import pytest
 from litestar.testing import TestClient
 
-from cli.tables import has_table, header_and_rows, render
+from cli.tables import WatchPrinter, has_table, header_and_rows, render
 from client.api import _Requests, resource, typed
 from core.context import Outcome, RequestContext
 from core.errors import conflict
 from core.kind import CallArgs, Subresource
-from events.catalog import VMICreated
+from events.catalog import ResourceCreated, VMICreated
 from events.envelope import Stored
-from events.manifest import OBJECT_TYPES
-from events.meta import CLUSTER_SCOPED, Kind
+from events.meta import CLUSTER_SCOPED, Kind, ResourceKind, own_kind
 from events.objects import VirtualMachineInstance
 from kinds import columns as col
 from kinds.registry import REGISTRY, Registry
@@ -30,6 +30,7 @@ from projections.views import VMIView
 from readside.runner import ProjectionRunner
 from services.api.app import create_app
 from services.api.service import ApiService
+from tests import gadgets
 from tests.factories import meta
 
 JSON = dict[str, Any]
@@ -73,9 +74,9 @@ TOY = KindSpec(
     subresources=(Subresource("poke", _poke),),
     printer_columns=(PrinterColumn("Phase", "string", ".status.phase"),),
     columns=(
-        Column("NAME", col.name),
-        Column("PHASE", lambda o: str(col.status(o).get("phase", ""))),
-        Column("TOY", lambda _: "yes", wide=True),
+        col.NAME,
+        Column("PHASE", lambda o, _: str(col.status(o).get("phase", ""))),
+        Column("TOY", lambda _, __: "yes", wide=True),
     ),
     table=lambda c: c.vmis,
     render=_render_toy,
@@ -89,11 +90,13 @@ def _paths(kinds: Registry) -> set[str]:
 
 # ------------------------------------------------------------ the real kinds
 def test_every_aggregate_kind_has_one_registered_kind() -> None:
-    assert [s.event_kind for s in REGISTRY] == list(Kind)
+    assert [s.event_kind for s in REGISTRY] == [*Kind, *ResourceKind]
+    assert REGISTRY.event_kinds == (*Kind, *ResourceKind)
     for spec in REGISTRY:
         assert REGISTRY.of(spec.event_kind) is spec
-        assert (spec.scope is Scope.CLUSTER) == (spec.event_kind in CLUSTER_SCOPED)
-        assert OBJECT_TYPES[(spec.group, spec.kind)] is spec.object_type
+        if own_kind(spec.event_kind) is not None:
+            assert (spec.scope is Scope.CLUSTER) == (spec.event_kind in CLUSTER_SCOPED)
+        assert REGISTRY.types[(spec.group, spec.kind)] is spec.object_type
         if "create" in spec.verbs:
             assert spec.created is not None
         if "delete" in spec.verbs:
@@ -248,7 +251,12 @@ def test_a_registered_kind_is_in_the_clis_tables() -> None:
 def test_cli_tables_are_unchanged_for_the_real_kinds() -> None:
     vm = {
         "metadata": {"name": "vm1", "namespace": "default"},
-        "status": {"printableStatus": "Running", "ready": True, "runStrategy": "Always"},
+        "status": {
+            "printableStatus": "Running",
+            "ready": True,
+            "runStrategy": "Always",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
     }
     lines = header_and_rows("VirtualMachine", [vm], namespace_column=True, wide=True)
     assert lines == [
@@ -273,3 +281,86 @@ def test_cli_tables_are_unchanged_for_the_real_kinds() -> None:
         "<unknown>",
     ]
     assert json.dumps(header_and_rows("vmim", [])) == '[["NAME", "PHASE", "VMI"]]'
+
+
+def test_cli_tables_are_the_printer_columns_as_kubectl_prints_them() -> None:
+    """NAME, then each printer column upper-cased: a date as an age, a boolean as
+    `true`, a missing value blank; priority columns only with `-o wide`."""
+    now = 1_700_000_000.0
+    snap = {
+        "metadata": {"name": "s1", "creationTimestamp": "2023-11-14T22:13:20Z"},
+        "spec": {"source": {"kind": "VirtualMachine", "name": "vm1"}},
+        "status": {
+            "phase": "Succeeded",
+            "readyToUse": True,
+            "creationTime": "2023-11-14T22:12:20Z",
+        },
+    }
+    assert header_and_rows("vmsnapshot", [snap], now=now) == [
+        ["NAME", "SOURCEKIND", "SOURCENAME", "PHASE", "READYTOUSE", "CREATIONTIME", "ERROR"],
+        ["s1", "VirtualMachine", "vm1", "Succeeded", "true", "60s", ""],
+    ]
+    vmi = {
+        "metadata": {"name": "a", "creationTimestamp": "2023-11-14T19:13:20Z"},
+        "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+    }
+    assert header_and_rows("vmi", [vmi], now=now)[1] == ["a", "3h", "Running", "", "", "True"]
+    assert header_and_rows("vmi", [vmi], now=now, wide=True)[0][-2:] == [
+        "LIVE-MIGRATABLE",
+        "PAUSED",
+    ]
+    # no printer columns: the API server's default, an age
+    assert header_and_rows("policy", [])[0] == ["NAME", "AGE"]
+    spec = REGISTRY.resource("vmirs")
+    assert [c.header for c in spec.table_columns] == ["NAME", "DESIRED", "CURRENT", "READY", "AGE"]
+
+
+def test_a_watch_prints_no_row_when_only_an_age_moved() -> None:
+    out: list[str] = []
+    clock = [1_700_000_000.0]
+    printer = WatchPrinter(
+        "vmsnapshot", namespace_column=False, wide=False, out=out.append, clock=lambda: clock[0]
+    )
+    snap = {
+        "metadata": {"name": "s1", "creationTimestamp": "2023-11-14T22:13:20Z"},
+        "status": {"phase": "InProgress", "creationTime": "2023-11-14T22:12:20Z"},
+    }
+    printer.start([snap])
+    assert out[-1].split()[-1] == "60s"
+    clock[0] += 600  # CREATIONTIME is now 11m: an age, not news
+    printer.row(snap)
+    assert len(out) == 2
+    printer.row({**snap, "status": {**snap["status"], "phase": "Succeeded"}})
+    assert len(out) == 3 and out[-1].split()[1:] == ["Succeeded", "11m"]
+
+
+# ------------------------------------------------------------- a generic kind
+def test_a_generic_kind_is_folded_and_rendered_by_its_token_alone() -> None:
+    """Nothing below kinds/ names it: the fold keeps its views by its token."""
+    kinds = REGISTRY.with_(gadgets.SPEC)
+    manifest = {
+        "apiVersion": f"{gadgets.GROUP}/v1alpha1",
+        "kind": "Gadget",
+        "metadata": {"name": "g1", "namespace": "default"},
+        "spec": {"color": "red"},
+    }
+    event = ResourceCreated(meta=meta("gadget", "g1"), manifest=manifest)
+    cluster = Cluster()
+    assert cluster.apply(Stored(seq=1, subject="", time=0.0, event=event)) == [
+        ("gadget", "default/g1")
+    ]
+    obj = kinds.render_object(cluster, "gadget", "default/g1", 0.0)
+    assert obj is not None and obj["spec"] == {"color": "red"}
+    assert isinstance(kinds.load(manifest), gadgets.Gadget)
+
+
+def test_the_registry_refuses_a_kind_whose_events_nothing_folds() -> None:
+    with pytest.raises(ValueError, match="no events of its own"):
+        REGISTRY.with_(msgspec.structs.replace(gadgets.SPEC, evolve=None))
+    with pytest.raises(ValueError, match="no subject token"):
+        REGISTRY.with_(msgspec.structs.replace(gadgets.SPEC, event_kind="gad.get"))
+    with pytest.raises(ValueError, match="scope"):
+        other = msgspec.structs.replace(
+            gadgets.SPEC, kind="G", plural="gs", singular="g", short_names=(), scope=Scope.CLUSTER
+        )
+        REGISTRY.with_(gadgets.SPEC, other)

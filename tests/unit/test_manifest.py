@@ -3,7 +3,7 @@ from typing import Any
 
 import pytest
 
-from events.manifest import ManifestError, dump, load, load_any, object_type, yaml_documents
+from events.manifest import ManifestError, dump, load, yaml_documents
 from events.objects import (
     MigrationPolicy,
     Status,
@@ -14,6 +14,7 @@ from events.objects import (
     VirtualMachineInstanceMigration,
 )
 from events.quantity import parse_quantity
+from kinds.registry import REGISTRY
 from tests.unit.kubevirt_examples import example_documents
 
 DOCS = example_documents()
@@ -31,7 +32,7 @@ def test_every_kind_is_covered_by_examples() -> None:
 
 @pytest.mark.parametrize(("name", "raw"), DOCS, ids=[n for n, _ in DOCS])
 def test_example_round_trips_exactly(name: str, raw: dict[str, Any]) -> None:
-    obj = load_any(raw)
+    obj = REGISTRY.load(raw)
     assert dump(obj, raw) == raw
     assert obj.metadata.name == raw["metadata"]["name"]
 
@@ -120,14 +121,17 @@ def test_lists_of_different_length_take_the_typed_value() -> None:
 def test_load_is_strict_about_types() -> None:
     raw = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": 5}}
     with pytest.raises(ManifestError, match=r"metadata\.name"):
-        load_any(raw)
+        REGISTRY.load(raw)
 
 
-def test_object_type_registry() -> None:
-    assert object_type({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine"}) is VirtualMachine
-    assert object_type({"apiVersion": "v1", "kind": "Status"}) is Status
+def test_the_registry_types_documents_by_group_and_kind() -> None:
+    assert (
+        REGISTRY.object_type({"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine"})
+        is VirtualMachine
+    )
+    assert REGISTRY.object_type({"apiVersion": "v1", "kind": "Status"}) is Status
     with pytest.raises(ManifestError):
-        object_type({"apiVersion": "apps/v1", "kind": "Deployment"})
+        REGISTRY.object_type({"apiVersion": "apps/v1", "kind": "Deployment"})
 
 
 def test_yaml_documents_skips_empty_and_keeps_timestamps_as_strings() -> None:

@@ -32,7 +32,7 @@ from events.catalog import (
     VMStopRequested,
 )
 from events.envelope import Stored
-from events.meta import Kind
+from events.meta import Kind, KindToken
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
 from projections.render import (
@@ -77,7 +77,7 @@ class Given:
             self.cluster.apply(Stored(seq=self.seq, subject="s", time=self.t, event=ev))
         return self
 
-    def m(self, kind: Kind, name: str = "vm1", node: str = "", dt: float = 1.0) -> Any:
+    def m(self, kind: KindToken, name: str = "vm1", node: str = "", dt: float = 1.0) -> Any:
         self.t += dt
         return meta(kind, name, NS if kind not in (Kind.NODE,) else "_", node=node, at=self.t)
 

@@ -13,7 +13,7 @@ from events.catalog import (
     VMICreated,
     VMIDeleteRequested,
 )
-from events.meta import Kind
+from events.meta import ResourceKind
 from projections import replicas as rp
 from tests.factories import meta
 from tests.unit.test_controller_world import World
@@ -62,30 +62,32 @@ def world() -> World:
 
 def rs_vmis(w: World) -> list[str]:
     c = w.state.cluster
-    rs = c.resources[Kind.VMIRS]["default/web"]
+    rs = c.resources[ResourceKind.VMIRS]["default/web"]
     return sorted(v.name for v in rp.owned_vmis(c, rs) if rp.vmi_active(v))
 
 
 def test_a_replica_set_creates_its_replicas_with_owner_and_labels() -> None:
     w = world()
-    appended = w.run(ResourceCreated(meta=meta(Kind.VMIRS, "web"), manifest=rs_manifest(10)))
+    appended = w.run(
+        ResourceCreated(meta=meta(ResourceKind.VMIRS, "web"), manifest=rs_manifest(10))
+    )
     created = [e for e in appended if isinstance(e, VMICreated)]
     assert len(created) == 10 and len(rs_vmis(w)) == 10
     m = created[0].manifest["metadata"]
     assert m["name"].startswith("web") and m["labels"] == {"app": "web"}
     assert m["ownerReferences"][0]["uid"] == "rs-uid"
-    status = w.state.cluster.resources[Kind.VMIRS]["default/web"].status
+    status = w.state.cluster.resources[ResourceKind.VMIRS]["default/web"].status
     assert status["replicas"] == 10 and status["labelSelector"] == "app=web"
 
 
 def test_scaled_down_a_replica_set_leaves_exactly_the_replicas_and_deletes_pending_first() -> None:
     w = world()
-    w.run(ResourceCreated(meta=meta(Kind.VMIRS, "web"), manifest=rs_manifest(4)))
+    w.run(ResourceCreated(meta=meta(ResourceKind.VMIRS, "web"), manifest=rs_manifest(4)))
     names = rs_vmis(w)
     for name in names[:2]:  # two of them run, two are still scheduled
         w.run(w.launcher_started(name))
         w.run(w.domain_started(name))
-    appended = w.run(ResourceUpdated(meta=meta(Kind.VMIRS, "web"), manifest=rs_manifest(3)))
+    appended = w.run(ResourceUpdated(meta=meta(ResourceKind.VMIRS, "web"), manifest=rs_manifest(3)))
     deleted = [e.meta.aggregate.name for e in appended if isinstance(e, VMIDeleteRequested)]
     assert deleted == [names[2]]  # not running yet, first by name
     assert len(rs_vmis(w)) == 3
@@ -93,25 +95,31 @@ def test_scaled_down_a_replica_set_leaves_exactly_the_replicas_and_deletes_pendi
 
 def test_a_repeated_decision_creates_nothing_twice() -> None:
     w = world()
-    w.run(ResourceCreated(meta=meta(Kind.VMIRS, "web"), manifest=rs_manifest(3)))
+    w.run(ResourceCreated(meta=meta(ResourceKind.VMIRS, "web"), manifest=rs_manifest(3)))
     assert [e for e in w.tick() if isinstance(e, VMICreated)] == []
 
 
 def test_a_paused_replica_set_does_not_scale() -> None:
     w = world()
-    appended = w.run(ResourceCreated(meta=meta(Kind.VMIRS, "web"), manifest=rs_manifest(3, True)))
+    appended = w.run(
+        ResourceCreated(meta=meta(ResourceKind.VMIRS, "web"), manifest=rs_manifest(3, True))
+    )
     assert not [e for e in appended if isinstance(e, VMICreated)]
-    status = w.state.cluster.resources[Kind.VMIRS]["default/web"].status
+    status = w.state.cluster.resources[ResourceKind.VMIRS]["default/web"].status
     assert status["conditions"][0]["type"] == "ReplicaPaused"
 
 
 def test_a_pool_names_its_vms_by_ordinal_and_scales_in_from_the_highest() -> None:
     w = world()
-    appended = w.run(ResourceCreated(meta=meta(Kind.VMPOOL, "pool"), manifest=pool_manifest(3)))
+    appended = w.run(
+        ResourceCreated(meta=meta(ResourceKind.VMPOOL, "pool"), manifest=pool_manifest(3))
+    )
     names = sorted(e.meta.aggregate.name for e in appended if isinstance(e, VMCreated))
     assert names == ["pool-0", "pool-1", "pool-2"]
     assert len([e for e in appended if isinstance(e, VMICreated)]) == 3  # the VMs start
-    appended = w.run(ResourceUpdated(meta=meta(Kind.VMPOOL, "pool"), manifest=pool_manifest(1)))
+    appended = w.run(
+        ResourceUpdated(meta=meta(ResourceKind.VMPOOL, "pool"), manifest=pool_manifest(1))
+    )
     assert sorted(e.meta.aggregate.name for e in appended if isinstance(e, VMDeleted)) == [
         "pool-1",
         "pool-2",
@@ -120,7 +128,7 @@ def test_a_pool_names_its_vms_by_ordinal_and_scales_in_from_the_highest() -> Non
 
 def test_a_pool_decides_the_same_ids_after_a_controller_restart() -> None:
     w = world()
-    w.run(ResourceCreated(meta=meta(Kind.VMPOOL, "pool"), manifest=pool_manifest(2)))
+    w.run(ResourceCreated(meta=meta(ResourceKind.VMPOOL, "pool"), manifest=pool_manifest(2)))
     restarted = World()
     for s in w.log:  # a new controller folds the same log
         restarted.fold(s.event)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from events.catalog import ResourceCreated, ResourceDeleted, VMStopRequested, VMUpdated
-from events.meta import Kind
+from events.meta import Kind, ResourceKind
 from projections.render import render_vm
 from projections.views import ResourceView
 from services.controller import snapshot as sn
@@ -46,11 +46,11 @@ def world(strategy: str = "Halted") -> World:
 
 
 def snap(w: World, name: str = "snap1") -> ResourceView:
-    return w.state.cluster.resources[Kind.SNAPSHOT][f"default/{name}"]
+    return w.state.cluster.resources[ResourceKind.SNAPSHOT][f"default/{name}"]
 
 
 def restore(w: World, name: str = "r1") -> ResourceView:
-    return w.state.cluster.resources[Kind.RESTORE][f"default/{name}"]
+    return w.state.cluster.resources[ResourceKind.RESTORE][f"default/{name}"]
 
 
 def conditions(res: ResourceView) -> dict[str, tuple[str, str]]:
@@ -59,7 +59,7 @@ def conditions(res: ResourceView) -> dict[str, tuple[str, str]]:
 
 def take(w: World, name: str = "snap1", **spec: Any) -> list[Any]:
     return w.run(
-        ResourceCreated(meta=w.m(Kind.SNAPSHOT, name), manifest=snap_manifest(name, **spec))
+        ResourceCreated(meta=w.m(ResourceKind.SNAPSHOT, name), manifest=snap_manifest(name, **spec))
     )
 
 
@@ -75,7 +75,7 @@ def test_an_offline_snapshot_succeeds_with_the_vm_spec_in_its_content() -> None:
         "Ready": ("True", "Ready"),
     }
     assert "indications" not in s.status  # offline
-    content = w.state.cluster.resources[Kind.SNAPSHOT_CONTENT][
+    content = w.state.cluster.resources[ResourceKind.SNAPSHOT_CONTENT][
         "default/vmsnapshot-content-uid-snap1"
     ]
     vm = content.spec["source"]["virtualMachine"]
@@ -87,7 +87,9 @@ def test_an_offline_snapshot_succeeds_with_the_vm_spec_in_its_content() -> None:
 
 def test_a_snapshot_in_progress_locks_the_vm_status_then_releases_it() -> None:
     w = world()
-    appended = w.when(ResourceCreated(meta=w.m(Kind.SNAPSHOT, "snap1"), manifest=snap_manifest()))
+    appended = w.when(
+        ResourceCreated(meta=w.m(ResourceKind.SNAPSHOT, "snap1"), manifest=snap_manifest())
+    )
     for ev in appended:  # the first pass only: InProgress, content being made
         w.fold(ev)
     assert snap(w).status["phase"] == "InProgress"
@@ -119,7 +121,7 @@ def test_a_snapshot_of_a_missing_vm_waits_then_fails_at_its_deadline() -> None:
         "Progressing": ("False", "Source does not exist"),
         "Ready": ("False", "Not ready"),
     }
-    assert not w.state.cluster.resources[Kind.SNAPSHOT_CONTENT]
+    assert not w.state.cluster.resources[ResourceKind.SNAPSHOT_CONTENT]
     w.now += 61
     w.settle(w.tick())
     s = snap(w)
@@ -136,7 +138,7 @@ def test_a_snapshot_of_a_missing_vm_waits_then_fails_at_its_deadline() -> None:
 def test_redelivered_events_and_ticks_decide_nothing_new() -> None:
     w = world()
     take(w)
-    w.run(ResourceCreated(meta=w.m(Kind.RESTORE, "r1"), manifest=restore_manifest()))
+    w.run(ResourceCreated(meta=w.m(ResourceKind.RESTORE, "r1"), manifest=restore_manifest()))
     w.now += 5
     for s in list(w.log):
         assert w.settle(w.react(s)) == []
@@ -158,7 +160,7 @@ def test_a_restore_brings_the_spec_back_and_completes() -> None:
     take(w)
     _change_memory(w, "2Gi")
     assert memory(w) == "2Gi"
-    w.run(ResourceCreated(meta=w.m(Kind.RESTORE, "r1"), manifest=restore_manifest()))
+    w.run(ResourceCreated(meta=w.m(ResourceKind.RESTORE, "r1"), manifest=restore_manifest()))
     assert memory(w) == "1Gi"
     r = restore(w)
     assert r.status["complete"] is True and r.status["restoreTime"]
@@ -176,7 +178,7 @@ def test_a_restore_of_a_running_vm_waits_for_it_to_stop() -> None:
     w = world("Always")
     take(w)
     w.start_running()
-    w.run(ResourceCreated(meta=w.m(Kind.RESTORE, "r1"), manifest=restore_manifest()))
+    w.run(ResourceCreated(meta=w.m(ResourceKind.RESTORE, "r1"), manifest=restore_manifest()))
     r = restore(w)
     assert r.status["complete"] is False
     assert conditions(r) == {
@@ -198,14 +200,14 @@ def test_fail_immediate_and_stop_target_policies() -> None:
     w.start_running()
     w.run(
         ResourceCreated(
-            meta=w.m(Kind.RESTORE, "r1"),
+            meta=w.m(ResourceKind.RESTORE, "r1"),
             manifest=restore_manifest(targetReadinessPolicy="FailImmediate"),
         )
     )
     assert conditions(restore(w))["Failure"] == ("True", "Restore target not ready")
     out = w.run(
         ResourceCreated(
-            meta=w.m(Kind.RESTORE, "r2"),
+            meta=w.m(ResourceKind.RESTORE, "r2"),
             manifest=restore_manifest("r2", targetReadinessPolicy="StopTarget"),
         )
     )
@@ -215,7 +217,9 @@ def test_fail_immediate_and_stop_target_policies() -> None:
 def test_a_restore_to_a_new_name_creates_a_halted_vm() -> None:
     w = world("Always")
     take(w)
-    w.run(ResourceCreated(meta=w.m(Kind.RESTORE, "r1"), manifest=restore_manifest(vm="copy")))
+    w.run(
+        ResourceCreated(meta=w.m(ResourceKind.RESTORE, "r1"), manifest=restore_manifest(vm="copy"))
+    )
     copy = w.state.cluster.vms["default/copy"]
     assert copy.run_strategy == "Halted" and copy.uid != "uid-vm1"
     assert memory(w, "copy") == "1Gi"
@@ -226,14 +230,16 @@ def test_a_restore_onto_another_existing_vm_is_refused() -> None:
     w = world()
     w.run(w.vm_created("other", "Halted"))
     take(w)
-    w.run(ResourceCreated(meta=w.m(Kind.RESTORE, "r1"), manifest=restore_manifest(vm="other")))
+    w.run(
+        ResourceCreated(meta=w.m(ResourceKind.RESTORE, "r1"), manifest=restore_manifest(vm="other"))
+    )
     assert conditions(restore(w))["Ready"] == ("False", sn.EXISTING_TARGET)
     assert restore(w).status["complete"] is False
 
 
 def test_a_restore_from_a_missing_snapshot_says_so() -> None:
     w = world()
-    w.run(ResourceCreated(meta=w.m(Kind.RESTORE, "r1"), manifest=restore_manifest()))
+    w.run(ResourceCreated(meta=w.m(ResourceKind.RESTORE, "r1"), manifest=restore_manifest()))
     assert conditions(restore(w))["Progressing"] == (
         "False",
         "VMSnapshot default/snap1 does not exist",
@@ -251,8 +257,8 @@ def test_deleting_a_snapshot_deletes_its_content_unless_retained() -> None:
     w = world()
     take(w)
     take(w, "kept", deletionPolicy="Retain")
-    contents = w.state.cluster.resources[Kind.SNAPSHOT_CONTENT]
+    contents = w.state.cluster.resources[ResourceKind.SNAPSHOT_CONTENT]
     assert len(contents) == 2
-    w.run(ResourceDeleted(meta=w.m(Kind.SNAPSHOT, "snap1")))
-    w.run(ResourceDeleted(meta=w.m(Kind.SNAPSHOT, "kept")))
+    w.run(ResourceDeleted(meta=w.m(ResourceKind.SNAPSHOT, "snap1")))
+    w.run(ResourceDeleted(meta=w.m(ResourceKind.SNAPSHOT, "kept")))
     assert list(contents) == ["default/vmsnapshot-content-uid-kept"]

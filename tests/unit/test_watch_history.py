@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from events.meta import Kind
+from events.meta import Kind, KindToken
 from readside.watch import Change, EventType
 from readside.watch_history import WatchHistory
 
 
-def change(seq: int, name: str = "a", kind: Kind = Kind.VMI) -> Change:
+def change(seq: int, name: str = "a", kind: KindToken = Kind.VMI) -> Change:
     obj = {"metadata": {"name": name, "resourceVersion": str(seq)}, "status": {"n": seq}}
     return Change(seq, EventType.MODIFIED, kind, f"default/{name}", obj)
 

@@ -236,7 +236,7 @@ class Indexer:
         js = self.store.js
         name = stream_name(self.store.stream)
         pending = 0
-        msgs = self.store.replay_msgs(start_seq=self.upto + 1, follow=True)
+        msgs = self.store._replay_msgs(start_seq=self.upto + 1, follow=True)
         async with contextlib.aclosing(msgs):
             async for msg in msgs:
                 seq = int(msg.metadata.sequence.stream)

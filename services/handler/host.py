@@ -1,0 +1,71 @@
+"""What the handler probes of its node's host (capacity from libvirt, labels from the
+machine) and does on it (destroys the domains no launcher owns). The I/O beside the pure
+`node_info.py`."""
+
+from __future__ import annotations
+
+import contextlib
+import platform
+import socket
+
+from events.catalog import Resources
+from events.quantity import parse_quantity
+from services.handler.node_info import NodeConfig
+from services.launcher.uris import TEST_URI
+
+
+def host_capacity(uri: str = TEST_URI) -> tuple[int, int]:
+    """(cpus, memory bytes) from libvirt's getInfo() (the test driver: 16 CPUs, 3 GiB)."""
+    import libvirt
+
+    conn = libvirt.open(uri)
+    try:
+        info = conn.getInfo()
+    finally:
+        conn.close()
+    return int(info[2]), int(info[1]) * 1024 * 1024
+
+
+def capacity(cfg: NodeConfig) -> Resources:
+    cpus, memory = cfg.cpus, parse_quantity(cfg.memory) if cfg.memory else None
+    if cpus is None or memory is None:
+        host_cpus, host_memory = host_capacity(cfg.libvirt_uri)
+        cpus = host_cpus if cpus is None else cpus
+        memory = host_memory if memory is None else memory
+    return Resources(cpu_millis=cpus * 1000, memory_bytes=int(memory))
+
+
+def labels(cfg: NodeConfig) -> dict[str, str]:
+    return {
+        "kubernetes.io/hostname": cfg.name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": {"x86_64": "amd64", "aarch64": "arm64"}.get(
+            platform.machine(), platform.machine()
+        ),
+        "kubevirt.io/schedulable": "true",
+        "virtstream.io/host": socket.gethostname(),
+    }
+
+
+def destroy_unowned_domains(uri: str, owned: set[str]) -> list[str]:
+    """Destroy and undefine the domains on `uri` whose names are not in `owned`; returns
+    their names. Disks are left alone: the disk dir is shared by the nodes, and a VMI of
+    that name may run elsewhere."""
+    import libvirt
+
+    conn = libvirt.open(uri)
+    gone = []
+    try:
+        for dom in conn.listAllDomains():
+            name = dom.name()
+            if name in owned:
+                continue
+            with contextlib.suppress(libvirt.libvirtError):
+                if dom.isActive():
+                    dom.destroy()
+            with contextlib.suppress(libvirt.libvirtError):
+                dom.undefine()
+            gone.append(name)
+    finally:
+        conn.close()
+    return gone
