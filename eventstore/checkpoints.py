@@ -46,10 +46,14 @@ class Head(msgspec.Struct, frozen=True):
 
 
 class Writing(msgspec.Struct, frozen=True):
-    """The chunks a save is writing (`<name>.next`), recorded before the first."""
+    """The chunks a save is writing (`<name>.next`), recorded before the first, and the
+    previous checkpoint's it purges after the head: a writer killed at any point leaves
+    behind only chunks named here."""
 
     last_seq: int
     chunks: int
+    replaces: int = 0
+    replaced_chunks: int = 0
 
 
 class Checkpoint(msgspec.Struct, frozen=True):
@@ -117,16 +121,24 @@ async def save(
     packed = zlib.compress(body, level)
     chunks = [packed[i : i + CHUNK] for i in range(0, len(packed), CHUNK)] or [b""]
     old = await head(kv, name)
+    current = old.last_seq if old is not None else None
     stray = await kv.get(_writing_key(name))
     if stray:
-        with_head = old is not None and old.last_seq
         try:
-            left = _writing_decoder.decode(stray)
+            left: Writing | None = _writing_decoder.decode(stray)
         except (msgspec.DecodeError, msgspec.ValidationError):
             left = None
-        if left is not None and left.last_seq not in (with_head, last_seq):
-            await _purge_chunks(kv, name, left.last_seq, left.chunks)  # a killed writer's
-    await kv.put(_writing_key(name), msgspec.json.encode(Writing(last_seq, len(chunks))))
+        if left is not None:  # what a killed writer may have left
+            for seq, n in ((left.last_seq, left.chunks), (left.replaces, left.replaced_chunks)):
+                if n and seq not in (current, last_seq):
+                    await _purge_chunks(kv, name, seq, n)
+    writing = Writing(
+        last_seq,
+        len(chunks),
+        replaces=current or 0,
+        replaced_chunks=old.chunks if old is not None else 0,
+    )
+    await kv.put(_writing_key(name), msgspec.json.encode(writing))
     for i, part in enumerate(chunks):
         await kv.put(_chunk_key(name, last_seq, i), part)
     new = Head(
