@@ -79,8 +79,8 @@ from events.meta import Aggregate, Kind
 from eventstore import archive, checkpoints
 from eventstore.connection import ConnectOptions
 from eventstore.index import Indexer
-from eventstore.kv import JsBucket
 from eventstore.jetstream import JetStreamStore
+from eventstore.kv import JsBucket
 from eventstore.settings import StreamSettings
 from ops.nats_server import find_binary
 from readside import causality, retire, timetravel, verify

@@ -472,9 +472,16 @@ class JetStreamStore:
             max_deliver=-1,
         )
         try:
-            await self.js.consumer_info(self.stream, name)
+            info = await self.js.consumer_info(self.stream, name)
         except NotFoundError:
             await self.js.add_consumer(self.stream, cfg)
+        else:
+            had = info.config.filter_subjects or [info.config.filter_subject or subjects.ALL]
+            if sorted(had) != sorted(filters):
+                # the service's filters changed (an upgrade): the consumer goes on from
+                # where it stands with the new ones
+                info.config.filter_subjects, info.config.filter_subject = list(filters), None
+                await self.js.add_consumer(self.stream, info.config)
         psub = await self.js.pull_subscribe_bind(name, self.stream)
         return JsConsumer(psub, batch)
 

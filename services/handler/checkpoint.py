@@ -15,7 +15,7 @@ from services.handler.migration import MigrationState
 from services.handler.state import VMIRecord
 from services.handler.volumes import CopyJob
 
-FOLD_VERSION = 1
+FOLD_VERSION = 2  # 2: a migration's end, routed anywhere, ends its source job
 
 
 class HandlerCheckpoint(msgspec.Struct, frozen=True):

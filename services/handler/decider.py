@@ -2,8 +2,8 @@
 
 The state: the node's VMIs as its events say (`state.py`), its launchers as the fleet
 reports them (`Observed`), its migration jobs (`migration.py`). The inputs: the node's
-events (durable consumer `virt-handler-<node>`, filters `virt.vmi.*.*.*.<node>` and
-`virt.migration.*.*.*.<node>`), the executors' observations, and ticks (every second, and
+events (durable consumer `virt-handler-<node>`, filters `virt.vmi.*.*.*.<node>`, the
+migration events routed to the node and every migration's end), the executors' observations, and ticks (every second, and
 when a migration step is due). Each input decides for the VMI keys and migration jobs it
 touched, a tick for all of them; a VMI key is decided by the migration job that owns it,
 else by `planner.plan`.
@@ -16,12 +16,12 @@ job read from the whole aggregate."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import assert_never
+from typing import assert_never, get_args
 
 import msgspec
 
 from events import subjects
-from events.catalog import Resources
+from events.catalog import MigrationEvent, Resources
 from events.envelope import Context, Decision, Stored
 from events.meta import Kind, ResourceKind
 from services.handler import migration, volumes
@@ -56,6 +56,7 @@ from services.handler.volumes import CopyStarted, Jobs, VolumesCopyDone
 from services.runtime.reactor import Note
 
 _COPY_KINDS = (ResourceKind.SNAPSHOT_CONTENT, ResourceKind.RESTORE)
+_MIGRATION_TYPES = frozenset(t.__name__ for t in get_args(MigrationEvent))
 
 
 class Joined(msgspec.Struct, frozen=True):
@@ -96,9 +97,15 @@ class NodeDecider:
         self.hypervisor_uri = hypervisor_uri  # qemu: where a target listens, by default
 
     def filters(self) -> Sequence[str]:
+        # the node's migration events, and every migration's end wherever it is routed
+        # (`migration.ENDS`: it ends a source job here); one filter per event type, since
+        # a consumer's filters may not overlap
+        ends = {t.__name__ for t in migration.ENDS}
+        routed = sorted(_MIGRATION_TYPES - ends)
         return [
             subjects.node_filter(Kind.VMI, self.node),
-            subjects.node_filter(Kind.MIGRATION, self.node),
+            *(subjects.type_filter(Kind.MIGRATION, t, self.node) for t in routed),
+            *(subjects.type_filter(Kind.MIGRATION, t) for t in sorted(ends)),
             subjects.node_filter(ResourceKind.SNAPSHOT_CONTENT, self.node),
             subjects.node_filter(ResourceKind.RESTORE, self.node),
         ]
