@@ -3,10 +3,10 @@
 The state: the node's VMIs as its events say (`state.py`), its launchers as the fleet
 reports them (`Observed`), its migration jobs (`migration.py`). The inputs: the node's
 events (durable consumer `virt-handler-<node>`, filters `virt.vmi.*.*.*.<node>`, the
-migration events routed to the node and every migration's end), the executors' observations, and ticks (every second, and
-when a migration step is due). Each input decides for the VMI keys and migration jobs it
-touched, a tick for all of them; a VMI key is decided by the migration job that owns it,
-else by `planner.plan`.
+migration events routed to the node and every migration's end), the executors'
+observations, and ticks (every second, and when a migration step is due). Each input
+decides for the VMI keys and migration jobs it touched, a tick for all of them; a VMI key
+is decided by the migration job that owns it, else by `planner.plan`.
 
 Appends carry no OCC: the handler sees only its node's events of an aggregate, so its
 version would be wrong; the ids are deterministic and the deciding level-triggered, so a
