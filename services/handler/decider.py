@@ -21,7 +21,7 @@ from typing import assert_never, get_args
 import msgspec
 
 from events import subjects
-from events.catalog import MigrationEvent, Resources
+from events.catalog import MigrationEvent, Resources, VMIRemoved
 from events.envelope import Context, Decision, Stored
 from events.meta import Kind, ResourceKind
 from services.handler import migration, volumes
@@ -122,8 +122,17 @@ class NodeDecider:
         migration.note_newer(state.migrations, stored)
         migration.fold(state.migrations, state.records, stored.event, self.node)
         if stored.event.meta.aggregate.kind == Kind.VMI:
-            # a handed-off source job holds its VMI until its LauncherExited is back
             key = vmi_key(stored.event)
+            target = state.migrations.targets.get(key)
+            if (
+                isinstance(stored.event, VMIRemoved)
+                and target is not None
+                and target.outcome == "succeeded"
+                and target.vmi_uid == stored.event.meta.aggregate.uid
+            ):
+                # the VMI that migrated in is gone (its record with it): so is its arrival
+                del state.migrations.targets[key]
+            # a handed-off source job holds its VMI until its LauncherExited is back
             sources = state.migrations.sources
             for mkey in [m for m, j in sources.items() if j.vmi_key == key]:
                 if sources[mkey].stage is Stage.DONE and not owns(sources[mkey], state.records):

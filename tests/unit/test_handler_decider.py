@@ -42,6 +42,7 @@ from tests.unit.handler_support import (
     pod_scheduled,
     scheduled,
     settle,
+    stored,
 )
 
 
@@ -182,3 +183,17 @@ def test_a_succeeded_target_resumes_then_the_planner_takes_over() -> None:
     (moved,) = appended(d.respond(state, seen(state, running), ctx(6.0, d)))
     assert isinstance(moved, DomainMigratedIn)
     assert moved.meta.event_id == f"virt-handler-{TARGET}/tpod-uid/DomainMigratedIn"
+
+
+def test_the_log_alone_forgets_an_arrival_once_its_vmi_is_removed() -> None:
+    # the fold a checkpoint saves sees no notes: the arrival of a VMI that was removed
+    # since must not stay in it for good
+    d, state = decider(TARGET), HandlerState(joined=True)
+    d.evolve(state, stored(scheduled(), 10))
+    ok = MigrationSucceeded(
+        meta=meta(MIG, TARGET, 14), target_node=TARGET, target_pod_uid="tpod-uid"
+    )
+    d.evolve(state, stored(ok, 14))
+    assert "default/vm1" in state.migrations.targets and "default/vm1" in state.records
+    d.evolve(state, stored(VMIRemoved(meta=meta(VMI, TARGET, 20)), 20))
+    assert not state.migrations.targets and not state.records
