@@ -98,8 +98,8 @@ class NodeDecider:
 
     def filters(self) -> Sequence[str]:
         # the node's migration events, and every migration's end wherever it is routed
-        # (`migration.ENDS`: it ends a source job here); one filter per event type, since
-        # a consumer's filters may not overlap
+        # (`migration.ENDS`: it ends a source job here); one filter per event type, so
+        # that no subject matches two of them
         ends = {t.__name__ for t in migration.ENDS}
         routed = sorted(_MIGRATION_TYPES - ends)
         return [
