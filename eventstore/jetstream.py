@@ -423,8 +423,19 @@ class JetStreamStore:
             until_seq = last if until_seq is None else min(until_seq, last)
             if until_seq == 0 or (start_seq is not None and start_seq > until_seq):
                 return
+        # No client-side limit on what waits to be read: nats-py drops a message past its
+        # subscription's pending limits (256 MiB by default) after its ordered consumer
+        # has counted it as delivered, so the drop goes unnoticed and the event is lost to
+        # the reader (seen replaying 1,000,000 events into a fold slower than the server).
+        # The server's flow control is what bounds the backlog.
         sub = await self.js.subscribe(
-            "", stream=stream, ordered_consumer=True, config=cfg, idle_heartbeat=2.0
+            "",
+            stream=stream,
+            ordered_consumer=True,
+            config=cfg,
+            idle_heartbeat=2.0,
+            pending_msgs_limit=0,
+            pending_bytes_limit=0,
         )
         try:
             if not follow:
