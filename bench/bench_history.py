@@ -452,6 +452,9 @@ async def debug_figures(up: Up, early: str, late: str) -> dict[str, float]:
     return out
 
 
+COMPRESSION_COST = True  # --no-compression-cost: skip the two scratch mirrors (long at 1M)
+
+
 async def storage_figures(nc: NATS) -> dict[str, float]:
     """The hot log and the archive; what S2 costs: two scratch mirrors of the archive, one
     S2-compressed and one not, each timed until it holds everything, then removed."""
@@ -464,6 +467,8 @@ async def storage_figures(nc: NATS) -> dict[str, float]:
         arch = await js.stream_info(archive.archive_name("VIRT"))
         out["archive_bytes"] = arch.state.bytes
         out["archive_messages"] = arch.state.messages
+        if not COMPRESSION_COST:
+            return out
         target = int(arch.state.last_seq)
         for label, compression in (("s2", StoreCompression.S2), ("none", StoreCompression.NONE)):
             name = f"BENCH_MIRROR_{label.upper()}"
@@ -837,7 +842,14 @@ def main() -> None:
     ap.add_argument("--results", type=Path, default=REPO / "docs" / "perf" / "history.json")
     ap.add_argument("--plot", type=Path, default=REPO / "docs" / "perf" / "history.png")
     ap.add_argument("--keep", action="store_true", help="keep the data dir")
+    ap.add_argument(
+        "--no-compression-cost",
+        action="store_true",
+        help="skip what S2 costs (two scratch mirrors of the whole archive)",
+    )
     a = ap.parse_args()
+    global COMPRESSION_COST
+    COMPRESSION_COST = not a.no_compression_cost
     results: dict[str, dict[str, float]] = {}
     with contextlib.suppress(OSError, ValueError):
         results = json.loads(a.results.read_text())
