@@ -27,7 +27,7 @@ from cli.settings import settings
 from client import credentials
 from events.envelope import Stored
 from events.meta import Aggregate, Kind, KindToken
-from eventstore import dead_letters
+from eventstore import checkpoints, dead_letters
 from eventstore.connection import NotAuthorized, Unreachable, connect_once
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
@@ -358,18 +358,24 @@ async def through_timeouts(
 
 
 def verify_cmd(
+    full: bool = typer.Option(
+        False, "--full", help="Rebuild from the first event (the archive's), not a checkpoint"
+    ),
     output: str = Output,
     nats_url: str = NatsUrl,
     stream: str = StreamName,
 ) -> None:
-    """Rebuild every view from the first event and compare it with the live projection
-    (the api of the global --server)."""
+    """Rebuild every view and compare it with the live projection (the api of the global
+    --server): from verify's last agreeing rebuild (a checkpoint) and the tail, or with
+    --full from the first event."""
     server = settings.server
 
     async def body(store: JetStreamStore) -> verify.Report:
         async with httpx.AsyncClient(timeout=30, **credentials.httpx_options(server)) as client:
             try:
-                return await through_timeouts(lambda: verify.verify(store, client))
+                return await through_timeouts(
+                    lambda: verify.verify(store, client, full=full, save=True)
+                )
             except httpx.HTTPError as e:
                 raise _fail(f"cannot read the live views from {server}: {e}") from None
             except TimeoutError:
@@ -378,7 +384,7 @@ def verify_cmd(
                     f"{VERIFY_PATIENCE:.0f}s: is its stream {stream!r} available?"
                 ) from None
 
-    report = _run(nats_url, stream, body)
+    report = _run(nats_url, stream, body, user="admin")  # saves its checkpoint
     if output == "json":
         _json_line(msgspec.to_builtins(report))
     else:
@@ -389,7 +395,8 @@ def verify_cmd(
                 console.print(f"    {escape(str(c))}  [dim](rebuilt → live)[/]")
         at_seqs = ", ".join(f"{k}@{v}" for k, v in report.seqs.items())
         verdict = "[green]OK[/]" if report.ok else f"[red]{len(report.differences)} differ[/]"
-        console.print(f"{verdict}: {report.compared} objects compared ({at_seqs})")
+        since = f"from the checkpoint at {report.from_seq}" if report.from_seq else "in full"
+        console.print(f"{verdict}: {report.compared} objects compared ({at_seqs}), {since}")
     if not report.ok:
         raise typer.Exit(1)
 
@@ -405,7 +412,7 @@ def snapshot(
 ) -> None:
     """Save a snapshot of all views (snapshot + tail replay = a rebuild)."""
 
-    async def body(store: JetStreamStore) -> snapshots.Head:
+    async def body(store: JetStreamStore) -> checkpoints.Head:
         cluster, _ = await snapshots.load_cluster(store, name, bucket_name=bucket)
         return await snapshots.save(store, name, cluster, bucket_name=bucket)
 

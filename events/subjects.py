@@ -69,6 +69,11 @@ def node_filter(kind: Kind | str, node: str) -> str:
     return f"{PREFIX}.{kind}.*.*.*.{token(node)}"
 
 
+def type_filter(kind: Kind | str, event_type: str, node: str | None = None) -> str:
+    """One event type of a kind, routed to `node` (None: to any node)."""
+    return f"{PREFIX}.{kind}.*.*.{event_type}.{'*' if node is None else token(node)}"
+
+
 ALL = f"{PREFIX}.>"
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import time
 from collections.abc import AsyncGenerator, Callable, Sequence
 
 import msgspec
@@ -37,7 +38,7 @@ from events.catalog import Event
 from events.codec import decode, encode, event_type
 from events.envelope import Appended, Stored
 from events.meta import Aggregate
-from eventstore import nats_headers
+from eventstore import archive, nats_headers
 from eventstore.kv import JsBucket, find_bucket, make_bucket
 from eventstore.nats_errors import translated
 from eventstore.port import ConcurrencyConflict, Delivery, Undecodable
@@ -127,6 +128,22 @@ class JetStreamStore:
         self.nc = nc
         self.js: JetStreamContext = nc.jetstream()
         self.settings = settings or StreamSettings.from_env()
+        self._floor = (0.0, 0)  # (monotonic time read, the hot log's floor)
+
+    @property
+    def archive(self) -> str:
+        return archive.archive_name(self.stream)
+
+    async def floor(self) -> int:
+        """The hot log's floor (0: complete), read at most once a second: before it, the
+        archive holds the events an ended aggregate took out of the hot log."""
+        if not self.settings.archive:
+            return 0
+        read_at, value = self._floor
+        if time.monotonic() - read_at > 1.0:
+            value = await archive.read_floor(self.js, self.stream)
+            self._floor = (time.monotonic(), value)
+        return value
 
     @property
     def stream(self) -> str:
@@ -138,8 +155,10 @@ class JetStreamStore:
 
     async def ensure(self) -> None:
         """Create the event and dead-letter streams (idempotent). The event stream denies
-        message deletes and purges: history is append-only (dead letters are deleted once
-        retried, so their stream allows it)."""
+        message deletes; it denies purges too unless it is the hot log of an archive
+        (`eventstore/archive.py`: the archive, a mirror, denies both, and only the
+        stream's owner may purge an ended aggregate from the hot log). Dead letters are
+        deleted once retried, so their stream allows it."""
         with translated():
             await self._ensure()
 
@@ -157,7 +176,7 @@ class JetStreamStore:
                 duplicate_window=s.duplicate_window_seconds,
                 allow_direct=True,
                 deny_delete=True,
-                deny_purge=True,
+                deny_purge=not s.archive,
             )
         )
         await self._ensure_stream(
@@ -268,7 +287,12 @@ class JetStreamStore:
             try:
                 msg = await self.js.get_msg(self.stream, seq)
             except NotFoundError:
-                return None
+                if not await self.floor():
+                    return None
+                try:  # an ended aggregate's event: in the archive
+                    msg = await self.js.get_msg(self.archive, seq)
+                except NotFoundError:
+                    return None
         try:
             ev = decode(msg.data or b"")
         except (msgspec.DecodeError, msgspec.ValidationError):
@@ -277,8 +301,16 @@ class JetStreamStore:
         return Stored(seq=seq, subject=msg.subject or "", time=ts, event=ev)
 
     async def seq_at_time(self, when: float) -> int:
-        """The server seeks to the first message after `when`: one message is read."""
+        """The server seeks to the first message after `when`: one message is read (from
+        the archive when the hot log lacks ended aggregates' events)."""
         with translated():
+            if await self.floor():
+                with contextlib.suppress(NotFoundError):
+                    async with contextlib.aclosing(
+                        self._stream_msgs(self.archive, None, start_time=when + 1e-6)
+                    ) as msgs:
+                        async for msg in msgs:
+                            return int(msg.metadata.sequence.stream) - 1
             async with contextlib.aclosing(self._replay_msgs(start_time=when + 1e-6)) as msgs:
                 async for msg in msgs:
                     return int(msg.metadata.sequence.stream) - 1
@@ -327,6 +359,52 @@ class JetStreamStore:
         until_seq: int | None = None,
         follow: bool = False,
     ) -> AsyncGenerator[Msg, None]:
+        """What starts before the hot log's floor is read from the archive (the same
+        sequences: a mirror) as far as it holds, then from the hot log: one consumer
+        where the archive has caught up (it usually has), instead of one on each."""
+        floor = await self.floor()
+        if floor and (start_seq or 0) < floor:
+            held = int((await self.js.stream_info(self.archive)).state.last_seq)
+            last = 0
+            before = held if until_seq is None else min(held, until_seq)
+            async with contextlib.aclosing(
+                self._stream_msgs(
+                    self.archive,
+                    filters,
+                    start_seq=start_seq,
+                    start_time=start_time,
+                    until_seq=before,
+                )
+            ) as old:
+                async for msg in old:
+                    last = int(msg.metadata.sequence.stream)
+                    yield msg
+            if until_seq is not None and until_seq <= held:
+                return
+            start_seq, start_time = max(held, last) + 1, None
+        async with contextlib.aclosing(
+            self._stream_msgs(
+                self.stream,
+                filters,
+                start_seq=start_seq,
+                start_time=start_time,
+                until_seq=until_seq,
+                follow=follow,
+            )
+        ) as hot:
+            async for msg in hot:
+                yield msg
+
+    async def _stream_msgs(
+        self,
+        stream: str,
+        filters: Sequence[str] | None = None,
+        *,
+        start_seq: int | None = None,
+        start_time: float | dt.datetime | None = None,
+        until_seq: int | None = None,
+        follow: bool = False,
+    ) -> AsyncGenerator[Msg, None]:
         filters = list(filters or [subjects.ALL])
         cfg = ConsumerConfig(filter_subjects=filters)
         if start_seq is not None:
@@ -341,12 +419,23 @@ class JetStreamStore:
             cfg.deliver_policy = DeliverPolicy.BY_START_TIME
             cfg.opt_start_time = when
         if not follow:
-            last = await self.stream_last_seq()
+            last = int((await self.js.stream_info(stream)).state.last_seq)
             until_seq = last if until_seq is None else min(until_seq, last)
             if until_seq == 0 or (start_seq is not None and start_seq > until_seq):
                 return
+        # No client-side limit on what waits to be read: nats-py drops a message past its
+        # subscription's pending limits (256 MiB by default) after its ordered consumer
+        # has counted it as delivered, so the drop goes unnoticed and the event is lost to
+        # the reader (seen replaying 1,000,000 events into a fold slower than the server).
+        # The server's flow control is what bounds the backlog.
         sub = await self.js.subscribe(
-            "", stream=self.stream, ordered_consumer=True, config=cfg, idle_heartbeat=2.0
+            "",
+            stream=stream,
+            ordered_consumer=True,
+            config=cfg,
+            idle_heartbeat=2.0,
+            pending_msgs_limit=0,
+            pending_bytes_limit=0,
         )
         try:
             if not follow:
@@ -394,9 +483,16 @@ class JetStreamStore:
             max_deliver=-1,
         )
         try:
-            await self.js.consumer_info(self.stream, name)
+            info = await self.js.consumer_info(self.stream, name)
         except NotFoundError:
             await self.js.add_consumer(self.stream, cfg)
+        else:
+            had = info.config.filter_subjects or [info.config.filter_subject or subjects.ALL]
+            if sorted(had) != sorted(filters):
+                # the service's filters changed (an upgrade): the consumer goes on from
+                # where it stands with the new ones
+                info.config.filter_subjects, info.config.filter_subject = list(filters), None
+                await self.js.add_consumer(self.stream, info.config)
         psub = await self.js.pull_subscribe_bind(name, self.stream)
         return JsConsumer(psub, batch)
 

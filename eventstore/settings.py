@@ -16,6 +16,10 @@ class StreamSettings(msgspec.Struct, frozen=True, kw_only=True):
     # how long JetStream remembers Nats-Msg-Id values for dropping duplicate appends
     duplicate_window_seconds: float = 120.0
     dlq_name: str = "VIRT_DLQ"
+    # the event stream is the hot log, mirrored into `<name>_ARCHIVE` (complete, S2,
+    # never purged), and ended aggregates may be purged from it (eventstore/archive.py);
+    # False: one stream that denies purges and keeps everything
+    archive: bool = True
     # fsync policy is a server setting (`jetstream { sync_interval: ... }`); the embedded
     # server takes it from here, an external cluster from its own config. "always" fsyncs
     # every write before the ack: an acknowledged event survives a power loss (the server's
@@ -24,9 +28,9 @@ class StreamSettings(msgspec.Struct, frozen=True, kw_only=True):
 
     @classmethod
     def from_env(cls, **overrides: object) -> StreamSettings:
-        """Defaults, overridden by VIRTSTREAM_STREAM_{NAME,STORAGE,REPLICAS,DUPLICATE_WINDOW}
-        and VIRTSTREAM_SYNC_INTERVAL (what `virtstream up` sets for its services), then by
-        explicit arguments."""
+        """Defaults, overridden by VIRTSTREAM_STREAM_{NAME,STORAGE,REPLICAS,DUPLICATE_WINDOW},
+        VIRTSTREAM_STREAM_ARCHIVE (0: no archive) and VIRTSTREAM_SYNC_INTERVAL (what
+        `virtstream up` sets for its services), then by explicit arguments."""
         env = os.environ
         values: dict[str, object] = {}
         if name := env.get("VIRTSTREAM_STREAM_NAME"):
@@ -40,4 +44,6 @@ class StreamSettings(msgspec.Struct, frozen=True, kw_only=True):
             values["duplicate_window_seconds"] = float(window)
         if sync := env.get("VIRTSTREAM_SYNC_INTERVAL"):
             values["sync_interval"] = sync
+        if (arch := env.get("VIRTSTREAM_STREAM_ARCHIVE")) is not None:
+            values["archive"] = arch.lower() not in ("0", "false", "no", "")
         return msgspec.convert({**values, **overrides}, cls)

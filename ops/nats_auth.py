@@ -30,7 +30,7 @@ from collections.abc import Iterable
 import msgspec
 
 from events.subjects import token
-from eventstore import heartbeats, keyed, lease
+from eventstore import archive, checkpoints, heartbeats, keyed, lease
 
 JS = "$JS.API"
 # what no service needs: removing streams, messages or other services' consumers
@@ -80,6 +80,11 @@ def _own_inbox(name: str) -> str:
     return f"_INBOX_{name}.>"
 
 
+def own_checkpoint(name: str) -> tuple[str, str]:
+    """Writing one's own checkpoint (`eventstore/checkpoints.py`): its head and chunks."""
+    return f"$KV.{checkpoints.BUCKET}.{name}", f"$KV.{checkpoints.BUCKET}.{name}.>"
+
+
 def api_user(password: str, stream: str = "VIRT") -> NatsUser:
     return NatsUser(
         "api",
@@ -87,9 +92,11 @@ def api_user(password: str, stream: str = "VIRT") -> NatsUser:
         Permissions(
             (
                 "virt.>",
+                "vidx.>",  # the debugging indexes it keeps (eventstore/index.py)
                 f"{JS}.>",
-                "$KV.virt-snapshots.>",
                 f"$KV.{keyed.BUCKET}.>",  # the idempotency keys every api replica shares
+                *own_checkpoint(checkpoints.API_VIEWS),
+                *own_checkpoint(archive.FLOOR_KEY),  # the hot log's floor
                 "$JS.FC.>",
                 "$JS.ACK.>",
             )
@@ -111,6 +118,7 @@ def controller_user(password: str) -> NatsUser:
                 "$JS.ACK.>",
                 "$JS.FC.>",
                 f"$KV.{lease.BUCKET}.>",  # the active/standby lease
+                *own_checkpoint("virt-controller"),
             ),
             JS_DESTRUCTIVE,
         ),
@@ -135,8 +143,10 @@ def handler_user(node: str, password: str, stream: str = "VIRT") -> NatsUser:
                 f"virt.vmrestore.*.*.VolumesCopied.{n}",
                 f"dlq.{service}",
                 f"$KV.{heartbeats.BUCKET}.{heartbeats.key_of(node)}",
+                *own_checkpoint(service),
                 *JS_READ,
                 f"{JS}.STREAM.CREATE.KV_{heartbeats.BUCKET}",
+                f"{JS}.STREAM.CREATE.KV_{checkpoints.BUCKET}",
                 # the shell ensures the streams at start (whoever starts first creates them)
                 f"{JS}.STREAM.CREATE.{stream}",
                 f"{JS}.STREAM.CREATE.{stream}_DLQ",

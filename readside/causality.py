@@ -31,16 +31,17 @@ from events import subjects
 from events.catalog import NodeUnresponsive, VMIFailed
 from events.envelope import Stored
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
+from eventstore.index import Index
+from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from projections.cluster import Cluster
 from projections.replay import (
     actor_of,
-    related_filters,
     replay_steps,
     summarize,
     view_key,
 )
-from readside.timetravel import read
+from readside.timetravel import read, related
 
 MAX_HOPS = 200
 SCAN_WINDOWS = (60.0, 3600.0, None)  # seconds before the effect; None = from the start
@@ -131,6 +132,9 @@ class EventIndex:
             if s is not None and s.event.meta.event_id == event_id:
                 self.by_id[event_id] = s
                 return s
+        indexed = await self._indexed(event_id)
+        if indexed is not None:
+            return indexed
         for window in SCAN_WINDOWS:
             start = None if window is None else effect.time - window
             if self.scanned_from is not None and start is not None and start >= self.scanned_from:
@@ -140,6 +144,18 @@ class EventIndex:
                 return self.by_id[event_id]
             if start is None:
                 break
+        return None
+
+    async def _indexed(self, event_id: str) -> Stored | None:
+        """The event id index (`eventstore/index.py`): one get for the sequence, one for
+        the event."""
+        if not isinstance(self.store, JetStreamStore):
+            return None
+        seq = await Index(self.store).seq_of(event_id)
+        s = await self._get(seq) if seq else None
+        if s is not None and s.event.meta.event_id == event_id:
+            self.by_id[event_id] = s
+            return s
         return None
 
     async def _get(self, seq: int) -> Stored | None:
@@ -206,12 +222,10 @@ def _heartbeat(s: Stored) -> Hop | None:
 
 async def why(store: EventLog, agg: Aggregate, *, anchor_seq: int | None = None) -> Chain:
     """The chain behind `agg`'s state (or behind the event at `anchor_seq`)."""
-    filters = (
-        related_filters(agg)
-        if agg.kind != Kind.NODE
-        else [subjects.aggregate_filter(Kind.NODE, CLUSTER_SCOPE, agg.name)]
-    )
-    events = await read(store, filters)
+    if agg.kind == Kind.NODE:
+        events = await read(store, [subjects.aggregate_filter(Kind.NODE, CLUSTER_SCOPE, agg.name)])
+    else:
+        events = await related(store, agg)
     target = agg.key
     if anchor_seq is not None:
         anchor = next((s for s in events if s.seq == anchor_seq), None)

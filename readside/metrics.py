@@ -120,9 +120,16 @@ class ProjectionMetrics:
         self.cluster = cluster
         self.clock = clock
         self.histograms = histograms or default_histograms()
-        # how many of each object's transitions were already observed: key → (uid, count)
-        self._vmi_seen: dict[str, tuple[str, int]] = {}
-        self._mig_seen: dict[str, tuple[str, int]] = {}
+        # how many of each object's transitions were already observed: key → (uid, count).
+        # A cluster loaded from a checkpoint was observed up to its views: what they hold
+        # counts as seen (a view's next transition is the first one to observe), so the
+        # bookkeeping is a function of the views and needs no checkpoint of its own.
+        self._vmi_seen: dict[str, tuple[str, int]] = {
+            k: (v.uid, len(v.transitions)) for k, v in cluster.vmis.items()
+        }
+        self._mig_seen: dict[str, tuple[str, int]] = {
+            k: (m.uid, len(m.transitions)) for k, m in cluster.migrations.items()
+        }
 
     def register(self, registry: CollectorRegistry = REGISTRY) -> ProjectionMetrics:
         """Register as the registry's projection collector, replacing an earlier one (a

@@ -21,6 +21,7 @@ import structlog
 
 from events.envelope import Stored
 from events.meta import Kind, KindToken
+from eventstore.checkpoints import Refused
 from eventstore.port import EventLog
 from kinds.registry import REGISTRY, Registry
 from projections import kube_events
@@ -63,6 +64,7 @@ class ProjectionRunner:
         clock: Callable[[], float] = time.time,
         snapshot_name: str | None = None,
         snapshot_every: int = 10_000,
+        snapshot_seconds: float = 60.0,
         kinds: Registry = REGISTRY,
     ) -> None:
         self.store = store
@@ -86,7 +88,11 @@ class ProjectionRunner:
         # the last one: start from the snapshot, fold the tail, save every N events.
         self.snapshot_name = snapshot_name
         self.snapshot_every = snapshot_every
+        # and at least this often while events come (a quiet cluster's restart then folds
+        # at most a minute of events, not up to `snapshot_every`)
+        self.snapshot_seconds = snapshot_seconds
         self.snapshot_seq = 0
+        self.snapshot_at = time.monotonic()
         self._saving: asyncio.Task[int] | None = None
 
     # ------------------------------------------------------------- lifecycle
@@ -103,9 +109,15 @@ class ProjectionRunner:
     async def start(self, *, wait: bool = True, timeout: float = 30.0) -> None:
         self.caught_up_to = await self.store.stream_last_seq()
         if self.snapshot_name and self.cluster.last_seq == 0:
-            loaded = await snapshots.load(self.store, self.snapshot_name)
-            if loaded is not None:
-                if loaded.kube_events is None:  # a snapshot from before the records
+            loaded = await snapshots.load_checked(self.store, self.snapshot_name)
+            if isinstance(loaded, Refused):
+                log.warning(
+                    "checkpoint refused: rebuilding from the log",
+                    checkpoint=self.snapshot_name,
+                    reason=loaded.reason,
+                )
+            elif loaded is not None:
+                if loaded.kube_events is None:  # a checkpoint of a fold without the records
                     loaded.kube_events = KubeEvents()
                 self.cluster = loaded
                 self.snapshot_seq = loaded.last_seq
@@ -172,6 +184,7 @@ class ProjectionRunner:
         snapshot is one consistent point of the fold."""
         assert self.snapshot_name is not None
         self.snapshot_seq = self.last_seq
+        self.snapshot_at = time.monotonic()
         head = await snapshots.save(self.store, self.snapshot_name, self.cluster)
         return head.last_seq
 
@@ -187,7 +200,10 @@ class ProjectionRunner:
         self.metrics.observe(s, touched, replaying=s.seq <= self.caught_up_to)
         if (
             self.snapshot_name
-            and s.seq - self.snapshot_seq >= self.snapshot_every
+            and (
+                s.seq - self.snapshot_seq >= self.snapshot_every
+                or time.monotonic() - self.snapshot_at >= self.snapshot_seconds
+            )
             and (self._saving is None or self._saving.done())
         ):
             self._saving = asyncio.create_task(self.save_snapshot())

@@ -1,166 +1,65 @@
-"""Projection snapshots in a JetStream KV bucket, so a restart replays only the tail.
+"""Projection snapshots: the `Cluster`'s views as a checkpoint (`eventstore/checkpoints.py`),
+so a restart replays only the tail.
 
-A snapshot is the `Cluster`'s view tables and the stream sequence they cover, msgpack
-encoded and zlib-compressed. KV values are limited by the server's max payload (1 MiB by
-default), so the body is cut into chunks under `<name>.<seq>.<i>` and a small head record
-under `<name>` names them; the head is written last, so a reader never sees half a
-snapshot, and the previous snapshot's chunks are deleted after it.
+A snapshot is the view tables and the stream sequence they cover, msgpack encoded (the
+checkpoint store compresses and chunks it, writes its head last and refuses a checkpoint
+of another schema, stream or a recreated stream). `SCHEMA` names the views' shape and the
+fold's version.
 
-`load_cluster` = latest snapshot + replay from its sequence + 1. A snapshot from another
-stream, or newer than the stream (a stream that was recreated), is ignored."""
+`load_cluster` = latest snapshot + replay from its sequence + 1."""
 
 from __future__ import annotations
 
-import zlib
-
 import msgspec
 
-from events.meta import KindToken
+from eventstore import checkpoints
 from eventstore.port import Bucket, EventLog
 from projections.cluster import Cluster
-from projections.kube_events import KubeEvents, KubeEventView
-from projections.views import (
-    MigrationView,
-    NodeView,
-    PolicyView,
-    ResourceView,
-    VMIView,
-    VMView,
-)
+from projections.views_codec import SCHEMA, Views, decode_views, encode_views
 
-BUCKET = "virt-snapshots"
-CHUNK = 512 * 1024  # well under the 1 MiB default max payload, headers included
+__all__ = ["SCHEMA", "Views", "decode_views", "encode_views"]
 
-
-class Views(msgspec.Struct, frozen=True):
-    last_seq: int
-    vms: dict[str, VMView]
-    vmis: dict[str, VMIView]
-    migrations: dict[str, MigrationView]
-    nodes: dict[str, NodeView]
-    policies: dict[str, PolicyView]
-    resources: dict[KindToken, dict[str, ResourceView]] = {}
-    # the api's Event records (projections/kube_events.py); None: a fold without them
-    kube_events: dict[str, KubeEventView] | None = None
-
-
-class Head(msgspec.Struct, frozen=True):
-    stream: str
-    last_seq: int
-    chunks: int
-    size: int  # compressed bytes
-    crc32: int
-
-
-_views_encoder = msgspec.msgpack.Encoder()
-_views_decoder = msgspec.msgpack.Decoder(Views)
-_head_decoder = msgspec.json.Decoder(Head)
-
-
-# ------------------------------------------------------------------ pure
-def encode_views(cluster: Cluster) -> bytes:
-    """The cluster's views, deterministic for equal views (tables sorted by key): two
-    encodings are equal exactly when the views are."""
-    return _views_encoder.encode(
-        Views(
-            last_seq=cluster.last_seq,
-            vms=dict(sorted(cluster.vms.items())),
-            vmis=dict(sorted(cluster.vmis.items())),
-            migrations=dict(sorted(cluster.migrations.items())),
-            nodes=dict(sorted(cluster.nodes.items())),
-            policies=dict(sorted(cluster.policies.items())),
-            resources={k: dict(sorted(t.items())) for k, t in cluster.resources.items()},
-            kube_events=(
-                dict(sorted(cluster.kube_events.table.items()))
-                if cluster.kube_events is not None
-                else None
-            ),
-        )
-    )
-
-
-def decode_views(data: bytes) -> Cluster:
-    v = _views_decoder.decode(data)
-    c = Cluster()
-    c.last_seq = v.last_seq
-    c.vms, c.vmis, c.migrations = v.vms, v.vmis, v.migrations
-    c.nodes, c.policies = v.nodes, v.policies
-    c.resources.update(v.resources)
-    if v.kube_events is not None:
-        c.kube_events = KubeEvents.of(v.kube_events)
-    for k, vmi in c.vmis.items():  # the index is derived, not stored
-        if vmi.node:
-            c.vmis_by_node.setdefault(vmi.node, set()).add(k)
-    return c
+BUCKET = checkpoints.BUCKET
 
 
 # ------------------------------------------------------------------ bucket
 async def bucket(store: EventLog, name: str = BUCKET) -> Bucket:
-    made = await store.bucket(name, description="projection snapshots (virtstream)")
-    assert made is not None, "a bucket asked to be created exists"
-    return made
+    return await checkpoints.bucket(store, name)
 
 
-def _chunk_key(name: str, seq: int, i: int) -> str:
-    return f"{name}.{seq}.{i}"
-
-
-async def save(store: EventLog, name: str, cluster: Cluster, *, bucket_name: str = BUCKET) -> Head:
-    """Write a snapshot of `cluster` under `name`; returns its head record."""
+async def save(
+    store: EventLog, name: str, cluster: Cluster, *, bucket_name: str = BUCKET
+) -> checkpoints.Head:
+    """Write a checkpoint of `cluster`'s views under `name`; returns its head record."""
     kv = await bucket(store, bucket_name)
-    body = zlib.compress(encode_views(cluster), 1)
-    chunks = [body[i : i + CHUNK] for i in range(0, len(body), CHUNK)] or [b""]
-    seq = cluster.last_seq
-    for i, part in enumerate(chunks):
-        await kv.put(_chunk_key(name, seq, i), part)
-    old = await _head(kv, name)
-    head = Head(
-        stream=store.stream,
-        last_seq=seq,
-        chunks=len(chunks),
-        size=len(body),
-        crc32=zlib.crc32(body),
+    body = encode_views(cluster)  # before the first await: one point of the fold
+    return await checkpoints.save(
+        kv, name, schema=SCHEMA, stream=store.stream, last_seq=cluster.last_seq, body=body
     )
-    await kv.put(name, msgspec.json.encode(head))
-    if old is not None and old.last_seq != seq:
-        for i in range(old.chunks):
-            await kv.purge(_chunk_key(name, old.last_seq, i))
-    return head
 
 
-async def _head(kv: Bucket, name: str) -> Head | None:
-    value = await kv.get(name)
-    if not value:
+async def load_checked(
+    store: EventLog, name: str, *, bucket_name: str = BUCKET
+) -> Cluster | checkpoints.Refused | None:
+    """The latest checkpoint of the views, why it cannot be used, or None (there is none)."""
+    kv = await checkpoints.find(store, bucket_name)
+    if kv is None:
         return None
+    found = await checkpoints.load(
+        kv, name, schema=SCHEMA, stream=store.stream, stream_last_seq=await store.stream_last_seq()
+    )
+    if not isinstance(found, checkpoints.Checkpoint):
+        return found
     try:
-        return _head_decoder.decode(value)
-    except msgspec.DecodeError:
-        return None
+        return decode_views(found.body)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        return checkpoints.Refused(f"its views do not decode ({e})", found.head)
 
 
 async def load(store: EventLog, name: str, *, bucket_name: str = BUCKET) -> Cluster | None:
-    """The latest usable snapshot, or None."""
-    kv = await store.bucket(bucket_name, create=False)
-    if kv is None:
-        return None
-    head = await _head(kv, name)
-    if head is None or head.stream != store.stream:
-        return None
-    if head.last_seq > await store.stream_last_seq():
-        return None  # the stream was recreated under the snapshot
-    parts = []
-    for i in range(head.chunks):
-        part = await kv.get(_chunk_key(name, head.last_seq, i))
-        if part is None:
-            return None
-        parts.append(part)
-    body = b"".join(parts)
-    if len(body) != head.size or zlib.crc32(body) != head.crc32:
-        return None
-    try:
-        return decode_views(zlib.decompress(body))
-    except msgspec.DecodeError:  # an older view format: replay the stream instead
-        return None
+    """The latest usable checkpoint of the views, or None."""
+    found = await load_checked(store, name, bucket_name=bucket_name)
+    return found if isinstance(found, Cluster) else None
 
 
 class Loaded(msgspec.Struct, frozen=True):

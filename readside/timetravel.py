@@ -4,8 +4,11 @@ aggregate's replay as of that point. The folding and diffing is pure
 
 from __future__ import annotations
 
+from events import subjects
 from events.envelope import Stored
-from events.meta import Aggregate
+from events.meta import Aggregate, Kind
+from eventstore.index import Index
+from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from projections.cluster import Cluster
 from projections.replay import Point, Step, current_life, related_filters, replay_steps
@@ -29,6 +32,46 @@ async def read(
     if until_seq is not None and until_seq <= 0:
         return []
     return [s async for s in store.replay(filters, until_seq=until_seq, raw=True)]
+
+
+async def related(store: EventLog, agg: Aggregate, until_seq: int | None = None) -> list[Stored]:
+    """The events `agg`'s rendered object depends on (`related_filters`), in stream order.
+    A VM's or VMI's migrations come from the index (`eventstore/index.py`): those that named
+    the VMI, plus the namespace's migrations the index has not covered yet; without an
+    index, all of the namespace's, as `related_filters` says."""
+    if until_seq is not None and until_seq <= 0:
+        return []
+    if agg.kind not in (Kind.VM, Kind.VMI) or not isinstance(store, JetStreamStore):
+        return await read(store, related_filters(agg), until_seq)
+    index = Index(store)
+    upto = await index.upto()
+    if upto == 0:
+        return await read(store, related_filters(agg), until_seq)
+    ns, name = agg.namespace, agg.name
+    migrations = await index.migrations_of(ns, name)
+    filters = [
+        subjects.aggregate_filter(Kind.VM, ns, name),
+        subjects.aggregate_filter(Kind.VMI, ns, name),
+        *(subjects.aggregate_filter(Kind.MIGRATION, ns, m) for m in migrations),
+    ]
+    events = await read(store, filters, until_seq)
+    if until_seq is None or until_seq > upto:
+        everyone = f"{subjects.PREFIX}.{Kind.MIGRATION}.{subjects.token(ns)}.>"
+        seen = {s.seq for s in events}
+        async for s in store.replay([everyone], start_seq=upto + 1, until_seq=until_seq, raw=True):
+            if s.seq not in seen:
+                events.append(s)
+        events.sort(key=lambda s: s.seq)
+    return events
+
+
+async def object_at(store: EventLog, agg: Aggregate, seq: int) -> Cluster:
+    """A cluster holding what `agg`'s object depends on, folded up to `seq`: enough to
+    render that one object as it was (no other object is complete in it)."""
+    cluster = Cluster()
+    for s in await related(store, agg, seq):
+        cluster.apply(s)
+    return cluster
 
 
 async def cluster_at(
@@ -63,4 +106,4 @@ async def aggregate_replay(
     """`virtstream replay`: the steps of one aggregate up to a point (of the object that
     has its name then: not those of an earlier object of the name)."""
     until_seq = await resolve(store, until)
-    return current_life(list(replay_steps(await read(store, related_filters(agg), until_seq), agg)))
+    return current_life(list(replay_steps(await related(store, agg, until_seq), agg)))

@@ -1,5 +1,12 @@
-"""`virtstream verify`: rebuild every view from the first event and compare it with the live
-projection the api serves.
+"""`virtstream verify`: rebuild every view and compare it with the live projection the api
+serves.
+
+Incremental by default: the rebuild starts from verify's own checkpoint of the views
+(`verify-views` in the checkpoint bucket: the rebuild it saved after the last comparison
+that found no difference, never the api's own) and folds the tail; `full` folds from the
+first event (the archive's, when ended aggregates have left the hot log). Only a rebuild
+that agreed with the live views is saved, so each incremental run extends a chain of
+agreeing comparisons that starts at a full one.
 
 Each list the api returns carries the sequence its projection had folded
 (`metadata.resourceVersion`), so the rebuild folds the stream once, in order, and compares
@@ -15,11 +22,13 @@ import httpx
 import msgspec
 
 from events.meta import KindToken
+from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from kinds.registry import REGISTRY, Registry
 from projections import kube_events
 from projections.cluster import Cluster
 from projections.replay import FieldChange, diff_objects
+from readside import snapshots
 
 JSON = dict[str, Any]
 
@@ -38,6 +47,7 @@ class Report(msgspec.Struct, frozen=True):
     seqs: dict[str, int]  # kind → the sequence compared at
     compared: int
     differences: list[Difference]
+    from_seq: int = 0  # the checkpoint the rebuild started from (0: the first event)
 
     @property
     def ok(self) -> bool:
@@ -84,11 +94,27 @@ async def fetch_live(
     return out
 
 
-async def verify(store: EventLog, client: httpx.AsyncClient, kinds: Registry = REGISTRY) -> Report:
+CHECKPOINT = "verify-views"
+
+
+async def verify(
+    store: EventLog,
+    client: httpx.AsyncClient,
+    kinds: Registry = REGISTRY,
+    *,
+    full: bool = True,
+    save: bool = False,
+) -> Report:
+    """Compare; `full=False` starts from verify's checkpoint when one is usable, `save`
+    saves the rebuild as that checkpoint when nothing differed."""
     live = await fetch_live(client, kinds)
     now = time.time()
     cluster = Cluster(kube_events=True)  # the api's fold, its Events included
     pending = sorted(live.items(), key=lambda kv: kv[1].seq)
+    if not full and pending and isinstance(store, JetStreamStore):
+        loaded = await snapshots.load(store, CHECKPOINT)
+        if loaded is not None and loaded.last_seq <= pending[0][1].seq:
+            cluster = loaded
     differences: list[Difference] = []
     compared = 0
 
@@ -105,13 +131,16 @@ async def verify(store: EventLog, client: httpx.AsyncClient, kinds: Registry = R
             compared += len(rebuilt.keys() | lst.items.keys())
             differences.extend(compare(kind, rebuilt, lst.items))
 
+    start = cluster.last_seq + 1
     check_due()
     if pending:
-        async for s in store.replay(until_seq=pending[-1][1].seq, raw=True):
+        async for s in store.replay(start_seq=start, until_seq=pending[-1][1].seq, raw=True):
             cluster.apply(s)
             check_due()
     # lists taken at a sequence the stream does not reach (it was recreated): compare anyway
     cluster.last_seq = max(cluster.last_seq, pending[-1][1].seq) if pending else cluster.last_seq
     check_due()
     seqs = {str(kind): lst.seq for kind, lst in live.items()}
-    return Report(seqs=seqs, compared=compared, differences=differences)
+    if save and not differences and isinstance(store, JetStreamStore):
+        await snapshots.save(store, CHECKPOINT, cluster)
+    return Report(seqs=seqs, compared=compared, differences=differences, from_seq=start - 1)

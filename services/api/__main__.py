@@ -10,12 +10,14 @@ import uvicorn
 from nats.js.api import StorageType
 
 from core.names import SOCKET_NAME_MAX
-from eventstore import connection
+from eventstore import archive, checkpoints, connection
 from eventstore.connection import ConnectOptions, connect_service
+from eventstore.index import Indexer
 from eventstore.jetstream import JetStreamStore
 from eventstore.keyed import JetStreamKeyedRecords
 from eventstore.settings import StreamSettings
 from kinds.registry import REGISTRY
+from readside.retire import Retirer
 from readside.runner import WATCH_HISTORY, ProjectionRunner
 from services.api import prometheus_proxy
 from services.api.app import create_app
@@ -58,7 +60,7 @@ async def serve(
     store = JetStreamStore(nc, settings)
     await store.ensure()
     # the api and its read replicas fold the same views: one shared snapshot name
-    runner = ProjectionRunner(store, history=watch_history, snapshot_name="cluster-views")
+    runner = ProjectionRunner(store, history=watch_history, snapshot_name=checkpoints.API_VIEWS)
     await runner.start()
     # idempotency keys in a bucket every api replica shares, kept as long as JetStream
     # drops a re-appended event as a duplicate
@@ -76,6 +78,17 @@ async def serve(
     # the same intents over NATS request-reply (writers only: a replica in the queue
     # group would be handed writes it must refuse)
     over_nats = None if read_only else await serve_intents(nc, api, guard)
+    # the debugging indexes (eventstore/index.py): kept by the writer, not by each replica
+    indexer = None if read_only else Indexer(store)
+    if indexer is not None:
+        await indexer.start()
+    # the complete archive, and ended aggregates out of the hot log (eventstore/archive.py)
+    retirer = None
+    if not read_only and store.settings.archive:
+        s = store.settings
+        await archive.ensure(store.js, s.name, replicas=s.replicas, storage=s.storage)
+        retirer = Retirer(store, lambda: runner.cluster)
+        await retirer.start()
     server = uvicorn.Server(
         server_config(app, host=host, port=port, tls=tls, log_level="warning", lifespan="on")
     )
@@ -84,6 +97,10 @@ async def serve(
     finally:
         if over_nats is not None:
             await over_nats.stop()
+        if indexer is not None:
+            await indexer.stop()
+        if retirer is not None:
+            await retirer.stop()
         await runner.stop()
         await nc.drain()
 

@@ -39,7 +39,7 @@ from core.errors import (
     unknown_resource,
 )
 from core.idempotency import HEADER as IDEMPOTENCY_HEADER
-from events.meta import KindToken
+from events.meta import CLUSTER_SCOPE, Aggregate, Kind, KindToken
 from kinds.registry import Registry
 from kinds.spec import KindSpec
 from projections import replay
@@ -296,7 +296,7 @@ def _render_at(spec: KindSpec, cluster: Cluster, k: str, now: float) -> JSON | N
 
 async def _get_one(request: Request[Any, Any, Any], spec: KindSpec, k: str) -> Response[Any]:
     api = _api(request)
-    if (past := await _at(request, api)) is not None:
+    if (past := await _at(request, api, spec, k)) is not None:
         cluster, now, _ = past
         obj = _render_at(spec, cluster, k, now)
     else:
@@ -341,13 +341,20 @@ async def _not_older_than(request: Request[Any, Any, Any], api: ApiService) -> N
         raise timeout(f"Too large resource version: {wanted}, current: {api.runner.last_seq}")
 
 
+# kinds whose one object renders from its related aggregates alone (projections/replay.py)
+ONE_OBJECT_AT = (Kind.VM, Kind.VMI, Kind.MIGRATION, Kind.POLICY)
+
+
 async def _at(
-    request: Request[Any, Any, Any], api: ApiService
+    request: Request[Any, Any, Any], api: ApiService, spec: KindSpec | None = None, k: str = ""
 ) -> tuple[Cluster, float, int] | None:
     """`?at=SEQ|TIME` (time travel): the cluster as folded up to that point, from the log.
 
-    Rebuilt per request from the stream (a snapshot would shorten it); time-dependent status
-    (CrashLoopBackOff, heartbeat age) is evaluated at the point's time when it has one."""
+    Rebuilt per request from the stream; for one object of a kind whose rendering depends
+    on a few aggregates (`spec` and `k`: VMs, VMIs, migrations, policies) only from those
+    aggregates' events (`timetravel.object_at`), so its cost does not grow with the log.
+    Time-dependent status (CrashLoopBackOff, heartbeat age) is evaluated at the point's
+    time when it has one."""
     text = request.query_params.get("at")
     if not text:
         return None
@@ -358,7 +365,12 @@ async def _at(
     except ValueError as exc:
         raise bad_request(f"invalid at: {exc}") from None
     seq = await timetravel.resolve(api.runner.store, point)
-    cluster = await timetravel.cluster_at(api.runner.store, seq=seq)
+    if spec is not None and spec.event_kind in ONE_OBJECT_AT:
+        ns, _, name = k.rpartition("/")
+        agg = Aggregate(kind=spec.event_kind, namespace=ns or CLUSTER_SCOPE, name=name)
+        cluster = await timetravel.object_at(api.runner.store, agg, seq)
+    else:
+        cluster = await timetravel.cluster_at(api.runner.store, seq=seq)
     return cluster, point.time if point.time is not None else time.time(), seq
 
 

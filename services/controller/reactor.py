@@ -63,8 +63,10 @@ class Controller:
         self.migrations = migration_config or MigrationConfig()
 
     def filters(self) -> Sequence[str]:
-        # the kinds it reconciles: its own and the generic ones it names
-        return [subjects.kind_filter(k) for k in (*Kind, *ResourceKind)]
+        # every kind, as the one filter that says so: JetStream walks every subject of
+        # the stream to count what a consumer with several filters has pending (measured
+        # 0.3-1.1 s per consumer at 200,000 events, growing with the log), and not for one
+        return [subjects.ALL]
 
     def initial_state(self) -> ControllerState:
         return ControllerState()

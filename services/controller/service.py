@@ -19,10 +19,12 @@ from eventstore import heartbeats
 from eventstore.jetstream import JetStreamStore
 from eventstore.lease import Lease
 from eventstore.settings import StreamSettings
+from services.controller.checkpoint import ControllerCodec
 from services.controller.node_health import HeartbeatSeen, Observation, WatchStarted
 from services.controller.reactor import Controller
 from services.controller.state import ControllerState
 from services.runtime import metrics as m
+from services.runtime.checkpointing import Checkpointer
 from services.runtime.metrics_access import MetricsAccess
 from services.runtime.reactor import Inbox
 from services.runtime.shell import ServiceShell, run_process
@@ -61,6 +63,7 @@ class ControllerService:
             window=window,
             observer=controller,
             inbox=self.heartbeats,
+            checkpoints=Checkpointer(store, controller.name, ControllerCodec()),
         )
         # no identity: the only controller, no lease (tests that run one in-process)
         self.lease = (

@@ -2,11 +2,11 @@
 
 The state: the node's VMIs as its events say (`state.py`), its launchers as the fleet
 reports them (`Observed`), its migration jobs (`migration.py`). The inputs: the node's
-events (durable consumer `virt-handler-<node>`, filters `virt.vmi.*.*.*.<node>` and
-`virt.migration.*.*.*.<node>`), the executors' observations, and ticks (every second, and
-when a migration step is due). Each input decides for the VMI keys and migration jobs it
-touched, a tick for all of them; a VMI key is decided by the migration job that owns it,
-else by `planner.plan`.
+events (durable consumer `virt-handler-<node>`, filters `virt.vmi.*.*.*.<node>`, the
+migration events routed to the node and every migration's end), the executors'
+observations, and ticks (every second, and when a migration step is due). Each input
+decides for the VMI keys and migration jobs it touched, a tick for all of them; a VMI key
+is decided by the migration job that owns it, else by `planner.plan`.
 
 Appends carry no OCC: the handler sees only its node's events of an aggregate, so its
 version would be wrong; the ids are deterministic and the deciding level-triggered, so a
@@ -16,12 +16,12 @@ job read from the whole aggregate."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import assert_never
+from typing import assert_never, get_args
 
 import msgspec
 
 from events import subjects
-from events.catalog import Resources
+from events.catalog import MigrationEvent, Resources, VMIRemoved
 from events.envelope import Context, Decision, Stored
 from events.meta import Kind, ResourceKind
 from services.handler import migration, volumes
@@ -56,6 +56,7 @@ from services.handler.volumes import CopyStarted, Jobs, VolumesCopyDone
 from services.runtime.reactor import Note
 
 _COPY_KINDS = (ResourceKind.SNAPSHOT_CONTENT, ResourceKind.RESTORE)
+_MIGRATION_TYPES = frozenset(t.__name__ for t in get_args(MigrationEvent))
 
 
 class Joined(msgspec.Struct, frozen=True):
@@ -96,9 +97,15 @@ class NodeDecider:
         self.hypervisor_uri = hypervisor_uri  # qemu: where a target listens, by default
 
     def filters(self) -> Sequence[str]:
+        # the node's migration events, and every migration's end wherever it is routed
+        # (`migration.ENDS`: it ends a source job here); one filter per event type, so
+        # that no subject matches two of them
+        ends = {t.__name__ for t in migration.ENDS}
+        routed = sorted(_MIGRATION_TYPES - ends)
         return [
             subjects.node_filter(Kind.VMI, self.node),
-            subjects.node_filter(Kind.MIGRATION, self.node),
+            *(subjects.type_filter(Kind.MIGRATION, t, self.node) for t in routed),
+            *(subjects.type_filter(Kind.MIGRATION, t) for t in sorted(ends)),
             subjects.node_filter(ResourceKind.SNAPSHOT_CONTENT, self.node),
             subjects.node_filter(ResourceKind.RESTORE, self.node),
         ]
@@ -115,8 +122,17 @@ class NodeDecider:
         migration.note_newer(state.migrations, stored)
         migration.fold(state.migrations, state.records, stored.event, self.node)
         if stored.event.meta.aggregate.kind == Kind.VMI:
-            # a handed-off source job holds its VMI until its LauncherExited is back
             key = vmi_key(stored.event)
+            target = state.migrations.targets.get(key)
+            if (
+                isinstance(stored.event, VMIRemoved)
+                and target is not None
+                and target.outcome == "succeeded"
+                and target.vmi_uid == stored.event.meta.aggregate.uid
+            ):
+                # the VMI that migrated in is gone (its record with it): so is its arrival
+                del state.migrations.targets[key]
+            # a handed-off source job holds its VMI until its LauncherExited is back
             sources = state.migrations.sources
             for mkey in [m for m, j in sources.items() if j.vmi_key == key]:
                 if sources[mkey].stage is Stage.DONE and not owns(sources[mkey], state.records):

@@ -5,7 +5,11 @@ routed to this node, the notes that keep what a job did, and the target side's p
 State (`MigrationState`) is folded from the migration events ROUTED to this node (meta.node),
 so a restarted handler rebuilds exactly what it had; events it appended for another node
 (TargetPrepared → source, MigrationSucceeded/Aborted → target) are never delivered here:
-what a job sent of those is kept by notes, in memory.
+what a job sent of those is kept by notes, in memory. The one exception: a migration's
+end (`ENDS`: MigrationSucceeded, MigrationFailed, MigrationAborted) is delivered to every
+handler, wherever it is routed, and ends a source job here that is not running anything
+(`source_ended`): the log alone says a source job is over, so a restarted handler never
+reads an ended migration again, and its fold (and checkpoint) holds the live ones only.
 
 Target (MigrationScheduled routed here): TargetPreparing, spawn the target launcher (test
 mode: a normal launcher, Start(paused=True); qemu mode: `migration_target=True`, it waits
@@ -200,13 +204,34 @@ def _key(agg: Aggregate) -> str:
     return f"{agg.namespace}/{agg.name}"
 
 
+# a migration's final events: delivered to every handler (`ENDS`), routed anywhere
+ENDS = (MigrationSucceeded, MigrationFailed, MigrationAborted)
+# a source job at these stages is running nothing: its migration's end is its end
+_IDLE = frozenset({Stage.READ, Stage.READING, Stage.JUDGE})
+
+
+def source_ended(ms: MigrationState, agg: Aggregate) -> None:
+    """The migration ended (one of `ENDS`, routed anywhere): its source job here, unless
+    it is carrying out its part (a transfer, a handoff: it ends itself then), is over.
+    That is what reading the aggregate again would have found (`view.final`)."""
+    mkey = _key(agg)
+    job = ms.sources.get(mkey)
+    if job is None or (agg.uid and job.migration.uid not in ("", agg.uid)):
+        return
+    if job.stage in _IDLE:
+        del ms.sources[mkey]
+
+
 def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str | None:
     """Fold one migration event into the state (mutates). Only events routed to `node`
-    count. Returns the VMI key of a target job it touched, else None."""
+    count, and the migration's end wherever it is routed. Returns the VMI key of a target
+    job it touched, else None."""
     agg = event.meta.aggregate
-    if agg.kind != Kind.MIGRATION or event.meta.node != node:
+    if agg.kind != Kind.MIGRATION or not isinstance(event, MigrationEvent):
         return None
-    if not isinstance(event, MigrationEvent):
+    if event.meta.node != node:
+        if isinstance(event, ENDS):
+            source_ended(ms, agg)
         return None
     corr, caus = event.meta.correlation_id, event.meta.event_id
     mkey = _key(agg)
@@ -300,6 +325,8 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
                 pass  # the target's and the controller's, or what this job appended
             case _:
                 assert_never(event)
+        if isinstance(event, ENDS):
+            source_ended(ms, agg)
     return None
 
 

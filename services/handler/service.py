@@ -30,6 +30,7 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from projections.evolve import evolve_migration
 from projections.views import MigrationView
+from services.handler.checkpoint import HandlerCodec
 from services.handler.console_server import ConsoleServer
 from services.handler.decider import HandlerState, Input, NodeDecider
 from services.handler.effects import Action, MigrationRead, ReadMigration
@@ -42,6 +43,7 @@ from services.handler.state import NodeState
 from services.handler.volume_copy import copy_volumes
 from services.handler.volumes import CopyVolumes, VolumesCopyDone
 from services.launcher.domain_xml import DomainType
+from services.runtime.checkpointing import Checkpointer
 from services.runtime.metrics_access import MetricsAccess
 from services.runtime.mtls import TlsFiles
 from services.runtime.reactor import Inbox
@@ -226,6 +228,7 @@ class Handler:
             observer=decider,
             executor=effects,
             inbox=inbox,
+            checkpoints=Checkpointer(store, decider.name, HandlerCodec(), apart=True),
         )
         self.shell = shell
         heartbeats: asyncio.Task[None] | None = None

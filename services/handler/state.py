@@ -27,6 +27,7 @@ from events.catalog import (
     Manifest,
     MetadataChanged,
     PodScheduled,
+    StopReason,
     Unschedulable,
     VMICreated,
     VMIDeleteRequested,
@@ -71,6 +72,9 @@ class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
     soft_reboot_requests: int = 0
     soft_reboots: int = 0
     stopped: bool = False  # DomainStopped
+    # DomainStopped(Migrated): the VMI lives on another node now, whose handler gets its
+    # later events (its removal too): its LauncherExited here is the record's end
+    migrated_out: bool = False
     exited: bool = False  # LauncherExited
     delete_requested: bool = False
     delete_grace: int | None = None
@@ -185,8 +189,9 @@ def evolve(state: NodeState, event: Event) -> NodeState:
             r = msgspec.structs.replace(r, paused=False, resume_events=r.resume_events + 1)
         case DomainSoftRebooted():
             r = msgspec.structs.replace(r, soft_reboots=r.soft_reboots + 1)
-        case DomainStopped():
-            r = msgspec.structs.replace(r, stopped=True, paused=False)
+        case DomainStopped(reason=reason):
+            away = reason is StopReason.MIGRATED
+            r = msgspec.structs.replace(r, stopped=True, paused=False, migrated_out=away)
         case VMIWarning():
             r = msgspec.structs.replace(r, last_warning=event.meta.event_id)
         case VMIVolumeAdded(volume=volume, disk=disk):
@@ -217,6 +222,9 @@ def evolve(state: NodeState, event: Event) -> NodeState:
                 volume_events=r.volume_events + 1,
             )
         case LauncherExited():
+            if r.migrated_out:
+                del state[key]  # nothing of it is left here, nor will be told
+                return state
             r = msgspec.structs.replace(r, exited=True)
         case VMIDeleteRequested(grace_period_seconds=grace):
             # a later delete may shorten the grace period, never extend it

@@ -102,7 +102,9 @@ class Appends(Generic[S]):
             async with lock:
                 for c in conflicts:
                     m.CONFLICTS.labels(self.name).inc()
-                    self.log.info("conflict", aggregate=c.aggregate, expected=c.expected)
+                    self.log.info(
+                        "conflict", aggregate=c.aggregate, expected=c.expected, actual=c.actual
+                    )
                     kind, ns, name = c.aggregate.split("/")
                     scope = subjects.aggregate_filter(kind, ns, name)
                     await self.catch_up([scope], start_seq=c.expected + 1)

@@ -4,7 +4,9 @@ twice), the service's own appends folded before the stream delivered them, and t
 appends without a concurrency check still on their way back.
 
 A state that covers the stream up to a sequence (with each aggregate's version) can be
-handed in with `start_from`; a catch-up then folds from the next sequence."""
+handed in with `start_from`; a catch-up then folds from the next sequence. A reactor whose
+state also holds observations (the handler's launchers) can keep `log_only` beside it: the
+same events folded into a state no observation touches (what its checkpoints save)."""
 
 from __future__ import annotations
 
@@ -54,8 +56,11 @@ class Folding(Generic[S]):
         # delivered back yet: deciding again before they are folded repeats them, and a
         # repeat is dropped here instead of at the server
         self.unconfirmed: set[str] = set()
+        self.log_only: S | None = None
 
-    def start_from(self, state: S, last_seq: int, versions: Mapping[str, int]) -> None:
+    def start_from(
+        self, state: S, last_seq: int, versions: Mapping[str, int], log_only: S | None = None
+    ) -> None:
         """Begin from a state that covers the stream up to `last_seq`, with the last
         sequence of each aggregate it folded (a checkpoint); a catch-up goes on from
         `last_seq + 1`."""
@@ -63,6 +68,8 @@ class Folding(Generic[S]):
         self.state = state
         self.last_folded = last_seq
         self.versions = dict(versions)
+        if log_only is not None:
+            self.log_only = log_only
 
     def fold(self, stored: Stored, *, own: bool = False) -> bool:
         """Fold one event: from the stream (a delivery, a catch-up) or, `own`, our own
@@ -85,6 +92,8 @@ class Folding(Generic[S]):
             self.last_folded = max(self.last_folded, stored.seq)
             return False
         self.state = self.evolve(self.state, stored)
+        if self.log_only is not None:
+            self.log_only = self.evolve(self.log_only, stored)
         self.versions[key] = stored.seq
         self.last_folded = max(self.last_folded, stored.seq)
         return True

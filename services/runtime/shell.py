@@ -43,6 +43,7 @@ from services.runtime import metrics as m
 from services.runtime.acks import INFRASTRUCTURE, Acks
 from services.runtime.append_window import AppendWindow
 from services.runtime.appends import Appends
+from services.runtime.checkpointing import Checkpointer
 from services.runtime.folding import Ahead, Folding, Unordered
 from services.runtime.metrics_access import MetricsAccess
 from services.runtime.pipelined import Pipelined
@@ -86,6 +87,7 @@ class ServiceShell(Generic[S, A, Ob]):
         executor: Executor[A] | None = None,
         inbox: Inbox[Ob] | None = None,
         window: int = 1,
+        checkpoints: Checkpointer[S] | None = None,
     ) -> None:
         assert window == 1 or executor is None, "a pipelined shell carries out no effects"
         self.reactor = reactor
@@ -135,6 +137,12 @@ class ServiceShell(Generic[S, A, Ob]):
             else None
         )
         self.fatal: BaseException | None = None  # an infrastructure error in the window
+        # checkpoints (services/runtime/checkpointing.py): taken of the fold of the log
+        # alone, which a state holding observations keeps apart (`Folding.log_only`)
+        self.checkpoints = checkpoints
+        if checkpoints is not None and checkpoints.apart:
+            self.folding.log_only = reactor.initial_state()
+        self.upto = 0  # every event of our filters up to here is folded
 
     @property
     def name(self) -> str:
@@ -192,6 +200,7 @@ class ServiceShell(Generic[S, A, Ob]):
                 await self.pipelined.deliver(msg, stored, started)
             else:
                 await self.sequential.deliver(msg, stored, started)
+            self._checkpoint(stored)
         finally:
             structlog.contextvars.unbind_contextvars("correlation_id", "causation_id", "seq")
 
@@ -203,6 +212,7 @@ class ServiceShell(Generic[S, A, Ob]):
                 await self.pipelined.settle_appends()
             self.sequential.fold_observations()
             await self.apply(lambda ctx: self.reactor.tick(self.state, ctx), None)
+            self._checkpoint()
 
     async def _timer(self) -> None:
         """Ticks: every `tick_interval`, and sooner when the observer asks for a wakeup."""
@@ -272,8 +282,13 @@ class ServiceShell(Generic[S, A, Ob]):
         consumer = await self.store.durable(
             self.name, self.filters, ack_wait=self.ack_wait, batch=self.batch
         )
-        n = await self.appends.catch_up(start_seq=self.folding.last_folded + 1)
-        self.log.info("caught up", events=n, last_seq=self.folding.last_folded)
+        if self.folding.last_folded == 0:
+            await self._load_checkpoint()
+        start = self.folding.last_folded + 1
+        end = await self.store.stream_last_seq()
+        n = await self.appends.catch_up(start_seq=start)
+        self.upto = max(self.upto, end)
+        self.log.info("caught up", events=n, last_seq=self.folding.last_folded, from_seq=start)
         # export the counters at 0 from the start: increase()/rate() miss a series' first
         # increment, so an alert on the first dead letter needs the 0 sample before it
         for counter in (m.DEAD_LETTERS, m.CONFLICTS, m.DUPLICATES):
@@ -313,6 +328,43 @@ class ServiceShell(Generic[S, A, Ob]):
             for task in companions:
                 await finish(task)
             await consumer.close()
+            if self.checkpoints is not None:
+                await self.checkpoints.settle()
+                if self.fatal is None:
+                    self._checkpoint(force=True)
+                await self.checkpoints.settle()
+
+    # ------------------------------------------------------------- checkpoints
+    async def _load_checkpoint(self) -> None:
+        """Start from the newest usable checkpoint, if there is one."""
+        if self.checkpoints is None:
+            return
+        loaded = await self.checkpoints.load()
+        if loaded is None:
+            return
+        self.folding.start_from(
+            loaded.state,
+            max([loaded.upto, *loaded.versions.values()]),
+            loaded.versions,
+            loaded.again,
+        )
+        self.upto = loaded.upto
+        self.log.info("checkpoint loaded", seq=loaded.upto, aggregates=len(loaded.versions))
+
+    def _checkpoint(self, stored: Stored | None = None, *, force: bool = False) -> None:
+        """Take a checkpoint when one is due and the state is a fold in stream order (no own
+        append folded ahead of its delivery). No await: one point of the fold."""
+        cp = self.checkpoints
+        if cp is None:
+            return
+        if stored is not None:
+            self.upto = max(self.upto, stored.seq)
+        if self.ahead or not (force or cp.due(self.upto)):
+            return
+        if force and self.upto <= cp.saved_upto:
+            return
+        f = self.folding
+        cp.take(self.upto, dict(f.versions), f.log_only if f.log_only is not None else f.state)
 
     def _fail(self, e: BaseException) -> None:
         """Stop the process after the message in hand: its restart starts afresh."""

@@ -12,15 +12,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 
 from events.catalog import (
     DomainStarted,
     DomainStopped,
     LauncherStarted,
+    MigrationSucceeded,
     StopReason,
+    TargetPrepared,
     VMIDeleteRequested,
 )
-from events.meta import CLUSTER_SCOPE, Aggregate, Kind
+from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops.nats_server import NatsServer
@@ -141,3 +145,73 @@ async def test_launcher_gone_while_handler_down(
         assert len(of_type(events, DomainStarted)) == 1
     finally:
         handler.stop()
+
+
+def _migration_meta(name: str, node: str, what: str) -> Meta:
+    return Meta(
+        event_id=f"{name}/{what}",
+        aggregate=Aggregate(Kind.MIGRATION, "default", name, f"uid-{name}"),
+        occurred_at=0.0,
+        correlation_id=f"corr-{name}",
+        actor=Actor(service="test"),
+        node=node,
+    )
+
+
+async def _caught_up(run_dir: Path, times: int) -> None:
+    """Until the handler's log says it caught up `times` times (one per start)."""
+    async with asyncio.timeout(30):
+        while (run_dir / "handler.log").read_bytes().count(b'"caught up"') < times:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+
+
+async def test_a_restarted_handler_reads_no_ended_migration_again(
+    nats_server: NatsServer,
+    nc: NATS,
+    store: JetStreamStore,
+    stream_settings: StreamSettings,
+    run_dir: Path,
+) -> None:
+    """node-1 was the source of many migrations that ended (their end routed to the
+    target) and of one still under way: a start reads the one under way (a consumer on
+    its aggregate) and not one of the ended ones, from the log or from a checkpoint."""
+    ended = [f"m{i}" for i in range(30)]
+    for name in [*ended, "live"]:
+        prepared = TargetPrepared(
+            meta=_migration_meta(name, "node-1", "TargetPrepared"),
+            target_node="node-2",
+            target_address="10.0.0.2",
+            target_pod_uid=f"tpod-{name}",
+        )
+        await store.append(prepared)
+    for name in ended:
+        end = MigrationSucceeded(
+            meta=_migration_meta(name, "node-2", "MigrationSucceeded"),
+            target_node="node-2",
+            target_pod_uid=f"tpod-{name}",
+        )
+        await store.append(end)
+    reads: list[str] = []  # the migration aggregates a consumer was created for
+
+    async def seen(msg: Msg) -> None:
+        if ".CONSUMER.CREATE." in msg.subject or ".CONSUMER.DURABLE.CREATE." in msg.subject:
+            text = msg.data.decode()
+            reads.extend(n for n in [*ended, "live"] if f".migration.default.{n}." in text)
+
+    sub = await nc.subscribe("$JS.API.CONSUMER.>", cb=seen)
+    try:
+        for start in (1, 2):  # from the log, then from the checkpoint its stop saved
+            handler = HandlerProcess(nats_server, stream_settings, run_dir)
+            handler.start()
+            try:
+                await _caught_up(run_dir, start)
+                async with asyncio.timeout(20):
+                    while "live" not in reads:  # noqa: ASYNC110 (the subscription fills it)
+                        await asyncio.sleep(0.05)
+                await asyncio.sleep(1.0)  # any other read would have begun by now
+            finally:
+                handler.stop()  # SIGTERM: a clean stop saves a checkpoint
+            assert reads == ["live"], f"start {start} read {reads}"
+            reads.clear()
+    finally:
+        await sub.unsubscribe()

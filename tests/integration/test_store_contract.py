@@ -243,16 +243,44 @@ async def test_a_refusal_of_the_server_is_the_ports_error(store: JetStreamStore)
 
 
 async def test_history_cannot_be_deleted_or_purged(store: JetStreamStore) -> None:
-    """JetStream-specific: the event stream refuses message deletes and purges."""
+    """JetStream-specific: the event stream refuses message deletes; its archive (where
+    the history lives once ended aggregates leave the hot log) refuses deletes and purges;
+    a stream without an archive refuses purges too."""
     from nats.js.errors import APIError
+
+    from eventstore import archive
 
     name = unique("vm")
     a = await store.append(VMStartRequested(meta=meta(name=name)))
-    with pytest.raises(APIError):
-        await store.js.delete_msg(store.stream, a.seq)
-    with pytest.raises(APIError):
-        await store.js.purge_stream(store.stream)
-    assert (await store.get(a.seq)) is not None
+    mirror = await archive.ensure(store.js, store.stream, storage="memory")
+    try:
+        for stream in (store.stream, mirror):
+            with pytest.raises(APIError):
+                await store.js.delete_msg(stream, a.seq)
+        with pytest.raises(APIError):
+            await store.js.purge_stream(mirror)
+    finally:
+        await store.js.delete_stream(mirror)
+    alone = JetStreamStore(
+        store.nc,
+        msgspec.structs.replace(
+            store.settings,
+            name=f"{store.stream}_ALONE",
+            dlq_name=f"{store.stream}_ALONE_DLQ",
+            archive=False,
+        ),
+    )
+    for stream in (store.stream, store.settings.dlq_name):  # one stream per subject space
+        await store.js.delete_stream(stream)
+    await alone.ensure()
+    try:
+        b = await alone.append(VMStartRequested(meta=meta(name=name)))
+        with pytest.raises(APIError):
+            await store.js.purge_stream(alone.stream)
+        assert (await alone.get(b.seq)) is not None
+    finally:
+        for stream in (alone.stream, alone.settings.dlq_name):
+            await store.js.delete_stream(stream)
 
 
 async def test_an_older_stream_gets_the_protections(store: JetStreamStore) -> None:

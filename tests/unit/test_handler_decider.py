@@ -47,6 +47,7 @@ from tests.unit.handler_support import (
     pod_scheduled,
     scheduled,
     settle,
+    stored,
 )
 
 
@@ -234,3 +235,17 @@ def test_a_domain_refusing_every_command_gets_bounded_attempts_and_one_warning()
     deliver(d, state, VMIUnpauseRequested(meta=meta(VMI, NODE, 500)), 500, 131.0)
     sends, appends = run(131.0, 60.0)
     assert len(sends) == MAX_ATTEMPTS and len(appends) == 1
+
+
+def test_the_log_alone_forgets_an_arrival_once_its_vmi_is_removed() -> None:
+    # the fold a checkpoint saves sees no notes: the arrival of a VMI that was removed
+    # since must not stay in it for good
+    d, state = decider(TARGET), HandlerState(joined=True)
+    d.evolve(state, stored(scheduled(), 10))
+    ok = MigrationSucceeded(
+        meta=meta(MIG, TARGET, 14), target_node=TARGET, target_pod_uid="tpod-uid"
+    )
+    d.evolve(state, stored(ok, 14))
+    assert "default/vm1" in state.migrations.targets and "default/vm1" in state.records
+    d.evolve(state, stored(VMIRemoved(meta=meta(VMI, TARGET, 20)), 20))
+    assert not state.migrations.targets and not state.records

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from msgspec.structs import replace
+
+from events import subjects
 from events.catalog import (
     DomainStarted,
     DomainStopped,
@@ -13,6 +16,7 @@ from events.catalog import (
     LauncherStarted,
     MigrationAborted,
     MigrationAbortRequested,
+    MigrationFailed,
     MigrationProgressed,
     MigrationStarted,
     MigrationSucceeded,
@@ -167,6 +171,9 @@ def test_simulated_transfer_reports_progress_then_hands_off() -> None:
     deliver(d, state, stopped, 20, 102)
     assert deliver(d, state, exited, 21, 102) == [Release(KEY)]
     assert MKEY not in state.migrations.sources  # let go: forgotten
+    # the VMI lives on the target now, whose handler gets its removal: nothing of it stays
+    # here (a year of migrations away would pile up in the fold and its checkpoint)
+    assert KEY not in state.records
 
 
 def test_an_abort_request_stops_the_transfer_and_the_vm_stays() -> None:
@@ -279,3 +286,54 @@ def test_a_failed_read_is_tried_again_a_second_later() -> None:
     assert d.respond(state, failed, ctx(5.1, d)) == []
     assert d.wakeup(state) == 5.1 + READ_RETRY
     assert settle(d, state, d.tick(state, ctx(6.1, d))) == [ReadMigration(MKEY, MIG)]
+
+
+def succeeded_event(seq: int) -> MigrationSucceeded:
+    """The source's own MigrationSucceeded, routed to the target, as the log holds it."""
+    return MigrationSucceeded(meta=meta(MIG, TARGET, seq), target_node=TARGET, target_pod_uid="t")
+
+
+def test_a_restarted_handler_folds_an_ended_migration_away_without_reading_it() -> None:
+    # the log of a source whose migration succeeded: the end is routed to the target, and
+    # the source's fold sees it all the same (its filters take every migration's end)
+    d, state = running_vmi()
+    assert any(subjects.matches(f, stored(succeeded_event(30), 30).subject) for f in d.filters())
+    d.evolve(state, stored(prepared(), 12))
+    assert MKEY in state.migrations.sources
+    d.evolve(state, stored(succeeded_event(30), 30))
+    assert MKEY not in state.migrations.sources  # over: nothing to read again
+    assert settle(d, state, d.tick(state, ctx(200.0, d))) == []  # no ReadMigration
+    # so too a failure routed to the target, and an abort
+    for end in (
+        MigrationFailed(meta=meta(MIG, TARGET, 31), reason="TargetPodDown"),
+        MigrationAborted(meta=meta(MIG, TARGET, 31), reason=ABORTED_BY_USER),
+    ):
+        d, state = running_vmi()
+        d.evolve(state, stored(prepared(), 12))
+        d.evolve(state, stored(end, 31))
+        assert not state.migrations.sources, end
+    # a migration still under way is read once, as before
+    d, state = running_vmi()
+    d.evolve(state, stored(prepared(), 12))
+    assert settle(d, state, d.tick(state, ctx(200.0, d))) == [ReadMigration(MKEY, MIG)]
+
+
+def test_an_ended_migration_of_another_uid_or_node_leaves_the_source_job_alone() -> None:
+    d, state = running_vmi()
+    d.evolve(state, stored(prepared(), 12))
+    other = replace(MIG, uid="another-uid")
+    d.evolve(state, stored(MigrationAborted(meta=meta(other, TARGET, 13), reason="x"), 13))
+    assert MKEY in state.migrations.sources
+
+
+def test_a_source_job_carrying_out_its_part_ends_itself_not_at_the_end_event() -> None:
+    # the handoff appends MigrationSucceeded and still owes LauncherExited: the end, back
+    # from the log, must not drop the job before that
+    d, state = transferring(100.0)
+    settle(d, state, d.tick(state, ctx(100.0, d)))
+    out = settle(d, state, d.tick(state, ctx(100.1, d)))
+    (succeeded,) = [e for e in events(out) if isinstance(e, MigrationSucceeded)]
+    assert state.migrations.sources[MKEY].stage is Stage.HANDED_OFF
+    d.evolve(state, stored(succeeded, 25))
+    assert state.migrations.sources[MKEY].stage is Stage.HANDED_OFF
+    assert state.migrations.owns(KEY)

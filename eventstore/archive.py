@@ -1,0 +1,139 @@
+"""The complete archive and the bounded hot log, with JetStream's own tools.
+
+- **Archive** `<stream>_ARCHIVE`: a mirror of the event stream. A mirror keeps the
+  origin's sequence numbers, subjects, headers and timestamps, so an event is the same
+  event at the same sequence in both; it is S2-compressed, has no limits and denies
+  deletes and purges: history is never destroyed. A purge in the origin is not mirrored.
+- **Hot log** (the event stream): what the services consume and append to. An aggregate
+  whose life has ended (a deleted VM, a removed VMI, a finished and deleted migration)
+  leaves it: its subjects are purged up to its end (`retire`), once the archive holds
+  them and they lie below the **floor**. The floor is recorded (`hot-floor` in the
+  checkpoint bucket) before anything under it is purged: the hot log is complete from the
+  floor on, and the adapter reads everything before the floor from the archive
+  (`JetStreamStore.replay`, `get`, `seq_at_time`), so every reader sees one complete log.
+- A stream made before the archive denies purges (JetStream cannot turn that off): it is
+  archived all the same and never trimmed (`trimmable`)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import msgspec
+from nats.js.api import (
+    RetentionPolicy,
+    StorageType,
+    StoreCompression,
+    StreamConfig,
+    StreamSource,
+)
+from nats.js.client import JetStreamContext
+from nats.js.errors import APIError, BucketNotFoundError, KeyNotFoundError, NotFoundError
+
+from eventstore import checkpoints
+from eventstore.kv import make_bucket
+from eventstore.settings import StreamSettings
+
+FLOOR_KEY = "hot-floor"
+
+
+def archive_name(stream: str) -> str:
+    return f"{stream}_ARCHIVE"
+
+
+class Floor(msgspec.Struct, frozen=True):
+    stream: str
+    floor: int  # the hot log holds every event from here on; before it, read the archive
+    at: float = 0.0
+
+
+async def ensure(
+    js: JetStreamContext, stream: str, *, replicas: int = 1, storage: str = "file"
+) -> str:
+    """Create the archive mirror of `stream` (idempotent)."""
+    name = archive_name(stream)
+    try:
+        await js.stream_info(name)
+        return name
+    except NotFoundError:
+        pass
+    cfg = StreamConfig(
+        name=name,
+        description=f"the complete history of {stream} (virtstream)",
+        mirror=StreamSource(name=stream),
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE if storage == "file" else StorageType.MEMORY,
+        num_replicas=replicas,
+        compression=StoreCompression.S2 if storage == "file" else StoreCompression.NONE,
+        allow_direct=True,
+        deny_delete=True,
+        deny_purge=True,
+    )
+    try:
+        await js.add_stream(cfg)
+    except APIError as e:  # another process created it first
+        if e.err_code != 10058:
+            raise
+    return name
+
+
+async def archived_upto(js: JetStreamContext, stream: str) -> int:
+    """The last sequence the archive holds (0: no archive)."""
+    try:
+        info = await js.stream_info(archive_name(stream))
+    except NotFoundError:
+        return 0
+    return int(info.state.last_seq)
+
+
+async def trimmable(js: JetStreamContext, stream: str) -> bool:
+    info = await js.stream_info(stream)
+    return not info.config.deny_purge
+
+
+async def read_floor(js: JetStreamContext, stream: str) -> int:
+    """The hot log's floor (0: never trimmed: the hot log is complete)."""
+    try:
+        kv = await js.key_value(checkpoints.BUCKET)
+        entry = await kv.get(f"{FLOOR_KEY}.{stream}")
+    except (BucketNotFoundError, KeyNotFoundError, NotFoundError):
+        return 0
+    try:
+        f = msgspec.json.decode(entry.value or b"", type=Floor)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return 0
+    return f.floor if f.stream == stream else 0
+
+
+async def write_floor(
+    js: JetStreamContext, stream: str, floor: int, settings: StreamSettings
+) -> None:
+    kv = await make_bucket(js, checkpoints.BUCKET, settings, checkpoints.DESCRIPTION)
+    await kv.put(f"{FLOOR_KEY}.{stream}", msgspec.json.encode(Floor(stream, floor, time.time())))
+
+
+async def retire(js: JetStreamContext, stream: str, aggregate_filter: str, end: int) -> None:
+    """Purge one ended aggregate's events up to and including `end` from the hot log (a
+    later aggregate of the same name, after `end`, stays)."""
+    await js.purge_stream(stream, seq=end + 1, subject=aggregate_filter)
+
+
+async def acked_floor(js: JetStreamContext, stream: str) -> int:
+    """The lowest ack floor of the stream's durable consumers (2**63 without one): a
+    service catching up reads the hot log from about there, and nothing it has not passed
+    may leave under it. (A node removed for good: delete its consumer, or it holds the
+    floor.)"""
+    floors = [
+        int(c.ack_floor.stream_seq or 0)
+        for c in await js.consumers_info(stream)
+        if c.config.durable_name and c.ack_floor is not None
+    ]
+    return min(floors, default=2**63)
+
+
+async def last_of(js: JetStreamContext, stream: str, scope: str, at_least: int) -> int:
+    """The last sequence of the subjects `scope` matches, at least `at_least`."""
+    with contextlib.suppress(Exception):
+        msg = await js.get_last_msg(stream, scope)
+        return max(int(msg.seq or 0), at_least)
+    return at_least

@@ -1,0 +1,252 @@
+"""Indexes over the event log, so debugging costs the same on a cluster's first day and
+after a year: one direct get instead of a scan.
+
+The event stream already indexes by aggregate (a subject filter `virt.<kind>.<ns>.<name>.>`
+reads one aggregate without a scan). What it cannot answer by subject is kept here, in a
+stream of its own (`<stream>_INDEX`, subjects `vidx.>`), one small message per entry
+whose body is the event's stream sequence (or, for migrations, the migration's name):
+
+- `vidx.id.<event id>`: event id → sequence (`why` follows a causation id in one get),
+  for the ids that do not name their cause's sequence already (`<service>/<seq>/<n>`:
+  that cause is one direct get without an index);
+- `vidx.corr.<correlation id>`: correlation id → sequences (every event one request
+  caused, read with one subject-filtered consumer);
+- `vidx.mig.<namespace>.<vmi>`: the migrations that named a VMI (`replay`, `why` and
+  `get --at` of a VM read those migrations' subjects, not all of the namespace's).
+
+Values are written as subject tokens (`events/subjects.py: token`). Each entry carries
+`Virt-Seq` (the event's sequence): the `Indexer` resumes after the last one it wrote and
+its `Nats-Msg-Id` makes a repeat after a crash a duplicate. The index lags the stream by
+what is in flight, so readers use it up to `Index.upto()` and read the rest as before.
+
+The `Indexer` runs in the api process (the one writer of user requests and the one reader
+of the whole stream already), following the stream with its own ordered consumer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import msgspec
+import structlog
+from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.errors import APIError, NotFoundError
+
+from events import subjects
+from events.meta import Kind
+from eventstore.jetstream import JetStreamStore
+
+log = structlog.get_logger()
+PREFIX = "vidx"
+SEQ_HEADER = "Virt-Seq"
+BATCH = 500  # publishes in flight before waiting for their acks
+# while catching up, a pause after each batch: every entry is a write the server fsyncs
+# (`sync_interval: always`), and a catch-up over a long log must not starve the services'
+# own requests
+CATCH_UP_PAUSE = 0.1
+
+
+def stream_name(events: str) -> str:
+    return f"{events}_INDEX"
+
+
+def seq_hint(event_id: str) -> int | None:
+    """The cause's sequence a service wrote into its event id (`<service>/<seq>/<n>`)."""
+    parts = event_id.rsplit("/", 2)
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() and int(parts[1]) > 0:
+        return int(parts[1])
+    return None
+
+
+def id_subject(event_id: str) -> str:
+    return f"{PREFIX}.id.{subjects.token(event_id)}"
+
+
+def correlation_subject(correlation_id: str) -> str:
+    return f"{PREFIX}.corr.{subjects.token(correlation_id)}"
+
+
+def migrations_subject(namespace: str, vmi: str) -> str:
+    return f"{PREFIX}.mig.{subjects.token(namespace)}.{subjects.token(vmi)}"
+
+
+class _Meta(msgspec.Struct, rename="camel"):
+    event_id: str
+    correlation_id: str
+
+
+class _Spec(msgspec.Struct, frozen=True, rename="camel"):
+    vmi_name: str = ""
+
+
+class _Manifest(msgspec.Struct):
+    spec: _Spec = _Spec()
+
+
+class _Head(msgspec.Struct):
+    """What the index reads of an event (msgspec skips the rest unparsed)."""
+
+    meta: _Meta
+    manifest: _Manifest | None = None
+
+
+_head = msgspec.json.Decoder(_Head)
+
+
+def entries(subject: str, data: bytes) -> list[tuple[str, bytes]]:
+    """An event's index entries (subject, body); none for an undecodable one. Pure."""
+    try:
+        head = _head.decode(data)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return []
+    out = [(correlation_subject(head.meta.correlation_id), b"")]
+    if seq_hint(head.meta.event_id) is None:  # else the id names its cause: `why` gets that
+        out.insert(0, (id_subject(head.meta.event_id), b""))
+    kind, ns, name, etype, _ = subjects.parse(subject)
+    if kind == Kind.MIGRATION and etype == "MigrationRequested" and head.manifest is not None:
+        vmi = head.manifest.spec.vmi_name
+        if vmi:
+            out.append((migrations_subject(ns, vmi), name.encode()))
+    return out
+
+
+async def ensure(store: JetStreamStore) -> str:
+    s = store.settings
+    name = stream_name(s.name)
+    cfg = StreamConfig(
+        name=name,
+        subjects=[f"{PREFIX}.>"],
+        retention=RetentionPolicy.LIMITS,
+        storage=StorageType.FILE if s.storage == "file" else StorageType.MEMORY,
+        num_replicas=s.replicas,
+        duplicate_window=s.duplicate_window_seconds,
+        allow_direct=True,
+    )
+    try:
+        await store.js.stream_info(name)
+    except NotFoundError:
+        with contextlib.suppress(APIError):  # another process created it first
+            await store.js.add_stream(cfg)
+    return name
+
+
+class Index:
+    """Lookups; every one answers None (or nothing) when the index cannot tell, and the
+    caller reads the log as before."""
+
+    def __init__(self, store: JetStreamStore) -> None:
+        self.store = store
+        self.stream = stream_name(store.stream)
+        self._upto: int | None = None
+
+    async def upto(self) -> int:
+        """The last event sequence the index covers (0: no index)."""
+        if self._upto is None:
+            self._upto = await last_indexed(self.store)
+        return self._upto
+
+    async def seq_of(self, event_id: str) -> int | None:
+        try:
+            msg = await self.store.js.get_last_msg(self.stream, id_subject(event_id))
+        except (NotFoundError, APIError):
+            return None
+        seq = (msg.headers or {}).get(SEQ_HEADER, "")
+        return int(seq) if seq.isdigit() else None
+
+    async def seqs_of(self, correlation_id: str) -> list[int]:
+        return sorted({int(v) for v, _ in await self._all(correlation_subject(correlation_id))})
+
+    async def migrations_of(self, namespace: str, vmi: str) -> list[str]:
+        names = [body.decode() for _, body in await self._all(migrations_subject(namespace, vmi))]
+        return list(dict.fromkeys(names))
+
+    async def _all(self, subject: str) -> list[tuple[str, bytes]]:
+        """(Virt-Seq, body) of every entry on one subject."""
+        js = self.store.js
+        try:
+            info = await js.stream_info(self.stream, subjects_filter=subject)
+        except (NotFoundError, APIError):
+            return []
+        if not info.state.subjects:
+            return []
+        count = sum(info.state.subjects.values()) if info.state.subjects else 0
+        out: list[tuple[str, bytes]] = []
+        sub = await js.subscribe(subject, stream=self.stream, ordered_consumer=True)
+        try:
+            for _ in range(count):
+                msg = await sub.next_msg(timeout=5.0)
+                out.append(((msg.headers or {}).get(SEQ_HEADER, ""), msg.data))
+        finally:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        return [(s, b) for s, b in out if s.isdigit()]
+
+
+async def last_indexed(store: JetStreamStore) -> int:
+    """The event sequence of the index's last entry (0: none, or no index)."""
+    js = store.js
+    name = stream_name(store.stream)
+    try:
+        info = await js.stream_info(name)
+    except NotFoundError:
+        return 0
+    if not info.state.last_seq:
+        return 0
+    try:
+        msg = await js.get_msg(name, info.state.last_seq)
+    except NotFoundError:
+        return 0
+    seq = (msg.headers or {}).get(SEQ_HEADER, "")
+    return int(seq) if seq.isdigit() else 0
+
+
+class Indexer:
+    """Follows the event stream from after the last indexed event and writes its entries."""
+
+    def __init__(self, store: JetStreamStore, *, pace: float = CATCH_UP_PAUSE) -> None:
+        self.store = store
+        self.pace = pace
+        self.upto = 0
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await ensure(self.store)
+        self.upto = await last_indexed(self.store)
+        self._task = asyncio.create_task(self._run(), name="indexer")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        delay = 0.1
+        while True:
+            try:
+                await self._follow()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.warning("indexer interrupted; resuming", seq=self.upto, error=repr(e))
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+    async def _follow(self) -> None:
+        js = self.store.js
+        name = stream_name(self.store.stream)
+        pending = 0
+        msgs = self.store._replay_msgs(start_seq=self.upto + 1, follow=True)
+        async with contextlib.aclosing(msgs):
+            async for msg in msgs:
+                seq = int(msg.metadata.sequence.stream)
+                for n, (subject, body) in enumerate(entries(msg.subject, msg.data)):
+                    headers = {SEQ_HEADER: str(seq), "Nats-Msg-Id": f"vidx/{seq}/{n}"}
+                    await js.publish_async(subject, body, stream=name, headers=headers)
+                    pending += 1
+                self.upto = seq
+                if pending >= BATCH or msg.metadata.num_pending == 0:
+                    await js.publish_async_completed()
+                    pending = 0
+                    if msg.metadata.num_pending > 0 and self.pace:
+                        await asyncio.sleep(self.pace)
