@@ -497,15 +497,15 @@ async def storage_figures(nc: NATS) -> dict[str, float]:
 async def precreate_durables(nc: NATS, last: int, nodes: int) -> None:
     """The services' durable consumers, at the end of the year: during a real year they
     consumed (and acked) every event as it came, so none of the copies is pending."""
-    from services.controller.reactor import Controller
-    from services.handler.decider import NodeDecider
+    from services.controller.reactor import ControllerReactor
     from services.handler.node_info import NodeConfig
+    from services.handler.reactor import HandlerReactor
 
     js = nc.jetstream()
-    wanted = {Controller.name: list(Controller().filters())}
+    wanted = {ControllerReactor.name: list(ControllerReactor().filters())}
     for i in range(1, nodes + 1):
         node = f"node-{i}"
-        d = NodeDecider(
+        d = HandlerReactor(
             NodeConfig(name=node), capacity=Resources(cpu_millis=0, memory_bytes=0), labels={}
         )
         wanted[d.name] = list(d.filters())
@@ -533,22 +533,22 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
     so the newest was at most that old (the restarts measured fold such a tail on top).
     Returns the seconds it took (the year's one full fold)."""
     from projections.cluster import Cluster
-    from readside import snapshots
+    from readside import view_checkpoints
     from services.controller.checkpoint import ControllerCodec
-    from services.controller.reactor import Controller
+    from services.controller.reactor import ControllerReactor
     from services.controller.state import ControllerState
     from services.handler.checkpoint import HandlerCodec
-    from services.handler.decider import HandlerState, NodeDecider
     from services.handler.node_info import NodeConfig
+    from services.handler.reactor import HandlerReactor, HandlerState
     from services.runtime.checkpointing import Checkpointer
 
     started = time.perf_counter()
     store = JetStreamStore(nc, StreamSettings())
-    controller = Controller()
+    controller = ControllerReactor()
     cstate = ControllerState()
     cversions: dict[str, int] = {}
     deciders = [
-        NodeDecider(
+        HandlerReactor(
             NodeConfig(name=f"node-{i}"),
             capacity=Resources(cpu_millis=0, memory_bytes=0),
             labels={},
@@ -575,7 +575,7 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
         hp = Checkpointer(store, d.name, HandlerCodec())
         hp.take(last, hversions[i], hstates[i])
         await hp.settle()
-    await snapshots.save(store, checkpoints.API_VIEWS, views)
+    await view_checkpoints.save(store, checkpoints.API_VIEWS, views)
     # and the hot log as the api's retirer would have kept it all year: the year's ended
     # aggregates out of it, below the floor (the archive mirrored the fill as it came)
     while await archive.archived_upto(nc.jetstream(), "VIRT") < last:  # noqa: ASYNC110

@@ -61,7 +61,7 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops.nats_server import NatsServer
 from projections.cluster import Cluster
-from readside import snapshots
+from readside import view_checkpoints
 from readside.causality import why
 
 NS = "bench"
@@ -278,23 +278,23 @@ async def run(n: int, rounds: int) -> dict[str, float]:
         raw, fold = statistics.median(raws), statistics.median(folds)
 
         t = time.perf_counter()
-        head = await snapshots.save(store, "bench", cluster)
+        head = await view_checkpoints.save(store, "bench", cluster)
         save_s = time.perf_counter() - t
         t = time.perf_counter()
-        loaded, info = await snapshots.load_cluster(store, "bench")
+        loaded, info = await view_checkpoints.load_cluster(store, "bench")
         load_s = time.perf_counter() - t
         assert info.tail_events == 0
-        assert snapshots.encode_views(loaded) == snapshots.encode_views(cluster)
+        assert view_checkpoints.encode_views(loaded) == view_checkpoints.encode_views(cluster)
 
         # a snapshot 10% before the end + its tail, against the full rebuild above
         early = Cluster()
         async for s in store.replay(until_seq=n - n // 10):
             early.apply(s)
-        await snapshots.save(store, "bench-early", early)
+        await view_checkpoints.save(store, "bench-early", early)
         t = time.perf_counter()
-        tail, info = await snapshots.load_cluster(store, "bench-early")
+        tail, info = await view_checkpoints.load_cluster(store, "bench-early")
         tail_s = time.perf_counter() - t
-        assert snapshots.encode_views(tail) == snapshots.encode_views(cluster)
+        assert view_checkpoints.encode_views(tail) == view_checkpoints.encode_views(cluster)
 
         # why: one VM's chain by direct gets, and a full scan (the fallback) for scale
         vm = next(iter(cluster.vms.values()))

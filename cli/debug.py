@@ -34,7 +34,7 @@ from eventstore.settings import StreamSettings
 from kinds.registry import REGISTRY
 from projections import replay as log_view
 from projections.cluster import Cluster
-from readside import causality, snapshots, timetravel, verify
+from readside import causality, timetravel, verify, view_checkpoints
 
 T = TypeVar("T")
 DEFAULT_NATS = "nats://127.0.0.1:4222"
@@ -406,15 +406,15 @@ def snapshot(
     name: str = typer.Option(
         "cluster-views", "--name", help="Projection name (the snapshot's key)"
     ),
-    bucket: str = typer.Option(snapshots.BUCKET, "--bucket", help="KV bucket"),
+    bucket: str = typer.Option(view_checkpoints.BUCKET, "--bucket", help="KV bucket"),
     nats_url: str = NatsUrl,
     stream: str = StreamName,
 ) -> None:
     """Save a snapshot of all views (snapshot + tail replay = a rebuild)."""
 
     async def body(store: JetStreamStore) -> checkpoints.Head:
-        cluster, _ = await snapshots.load_cluster(store, name, bucket_name=bucket)
-        return await snapshots.save(store, name, cluster, bucket_name=bucket)
+        cluster, _ = await view_checkpoints.load_cluster(store, name, bucket_name=bucket)
+        return await view_checkpoints.save(store, name, cluster, bucket_name=bucket)
 
     head = _run(nats_url, stream, body, user="admin")  # writes the snapshot bucket
     _console().print(

@@ -36,7 +36,7 @@ from projections.views import (
     VMIView,
     VMView,
 )
-from readside import snapshots
+from readside import view_checkpoints
 from readside.metrics import ProjectionMetrics
 from readside.watch import Change, EventType, Selector, TooOldResourceVersion, Watcher
 from readside.watch_history import WatchHistory
@@ -84,7 +84,7 @@ class ProjectionRunner:
         self.caught_up_to = 0  # the stream's last seq when the runner started
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
-        # Snapshots (readside/snapshots.py) bound the restart cost to the events since
+        # Snapshots (readside/view_checkpoints.py) bound the restart cost to the events since
         # the last one: start from the snapshot, fold the tail, save every N events.
         self.snapshot_name = snapshot_name
         self.snapshot_every = snapshot_every
@@ -109,7 +109,7 @@ class ProjectionRunner:
     async def start(self, *, wait: bool = True, timeout: float = 30.0) -> None:
         self.caught_up_to = await self.store.stream_last_seq()
         if self.snapshot_name and self.cluster.last_seq == 0:
-            loaded = await snapshots.load_checked(self.store, self.snapshot_name)
+            loaded = await view_checkpoints.load_checked(self.store, self.snapshot_name)
             if isinstance(loaded, Refused):
                 log.warning(
                     "checkpoint refused: rebuilding from the log",
@@ -185,7 +185,7 @@ class ProjectionRunner:
         assert self.snapshot_name is not None
         self.snapshot_seq = self.last_seq
         self.snapshot_at = time.monotonic()
-        head = await snapshots.save(self.store, self.snapshot_name, self.cluster)
+        head = await view_checkpoints.save(self.store, self.snapshot_name, self.cluster)
         return head.last_seq
 
     # --------------------------------------------------------------- folding

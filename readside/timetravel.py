@@ -12,7 +12,7 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from projections.cluster import Cluster
 from projections.replay import Point, Step, current_life, related_filters, replay_steps
-from readside import snapshots
+from readside import view_checkpoints
 
 
 async def resolve(store: EventLog, point: Point | None) -> int:
@@ -80,7 +80,7 @@ async def cluster_at(
     time: float | None = None,
     *,
     snapshot: str | None = None,
-    bucket: str = snapshots.BUCKET,
+    bucket: str = view_checkpoints.BUCKET,
 ) -> Cluster:
     """Every view as it was once the event at `seq` (or the last one stored by `time`) was
     folded; the present without either. With `snapshot` (a projection name in the
@@ -89,7 +89,7 @@ async def cluster_at(
     point = None if seq is None and time is None else Point(seq=seq, time=time)
     until = await resolve(store, point)
     if snapshot:
-        cluster, _ = await snapshots.load_cluster(
+        cluster, _ = await view_checkpoints.load_cluster(
             store, snapshot, until_seq=until, bucket_name=bucket
         )
         return cluster

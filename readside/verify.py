@@ -28,7 +28,7 @@ from kinds.registry import REGISTRY, Registry
 from projections import kube_events
 from projections.cluster import Cluster
 from projections.replay import FieldChange, diff_objects
-from readside import snapshots
+from readside import view_checkpoints
 
 JSON = dict[str, Any]
 
@@ -112,7 +112,7 @@ async def verify(
     cluster = Cluster(kube_events=True)  # the api's fold, its Events included
     pending = sorted(live.items(), key=lambda kv: kv[1].seq)
     if not full and pending and isinstance(store, JetStreamStore):
-        loaded = await snapshots.load(store, CHECKPOINT)
+        loaded = await view_checkpoints.load(store, CHECKPOINT)
         if loaded is not None and loaded.last_seq <= pending[0][1].seq:
             cluster = loaded
     differences: list[Difference] = []
@@ -142,5 +142,5 @@ async def verify(
     check_due()
     seqs = {str(kind): lst.seq for kind, lst in live.items()}
     if save and not differences and isinstance(store, JetStreamStore):
-        await snapshots.save(store, CHECKPOINT, cluster)
+        await view_checkpoints.save(store, CHECKPOINT, cluster)
     return Report(seqs=seqs, compared=compared, differences=differences, from_seq=start - 1)

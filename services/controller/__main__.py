@@ -13,7 +13,7 @@ from eventstore import connection
 from services.controller.backoff import BackoffConfig
 from services.controller.node_health import DEFAULT_NODE_TIMEOUT
 from services.controller.policy import MigrationConfig
-from services.controller.reactor import Controller
+from services.controller.reactor import ControllerReactor
 from services.controller.service import LeaseLost, serve
 from services.runtime import logs, loop, metrics_access
 
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     connection.from_arguments(args)
     access = metrics_access.from_arguments(p, args)
     logs.configure()
-    controller = Controller(
+    controller = ControllerReactor(
         node_timeout=args.node_timeout,
         cluster_nodes=(
             frozenset(n for n in args.cluster_nodes.split(",") if n)

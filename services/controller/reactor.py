@@ -45,7 +45,7 @@ class _Scope:
     nodes: set[str] = field(default_factory=set)
 
 
-class Controller:
+class ControllerReactor:
     name = NAME
 
     def __init__(

@@ -21,7 +21,7 @@ from eventstore.lease import Lease
 from eventstore.settings import StreamSettings
 from services.controller.checkpoint import ControllerCodec
 from services.controller.node_health import HeartbeatSeen, Observation, WatchStarted
-from services.controller.reactor import Controller
+from services.controller.reactor import ControllerReactor
 from services.controller.state import ControllerState
 from services.runtime import metrics as m
 from services.runtime.checkpointing import Checkpointer
@@ -41,7 +41,7 @@ class LeaseLost(RuntimeError):
 class ControllerService:
     def __init__(
         self,
-        controller: Controller,
+        controller: ControllerReactor,
         store: JetStreamStore,
         *,
         bucket: str = heartbeats.BUCKET,
@@ -142,7 +142,7 @@ class ControllerService:
 
 
 async def serve(
-    controller: Controller,
+    controller: ControllerReactor,
     nats_url: str,
     *,
     metrics_port: int | None = None,

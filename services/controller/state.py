@@ -2,7 +2,8 @@
 
 Everything except `heartbeats` is folded from the event log, so a restarted controller
 rebuilds exactly the same state. Heartbeats come from the KV bucket (eventstore/
-heartbeats.py) as observations (`node_health.HeartbeatSeen`, folded by `Controller.observe`)."""
+heartbeats.py) as observations (`node_health.HeartbeatSeen`, folded by
+`ControllerReactor.observe`)."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import msgspec
 
 from projections.views_codec import shape
-from services.handler.decider import HandlerState
 from services.handler.migration import MigrationState
+from services.handler.reactor import HandlerState
 from services.handler.state import VMIRecord
 from services.handler.volumes import CopyJob
 

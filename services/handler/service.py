@@ -32,13 +32,13 @@ from projections.evolve import evolve_migration
 from projections.views import MigrationView
 from services.handler.checkpoint import HandlerCodec
 from services.handler.console_server import ConsoleServer
-from services.handler.decider import HandlerState, Input, NodeDecider
 from services.handler.effects import Action, MigrationRead, ReadMigration
 from services.handler.fleet import LauncherFleet
 from services.handler.host import capacity, labels
 from services.handler.migration import MigrationState
 from services.handler.node_info import LaunchSettings, NodeConfig
 from services.handler.planner import service_name
+from services.handler.reactor import HandlerReactor, HandlerState, Input
 from services.handler.state import NodeState
 from services.handler.volume_copy import copy_volumes
 from services.handler.volumes import CopyVolumes, VolumesCopyDone
@@ -211,7 +211,7 @@ class Handler:
                 cfg.launch.hypervisor_uri, "127.0.0.1", node.console_port, cfg.console_tls
             )
             node = msgspec.structs.replace(node, console_port=await consoles.start())
-        decider = NodeDecider(
+        decider = HandlerReactor(
             node,
             capacity=capacity(node),
             labels=labels(node),

@@ -1,8 +1,9 @@
 """What a handler knows from its own node's events: the VMIs assigned to it.
 
-Pure: `evolve(state, event)` folds one event routed to this node into the state. The state
-is a plain dict keyed "ns/name" (a VMI aggregate); a PodScheduled with a new uid replaces
-the record of an earlier VMI of the same name (a VM restart creates a new VMI uid).
+Pure: `fold_event(state, event)` folds one event routed to this node into the state (an
+event, not its stored envelope: the reactor's `evolve` takes that). The state is a plain
+dict keyed "ns/name" (a VMI aggregate); a PodScheduled with a new uid replaces the record
+of an earlier VMI of the same name (a VM restart creates a new VMI uid).
 """
 
 from __future__ import annotations
@@ -150,7 +151,7 @@ def manifest_uid(manifest: Manifest) -> str:
     return str((manifest.get("metadata") or {}).get("uid") or "")
 
 
-def evolve(state: NodeState, event: Event) -> NodeState:
+def fold_event(state: NodeState, event: Event) -> NodeState:
     """Fold one event of this node's stream into the state (mutates and returns `state`:
     the handler owns it alone, and copying per event would be waste)."""
     agg = event.meta.aggregate

@@ -25,7 +25,7 @@ from eventstore.jetstream import JetStreamStore
 from ops.nats_server import NatsServer
 from readside.runner import ProjectionRunner
 from services.controller.checkpoint import ControllerCodec
-from services.controller.reactor import Controller
+from services.controller.reactor import ControllerReactor
 from services.runtime.checkpointing import Checkpointer
 from services.runtime.shell import ServiceShell, Unordered
 from tests.conftest import REPO, unique
@@ -138,7 +138,7 @@ async def test_a_views_checkpoint_of_another_schema_is_refused_in_one_line(
 def controller_shell(
     store: JetStreamStore, bucket: str, name: str, every: int = 1
 ) -> ServiceShell[object]:
-    reactor = Controller()
+    reactor = ControllerReactor()
     reactor.name = name
     cp = Checkpointer(store, name, ControllerCodec(), every=every, bucket=bucket)
     return ServiceShell(reactor, store, checkpoints=cp)  # type: ignore[arg-type]

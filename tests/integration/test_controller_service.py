@@ -35,7 +35,7 @@ from events.meta import Aggregate, Kind
 from eventstore import heartbeats
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
-from services.controller.reactor import Controller
+from services.controller.reactor import ControllerReactor
 from services.controller.service import ControllerService
 from tests.conftest import unique
 from tests.factories import meta, vm_manifest
@@ -94,7 +94,7 @@ async def controller(
 
     def start(node_timeout: float = 120.0) -> asyncio.Task[None]:
         service = ControllerService(
-            Controller(node_timeout=node_timeout),
+            ControllerReactor(node_timeout=node_timeout),
             store,
             bucket=bucket,
             tick_interval=0.2,

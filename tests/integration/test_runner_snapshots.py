@@ -6,7 +6,7 @@ from events.catalog import Unschedulable, VMCreated, VMICreated, VMStartRequeste
 from events.meta import Kind
 from eventstore.jetstream import JetStreamStore
 from projections import kube_events
-from readside import snapshots
+from readside import view_checkpoints
 from readside.runner import ProjectionRunner
 from readside.watch import Selector
 from tests.factories import meta
@@ -42,7 +42,9 @@ async def test_runner_saves_and_restarts_from_a_snapshot(store: JetStreamStore) 
         full = ProjectionRunner(store)
         await full.start()
         try:
-            assert snapshots.encode_views(second.cluster) == snapshots.encode_views(full.cluster)
+            assert view_checkpoints.encode_views(second.cluster) == view_checkpoints.encode_views(
+                full.cluster
+            )
         finally:
             await full.stop()
     finally:

@@ -20,9 +20,9 @@ from events.codec import event_type
 from events.envelope import Context, Stored
 from events.meta import Actor, Aggregate, Kind, Meta
 from projections.views import MigrationView
-from services.handler.decider import HandlerState, NodeDecider, Output
 from services.handler.effects import Observed
 from services.handler.node_info import NodeConfig
+from services.handler.reactor import HandlerReactor, HandlerState, Output
 from services.launcher.domain_state import DomainState
 from services.launcher.protocol import DomainStatus
 from services.runtime.reactor import Note
@@ -38,8 +38,8 @@ MANIFEST = {
 }
 
 
-def decider(node: str = NODE, *, qemu: bool = False) -> NodeDecider:
-    return NodeDecider(
+def decider(node: str = NODE, *, qemu: bool = False) -> HandlerReactor:
+    return HandlerReactor(
         NodeConfig(name=node, address="10.0.0.1"),
         capacity=Resources(cpu_millis=4000, memory_bytes=8 * 1024**3),
         labels={"kubernetes.io/hostname": node},
@@ -64,12 +64,12 @@ def stored(event: Event, seq: int) -> Stored:
     return Stored(seq, subjects.event_subject(agg, event_type(event), event.meta.node), 0.0, event)
 
 
-def ctx(now: float, d: NodeDecider) -> Context:
+def ctx(now: float, d: HandlerReactor) -> Context:
     return Context(d.name, d.node, now, None)
 
 
 def deliver(
-    d: NodeDecider, state: HandlerState, event: Event, seq: int, now: float
+    d: HandlerReactor, state: HandlerState, event: Event, seq: int, now: float
 ) -> list[Output]:
     """As the shell does for a delivered event: fold, react, take in the notes."""
     s = stored(event, seq)
@@ -77,7 +77,7 @@ def deliver(
     return settle(d, state, d.react(state, s, ctx(now, d)))
 
 
-def settle(d: NodeDecider, state: HandlerState, outputs: Sequence[Output]) -> list[Output]:
+def settle(d: HandlerReactor, state: HandlerState, outputs: Sequence[Output]) -> list[Output]:
     """Fold the notes where they stand (as the shell does); the rest is what was asked."""
     rest: list[Output] = []
     for out in outputs:

@@ -18,10 +18,10 @@ from projections.cluster import Cluster
 from projections.views_codec import decode_views, encode_views
 from readside.metrics import PhaseHistograms, ProjectionMetrics
 from services.controller.checkpoint import ControllerCodec
-from services.controller.reactor import Controller
+from services.controller.reactor import ControllerReactor
 from services.controller.state import ControllerState
 from services.handler.checkpoint import HandlerCodec
-from services.handler.decider import HandlerState
+from services.handler.reactor import HandlerState
 from tests.unit.handler_support import decider
 
 
@@ -43,7 +43,7 @@ splits = st.floats(min_value=0.0, max_value=1.0)
 def test_controller_checkpoint_plus_tail_equals_a_full_rebuild(n: int, at: float) -> None:
     events = history(n)
     k = int(len(events) * at)
-    controller, codec = Controller(), ControllerCodec()
+    controller, codec = ControllerReactor(), ControllerCodec()
     full = ControllerState()
     for s in events:
         full = controller.evolve(full, s)

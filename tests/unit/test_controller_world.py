@@ -1,5 +1,5 @@
 """A tiny in-memory world for the controller's pure tests: events are folded through the
-Controller's evolve with increasing sequence numbers, and decisions are fed back as if the
+ControllerReactor's evolve with increasing sequence numbers, and decisions are fed back as if the
 shell had appended them. Also the end-to-end happy path on plain data."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from events.meta import Kind, KindToken
 from projections import claims
 from projections.views import VMIView, VMView
 from services.controller.node_health import HeartbeatSeen, WatchStarted
-from services.controller.reactor import Controller
+from services.controller.reactor import ControllerReactor
 from tests.factories import meta, vm_manifest, vmi_manifest
 
 GiB = 1024**3
@@ -39,7 +39,7 @@ class World:
     def __init__(self, now: float = 1000.0, **controller: Any) -> None:
         # nodes never time out unless a test says so (its clock jumps around)
         controller.setdefault("node_timeout", 1e9)
-        self.controller = Controller(**controller)
+        self.controller = ControllerReactor(**controller)
         self.state = self.controller.initial_state()
         self.seq = 0
         self.now = now

@@ -26,10 +26,10 @@ from events.catalog import (
     VMIWarning,
 )
 from events.envelope import Decision
-from services.handler.decider import HandlerState
 from services.handler.effects import Cleanup, Launch, LauncherSeen, Observed, Release, Send
 from services.handler.migration import TARGET_GONE_GRACE, TargetOver
 from services.handler.planner import MAX_ATTEMPTS, rejected
+from services.handler.reactor import HandlerState
 from services.launcher.domain_state import DomainState
 from services.launcher.protocol import Resume, Start
 from services.runtime.reactor import Note

@@ -27,7 +27,7 @@ from services.handler.migration import (
     plan_target,
 )
 from services.handler.planner import launch_manifest, plan
-from services.handler.state import NodeState, evolve
+from services.handler.state import NodeState, fold_event
 from services.launcher.domain_state import DomainState
 from services.launcher.protocol import DomainStatus, Resume, Shutdown, Start
 from services.runtime.reactor import Note
@@ -150,7 +150,7 @@ def test_success_makes_an_ordinary_record_and_resumes_then_the_planner_takes_ove
     (again,) = plan("default/vm1", r, o, "node-2", 6.0)
     assert isinstance(again, Decision) and again.event.meta.event_id == moved.event.meta.event_id
     # folded (live or on a restart's catch-up): reported once, nothing more to say
-    evolve(records, moved.event)
+    fold_event(records, moved.event)
     assert records["default/vm1"].migrated_in_reported
     assert plan("default/vm1", records["default/vm1"], o, "node-2", 7.0) == []
 
@@ -178,7 +178,7 @@ def test_a_second_arrival_on_the_same_node_is_reported_again_with_its_own_id() -
     o = Observed(uid="vmi-uid", connected=True, pid=7, status=status(DomainState.RUNNING))
     (first,) = plan("default/vm1", r, o, "node-2", 5.0)
     assert isinstance(first, Decision)
-    evolve(records, first.event)
+    fold_event(records, first.event)
     # the VMI left and comes back by another migration (a new target pod)
     del ms.targets["default/vm1"]
     m2 = replace(meta("node-2", 5), aggregate=Aggregate(Kind.MIGRATION, "default", "m2", "mig2"))

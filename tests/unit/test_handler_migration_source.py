@@ -23,7 +23,6 @@ from events.catalog import (
     StopReason,
 )
 from events.envelope import Decision
-from services.handler.decider import HandlerState, NodeDecider, Output
 from services.handler.effects import (
     LauncherSeen,
     Migrate,
@@ -37,6 +36,7 @@ from services.handler.effects import (
 )
 from services.handler.migration import ABORTED_BY_USER, READ_RETRY, SOURCE_GONE, Stage
 from services.handler.migration_source import HANDOFF_WAIT, kubevirt_wording
+from services.handler.reactor import HandlerReactor, HandlerState, Output
 from services.launcher.domain_state import DomainState, StateReason
 from services.launcher.protocol import (
     AbortMigration,
@@ -68,7 +68,7 @@ from tests.unit.handler_support import (
 KEY, MKEY = "default/vm1", "default/m1"
 
 
-def running_vmi(qemu: bool = False) -> tuple[NodeDecider, HandlerState]:
+def running_vmi(qemu: bool = False) -> tuple[HandlerReactor, HandlerState]:
     d, state = decider(qemu=qemu), HandlerState(joined=True)
     deliver(d, state, pod_scheduled(), 1, 1.0)
     deliver(
@@ -85,7 +85,7 @@ def running_vmi(qemu: bool = False) -> tuple[NodeDecider, HandlerState]:
 
 
 def read(
-    d: NodeDecider, state: HandlerState, phase: str, version: int, now: float, **kw: object
+    d: HandlerReactor, state: HandlerState, phase: str, version: int, now: float, **kw: object
 ) -> list[Output]:
     obs = MigrationRead(MKEY, view(phase, version, **kw), scheduled(), now)
     d.observe(state, obs)
@@ -96,7 +96,7 @@ def events(outputs: Sequence[object]) -> list[Event]:
     return [o.event for o in outputs if isinstance(o, Decision)]
 
 
-def transferring(now: float = 100.0) -> tuple[NodeDecider, HandlerState]:
+def transferring(now: float = 100.0) -> tuple[HandlerReactor, HandlerState]:
     d, state = running_vmi()
     assert deliver(d, state, prepared(), 12, now) == [ReadMigration(MKEY, MIG)]
     read(d, state, "Running", 14, now, start_timestamp=now)

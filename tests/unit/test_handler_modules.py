@@ -9,7 +9,7 @@ from pathlib import Path
 from tests.conftest import REPO
 
 PACKAGE = "services.handler"
-PURE = {"state", "planner", "effects", "migration", "migration_source", "migration_sim", "decider"}
+PURE = {"state", "planner", "effects", "migration", "migration_source", "migration_sim", "reactor"}
 EFFECTFUL = ("asyncio", "nats", "libvirt", "time", "uuid", "random", "socket", "subprocess", "os")
 EFFECTFUL_HERE = ("eventstore", "services.launcher.client", "services.launcher.zygote")
 

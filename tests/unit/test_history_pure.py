@@ -9,7 +9,7 @@ from kinds.registry import REGISTRY
 from projections import replay
 from projections.cluster import Cluster
 from projections.replay import FieldChange, Point, RefError
-from readside import snapshots
+from readside import view_checkpoints
 from readside.causality import Chain, Hop, seq_hint, with_latencies
 from readside.verify import compare
 from tests.debug_scenario import VM_STATUS_AFTER, lifecycle
@@ -130,15 +130,15 @@ def test_fold_until_a_sequence_is_time_travel() -> None:
 def test_snapshot_encoding_round_trips_the_views() -> None:
     st = lifecycle().stored()
     cluster = replay.fold(st[:20])
-    data = snapshots.encode_views(cluster)
-    back = snapshots.decode_views(data)
-    assert snapshots.encode_views(back) == data
+    data = view_checkpoints.encode_views(cluster)
+    back = view_checkpoints.decode_views(data)
+    assert view_checkpoints.encode_views(back) == data
     assert back.last_seq == 20 and back.vmis_by_node == {"node-2": {"default/vm1"}}
     # folding the tail onto the decoded snapshot equals folding everything
-    assert snapshots.encode_views(replay.fold(st[20:], back)) == snapshots.encode_views(
-        replay.fold(st)
-    )
-    assert snapshots.encode_views(Cluster()) != data
+    assert view_checkpoints.encode_views(
+        replay.fold(st[20:], back)
+    ) == view_checkpoints.encode_views(replay.fold(st))
+    assert view_checkpoints.encode_views(Cluster()) != data
 
 
 def test_seq_hint_reads_the_cause_sequence_from_service_ids() -> None:

@@ -36,7 +36,7 @@ from kinds.event import render_core, render_v1, to_v1
 from projections import kube_events
 from projections.cluster import Cluster
 from projections.kube_events import KubeEventView
-from readside import snapshots
+from readside import view_checkpoints
 from readside.runner import ProjectionRunner
 from readside.watch import Selector, SelectorError
 from services.api import table
@@ -293,7 +293,7 @@ def test_records_older_than_the_window_of_log_time_are_dropped() -> None:
 def test_the_same_log_folds_to_the_same_records_and_a_snapshot_keeps_them() -> None:
     a, b = started(Log()), started(Log())
     assert a.records == b.records  # names and uids come from the log, not a clock
-    again = snapshots.decode_views(snapshots.encode_views(a.cluster))
+    again = view_checkpoints.decode_views(view_checkpoints.encode_views(a.cluster))
     assert again.kube_events is not None
     assert sorted(again.kube_events.table.values(), key=lambda r: r.created_seq) == a.records
     # the correlator's index is rebuilt: a repeat counts on the restored record
@@ -301,7 +301,9 @@ def test_the_same_log_folds_to_the_same_records_and_a_snapshot_keeps_them() -> N
     again.apply(Stored(seq=a.seq + 1, subject="s", time=a.t, event=more))
     counts = {r.reason: r.count for r in again.kube_events.table.values()}
     assert (counts["Created"], counts["Started"]) == (2, 2)
-    assert snapshots.decode_views(snapshots.encode_views(Cluster())).kube_events is None
+    assert (
+        view_checkpoints.decode_views(view_checkpoints.encode_views(Cluster())).kube_events is None
+    )
 
 
 def test_a_migration_has_the_controllers_and_the_handlers_events() -> None:
@@ -479,7 +481,7 @@ def test_a_restored_fold_drops_the_same_records_as_the_live_one() -> None:
     # the first one repeats last: it counted most recently, and was made first
     for message in [*(f"m{i}" for i in range(kube_events.PER_OBJECT)), "m0"]:
         live(Unschedulable(meta=live.meta(Kind.VMI), reason="Unschedulable", message=message))
-    restored = snapshots.decode_views(snapshots.encode_views(live.cluster))
+    restored = view_checkpoints.decode_views(view_checkpoints.encode_views(live.cluster))
     more = Unschedulable(meta=live.meta(Kind.VMI), reason="Unschedulable", message="new")
     for cluster in (live.cluster, restored):
         cluster.apply(Stored(seq=live.seq + 1, subject="s", time=live.t, event=more))

@@ -31,7 +31,7 @@ PURE_MODULES = (
     "services/launcher/lifecycle.py",
     "services/handler/state.py",
     "services/handler/planner.py",
-    "services/handler/decider.py",
+    "services/handler/reactor.py",
     "services/handler/effects.py",
     "services/handler/node_info.py",
     "services/handler/migration.py",

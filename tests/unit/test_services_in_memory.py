@@ -30,7 +30,7 @@ from services.api import service as api_service
 from services.api.app import create_app
 from services.api.service import ApiService
 from services.controller.node_health import HeartbeatSeen, Observation, WatchStarted
-from services.controller.reactor import Controller
+from services.controller.reactor import ControllerReactor
 from services.controller.state import ControllerState
 from services.runtime.reactor import Inbox
 from services.runtime.shell import ServiceShell
@@ -112,7 +112,7 @@ class Running:
 
 
 def controller_shell(
-    log: MemoryLog, controller: Controller, **kw: Any
+    log: MemoryLog, controller: ControllerReactor, **kw: Any
 ) -> ServiceShell[ControllerState, Never, Observation]:
     """The controller as its service runs it: pipelined, heartbeats through the inbox."""
     return ServiceShell(
@@ -130,7 +130,7 @@ def controller_shell(
 async def test_a_vm_created_over_http_is_scheduled_by_the_controller(api: Api) -> None:
     """The api's application layer (HTTP, intents, append, read-your-writes) and the
     controller's pipelined shell, on one in-memory log."""
-    async with Running(controller_shell(api.log, Controller())):
+    async with Running(controller_shell(api.log, ControllerReactor())):
         created = await api.http.post(VMS, json=vm_manifest("created"))
         assert created.status_code == 201, created.text
 
@@ -171,7 +171,7 @@ async def test_heartbeats_enter_the_controller_as_observations() -> None:
     log = MemoryLog(clock=lambda: now[0])
     for name in ("live", "silent"):
         await log.append(node_joined(name, at=now[0]))
-    controller = Controller(node_timeout=60.0)
+    controller = ControllerReactor(node_timeout=60.0)
     shell = controller_shell(log, controller, clock=lambda: now[0])
     shell.inbox.put(WatchStarted(now[0]))
     async with Running(shell):

@@ -16,7 +16,7 @@ from events.codec import event_type
 from events.envelope import Context, Stored
 from events.meta import Kind
 from eventstore.port import EventLog
-from services.controller.reactor import Controller
+from services.controller.reactor import ControllerReactor
 from services.controller.state import ControllerState
 from services.runtime.shell import ServiceShell, Unordered
 from tests.unit.test_controller_world import World, types
@@ -34,7 +34,7 @@ def running_vm() -> tuple[World, ServiceShell[ControllerState]]:
     w.run(w.vm_created("vm1"))
     w.start_running("vm1")
     shell: ServiceShell[ControllerState] = ServiceShell(
-        Controller(node_timeout=1e9), cast(EventLog, None)
+        ControllerReactor(node_timeout=1e9), cast(EventLog, None)
     )
     for s in w.log:
         shell.fold(s)
@@ -79,7 +79,7 @@ def test_after_the_restart_the_vmi_is_removed() -> None:
         (n + 3, VMIDeleteRequested(meta=w.m(Kind.VMI, "vm1", "node1"))),
     ]
     restarted: ServiceShell[ControllerState] = ServiceShell(
-        Controller(node_timeout=1e9), cast(EventLog, None)
+        ControllerReactor(node_timeout=1e9), cast(EventLog, None)
     )
     for s in [*w.log, *(stored(seq, ev) for seq, ev in events)]:
         restarted.fold(s)

@@ -51,7 +51,7 @@ from services.handler.migration import (
 from services.handler.migration_source import owns, plan_source, source_wakeup
 from services.handler.node_info import NodeConfig, joined_event
 from services.handler.planner import plan, released, service_name
-from services.handler.state import NodeState, evolve, vmi_key
+from services.handler.state import NodeState, fold_event, vmi_key
 from services.handler.volumes import CopyStarted, Jobs, VolumesCopyDone
 from services.runtime.reactor import Note
 
@@ -76,7 +76,7 @@ class HandlerState(msgspec.Struct, kw_only=True):
     joined: bool = False
 
 
-class NodeDecider:
+class HandlerReactor:
     """The handler of one node as a Reactor (bus events) and an Observer (the rest)."""
 
     def __init__(
@@ -118,7 +118,7 @@ class NodeDecider:
         if stored.event.meta.aggregate.kind in _COPY_KINDS:
             volumes.fold(state.copies, stored.event)
             return state
-        evolve(state.records, stored.event)
+        fold_event(state.records, stored.event)
         migration.note_newer(state.migrations, stored)
         migration.fold(state.migrations, state.records, stored.event, self.node)
         if stored.event.meta.aggregate.kind == Kind.VMI:
