@@ -91,6 +91,19 @@ def endpoints_of(xml: str) -> Endpoints:
     return Endpoints(pty=pty, vnc_port=port)
 
 
+def _running(conn: libvirt.virConnect, domain: str) -> libvirt.virDomain:
+    """The domain, running: NoDomain when it is not defined or not active."""
+    try:
+        dom = conn.lookupByName(domain)
+    except libvirt.libvirtError as e:
+        if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
+            raise NoDomain(domain) from None
+        raise
+    if not dom.isActive():
+        raise NoDomain(domain)
+    return dom
+
+
 def _domain_xml(uri: str, domain: str) -> str:
     conn = libvirt.open(uri)
     try:
@@ -114,14 +127,7 @@ def agent_json(uri: str, domain: str, channel: str) -> bytes:
 
     conn = libvirt.open(uri)
     try:
-        try:
-            dom = conn.lookupByName(domain)
-        except libvirt.libvirtError as e:
-            if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-                raise NoDomain(domain) from None
-            raise
-        if not dom.isActive():
-            raise NoDomain(domain)
+        dom = _running(conn, domain)
         if channel == "userlist":
             return json.dumps(
                 agent_info.user_list(dom.guestInfo(libvirt.VIR_DOMAIN_GUEST_INFO_USERS, 0))
@@ -147,14 +153,7 @@ def screenshot_png(uri: str, domain: str) -> bytes:
 
     conn = libvirt.open(uri)
     try:
-        try:
-            dom = conn.lookupByName(domain)
-        except libvirt.libvirtError as e:
-            if e.get_error_code() == libvirt.VIR_ERR_NO_DOMAIN:
-                raise NoDomain(domain) from None
-            raise
-        if not dom.isActive():
-            raise NoDomain(domain)
+        dom = _running(conn, domain)
         stream = conn.newStream(0)
         data = bytearray()
         try:
