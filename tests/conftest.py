@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import signal
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,6 +18,16 @@ from nats.aio.client import Client as NATS
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops.nats_server import NatsServer
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the processes the tests start however the suite was started: a run
+    launched in the background by a shell without job control inherits SIGINT ignored, and
+    every child would too (its `KeyboardInterrupt` never comes, so a test that stops a CLI
+    with SIGINT would wait for nothing). A caught signal is reset to the default in a child."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
 
 REPO = Path(__file__).resolve().parents[1]
 _ids = itertools.count()

@@ -212,7 +212,7 @@ def test_vnc_proxy_only_gives_a_port_that_speaks_rfb(cluster: Cluster) -> None:
             assert count >= 1 and 1 in s.recv(count)  # 1: None (no password on loopback)
     finally:
         proxy.send_signal(signal.SIGINT)
-        proxy.wait(timeout=30)  # a loaded machine: the proxy's exit is not what is tested
+        proxy.wait(timeout=10)
 
 
 def test_a_screenshot_of_the_booted_guest_is_a_non_blank_png(
