@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from core import admission, field_manager, names
+from core import admission, field_manager, names, namespace_lifecycle
 from core.context import Append, Outcome, RequestContext
 from core.errors import (
     ApiError,
@@ -159,6 +159,11 @@ def create(
     res = spec.resource
     namespace = namespace if spec.namespaced else ""
     name, namespace = _name_and_namespace(raw, namespace, ctx)
+    if spec.namespaced:
+        # admission names it as the body does: generateName has not been applied yet
+        given = _metadata(raw)
+        named = given.get("name") or given.get("generateName") or "Unknown"
+        namespace_lifecycle.admit_create(cluster, res, namespace, named)
     _check_identity(spec, namespace, name, ctx)
     typed = _load(raw, spec.object_type, res)
     typed.metadata.name = name

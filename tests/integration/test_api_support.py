@@ -70,6 +70,8 @@ async def running_api(
     runner = ProjectionRunner(store, kinds=kinds)
     await runner.start()
     service = ApiService(runner, None if read_only else store, kinds)
+    if not read_only:
+        await service.bootstrap()
     token = secrets.token_hex(16) if auth else ""
     authenticator = Authenticator(config=admin_auth(token, extra)) if auth else None
     guard = Guard.of(authenticator, service.kinds) if authenticator else None

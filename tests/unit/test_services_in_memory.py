@@ -66,7 +66,9 @@ async def api() -> AsyncIterator[Api]:
     await log.append(node_joined("node-1"))
     runner = ProjectionRunner(log)
     await runner.start()
-    app: Any = create_app(ApiService(runner, log))  # an ASGI app, typed narrower by httpx
+    service = ApiService(runner, log)
+    await service.bootstrap()  # the system namespaces, as the api creates them at its start
+    app: Any = create_app(service)  # an ASGI app, typed narrower by httpx
     transport = httpx.ASGITransport(app=app)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
