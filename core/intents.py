@@ -159,7 +159,8 @@ def create(
     res = spec.resource
     namespace = namespace if spec.namespaced else ""
     name, namespace = _name_and_namespace(raw, namespace, ctx)
-    if spec.namespaced:
+    if spec.namespaced and not names.validate_namespace(namespace):
+        # (a namespace that is no label could never exist: its 422 below says why)
         # admission names it as the body does: generateName has not been applied yet
         given = _metadata(raw)
         named = given.get("name") or given.get("generateName") or "Unknown"

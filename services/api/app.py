@@ -155,13 +155,22 @@ def _command_request(
     action: str,
     body: bytes,
 ) -> commands.Request:
+    content_type = request.headers.get("content-type", "")
+    builtin = (spec.group, spec.kind) == ("", "Namespace")
+    if builtin and bodies.media_type(content_type) == protowire.PROTOBUF:
+        # a built-in kind kubectl writes in protobuf (`kubectl create namespace`)
+        try:
+            body = msgspec.json.encode(protowire.namespace(body))
+        except (protowire.ProtoError, UnicodeDecodeError):
+            raise bad_request("the body of the request was in an unknown format") from None
+        content_type = "application/json"
     return commands.Request(
         verb=verb,
         spec=spec,
         namespace=ns,
         name=name,
         body=body,
-        content_type=request.headers.get("content-type", ""),
+        content_type=content_type,
         params=commands.params(request.query_params),
         agent=request.headers.get("user-agent", ""),
         action=action,
