@@ -159,9 +159,11 @@ def test_the_kubernetes_client_creates_reads_lists_and_deletes_namespaces(
     api_client = config.new_client_from_config(str(cluster.kubeconfig))
     core = client.CoreV1Api(api_client)
     made = core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="py")))
+    assert made.metadata is not None and made.status is not None
     assert made.metadata.name == "py" and made.status.phase == "Active"
-    assert core.read_namespace("py").metadata.uid == made.metadata.uid
-    names = [n.metadata.name for n in core.list_namespace().items]
+    read = core.read_namespace("py").metadata
+    assert read is not None and read.uid == made.metadata.uid
+    names = [n.metadata.name for n in core.list_namespace().items if n.metadata is not None]
     assert {"py", *SYSTEM} <= set(names)
     custom = client.CustomObjectsApi(api_client)
     vm = yaml.safe_load((EXAMPLES / "vm-cirros.yaml").read_text())
@@ -170,7 +172,7 @@ def test_the_kubernetes_client_creates_reads_lists_and_deletes_namespaces(
             "kubevirt.io", "v1", "nowhere", "virtualmachines", vm
         )
     assert exc.value.status == 404
-    assert json.loads(exc.value.body)["message"] == 'namespaces "nowhere" not found'
+    assert json.loads(exc.value.body or "{}")["message"] == 'namespaces "nowhere" not found'
     custom.create_namespaced_custom_object("kubevirt.io", "v1", "py", "virtualmachines", vm)
     core.delete_namespace("py")
 
