@@ -160,8 +160,9 @@ def create(
     namespace = namespace if spec.namespaced else ""
     name, namespace = _name_and_namespace(raw, namespace, ctx)
     if spec.namespaced and not names.validate_namespace(namespace):
-        # (a namespace that is no label could never exist: its 422 below says why)
-        # admission names it as the body does: generateName has not been applied yet
+        # NamespaceLifecycle, naming the object as admission does (the body's name, or its
+        # generateName: none is generated yet); a namespace that is no DNS label could
+        # never exist, and the 422 below says why
         given = _metadata(raw)
         named = given.get("name") or given.get("generateName") or "Unknown"
         namespace_lifecycle.admit_create(cluster, res, namespace, named)

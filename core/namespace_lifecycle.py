@@ -1,9 +1,9 @@
 """The API server's NamespaceLifecycle admission, pure: nothing is created in a namespace
 that does not exist (404 `namespaces "x" not found`) or whose deletion has begun (403,
 `unable to create new content in namespace x because it is being terminated`); the
-immortal namespaces are never deleted. It runs before anything else of a create (the
-name's checks, the webhooks), as the admission plugin runs before the object's
-validation."""
+immortal namespaces are never deleted. It runs before the rest of a create (the name's
+checks, the webhooks), as the admission plugin runs before the object's validation; only
+a namespace that is no DNS label, which could never exist, gets the name check's 422."""
 
 from __future__ import annotations
 

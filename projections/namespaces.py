@@ -11,7 +11,6 @@ from events.meta import Kind, KindToken, ResourceKind
 from projections.cluster import Cluster
 from projections.views import MigrationView, ResourceView
 
-JSON = dict[str, Any]
 KIND = ResourceKind.NAMESPACE
 # what a Kubernetes API server creates at its start (its system namespaces controller),
 # and KubeVirt's own (its operator's)

@@ -33,9 +33,9 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
-def fields(data: bytes) -> dict[int, bytes]:
-    """Field number → bytes of its last length-delimited value (others are skipped)."""
-    out: dict[int, bytes] = {}
+def repeated(data: bytes) -> dict[int, list[bytes]]:
+    """Field number → every length-delimited value (a repeated field, a map's entries)."""
+    out: dict[int, list[bytes]] = {}
     i = 0
     while i < len(data):
         key, i = _varint(data, i)
@@ -46,13 +46,18 @@ def fields(data: bytes) -> dict[int, bytes]:
             size, i = _varint(data, i)
             if i + size > len(data):
                 raise ProtoError("truncated field")
-            out[number] = data[i : i + size]
+            out.setdefault(number, []).append(data[i : i + size])
             i += size
         elif wire in (1, 5):
             i += 8 if wire == 1 else 4
         else:
             raise ProtoError(f"unsupported wire type {wire}")
     return out
+
+
+def fields(data: bytes) -> dict[int, bytes]:
+    """Field number → bytes of its last length-delimited value (others are skipped)."""
+    return {number: values[-1] for number, values in repeated(data).items()}
 
 
 def _strings(data: bytes, names: tuple[str, ...]) -> dict[str, str]:
@@ -87,28 +92,6 @@ PROTOBUF = "application/vnd.kubernetes.protobuf"
 # ObjectMeta's string fields a client sets, by field number (generated.proto)
 META_STRINGS = {1: "name", 2: "generateName", 3: "namespace", 5: "uid", 6: "resourceVersion"}
 META_LABELS, META_ANNOTATIONS, META_FINALIZERS = 11, 12, 14
-
-
-def repeated(data: bytes) -> dict[int, list[bytes]]:
-    """Field number → every length-delimited value (a repeated field, a map's entries)."""
-    out: dict[int, list[bytes]] = {}
-    i = 0
-    while i < len(data):
-        key, i = _varint(data, i)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            _, i = _varint(data, i)
-        elif wire == 2:
-            size, i = _varint(data, i)
-            if i + size > len(data):
-                raise ProtoError("truncated field")
-            out.setdefault(number, []).append(data[i : i + size])
-            i += size
-        elif wire in (1, 5):
-            i += 8 if wire == 1 else 4
-        else:
-            raise ProtoError(f"unsupported wire type {wire}")
-    return out
 
 
 def _map(entries: list[bytes]) -> dict[str, str]:

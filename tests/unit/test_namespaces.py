@@ -20,7 +20,7 @@ from events.envelope import Stored
 from events.meta import CLUSTER_SCOPE, Kind, ResourceKind
 from kinds.registry import REGISTRY
 from projections import namespaces
-from services.api import rbac
+from services.api import protowire, rbac
 from tests.factories import meta, vm_manifest, with_namespaces
 from tests.unit.test_controller_world import World
 
@@ -270,3 +270,31 @@ def test_view_reads_namespaces_and_only_cluster_admin_creates_or_deletes_them() 
         assert not _allowed((), role, "delete", "/api/v1/namespaces/dev")
     assert _allowed((), rbac.CLUSTER_ADMIN, "create", "/api/v1/namespaces")
     assert _allowed((), rbac.CLUSTER_ADMIN, "delete", "/api/v1/namespaces/dev")
+
+
+# ---------------------------------------------------------------- protobuf
+def test_kubectls_protobuf_namespace_is_read_with_its_metadata() -> None:
+    f = protowire._bytes_field
+    entry = lambda k, v: f(1, k.encode()) + f(2, v.encode())  # noqa: E731
+    meta = (
+        f(1, b"dev")
+        + f(11, entry("a", "1"))
+        + f(11, entry("b", "2"))
+        + f(12, entry("note", "x"))
+        + f(14, b"example.com/one")
+        + f(14, b"example.com/two")
+    )
+    raw = f(1, meta) + f(2, b"")  # metadata, an empty spec
+    unknown = f(1, f(1, b"v1") + f(2, b"Namespace")) + f(2, raw)
+    assert protowire.namespace(protowire.MAGIC + unknown) == {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": "dev",
+            "labels": {"a": "1", "b": "2"},
+            "annotations": {"note": "x"},
+            "finalizers": ["example.com/one", "example.com/two"],
+        },
+    }
+    with pytest.raises(protowire.ProtoError):
+        protowire.namespace(b'{"kind": "Namespace"}')
