@@ -31,19 +31,34 @@ def phase(view: ResourceView) -> str:
     return TERMINATING if view.marked else ACTIVE
 
 
-def contents(cluster: Cluster, name: str) -> Iterator[tuple[KindToken, Any]]:
-    """Every object that lives in the namespace (a finished migration that was deleted
-    lives nowhere)."""
-    tables: list[tuple[KindToken, dict[str, Any]]] = [
+def _tables(cluster: Cluster) -> list[tuple[KindToken, dict[str, Any]]]:
+    """The namespaced kinds' views (a cluster-scoped generic kind's namespace is none)."""
+    return [
         (Kind.VM, cluster.vms),
         (Kind.VMI, cluster.vmis),
         (Kind.MIGRATION, cluster.migrations),
         *((k, t) for k, t in cluster.resources.items() if k != KIND),
     ]
-    for kind, table in tables:
+
+
+def contents(cluster: Cluster, name: str) -> Iterator[tuple[KindToken, Any]]:
+    """Every object that lives in the namespace (a finished migration that was deleted
+    lives nowhere)."""
+    for kind, table in _tables(cluster):
         for view in table.values():
             if view.namespace != name:
                 continue
             if isinstance(view, MigrationView) and view.gone:
                 continue
             yield kind, view
+
+
+def in_use(cluster: Cluster) -> set[str]:
+    """The namespaces objects live in (a log written before namespaces were objects has
+    objects in namespaces that were never created)."""
+    return {
+        view.namespace
+        for _, table in _tables(cluster)
+        for view in table.values()
+        if view.namespace and not (isinstance(view, MigrationView) and view.gone)
+    }

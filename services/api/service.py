@@ -105,9 +105,10 @@ class ApiService:
     async def bootstrap(self) -> None:
         """The system namespaces, created when missing (as the API server's system
         namespaces controller does at its start): a create into `default` works on a
-        new cluster. Every writer may run it; a replica that lost the race finds the
-        namespace there and appends nothing."""
-        for name in namespaces.SYSTEM:
+        new cluster; and the namespaces objects live in, for a log written before
+        namespaces were objects. Every writer may run it; a replica that lost the race
+        finds the namespace there and appends nothing."""
+        for name in sorted({*namespaces.SYSTEM, *namespaces.in_use(self.cluster)}):
             ensure = functools.partial(namespace.ensure, name)
             await self.execute(ensure, f"bootstrap-namespace-{name}")
 
