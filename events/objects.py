@@ -632,6 +632,11 @@ class VirtualMachineRestore(SpecObject):
     kind: str = _always("VirtualMachineRestore")
 
 
+class VirtualMachineClone(SpecObject):
+    api_version: str = _always("clone.kubevirt.io/v1beta1")
+    kind: str = _always("VirtualMachineClone")
+
+
 # ---------------------------------------------------------------- Node
 
 

@@ -20,6 +20,7 @@ from events.meta import Kind, ResourceKind
 from projections.cluster import key
 from services.controller import (
     backoff,
+    clone,
     evacuation,
     gc,
     migration,
@@ -154,6 +155,8 @@ class ControllerReactor:
             sets += snapshot.reconcile_snapshot(c, snap, ctx)
         for restore in c.resources[ResourceKind.RESTORE].values():
             sets += snapshot.reconcile_restore(c, restore, ctx)
+        for vm_clone in c.resources[ResourceKind.CLONE].values():
+            sets += clone.reconcile_clone(c, vm_clone, ctx)
         if collect:
             out += gc.collect(c, ctx)
         reserved = scheduler.Reserved()
