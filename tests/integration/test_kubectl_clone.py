@@ -8,7 +8,7 @@ client; bad input refused with KubeVirt's words and nothing created."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -169,7 +169,7 @@ def test_a_clone_of_a_snapshot_through_the_client(cluster: Cluster, tmp_path: An
     api.create_namespaced_custom_object(*args, clone)
 
     def done() -> Any:
-        got = api.get_namespaced_custom_object(*args, "from-golden")  # type: ignore[call-overload]
+        got = cast(dict[str, Any], api.get_namespaced_custom_object(*args, "from-golden"))
         return got if (got.get("status") or {}).get("phase") == "Succeeded" else None
 
     got = until(done, timeout=90)

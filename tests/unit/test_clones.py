@@ -234,3 +234,41 @@ def test_the_admitter_words_as_kubevirt() -> None:
     assert admit({"source": {**vm, "kind": "VirtualMachineInstance"}}) == [
         "Source kind is not supported"
     ]
+
+
+def kube_events(w: World) -> list[tuple[str, str, str]]:
+    """The Kubernetes Events the api derives from the world's log."""
+    api = Cluster(kube_events=True)
+    for s in w.log:
+        api.apply(s)
+    assert api.kube_events is not None
+    records = sorted(api.kube_events.table.values(), key=lambda r: r.created_seq)
+    return [(r.involved.kind, r.reason, r.message) for r in records]
+
+
+def test_a_clone_records_each_step_as_kubevirt_does() -> None:
+    w = world()
+    make(w, target={"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "copy"})
+    s = cl.suffix(the_clone(w))
+    snap, restore = f"clone-c1-snapshot-vm1-{s}", f"clone-c1-restore-vm1-{s}"
+    clone_events = [e[1:] for e in kube_events(w) if e[0] == "VirtualMachineClone"]
+    assert clone_events == [
+        ("SnapshotCreated", f"created snapshot {snap} for clone c1"),
+        ("SnapshotReady", f"snapshot {snap} for clone c1 is ready to use"),
+        ("RestoreCreated", f"created restore {restore} for clone c1"),
+        ("RestoreReady", f"restore {restore} for clone c1 is ready to use"),
+        ("TargetVMCreated", "created target VM copy for clone c1"),
+        ("PVCBound", "all PVC for clone c1 are bound"),
+    ]
+
+
+def test_a_failed_clone_says_why() -> None:
+    w = world()
+    make(w, source="nope")
+    assert [e for e in kube_events(w) if e[0] == "VirtualMachineClone"] == [
+        (
+            "VirtualMachineClone",
+            "SourceDoesNotExist",
+            "VirtualMachine nope does not exist in namespace default",
+        )
+    ]
