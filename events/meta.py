@@ -22,8 +22,8 @@ class Kind(StrEnum):
 class ResourceKind(StrEnum):
     """Generic kinds (the Resource* events, one view shape, kinds/ tells them apart) that
     the code below kinds/ names: instance types, preferences, replica sets, pools,
-    snapshots, restores, clones. Any other generic kind is the token its registry entry
-    declares."""
+    snapshots, restores, clones, exports, secrets. Any other generic kind is the token its
+    registry entry declares."""
 
     INSTANCETYPE = "instancetype"
     CLUSTER_INSTANCETYPE = "clusterinstancetype"
@@ -35,6 +35,8 @@ class ResourceKind(StrEnum):
     SNAPSHOT_CONTENT = "vmsnapshotcontent"
     RESTORE = "vmrestore"
     CLONE = "vmclone"
+    EXPORT = "vmexport"
+    SECRET = "secret"
 
 
 # An aggregate kind as its subject token: a Kind, or a generic kind's (a ResourceKind, or

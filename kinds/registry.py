@@ -19,7 +19,19 @@ from typing import Any
 from events.manifest import ManifestError, api_group, load
 from events.meta import CLUSTER_SCOPE, CLUSTER_SCOPED, Aggregate, KindToken, own_kind
 from events.objects import Status
-from kinds import clone, event, instancetype, migration, node, policy, replicas, snapshot, vm, vmi
+from kinds import (
+    clone,
+    event,
+    export,
+    instancetype,
+    migration,
+    node,
+    policy,
+    replicas,
+    snapshot,
+    vm,
+    vmi,
+)
 from kinds.spec import KindSpec, Scope
 from projections import kube_events
 from projections.cluster import Cluster
@@ -206,6 +218,7 @@ REGISTRY = Registry(
         *replicas.SPECS,
         *snapshot.SPECS,
         *clone.SPECS,
+        *export.SPECS,
         *event.SPECS,
     )
 )

@@ -205,4 +205,6 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "vmsnapshotcontents",
         "vmrestores",
         "vmclones",
+        "vmexports",
+        "secrets",
     )
