@@ -40,6 +40,7 @@ from projections.views import ResourceView
 PREFIX = f"/api/{GROUP_VERSION}/"
 BASE = PREFIX + "namespaces/{namespace:str}/virtualmachineexports/{name:str}"
 CHUNK = 1 << 20
+RAW, GZIP = "application/octet-stream", "application/gzip"
 _json = msgspec.json.Encoder()
 
 
@@ -112,17 +113,17 @@ async def _disk(request: Request[Any, Any, Any], namespace: str, name: str, volu
         scratch, raw = await _converted(src)
     except RuntimeError as e:
         return _status(500, "InternalError", f"volume {volume}: {e}")
-    media = "application/gzip" if gzip else "application/octet-stream"
+    media = GZIP if gzip else RAW
     return Stream(_chunks(scratch, raw, gzip), media_type=media)
 
 
-@get(BASE + "/volumes/{volume:str}/disk.img", include_in_schema=False)
+@get(BASE + "/volumes/{volume:str}/disk.img", include_in_schema=False, media_type=RAW)
 async def raw_disk(request: Request[Any, Any, Any], namespace: str, name: str,
                    volume: str) -> Any:  # fmt: skip
     return await _disk(request, namespace, name, volume, False)
 
 
-@get(BASE + "/volumes/{volume:str}/disk.img.gz", include_in_schema=False)
+@get(BASE + "/volumes/{volume:str}/disk.img.gz", include_in_schema=False, media_type=GZIP)
 async def gzip_disk(request: Request[Any, Any, Any], namespace: str, name: str,
                     volume: str) -> Any:  # fmt: skip
     return await _disk(request, namespace, name, volume, True)
