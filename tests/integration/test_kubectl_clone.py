@@ -1,9 +1,12 @@
-"""VirtualMachineClone with the real kubectl and the `kubernetes` client on one
-`virtstream up --nodes 1`: the user guide's clone (`kubectl create -f`, `kubectl wait
---for condition=Ready`) makes a Halted target with the filtered labels and annotations,
-the given MAC, a blank one elsewhere and the new SMBIOS serial; the clone's snapshot and
-restore are gone afterwards; a clone of a snapshot (the "golden image") through the
-client; bad input refused with KubeVirt's words and nothing created."""
+"""VirtualMachineClone and VirtualMachineExport with the real kubectl and the `kubernetes`
+client on one `virtstream up --nodes 1`: the user guide's clone (`kubectl create -f`,
+`kubectl wait --for condition=Ready`) makes a Halted target with the filtered labels and
+annotations, the given MAC, a blank one elsewhere and the new SMBIOS serial; the clone's
+snapshot and restore are gone afterwards; a clone of a snapshot (the "golden image")
+through the client; bad input refused with KubeVirt's words and nothing created. The user
+guide's export Secret and VirtualMachineExport: Ready with KubeVirt's links, a download
+refused without the token (test mode has no disk images: tests/integration/
+test_qemu_export.py downloads one)."""
 
 from __future__ import annotations
 
@@ -205,3 +208,73 @@ def test_a_clone_onto_its_own_source_is_refused(cluster: Cluster, tmp_path: Any)
     assert "Target name cannot be equal to source name when both are VirtualMachines" in out.err
     assert "spec.labels filter some/*/key is invalid" in out.err
     assert cluster.kubectl("get", "vmclone", "selfie", check=False).code == 1
+
+
+# the user guide's token Secret and export (storage/export_api.md), in the served version
+EXPORT_GUIDE = """\
+apiVersion: v1
+kind: Secret
+metadata:
+  name: example-token
+stringData:
+  token: 1234567890ab
+---
+apiVersion: export.kubevirt.io/v1beta1
+kind: VirtualMachineExport
+metadata:
+  name: example-export
+spec:
+  tokenSecretRef: example-token
+  source:
+    apiGroup: "kubevirt.io"
+    kind: VirtualMachine
+    name: example-vm
+"""
+
+
+def test_the_user_guides_export_with_kubectl(cluster: Cluster, tmp_path: Any) -> None:
+    k = cluster.kubectl
+    vm = yaml.safe_load((EXAMPLES / "vm-cirros.yaml").read_text())
+    vm["metadata"]["name"] = "example-vm"
+    vm["spec"]["template"]["spec"]["volumes"].append(
+        {"name": "data", "persistentVolumeClaim": {"claimName": "example-pvc"}}
+    )
+    vm["spec"]["template"]["spec"]["domain"]["devices"]["disks"].append(
+        {"name": "data", "disk": {"bus": "virtio"}}
+    )
+    (tmp_path / "vm.yaml").write_text(yaml.safe_dump(vm))
+    k("create", "-f", str(tmp_path / "vm.yaml"))
+    (tmp_path / "export.yaml").write_text(EXPORT_GUIDE)
+    assert k("create", "-f", str(tmp_path / "export.yaml")).out.split("\n")[:2] == [
+        "secret/example-token created",
+        "virtualmachineexport.export.kubevirt.io/example-export created",
+    ]
+    secret = yaml.safe_load(k("get", "secret", "example-token", "-o", "yaml").out)
+    assert secret["data"] == {"token": "MTIzNDU2Nzg5MGFi"}  # stringData folded, as the guide's
+    k("wait", "vmexport", "example-export", "--for", "jsonpath={.status.phase}=Ready",
+      "--timeout=60s")  # fmt: skip
+    rows = [line.split() for line in k("get", "vmexport").out.strip().splitlines()]
+    assert rows == [
+        ["NAME", "SOURCEKIND", "SOURCENAME", "PHASE"],
+        ["example-export", "VirtualMachine", "example-vm", "Ready"],
+    ]
+    got = yaml.safe_load(k("get", "vmexport", "example-export", "-o", "yaml").out)
+    [volume] = got["status"]["links"]["external"]["volumes"]
+    assert [f["format"] for f in volume["formats"]] == ["raw", "gzip"]
+    raw = volume["formats"][0]["url"]
+    assert raw.startswith(cluster.url) and raw.endswith(
+        "/api/export.kubevirt.io/v1beta1/namespaces/default/virtualmachineexports/"
+        "example-export/volumes/example-pvc/disk.img"
+    )
+    path = raw[len(cluster.url) :]
+    # the user's credentials are no export token; the token is, but test mode has no disks
+    assert cluster.http.get(path).status_code == 401
+    found = cluster.http.get(path, headers={"x-kubevirt-export-token": "1234567890ab"})
+    assert (found.status_code, found.json()["message"]) == (
+        404,
+        "volume example-pvc has no disk image (qemu mode only)",
+    )
+    # a changed spec is refused as KubeVirt's webhook does
+    patch = '{"spec":{"ttlDuration":"1h"}}'
+    refused = k("patch", "vmexport", "example-export", "--type", "merge", "-p", patch, check=False)
+    assert refused.code == 1 and "spec in immutable after creation" in refused.err
