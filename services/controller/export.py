@@ -8,7 +8,8 @@ no pod or service is made: the export's status says what the api serves.
   the same Secret and no reader of the log or of the export can compute it.
 - Phase: `Pending` while a source VM runs (Ready False `InUse`, "Virtual Machine <ns>/<name>
   is running") or a source snapshot is not ready; `Skipped` for a VM without claims (or
-  missing: KubeVirt finds no volumes) (`VMNoVolumes`); else `Ready` (Ready True
+  missing: KubeVirt finds no volumes) (`VMNoVolumes`) or a snapshot without volume
+  backups (`VMSnapshotNoVolumes`); else `Ready` (Ready True
   `PodReady`) with `links.internal` and `links.external`: per volume the formats `raw`
   (`.../volumes/<claim>/disk.img`) and `gzip` (`disk.img.gz`), and the manifests `all` and
   `auth-header-secret`.
@@ -35,7 +36,8 @@ from services.controller.snapshot import parse_duration
 JSON = dict[str, Any]
 DEFAULT_TTL = 7200.0  # KubeVirt's 2h
 # KubeVirt's reasons (export.go, vm-source.go)
-POD_READY, IN_USE, NO_VOLUMES, INITIALIZING = "PodReady", "InUse", "VMNoVolumes", "Initializing"
+POD_READY, IN_USE, INITIALIZING = "PodReady", "InUse", "Initializing"
+NO_VOLUMES, NO_SNAPSHOT_VOLUMES = "VMNoVolumes", "VMSnapshotNoVolumes"
 
 
 def token(key_: bytes, export_uid: str) -> str:
@@ -110,9 +112,10 @@ def reconcile_export(
         status["phase"] = "Pending"
         message = f"Virtual Machine {export.namespace}/{vmi.name} is running"
         ready = _condition("Ready", "False", IN_USE, message, old, ctx.now)
-    elif kind == "VirtualMachine" and not volumes:
+    elif (kind == "VirtualMachine" and not volumes) or volumes == []:
         status["phase"] = "Skipped"
-        ready = _condition("Ready", "False", NO_VOLUMES, "", old, ctx.now)
+        reason = NO_VOLUMES if kind == "VirtualMachine" else NO_SNAPSHOT_VOLUMES
+        ready = _condition("Ready", "False", reason, "", old, ctx.now)
     elif volumes is None:
         status["phase"] = "Pending"
         ready = _condition("Ready", "False", INITIALIZING, "", old, ctx.now)

@@ -25,7 +25,11 @@ BASE = f"{URL}/api/export.kubevirt.io/v1beta1/namespaces/default/virtualmachinee
 
 def export_manifest(name: str = "e1", source: str = "vm1", **spec: Any) -> dict[str, Any]:
     kind = spec.pop("kind", "VirtualMachine")
-    group = {"VirtualMachine": "kubevirt.io", "PersistentVolumeClaim": ""}[kind]
+    group = {
+        "VirtualMachine": "kubevirt.io",
+        "PersistentVolumeClaim": "",
+        "VirtualMachineSnapshot": "snapshot.kubevirt.io",
+    }[kind]
     return {
         "apiVersion": "export.kubevirt.io/v1beta1",
         "kind": "VirtualMachineExport",
@@ -110,6 +114,21 @@ def test_a_vm_without_claims_is_skipped() -> None:
     make(w)
     assert the_export(w).status["phase"] == "Skipped"
     assert the_export(w).status["conditions"][0]["reason"] == "VMNoVolumes"
+
+
+def test_a_snapshot_exports_its_volume_backups_once_ready() -> None:
+    w = world()
+    snap = {
+        "apiVersion": "snapshot.kubevirt.io/v1beta1",
+        "kind": "VirtualMachineSnapshot",
+        "metadata": {"name": "s1", "namespace": "default", "uid": "uid-s1"},
+        "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "vm1"}},
+    }
+    w.run(ResourceCreated(meta=w.m(ResourceKind.SNAPSHOT, "s1"), manifest=snap))
+    make(w, kind="VirtualMachineSnapshot", source="s1")
+    # test mode keeps no volumes in a snapshot (docs/KINDS.md): nothing to export
+    assert the_export(w).status["phase"] == "Skipped"
+    assert the_export(w).status["conditions"][0]["reason"] == "VMSnapshotNoVolumes"
 
 
 def test_the_ttl_ends_the_export_and_its_secret() -> None:
