@@ -38,6 +38,7 @@ DEFAULT_TTL = 7200.0  # KubeVirt's 2h
 # KubeVirt's reasons (export.go, vm-source.go)
 POD_READY, IN_USE, INITIALIZING = "PodReady", "InUse", "Initializing"
 NO_VOLUMES, NO_SNAPSHOT_VOLUMES = "VMNoVolumes", "VMSnapshotNoVolumes"
+NO_KEY = "no token key (--export-key-file): name a Secret in spec.tokenSecretRef"
 
 
 def token(key_: bytes, export_uid: str) -> str:
@@ -97,8 +98,12 @@ def reconcile_export(
     name = secret_name(export)
     secrets = cluster.resources[ResourceKind.SECRET]
     if not export.spec.get("tokenSecretRef") and key(export.namespace, name) not in secrets:
-        if key_ is None:
-            return []  # no key to make a token with: the user names a Secret
+        if key_ is None:  # nothing to derive a token from: the user must name a Secret
+            pending: JSON = {
+                "phase": "Pending",
+                "conditions": [_condition("Ready", "False", INITIALIZING, NO_KEY, old, ctx.now)],
+            }
+            return _status_decision(export, old, pending, ctx)
         out.append(_create_secret(export, name, token(key_, export.uid), ctx))
     source = export.spec.get("source") or {}
     kind, src = str(source.get("kind") or ""), str(source.get("name") or "")
@@ -127,13 +132,17 @@ def reconcile_export(
             "external": _links(base_url, export, volumes, "external"),
         }
     status["conditions"] = [ready]
-    if status != old:
-        key__ = f"vmexport-status/{export.uid}/{export.version}"
-        ev = ResourceStatusChanged(
-            meta=emit.meta(ctx, _agg(ResourceKind.EXPORT, export), key__), status=status
-        )
-        out.insert(0, Decision(ev))
-    return out
+    return _status_decision(export, old, status, ctx) + out
+
+
+def _status_decision(export: ResourceView, old: JSON, status: JSON, ctx: Context) -> list[Decision]:
+    if status == old:
+        return []
+    key_ = f"vmexport-status/{export.uid}/{export.version}"
+    ev = ResourceStatusChanged(
+        meta=emit.meta(ctx, _agg(ResourceKind.EXPORT, export), key_), status=status
+    )
+    return [Decision(ev)]
 
 
 def _create_secret(export: ResourceView, name: str, value: str, ctx: Context) -> Decision:

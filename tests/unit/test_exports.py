@@ -181,3 +181,14 @@ def test_a_secrets_string_data_is_folded_into_data() -> None:
     out, causes = admit(Cluster(), typed, "u")
     assert causes == [] and out.string_data is None
     assert out.data == {"token": base64.b64encode(b"1234567890ab").decode()}
+
+
+def test_without_a_key_an_export_naming_no_secret_says_so() -> None:
+    w = World(export_url=URL)
+    w.given(w.node_joined("node-1"))
+    w.run(VMCreated(meta=w.m(Kind.VM, "vm1"), manifest=vm_manifest("vm1", "Halted")))
+    make(w)
+    e = the_export(w)
+    assert e.status["phase"] == "Pending"
+    assert e.status["conditions"][0]["message"] == ex.NO_KEY
+    assert w.state.cluster.resources[ResourceKind.SECRET] == {}
