@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import signal
 import threading
 import time
@@ -238,6 +239,7 @@ def up(
             up_reaper.finish(reaper)
             raise
     api_url = f"{'http' if secured is None else 'https'}://127.0.0.1:{port}"
+    export_key = _export_key(data_dir)
     specs = [
         ServiceSpec(
             name="api",
@@ -250,6 +252,8 @@ def up(
                 *(secured.api_args() if secured else ()),
                 # the web console's charts ask the api, which relays to Prometheus
                 *(("--prometheus-url", f"http://127.0.0.1:{prometheus_port}") if metrics else ()),
+                # the disks VirtualMachineExports serve (real files in qemu mode only)
+                *(("--disk-dir", str(data_dir / "disks")) if hypervisor == "qemu" else ()),
             ),
             metrics_url=f"{api_url}/metrics",
             env=bus.env("api") if bus else {},
@@ -276,6 +280,10 @@ def up(
                     # back: it gets no grace from the controller's start
                     "--cluster-nodes",
                     ",".join(node_names),
+                    "--export-key-file",
+                    str(export_key),
+                    "--export-url",
+                    api_url,
                     *metrics_args,
                 ),
                 metrics_url=f"{scheme}://127.0.0.1:{cport}/metrics",
@@ -652,3 +660,14 @@ def stop_all_through_api(api_url: str) -> None:
             ns = md.get("namespace", "default")
             if (ns, md["name"]) not in owned:
                 http.delete(f"{vmi_kind.collection_path(ns)}/{md['name']}")
+
+
+def _export_key(data_dir: Path) -> Path:
+    """The controller's key for VirtualMachineExport tokens: made once per data dir,
+    readable by its owner only."""
+    path = data_dir / "export.key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+    return path

@@ -22,8 +22,8 @@ class Kind(StrEnum):
 class ResourceKind(StrEnum):
     """Generic kinds (the Resource* events, one view shape, kinds/ tells them apart) that
     the code below kinds/ names: instance types, preferences, replica sets, pools,
-    snapshots, restores, namespaces. Any other generic kind is the token its registry
-    entry declares."""
+    snapshots, restores, clones, exports, secrets, namespaces. Any other generic kind is the
+    token its registry entry declares."""
 
     INSTANCETYPE = "instancetype"
     CLUSTER_INSTANCETYPE = "clusterinstancetype"
@@ -35,6 +35,9 @@ class ResourceKind(StrEnum):
     SNAPSHOT_CONTENT = "vmsnapshotcontent"
     RESTORE = "vmrestore"
     NAMESPACE = "namespace"
+    CLONE = "vmclone"
+    EXPORT = "vmexport"
+    SECRET = "secret"
 
 
 # An aggregate kind as its subject token: a Kind, or a generic kind's (a ResourceKind, or

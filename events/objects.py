@@ -632,6 +632,28 @@ class VirtualMachineRestore(SpecObject):
     kind: str = _always("VirtualMachineRestore")
 
 
+class VirtualMachineClone(SpecObject):
+    api_version: str = _always("clone.kubevirt.io/v1beta1")
+    kind: str = _always("VirtualMachineClone")
+
+
+class VirtualMachineExport(SpecObject):
+    api_version: str = _always("export.kubevirt.io/v1beta1")
+    kind: str = _always("VirtualMachineExport")
+
+
+class Secret(KubeObject):
+    """core/v1 Secret: `data` base64 by key (`stringData` folded into it on write)."""
+
+    api_version: str = _always("v1")
+    kind: str = _always("Secret")
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    data: dict[str, str] | None = None
+    string_data: dict[str, str] | None = None
+    type: str | None = None
+    immutable: bool | None = None
+
+
 # ---------------------------------------------------------------- Node
 
 

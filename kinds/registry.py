@@ -20,7 +20,9 @@ from events.manifest import ManifestError, api_group, load
 from events.meta import CLUSTER_SCOPE, CLUSTER_SCOPED, Aggregate, KindToken, own_kind
 from events.objects import Status
 from kinds import (
+    clone,
     event,
+    export,
     instancetype,
     migration,
     namespace,
@@ -217,6 +219,8 @@ REGISTRY = Registry(
         *replicas.SPECS,
         *snapshot.SPECS,
         namespace.SPEC,
+        *clone.SPECS,
+        *export.SPECS,
         *event.SPECS,
     )
 )

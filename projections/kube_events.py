@@ -90,7 +90,7 @@ from events.catalog import (
     VolumesCopyRequested,
 )
 from events.envelope import Stored
-from events.meta import Aggregate
+from events.meta import Aggregate, ResourceKind
 from projections.views import MigrationView, VMIView, VMView
 
 
@@ -356,6 +356,19 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             return [Note(me, NORMAL, "SuccessfulAbortMigration", msg, CONTROLLER)]
         case VMIWarning(reason=reason, message=message):  # the handler's recorder
             return _on_node(agg, cluster, WARNING, reason, message)
+        # -------------------------------------------------------------------- clones
+        case ResourceCreated(manifest=manifest) if _by_controller(ev) and agg.kind in (
+            ResourceKind.SNAPSHOT,
+            ResourceKind.RESTORE,
+        ):
+            owner = _controller_owner(manifest, agg.namespace)
+            if owner is None or owner.kind != "VirtualMachineClone":
+                return []
+            what = "snapshot" if agg.kind == ResourceKind.SNAPSHOT else "restore"
+            msg = f"created {what} {agg.name} for clone {owner.name}"
+            return [Note(owner, NORMAL, f"{what.capitalize()}Created", msg, CONTROLLER)]
+        case ResourceStatusChanged(status=status) if agg.kind == ResourceKind.CLONE:
+            return _clone(agg, cluster, status)
         # --------------------------------------------------------------------- nodes
         case NodeUnresponsive(message=message):
             it = InvolvedObject("Node", "", agg.name, agg.name, "v1")
@@ -412,6 +425,50 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             return []
         case _:
             assert_never(ev)
+
+
+_CLONE_STEPS = ("", "SnapshotInProgress", "RestoreInProgress", "CreatingTargetVM", "Succeeded")
+
+
+def _clone(agg: Aggregate, cluster: Cluster, status: dict[str, Any]) -> list[Note]:
+    """KubeVirt's clone controller records each step it passes (clone.go's logAndRecord)."""
+    old = cluster.table(ResourceKind.CLONE).get(f"{agg.namespace}/{agg.name}")
+    if old is None:
+        return []
+    before, after = old.status, status
+    me = _of(agg, "VirtualMachineClone", "clone.kubevirt.io/v1beta1", cluster)
+    was, now = str(before.get("phase") or ""), str(after.get("phase") or "")
+    name = agg.name
+    source = old.spec.get("source") or {}
+    notes: list[Note] = []
+
+    def note(reason: str, msg: str) -> None:
+        notes.append(Note(me, NORMAL, reason, msg, CONTROLLER))
+
+    if now == "Failed" and was != "Failed":
+        kind, src = str(source.get("kind") or ""), str(source.get("name") or "")
+        table = cluster.vms if kind == "VirtualMachine" else cluster.table(ResourceKind.SNAPSHOT)
+        if f"{agg.namespace}/{src}" not in table:
+            note("SourceDoesNotExist", f"{kind} {src} does not exist in namespace {agg.namespace}")
+        else:
+            snap = before.get("snapshotName") or src
+            note("SnapshotDeleted", f"snapshot {snap} does not exist anymore")
+        return notes
+    if was not in _CLONE_STEPS or now not in _CLONE_STEPS:
+        return notes
+    step = _CLONE_STEPS.index
+    snap = before.get("snapshotName") or source.get("name")
+    restore = before.get("restoreName") or after.get("restoreName")
+    if step(was) <= step("SnapshotInProgress") < step(now):
+        note("SnapshotReady", f"snapshot {snap} for clone {name} is ready to use")
+    if step(was) <= step("RestoreInProgress") < step(now):
+        note("RestoreReady", f"restore {restore} for clone {name} is ready to use")
+    if step(was) < step("Succeeded") == step(now):
+        target = after.get("targetName") or before.get("targetName")
+        note("TargetVMCreated", f"created target VM {target} for clone {name}")
+    if before.get("restoreName") and not after.get("restoreName"):
+        note("PVCBound", f"all PVC for clone {name} are bound")
+    return notes
 
 
 def _on_node(agg: Aggregate, cluster: Cluster, etype: str, reason: str, msg: str) -> list[Note]:

@@ -47,6 +47,7 @@ async def serve(
     console_tls: TlsFiles | None = None,
     metrics: MetricsAccess | None = None,
     prometheus_url: str = "",
+    disk_dir: Path | None = None,
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM. With an
     `auth_file`, every request is authenticated and authorized by it."""
@@ -75,7 +76,12 @@ async def serve(
     )
     if not read_only:
         await api.bootstrap()
-    app = create_app(api, guard, console_tls=console_tls.client_context() if console_tls else None)
+    app = create_app(
+        api,
+        guard,
+        console_tls=console_tls.client_context() if console_tls else None,
+        disk_dir=disk_dir,
+    )
     app.state[prometheus_proxy.STATE_KEY] = prometheus_url  # the web console's charts
     # the same intents over NATS request-reply (writers only: a replica in the queue
     # group would be handed writes it must refuse)
@@ -156,6 +162,9 @@ def main(argv: list[str] | None = None) -> None:
         default="",
         help="a Prometheus whose query API the api relays at /prometheus/api/v1/ (charts)",
     )
+    parser.add_argument(
+        "--disk-dir", type=Path, help="the nodes' disk dir: VirtualMachineExports serve it"
+    )
     args = parser.parse_args(argv)
     if args.watch_history < 1:
         parser.error("--watch-history must be at least 1")
@@ -188,6 +197,7 @@ def main(argv: list[str] | None = None) -> None:
             console_tls=TlsFiles(*console_files) if all(console_files) else None,
             metrics=metrics,
             prometheus_url=args.prometheus_url,
+            disk_dir=args.disk_dir,
         ),
         "virt-api",
     )

@@ -11,6 +11,7 @@ import asyncio
 import dataclasses
 import ssl
 import time
+from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
@@ -47,6 +48,7 @@ from readside import timetravel
 from readside.watch import Selector, SelectorError, TooOldResourceVersion
 from services.api import (
     discovery,
+    export_server,
     openapi_k8s,
     pagination,
     protowire,
@@ -724,11 +726,16 @@ def observe(app: ASGIApp, api: ApiService | None = None) -> ASGIApp:
 
 
 def create_app(
-    api: ApiService, guard: Guard | None = None, *, console_tls: ssl.SSLContext | None = None
+    api: ApiService,
+    guard: Guard | None = None,
+    *,
+    console_tls: ssl.SSLContext | None = None,
+    disk_dir: Path | None = None,
 ) -> Litestar:
     """The app for `api`; its kinds (`api.kinds`, the registry by default) give the routes.
     With a `guard`, every request is authenticated and authorized (`services/api/guard.py`);
-    with `console_tls`, the nodes' console servers are dialled with it (mutual TLS)."""
+    with `console_tls`, the nodes' console servers are dialled with it (mutual TLS); with
+    `disk_dir`, VirtualMachineExports serve the disk images there (`export_server.py`)."""
     kinds: Registry = api.kinds
     return Litestar(
         route_handlers=[
@@ -744,6 +751,7 @@ def create_app(
             ssar_route(guard),
             *reviews.routes(guard),
             *WEB_ROUTES,
+            *export_server.ROUTES,
         ],
         middleware=[
             lambda app: observe(app, api),
@@ -752,6 +760,6 @@ def create_app(
         exception_handlers={ApiError: _api_error_handler, HTTPException: _http_error_handler},
         openapi_config=OpenAPIConfig(title="virtstream", version="0.1.0"),
         request_max_body_size=bodies.MAX_BODY_BYTES,
-        state=State({"api": api, "console_tls": console_tls}),
+        state=State({"api": api, "console_tls": console_tls, "disk_dir": disk_dir}),
         debug=False,
     )

@@ -8,6 +8,7 @@ import argparse
 import os
 import socket
 import sys
+from pathlib import Path
 
 from eventstore import connection
 from services.controller.backoff import BackoffConfig
@@ -60,6 +61,12 @@ def main(argv: list[str] | None = None) -> None:
         default=5.0,
         help="seconds after the active controller's last renewal that a standby takes over",
     )
+    p.add_argument(
+        "--export-key-file",
+        type=Path,
+        help="the key VirtualMachineExport tokens are derived from (kept secret)",
+    )
+    p.add_argument("--export-url", default="", help="the api's URL, as export links name it")
     args = p.parse_args(argv)
     connection.from_arguments(args)
     access = metrics_access.from_arguments(p, args)
@@ -77,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
             parallel_outbound_migrations_per_node=args.parallel_outbound_migrations,
             bandwidth_per_migration=args.migration_bandwidth,
         ),
+        export_key=args.export_key_file.read_bytes() if args.export_key_file else None,
+        export_url=args.export_url,
     )
     try:
         loop.run(

@@ -20,7 +20,9 @@ from events.meta import Kind, ResourceKind
 from projections.cluster import key
 from services.controller import (
     backoff,
+    clone,
     evacuation,
+    export,
     gc,
     migration,
     node_health,
@@ -55,12 +57,17 @@ class ControllerReactor:
         backoff_config: BackoffConfig | None = None,
         migration_config: MigrationConfig | None = None,
         cluster_nodes: frozenset[str] | None = None,
+        export_key: bytes | None = None,
+        export_url: str = "",
     ) -> None:
         self.node_timeout = node_timeout
         #: the nodes the cluster runs, when known (`virtstream up`); None: any may return
         self.cluster_nodes = cluster_nodes
         self.backoff = backoff_config or BackoffConfig()
         self.migrations = migration_config or MigrationConfig()
+        #: what export tokens are derived from, and the api's URL its links name
+        self.export_key = export_key
+        self.export_url = export_url
 
     def filters(self) -> Sequence[str]:
         # every kind, as the one filter that says so: JetStream walks every subject of
@@ -154,6 +161,12 @@ class ControllerReactor:
             sets += snapshot.reconcile_snapshot(c, snap, ctx)
         for restore in c.resources[ResourceKind.RESTORE].values():
             sets += snapshot.reconcile_restore(c, restore, ctx)
+        for vm_clone in c.resources[ResourceKind.CLONE].values():
+            sets += clone.reconcile_clone(c, vm_clone, ctx)
+        for vm_export in c.resources[ResourceKind.EXPORT].values():
+            sets += export.reconcile_export(
+                c, vm_export, ctx, key_=self.export_key, base_url=self.export_url
+            )
         if collect:
             out += gc.collect(c, ctx)
         reserved = scheduler.Reserved()

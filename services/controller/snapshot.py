@@ -31,8 +31,11 @@ handler, and the restored spec's volumes name those claims."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 from typing import Any
+
+import jsonpatch
 
 from events.catalog import (
     Event,
@@ -472,7 +475,10 @@ def reconcile_restore(cluster: Cluster, restore: ResourceView, ctx: Context) -> 
         status["complete"] = True
         status["restoreTime"] = old.get("restoreTime") or rfc3339(ctx.now)
         return conditions(("Progressing", "False", COMPLETE), ("Ready", "True", COMPLETE))
-    out = [_restore_target(restore, target, snap_vm, ctx)]
+    try:
+        out = [_restore_target(restore, target, snap_vm, ctx)]
+    except PatchError as e:
+        return error(f"error patching VM {target_name}: {e}")
     if target is not None:
         dropped = _dropped_templates(target.manifest.get("spec") or {}, snap_vm.get("spec") or {})
         if dropped:
@@ -557,6 +563,36 @@ def _dropped_templates(old_spec: JSON, new_spec: JSON) -> list[str]:
     ]
 
 
+class PatchError(ValueError):
+    """A restore's JSON patch that does not apply to the restored VM."""
+
+
+def apply_patches(manifest: JSON, patches: list[Any]) -> JSON:
+    """A restore's `spec.patches` (each a JSON patch operation as a string) applied in
+    order to the VM it creates, as KubeVirt's patchVM does. A `replace` of a field the VM
+    does not have sets it (a clone blanks every interface's macAddress, set or not)."""
+    out = copy.deepcopy(manifest)
+    for raw in patches:
+        try:
+            op = json.loads(str(raw))
+        except ValueError as e:
+            raise PatchError(f"patch is not valid JSON ({raw})") from e
+        ops = op if isinstance(op, list) else [op]
+        for one in ops:
+            try:
+                out = jsonpatch.apply_patch(out, [one])
+            except jsonpatch.JsonPatchConflict:
+                if not isinstance(one, dict) or one.get("op") != "replace":
+                    raise PatchError(f"cannot apply {json.dumps(one)}") from None
+                try:
+                    out = jsonpatch.apply_patch(out, [{**one, "op": "add"}])
+                except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
+                    raise PatchError(f"cannot apply {json.dumps(one)}: {e}") from None
+            except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
+                raise PatchError(f"cannot apply {json.dumps(one)}: {e}") from None
+    return out
+
+
 def _restore_target(
     restore: ResourceView, target: VMView | None, snap_vm: JSON, ctx: Context
 ) -> Decision:
@@ -584,6 +620,12 @@ def _restore_target(
             "metadata": metadata,
             "spec": spec,
         }
+        manifest = apply_patches(manifest, restore.spec.get("patches") or [])
+        firmware = ((manifest["spec"].get("template") or {}).get("spec") or {}).get("domain", {})
+        firmware = firmware.get("firmware") if isinstance(firmware, dict) else None
+        if isinstance(firmware, dict) and not firmware.get("uuid"):
+            # the api gives a VM without one its own (KubeVirt's VM mutator likewise)
+            firmware["uuid"] = emit.new_uid(ctx, f"{decision_key}/firmware")
         agg = Aggregate(kind=Kind.VM, namespace=restore.namespace, name=metadata["name"], uid=uid)
         ev = VMCreated(meta=emit.meta(ctx, agg, decision_key), manifest=manifest)
         return Decision(ev)  # OCC: no such VM yet

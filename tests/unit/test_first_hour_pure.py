@@ -204,4 +204,7 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "vmsnapshotcontents",
         "vmrestores",
         "ns",
+        "vmclones",
+        "vmexports",
+        "secrets",
     )

@@ -134,6 +134,8 @@ def test_registry_names_are_the_ones_users_type() -> None:
         "virtualmachineinstancereplicasets",
         "virtualmachinepools",
         "namespaces",
+        "virtualmachineclones",
+        "secrets",
     )
 
 
