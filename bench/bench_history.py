@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import re
@@ -51,7 +52,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -685,7 +686,33 @@ async def run_size(total: int, nodes: int, keep: bool) -> dict[str, float]:
     result["events"] = last
     result["fill_per_s"] = rate
     print(f"filled: {last} events ({rate:.0f}/s); early VM {early}, late {late}", flush=True)
+    year = {"result": result, "early": early, "late": late, "nodes": nodes, "port": up.port}
+    (root / KEPT).write_text(json.dumps({**year, "nats_port": up.nats_port}))
+    return await measure(up, root, result, early, late, nodes, keep)
 
+
+KEPT = "year.json"  # in a kept run's dir: what `--reuse` needs to measure it again
+
+
+async def remeasure(root: Path, keep: bool) -> dict[str, float]:
+    """The measurements again on a year a `--keep` run left (the fill and the checkpoints
+    it prebuilt are not redone; what the first measurement appended stays in the log)."""
+    year = json.loads((root / KEPT).read_text())
+    up = Up(root / "d", year["port"], year["nats_port"], None)  # type: ignore[arg-type]
+    result = {k: v for k, v in year["result"].items() if k in FILL_KEYS}
+    return await measure(up, root, result, year["early"], year["late"], year["nodes"], keep)
+
+
+FILL_KEYS = (
+    "events_requested", "template_events", "events", "fill_per_s", "prebuild_checkpoints_s",
+)  # fmt: skip
+
+
+async def measure(
+    up: Up, root: Path, result: dict[str, float], early: str, late: str, nodes: int, keep: bool
+) -> dict[str, float]:
+    last = int(result["events"])
+    data_dir = up.data_dir
     up = start_again(up)
     try:
         t = time.monotonic()
@@ -847,14 +874,26 @@ def main() -> None:
         action="store_true",
         help="skip what S2 costs (two scratch mirrors of the whole archive)",
     )
+    ap.add_argument(
+        "--reuse",
+        type=Path,
+        help="measure again on the year a --keep run left in this dir (no fill; kept)",
+    )
     a = ap.parse_args()
     global COMPRESSION_COST
     COMPRESSION_COST = not a.no_compression_cost
     results: dict[str, dict[str, float]] = {}
     with contextlib.suppress(OSError, ValueError):
         results = json.loads(a.results.read_text())
-    for n in a.events or [100_000]:
-        r = asyncio.run(run_size(n, a.nodes, a.keep))
+    runs: list[tuple[int, Callable[[], Coroutine[Any, Any, dict[str, float]]]]] = [
+        (n, functools.partial(run_size, n, a.nodes, a.keep)) for n in a.events or [100_000]
+    ]
+    if a.reuse is not None:
+        year = json.loads((a.reuse / KEPT).read_text())
+        n = int(year["result"]["events_requested"])
+        runs = [(n, functools.partial(remeasure, a.reuse, True))]
+    for n, run in runs:
+        r = asyncio.run(run())
         results[str(n)] = r
         a.results.parent.mkdir(parents=True, exist_ok=True)
         a.results.write_text(json.dumps(results, indent=1, sort_keys=True))
