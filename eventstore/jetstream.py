@@ -41,7 +41,7 @@ from events.meta import Aggregate
 from eventstore import archive, nats_headers
 from eventstore.kv import JsBucket, find_bucket, make_bucket
 from eventstore.nats_errors import translated
-from eventstore.port import ConcurrencyConflict, Delivery, Undecodable
+from eventstore.port import ConcurrencyConflict, Delivery, LogIndex, Undecodable
 from eventstore.pull import Puller
 from eventstore.settings import StreamSettings
 
@@ -148,6 +148,13 @@ class JetStreamStore:
     @property
     def stream(self) -> str:
         return self.settings.name
+
+    def index(self) -> LogIndex:
+        """The index stream beside the event stream (`eventstore/index.py`; kept by the
+        api's `Indexer`, empty until it runs)."""
+        from eventstore.index import Index  # it builds on this adapter
+
+        return Index(self)
 
     @property
     def connected(self) -> bool:

@@ -7,8 +7,6 @@ from __future__ import annotations
 from events import subjects
 from events.envelope import Stored
 from events.meta import Aggregate, Kind
-from eventstore.index import Index
-from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from projections.cluster import Cluster
 from projections.replay import Point, Step, current_life, related_filters, replay_steps
@@ -41,9 +39,9 @@ async def related(store: EventLog, agg: Aggregate, until_seq: int | None = None)
     index, all of the namespace's, as `related_filters` says."""
     if until_seq is not None and until_seq <= 0:
         return []
-    if agg.kind not in (Kind.VM, Kind.VMI) or not isinstance(store, JetStreamStore):
+    index = store.index()
+    if agg.kind not in (Kind.VM, Kind.VMI) or index is None:
         return await read(store, related_filters(agg), until_seq)
-    index = Index(store)
     upto = await index.upto()
     if upto == 0:
         return await read(store, related_filters(agg), until_seq)
