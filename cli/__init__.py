@@ -7,4 +7,4 @@ import sys
 if sys.argv and (sys.argv[0] == "-m" or sys.argv[0].endswith("/virtstream")):
     from services.runtime import lean
 
-    lean.skip_unused(keep=("rich",))
+    lean.skip_unused(keep=("rich", "pydantic"))  # typer converts parameters with pydantic
