@@ -324,7 +324,8 @@ def ready_url(up: Up, name: str) -> str:
     if name == "api":
         return f"{up.api}/readyz"
     argv = services(up)[name]["argv"]
-    return f"http://127.0.0.1:{argv[argv.index('--metrics-port') + 1]}/readyz"
+    scheme = "https" if "--metrics-tls-cert" in argv else "http"  # up serves it with TLS
+    return f"{scheme}://127.0.0.1:{argv[argv.index('--metrics-port') + 1]}/readyz"
 
 
 async def restart_to_ready(
@@ -334,7 +335,8 @@ async def restart_to_ready(
     (None: not ready within `timeout`)."""
     url = ready_url(up, name)
     old = services(up)[name]["pid"]
-    opts = credentials.httpx_options(up.api) if name == "api" else {}
+    # the api's CA signed every service's certificate
+    opts = credentials.httpx_options(up.api) if url.startswith("https") else {}
     os.kill(old, signal.SIGKILL)
     killed = time.monotonic()
     spawned = 0.0
