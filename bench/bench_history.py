@@ -710,11 +710,58 @@ FILL_KEYS = (
 )  # fmt: skip
 
 
+async def restarts(up: Up, result: dict[str, float], prefix: str = "") -> None:
+    """kill -9 of each service in turn, to ready again."""
+    for name, key in RESTARTED:
+        await asyncio.sleep(2)
+        took = await restart_to_ready(up, name)
+        if took is None:  # recorded as the timeout, marked as not reached
+            result[f"{prefix}restart_{key}_s"] = RESTART_TIMEOUT
+            result[f"{prefix}restart_{key}_timeout"] = 1
+            print(f"{prefix}restart {name}: not ready {RESTART_TIMEOUT:.0f}s after kill -9")
+            continue
+        since_kill, since_start = took
+        result[f"{prefix}restart_{key}_s"] = since_start
+        result[f"{prefix}restart_{key}_from_kill_s"] = since_kill
+        print(
+            f"{prefix}restart {name}: ready {since_start:.2f}s after its start "
+            f"({since_kill:.2f}s after kill -9)",
+            flush=True,
+        )
+
+
+async def floors(root: Path, nodes: int) -> dict[str, float]:
+    """The same restarts on a fresh cluster (its log a few events long), measured in the
+    same run: what a restart costs on this machine at this load, whatever the log."""
+    data_dir = root / "floor" / "d"
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    out: dict[str, float] = {}
+    up = start_up(data_dir, nodes, "64Gi", 64)
+    try:
+        await wait_ready(up, nodes)
+        await restarts(up, out, "floor_")
+        with contextlib.suppress(SystemExit):
+            await wait_ready(up, nodes, timeout=120)
+    finally:
+        up.stop()
+    started = time.monotonic()
+    up = start_again(up)
+    try:
+        out["floor_cluster_restart_vm_running_s"] = await new_vm_running(up, "floor", started)
+    except SystemExit as e:
+        print(f"floor whole-cluster restart: {e}")
+    finally:
+        up.stop()
+    shutil.rmtree(data_dir.parent, ignore_errors=True)
+    return out
+
+
 async def measure(
     up: Up, root: Path, result: dict[str, float], early: str, late: str, nodes: int, keep: bool
 ) -> dict[str, float]:
     last = int(result["events"])
     data_dir = up.data_dir
+    result.update(await floors(root, nodes))
     up = start_again(up)
     try:
         t = time.monotonic()
@@ -726,22 +773,7 @@ async def measure(
             f"and the hot log's floor {result['settle_s']:.0f}s later",
             flush=True,
         )
-        for name, key in RESTARTED:
-            await asyncio.sleep(2)
-            took = await restart_to_ready(up, name)
-            if took is None:  # recorded as the timeout, marked as not reached
-                result[f"restart_{key}_s"] = RESTART_TIMEOUT
-                result[f"restart_{key}_timeout"] = 1
-                print(f"restart {name}: not ready {RESTART_TIMEOUT:.0f}s after kill -9")
-                continue
-            since_kill, since_start = took
-            result[f"restart_{key}_s"] = since_start
-            result[f"restart_{key}_from_kill_s"] = since_kill
-            print(
-                f"restart {name}: ready {since_start:.2f}s after its start "
-                f"({since_kill:.2f}s after kill -9)",
-                flush=True,
-            )
+        await restarts(up, result)
         with contextlib.suppress(SystemExit):  # a service that never came back: go on
             await wait_ready(up, nodes, timeout=120)
         result.update(await debug_figures(up, early, late))
@@ -792,6 +824,10 @@ FIGURES = [
     ("restart_controller_s", "controller restart → ready", "s"),
     ("restart_handler_s", "handler restart → ready", "s"),
     ("cluster_restart_vm_running_s", "whole cluster restart → new VM Running", "s"),
+    ("floor_restart_api_s", "floor: api restart → ready, fresh cluster", "s"),
+    ("floor_restart_controller_s", "floor: controller restart → ready, fresh cluster", "s"),
+    ("floor_restart_handler_s", "floor: handler restart → ready, fresh cluster", "s"),
+    ("floor_cluster_restart_vm_running_s", "floor: whole cluster restart, fresh cluster", "s"),
     ("why_s", "why (early VM)", "s"),
     ("replay_s", "replay (early VM)", "s"),
     ("get_at_early_s", "get --at (early VM, early point)", "s"),
