@@ -336,7 +336,7 @@ async def restart_to_ready(
     url = ready_url(up, name)
     old = services(up)[name]["pid"]
     # the api's CA signed every service's certificate
-    opts = credentials.httpx_options(up.api) if url.startswith("https") else {}
+    opts = credentials.httpx_options(up.api) if name == "api" or url.startswith("https") else {}
     os.kill(old, signal.SIGKILL)
     killed = time.monotonic()
     spawned = 0.0
