@@ -183,11 +183,19 @@ class Index:
 
 
 async def last_indexed(store: JetStreamStore) -> int:
-    """The event sequence of the index's last entry (0: none, or no index): one get of the
-    last message on any of its subjects."""
+    """The event sequence of the index's last entry (0: none, or no index). Two requests:
+    a get of the last message on `vidx.>` walks every subject the index holds."""
+    js = store.js
+    name = stream_name(store.stream)
     try:
-        msg = await store.js.get_last_msg(stream_name(store.stream), f"{PREFIX}.>")
-    except (NotFoundError, APIError):
+        info = await js.stream_info(name)
+    except NotFoundError:
+        return 0
+    if not info.state.last_seq:
+        return 0
+    try:
+        msg = await js.get_msg(name, info.state.last_seq)
+    except NotFoundError:
         return 0
     seq = (msg.headers or {}).get(SEQ_HEADER, "")
     return int(seq) if seq.isdigit() else 0
