@@ -40,6 +40,7 @@ from events.codec import decode, encode, event_type
 from events.envelope import Appended, Stored
 from events.meta import Aggregate
 from eventstore import archive, checkpoints, nats_headers
+from eventstore.index import Index
 from eventstore.kv import JsBucket, find_bucket, make_bucket
 from eventstore.nats_errors import translated
 from eventstore.port import ConcurrencyConflict, Delivery, LogIndex, Undecodable
@@ -160,8 +161,6 @@ class JetStreamStore:
     def index(self) -> LogIndex:
         """The index stream beside the event stream (`eventstore/index.py`; kept by the
         api's `Indexer`, empty until it runs)."""
-        from eventstore.index import Index  # it builds on this adapter
-
         return Index(self)
 
     @property
