@@ -32,6 +32,10 @@ Per size, on a fresh data dir under /tmp:
    `virtstream verify` is also run once on the filled log, so the copies are known to fold
    exactly as the api folds them.
 
+Before 3., the same restarts on a fresh cluster (`floor_*`): the floor each figure reads
+against on a shared machine. `--keep` leaves the dir (the year described in `year.json`);
+`--reuse DIR` runs 3. again on a kept year without filling it.
+
 Results are merged into `--results` (JSON, one entry per size: the newest run of a size
 replaces the older) and drawn into `--plot` (PNG): each figure against the event count.
 """
