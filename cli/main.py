@@ -286,8 +286,11 @@ def _apply_documents(
 @app.command()
 def create(
     what: str | None = typer.Argument(
-        None, metavar="[vm]", help="`vm`: write a VirtualMachine manifest from flags"
+        None,
+        metavar="[vm|namespace]",
+        help="`vm`: write a VirtualMachine manifest from flags; `namespace NAME`: create one",
     ),
+    object_name: str | None = typer.Argument(None, metavar="[NAME]", help="namespace: its name"),
     filename: list[str] = typer.Option(
         [], "--filename", "-f", metavar="PATH", help="File, directory or -"
     ),
@@ -307,7 +310,13 @@ def create(
     apply_it: bool = typer.Option(False, "--apply", help="vm: create it instead of printing"),
 ) -> None:
     """Create the objects in the manifests (existing ones are errors); `create vm` writes a
-    VirtualMachine manifest as `virtctl create vm` does (or creates it with --apply)."""
+    VirtualMachine manifest as `virtctl create vm` does (or creates it with --apply);
+    `create namespace NAME` (`ns`) creates a namespace, as kubectl's does."""
+    if what in ("namespace", "ns"):
+        _create_namespace(object_name)
+        return
+    if object_name is not None:
+        raise error(f"unexpected argument {object_name!r}: only `create namespace` takes a NAME")
     if what is not None:
         _create_vm(what, name, instancetype, preference, containerdisk, run_strategy, apply_it)
         return
@@ -331,6 +340,15 @@ def create(
             _out(f"{_ref(doc)} created")
         if failed:
             raise typer.Exit(1)
+
+
+def _create_namespace(name: str | None) -> None:
+    if not name:
+        raise error("create namespace needs a NAME, e.g. create namespace dev")
+    doc: JSON = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    with client() as c:
+        c.create(doc, None, raw=True)
+    _out(f"namespace/{name} created")
 
 
 def _ref(doc: JSON) -> str:

@@ -16,7 +16,16 @@ from typing import Any, assert_never
 
 import msgspec
 
-from core import bodies, delete_options, dryrun, field_manager, intents, ownership, patch
+from core import (
+    bodies,
+    delete_options,
+    dryrun,
+    field_manager,
+    intents,
+    namespace_lifecycle,
+    ownership,
+    patch,
+)
 from core.context import Outcome, RequestContext
 from core.delete_options import DeleteOptions
 from core.errors import (
@@ -288,6 +297,7 @@ def decide(
         case Delete(args=args, options=options):
             delete = spec.delete
             assert delete is not None  # decode refused a kind without one
+            namespace_lifecycle.admit_delete(spec.resource, name)
             delete_options.check(cluster, spec, ns, name, options)
             marked = ownership.marking(cluster, spec, ns, name, options.propagation, ctx)
             return marked if marked is not None else delete(cluster, ns, name, args, ctx)

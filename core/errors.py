@@ -47,6 +47,17 @@ def already_exists(res: Resource, name: str) -> ApiError:
     return _status(409, "AlreadyExists", f'{res} "{name}" already exists', res, name)
 
 
+def forbidden(
+    res: Resource, name: str, why: str, causes: list[StatusCause] | None = None
+) -> ApiError:
+    """`errors.NewForbidden`: `<resource> "<name>" is forbidden: <why>` (no name: none)."""
+    message = f'{res} "{name}" is forbidden: {why}' if name else f"{res} is forbidden: {why}"
+    err = _status(403, "Forbidden", message, res, name)
+    if causes and err.status.details is not None:
+        err.status.details.causes = causes
+    return err
+
+
 def conflict(res: Resource, name: str, why: str) -> ApiError:
     return _status(
         409, "Conflict", f'Operation cannot be fulfilled on {res} "{name}": {why}', res, name

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from core import admission, field_manager, names
+from core import admission, field_manager, names, namespace_lifecycle
 from core.context import Append, Outcome, RequestContext
 from core.errors import (
     ApiError,
@@ -159,6 +159,13 @@ def create(
     res = spec.resource
     namespace = namespace if spec.namespaced else ""
     name, namespace = _name_and_namespace(raw, namespace, ctx)
+    if spec.namespaced and not names.validate_namespace(namespace):
+        # NamespaceLifecycle, naming the object as admission does (the body's name, or its
+        # generateName: none is generated yet); a namespace that is no DNS label could
+        # never exist, and the 422 below says why
+        given = _metadata(raw)
+        named = given.get("name") or given.get("generateName") or "Unknown"
+        namespace_lifecycle.admit_create(cluster, res, namespace, named)
     _check_identity(spec, namespace, name, ctx)
     typed = _load(raw, spec.object_type, res)
     typed.metadata.name = name

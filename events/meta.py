@@ -22,7 +22,8 @@ class Kind(StrEnum):
 class ResourceKind(StrEnum):
     """Generic kinds (the Resource* events, one view shape, kinds/ tells them apart) that
     the code below kinds/ names: instance types, preferences, replica sets, pools,
-    snapshots, restores. Any other generic kind is the token its registry entry declares."""
+    snapshots, restores, namespaces. Any other generic kind is the token its registry
+    entry declares."""
 
     INSTANCETYPE = "instancetype"
     CLUSTER_INSTANCETYPE = "clusterinstancetype"
@@ -33,6 +34,7 @@ class ResourceKind(StrEnum):
     SNAPSHOT = "vmsnapshot"
     SNAPSHOT_CONTENT = "vmsnapshotcontent"
     RESTORE = "vmrestore"
+    NAMESPACE = "namespace"
 
 
 # An aggregate kind as its subject token: a Kind, or a generic kind's (a ResourceKind, or

@@ -667,6 +667,13 @@ class Node(KubeObject):
     status: NodeStatus | None = None
 
 
+class Namespace(SpecObject):
+    """A core/v1 Namespace: `spec.finalizers` and `status.phase` are the server's."""
+
+    api_version: str = _always("v1")
+    kind: str = _always("Namespace")
+
+
 # ---------------------------------------------------------------- Status (errors)
 
 

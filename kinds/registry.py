@@ -19,7 +19,18 @@ from typing import Any
 from events.manifest import ManifestError, api_group, load
 from events.meta import CLUSTER_SCOPE, CLUSTER_SCOPED, Aggregate, KindToken, own_kind
 from events.objects import Status
-from kinds import event, instancetype, migration, node, policy, replicas, snapshot, vm, vmi
+from kinds import (
+    event,
+    instancetype,
+    migration,
+    namespace,
+    node,
+    policy,
+    replicas,
+    snapshot,
+    vm,
+    vmi,
+)
 from kinds.spec import KindSpec, Scope
 from projections import kube_events
 from projections.cluster import Cluster
@@ -205,6 +216,7 @@ REGISTRY = Registry(
         *instancetype.SPECS,
         *replicas.SPECS,
         *snapshot.SPECS,
+        namespace.SPEC,
         *event.SPECS,
     )
 )

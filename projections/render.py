@@ -12,7 +12,7 @@ from typing import Any, assert_never
 
 from events.catalog import ERR_IMAGE_PULL, SYNC_FAILED_CONDITION, InterfaceStatus
 from events.meta import Kind, KindToken, own_kind
-from projections import volumes
+from projections import namespaces, volumes
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
 from projections.migratability import live_migratable
@@ -400,6 +400,15 @@ def render_resource(res: ResourceView) -> JSON:
     return obj
 
 
+def render_namespace(view: ResourceView) -> JSON:
+    """As the API server serves a namespace: the namespace controller's finalizer, the
+    phase."""
+    obj = render_resource(view)
+    obj["spec"] = {"finalizers": [namespaces.FINALIZER]}
+    obj["status"] = {"phase": namespaces.phase(view)}
+    return obj
+
+
 def render_view(cluster: Cluster, kind: KindToken, view: Any, now: float) -> JSON:
     """Any view as the api serves it; `now` for the clock-dependent fields."""
     match own_kind(kind):
@@ -413,6 +422,8 @@ def render_view(cluster: Cluster, kind: KindToken, view: Any, now: float) -> JSO
             return render_node(cluster, view, now)
         case Kind.POLICY:
             return render_policy(view)
+        case None if kind == namespaces.KIND:
+            return render_namespace(view)
         case None:
             return render_resource(view)
         case never:

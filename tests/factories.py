@@ -6,7 +6,11 @@ import time
 import uuid
 from typing import Any
 
-from events.meta import Actor, Aggregate, Kind, KindToken, Meta
+from events.catalog import ResourceCreated
+from events.envelope import Stored
+from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, KindToken, Meta, ResourceKind
+from projections import namespaces
+from projections.cluster import Cluster
 
 
 def meta(
@@ -68,3 +72,22 @@ def vmi_manifest(name: str, **kw: Any) -> dict[str, Any]:
         },
         "spec": m["spec"]["template"]["spec"],
     }
+
+
+def with_namespaces(*names: str, cluster: Cluster | None = None) -> Cluster:
+    """`cluster` (a new one by default) holding the system namespaces the api creates at
+    its start (`default`, `kubevirt`, ...) and `names`: a create is admitted only into a
+    namespace that exists. Folded at sequence 0, so a test's own sequences stay as
+    written."""
+    c = Cluster() if cluster is None else cluster
+    for name in (*namespaces.SYSTEM, *names):
+        manifest = {
+            "apiVersion": "v1",
+            "kind": "Namespace",
+            "metadata": {"name": name, "uid": f"ns-uid-{name}"},
+        }
+        event = ResourceCreated(
+            meta=meta(ResourceKind.NAMESPACE, name, CLUSTER_SCOPE, at=0.0), manifest=manifest
+        )
+        c.apply(Stored(seq=0, subject="", time=0.0, event=event))
+    return c

@@ -78,6 +78,8 @@ async def serve(
     api = ApiService(
         runner, None if read_only else store, socket_name_max=socket_name_max, keys=keys
     )
+    if not read_only:
+        await api.bootstrap()
     app = create_app(api, guard, console_tls=console_tls.client_context() if console_tls else None)
     app.state[prometheus_proxy.STATE_KEY] = prometheus_url  # the web console's charts
     # the same intents over NATS request-reply (writers only: a replica in the queue

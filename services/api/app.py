@@ -29,7 +29,6 @@ from core import bodies, commands, field_validation
 from core.commands import Verb
 from core.errors import (
     ApiError,
-    Resource,
     bad_request,
     method_not_allowed,
     not_found,
@@ -157,13 +156,22 @@ def _command_request(
     action: str,
     body: bytes,
 ) -> commands.Request:
+    content_type = request.headers.get("content-type", "")
+    builtin = (spec.group, spec.kind) == ("", "Namespace")
+    if builtin and bodies.media_type(content_type) == protowire.PROTOBUF:
+        # a built-in kind kubectl writes in protobuf (`kubectl create namespace`)
+        try:
+            body = msgspec.json.encode(protowire.namespace(body))
+        except (protowire.ProtoError, UnicodeDecodeError):
+            raise bad_request("the body of the request was in an unknown format") from None
+        content_type = "application/json"
     return commands.Request(
         verb=verb,
         spec=spec,
         namespace=ns,
         name=name,
         body=body,
-        content_type=request.headers.get("content-type", ""),
+        content_type=content_type,
         params=commands.params(request.query_params),
         agent=request.headers.get("user-agent", ""),
         action=action,
@@ -704,33 +712,7 @@ def discovery_routes(kinds: Registry) -> list[HTTPRouteHandler]:
     return out
 
 
-def _namespaces(request: Request[Any, Any, Any]) -> list[JSON]:
-    api = _api(request)
-    return [discovery.namespace(n) for n in discovery.namespaces(api.kinds, api.cluster)]
-
-
-@get("/api/v1/namespaces", include_in_schema=False)
-async def namespaces(request: Request[Any, Any, Any]) -> Response[bytes]:
-    items = _namespaces(request)
-    rv = str(_api(request).runner.last_seq)
-    if table.wants_table(request.headers.get("accept", "")):
-        return _respond(table.table(table.NAMESPACE_COLUMNS, items, rv, time.time()))
-    meta = {"resourceVersion": rv}
-    return _respond({"apiVersion": "v1", "kind": "NamespaceList", "metadata": meta, "items": items})
-
-
-@get("/api/v1/namespaces/{name:str}", include_in_schema=False)
-async def namespace(request: Request[Any, Any, Any]) -> Response[bytes]:
-    name = request.path_params["name"]
-    found = [n for n in _namespaces(request) if n["metadata"]["name"] == name]
-    if not found:
-        raise not_found(Resource("namespaces", "", "Namespace"), name)
-    if table.wants_table(request.headers.get("accept", "")):
-        return _respond(table.table(table.NAMESPACE_COLUMNS, found, now=time.time()))
-    return _respond(found[0])
-
-
-DISCOVERY = [version, core_versions, groups, namespaces, namespace]
+DISCOVERY = [version, core_versions, groups]
 
 
 # ------------------------------------------------------------ middleware

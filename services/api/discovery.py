@@ -13,7 +13,6 @@ from typing import Any
 
 from kinds.registry import Registry
 from kinds.spec import KindSpec
-from projections.cluster import Cluster
 
 JSON = dict[str, Any]
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -30,16 +29,6 @@ VERSION: JSON = {
     "platform": "linux/amd64",
 }
 _VERBS = {"PUT": "update", "POST": "create", "GET": "get", "DELETE": "delete", "PATCH": "patch"}
-# Namespaces are served from the names the cluster's objects use (nothing stores them).
-NAMESPACES: JSON = {
-    "name": "namespaces",
-    "singularName": "namespace",
-    "namespaced": False,
-    "kind": "Namespace",
-    "verbs": ["get", "list"],
-    "shortNames": ["ns"],
-}
-
 # SelfSubjectAccessReview, so `kubectl auth can-i` has its resource (services/api/guard.py)
 AUTHORIZATION_GROUP = "authorization.k8s.io"
 SSAR: JSON = {
@@ -98,7 +87,7 @@ def _sub_verbs(method: str) -> list[str]:
 
 def group_versions(kinds: Registry) -> dict[str, dict[str, list[JSON]]]:
     """group → version → resources (legacy form), in registry order; the core group is ""."""
-    out: dict[str, dict[str, list[JSON]]] = {"": {"v1": [dict(NAMESPACES)]}}
+    out: dict[str, dict[str, list[JSON]]] = {"": {"v1": []}}  # the core group first
     for spec in kinds:
         out.setdefault(spec.group, {}).setdefault(spec.version, []).append(_resource(spec))
     for spec in kinds:
@@ -135,25 +124,6 @@ def _sub_names(spec: KindSpec) -> list[tuple[str, list[str], tuple[str, str, str
 
 def _gv(group: str, version: str) -> JSON:
     return {"groupVersion": f"{group}/{version}", "version": version}
-
-
-def namespaces(kinds: Registry, cluster: Cluster) -> list[str]:
-    """The namespaces the cluster's objects live in, with `default` always there."""
-    seen = {"default"}
-    for spec in kinds:
-        if spec.namespaced:
-            seen.update(k.split("/", 1)[0] for k in spec.table(cluster))
-    return sorted(seen)
-
-
-def namespace(name: str) -> JSON:
-    return {
-        "apiVersion": "v1",
-        "kind": "Namespace",
-        "metadata": {"name": name},
-        "spec": {"finalizers": ["kubernetes"]},
-        "status": {"phase": "Active"},
-    }
 
 
 def api_versions() -> JSON:
@@ -218,16 +188,6 @@ def _discovery(spec: KindSpec, subresources: list[JSON]) -> JSON:
 
 def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
     groups: dict[str, dict[str, list[JSON]]] = {}
-    if core:
-        ns = {
-            "resource": "namespaces",
-            "responseKind": {"group": "", "version": "v1", "kind": "Namespace"},
-            "scope": "Cluster",
-            "singularResource": "namespace",
-            "verbs": ["get", "list"],
-            "shortNames": ["ns"],
-        }
-        groups[""] = {"v1": [ns]}
     for spec in kinds:
         if (spec.group == "") != core:
             continue

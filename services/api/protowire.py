@@ -1,6 +1,6 @@
-"""The protobuf bodies the api reads: kubectl sends `SelfSubjectAccessReview` and
-`SelfSubjectRulesReview` (built-in Kubernetes types) as `application/vnd.kubernetes.protobuf`,
-with no JSON fallback.
+"""The protobuf bodies the api reads: kubectl sends `SelfSubjectAccessReview`,
+`SelfSubjectRulesReview` and a `Namespace` (`kubectl create namespace`) (built-in
+Kubernetes types) as `application/vnd.kubernetes.protobuf`, with no JSON fallback.
 Kubernetes' generated protobuf types are not packaged for Python, so this reads the wire
 format (varints and length-delimited fields, all this message uses) into the same JSON
 shape the JSON body has."""
@@ -33,9 +33,9 @@ def _varint(data: bytes, i: int) -> tuple[int, int]:
         shift += 7
 
 
-def fields(data: bytes) -> dict[int, bytes]:
-    """Field number → bytes of its last length-delimited value (others are skipped)."""
-    out: dict[int, bytes] = {}
+def repeated(data: bytes) -> dict[int, list[bytes]]:
+    """Field number → every length-delimited value (a repeated field, a map's entries)."""
+    out: dict[int, list[bytes]] = {}
     i = 0
     while i < len(data):
         key, i = _varint(data, i)
@@ -46,13 +46,18 @@ def fields(data: bytes) -> dict[int, bytes]:
             size, i = _varint(data, i)
             if i + size > len(data):
                 raise ProtoError("truncated field")
-            out[number] = data[i : i + size]
+            out.setdefault(number, []).append(data[i : i + size])
             i += size
         elif wire in (1, 5):
             i += 8 if wire == 1 else 4
         else:
             raise ProtoError(f"unsupported wire type {wire}")
     return out
+
+
+def fields(data: bytes) -> dict[int, bytes]:
+    """Field number → bytes of its last length-delimited value (others are skipped)."""
+    return {number: values[-1] for number, values in repeated(data).items()}
 
 
 def _strings(data: bytes, names: tuple[str, ...]) -> dict[str, str]:
@@ -81,6 +86,45 @@ def rules_review_namespace(body: bytes) -> str:
     raw = fields(body[len(MAGIC) :]).get(2, b"")
     spec = fields(fields(raw).get(2, b""))
     return spec.get(1, b"").decode()
+
+
+PROTOBUF = "application/vnd.kubernetes.protobuf"
+# ObjectMeta's string fields a client sets, by field number (generated.proto)
+META_STRINGS = {1: "name", 2: "generateName", 3: "namespace", 5: "uid", 6: "resourceVersion"}
+META_LABELS, META_ANNOTATIONS, META_FINALIZERS = 11, 12, 14
+
+
+def _map(entries: list[bytes]) -> dict[str, str]:
+    out = {}
+    for entry in entries:
+        f = fields(entry)
+        out[f.get(1, b"").decode()] = f.get(2, b"").decode()
+    return out
+
+
+def object_meta(data: bytes) -> dict[str, Any]:
+    """An ObjectMeta's fields a client writes (names, labels, annotations, finalizers)."""
+    f = repeated(data)
+    out: dict[str, Any] = {
+        name: f[n][-1].decode() for n, name in META_STRINGS.items() if f.get(n) and f[n][-1]
+    }
+    if f.get(META_LABELS):
+        out["labels"] = _map(f[META_LABELS])
+    if f.get(META_ANNOTATIONS):
+        out["annotations"] = _map(f[META_ANNOTATIONS])
+    if f.get(META_FINALIZERS):
+        out["finalizers"] = [v.decode() for v in f[META_FINALIZERS]]
+    return out
+
+
+def namespace(body: bytes) -> dict[str, Any]:
+    """A protobuf core/v1 Namespace as its JSON document: its metadata (its spec and
+    status are the server's)."""
+    if not body.startswith(MAGIC):
+        raise ProtoError("not a Kubernetes protobuf message")
+    raw = fields(body[len(MAGIC) :]).get(2, b"")
+    meta = fields(raw).get(1, b"")
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": object_meta(meta)}
 
 
 # --------------------------------------------------------------- writing

@@ -16,9 +16,11 @@ this module:
 - `kubevirt.io:admin`: edit plus deletecollection;
 - `kubevirt.io:migrate`: migrations (every verb) and the `migrate` subresources;
 - `cluster-admin`: everything (Kubernetes' own).
-Kinds of the core group (nodes) are Kubernetes' and belong to no KubeVirt role; Events
-(core and events.k8s.io) are read by `view` and the roles above it, as Kubernetes' `view`
-role, into which KubeVirt's aggregate, grants."""
+Kinds of the core group (nodes, namespaces) are Kubernetes' and belong to no KubeVirt
+role; Events (core and events.k8s.io) and namespaces are read by `view` and the roles
+above it, as Kubernetes' `view` role, into which KubeVirt's aggregate, grants (bound in a
+namespace, it reads that namespace alone). Creating or deleting a namespace is
+`cluster-admin`'s, as in Kubernetes, where `admin` and `edit` cannot either."""
 
 from __future__ import annotations
 
@@ -27,7 +29,7 @@ from urllib.parse import parse_qs
 
 import msgspec
 
-from events.meta import Kind
+from events.meta import Kind, ResourceKind
 from kinds.registry import Registry
 from kinds.spec import KindSpec
 from projections import kube_events
@@ -169,6 +171,15 @@ def _events(kinds: Registry) -> list[Rule]:
     ]
 
 
+def _namespaces(kinds: Registry) -> list[Rule]:
+    """Reading namespaces: Kubernetes' `view` role grants it."""
+    return [
+        Rule(READ, (spec.group,), (spec.plural,))
+        for spec in kinds
+        if spec.event_kind == ResourceKind.NAMESPACE
+    ]
+
+
 def _is_migration(spec: KindSpec) -> bool:
     return spec.event_kind == Kind.MIGRATION
 
@@ -222,6 +233,7 @@ def cluster_roles(kinds: Registry) -> dict[str, tuple[Rule, ...]]:
         )
     view.append(Rule(("get",), non_resource_urls=PROMETHEUS_PATHS))
     view.extend(_events(kinds))
+    view.extend(_namespaces(kinds))
     edit = view + edit
     admin = [
         *edit,

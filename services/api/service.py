@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import secrets
 import time
 from collections.abc import Callable
@@ -27,7 +28,9 @@ from events.codec import event_type
 from events.envelope import Appended
 from eventstore.keyed import KeyedRecords, MemoryKeyedRecords
 from eventstore.port import ConcurrencyConflict, EventLog, EventLogError, Unavailable
+from kinds import namespace
 from kinds.registry import REGISTRY, Registry
+from projections import namespaces
 from projections.cluster import Cluster
 from readside.runner import ProjectionRunner
 from services.api.ids import new_id
@@ -98,6 +101,16 @@ class ApiService:
             return await self.runner.wait_for(last, READY_SECONDS)
         except Exception:  # any failure to answer is "not ready"
             return False
+
+    async def bootstrap(self) -> None:
+        """The system namespaces, created when missing (as the API server's system
+        namespaces controller does at its start): a create into `default` works on a
+        new cluster; and the namespaces objects live in, for a log written before
+        namespaces were objects. Every writer may run it; a replica that lost the race
+        finds the namespace there and appends nothing."""
+        for name in sorted({*namespaces.SYSTEM, *namespaces.in_use(self.cluster)}):
+            ensure = functools.partial(namespace.ensure, name)
+            await self.execute(ensure, f"bootstrap-namespace-{name}")
 
     # ------------------------------------------------------------------ writes
     def _context(self, correlation_id: str, idem: Idempotency | None) -> RequestContext:

@@ -205,12 +205,6 @@ def _cell(column: TableColumn, obj: JSON, now: float | None = None) -> Any:
     return value
 
 
-NAMESPACE_COLUMNS = (
-    PrinterColumn("Status", "string", ".status.phase"),
-    PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
-)
-
-
 def columns(spec: KindSpec) -> tuple[TableColumn, ...]:
     if not spec.group and spec.kind == "Node":
         return NODE_COLUMNS

@@ -10,6 +10,8 @@ finalizers, honoured by the controller as the API server's garbage collector doe
   removed; `orphan`: its dependents lose their reference to it, then the finalizer goes;
   any other finalizer is its owner's to remove. With none left, its kind's deletion
   follows (a VM's is already under way: its fold lets it go).
+- A terminating namespace (deleted: `metadata.deletionTimestamp`) first has everything
+  in it deleted, as Kubernetes' namespace controller does; once nothing is left, it goes.
 
 Each deletion is its kind's (a VMI's guest stopped first, a VM's VMI torn down); every
 decision is keyed by the uids it answers, so deciding it again appends nothing new."""
@@ -30,6 +32,7 @@ from events.catalog import (
 )
 from events.envelope import Context
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind, KindToken
+from projections import namespaces
 from projections.cluster import Cluster
 from projections.views import ManifestView, MigrationView, PolicyView, VMIView, VMView
 from services.controller import emit, run_strategy
@@ -141,7 +144,33 @@ def _orphan(kind: KindToken, dependent: Any, owner: str, ctx: Context) -> Event:
     return MetadataChanged(meta=emit.meta(ctx, agg, key), metadata=metadata)
 
 
+def _emptied(cluster: Cluster, namespace: str, ctx: Context) -> list[Event] | None:
+    """A terminating namespace's contents deleted as the namespace controller deletes
+    them, each as a user's delete would (an object with finalizers marked, to wait for
+    them; an owned one left to its owner's deletion); None once nothing is left."""
+    inside = list(namespaces.contents(cluster, namespace))
+    if not inside:
+        return None
+    uids = {v.uid for _, v in inside}
+    out: list[Event] = []
+    for kind, view in inside:
+        if view.marked or any(u in uids for u in view.owners):
+            continue
+        if view.finalizers:
+            agg = _aggregate(kind, view)
+            key = f"gc-namespace/{view.uid}"
+            meta = emit.meta(ctx, agg, key)
+            out.append(MetadataChanged(meta=meta, metadata=_metadata(view), deletion=True))
+        else:
+            out += _delete(kind, view, ctx)
+    return out
+
+
 def _finalize(cluster: Cluster, kind: KindToken, view: Any, ctx: Context) -> list[Event]:
+    if kind == namespaces.KIND:
+        emptied = _emptied(cluster, view.name, ctx)
+        if emptied is not None:
+            return emptied
     fins = view.finalizers
     if ORPHAN in fins:
         deps = list(cluster.dependents(view.uid))

@@ -49,7 +49,9 @@ def vm(name: str, **spec: Any) -> dict[str, Any]:
 async def intents(store: JetStreamStore, nc: NATS) -> AsyncIterator[IntentService]:
     runner = ProjectionRunner(store)
     await runner.start()
-    svc = await serve_intents(nc, ApiService(runner, store))
+    service = ApiService(runner, store)
+    await service.bootstrap()  # the system namespaces, as the api creates them at its start
+    svc = await serve_intents(nc, service)
     yield svc
     await svc.stop()
     await runner.stop()
@@ -126,6 +128,13 @@ async def test_refusals_match_http_and_append_nothing(
             {},
         ),
         (subject("default", "virtualmachines", "x", "create"), [1], VMS, [1]),
+        # a namespace that was never created: the API server's NamespaceLifecycle
+        (
+            subject("nowhere", "virtualmachines", "vm1", "create"),
+            vm("vm1"),
+            "/apis/kubevirt.io/v1/namespaces/nowhere/virtualmachines",
+            vm("vm1"),
+        ),
     ]
     for subj, body, path, http_body in cases:
         over_nats = await ask(nc, subj, body)
@@ -142,6 +151,9 @@ async def test_refusals_match_http_and_append_nothing(
     assert code(await ask(nc, "virt-api.v1.default.widgets.w.get")) == 404
     assert code(await ask(nc, "virt-api.v1.default.virtualmachines.w.pause")) == 404
     assert await store.stream_last_seq() == before
+    missing = await ask(nc, subject("nowhere", "virtualmachines", "vm1", "create"), vm("vm1"))
+    status = json.loads(missing.data)
+    assert (status["reason"], status["message"]) == ("NotFound", 'namespaces "nowhere" not found')
 
 
 async def test_a_keyed_retry_appends_once(

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
 import uvicorn
 
 from eventstore.jetstream import JetStreamStore
@@ -33,6 +34,9 @@ class RunningApi:
     token: str = ""  # a cluster-admin's (system:masters) bearer token
     authenticator: Authenticator | None = None
     pki: Pki | None = None
+    # the stream's last sequence once the api created the system namespaces: a test's own
+    # events come after it
+    base_seq: int = 0
 
     @property
     def verify(self) -> ssl.SSLContext | bool:
@@ -54,6 +58,17 @@ def admin_auth(token: str, extra: dict[str, Any] | None = None) -> AuthConfig:
     return AuthConfig.parse(doc)
 
 
+async def create_namespace(api: RunningApi, name: str) -> None:
+    """A namespace, created by the cluster admin: objects are created only into one that
+    exists (`default` and the other system namespaces exist from the start)."""
+    body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    async with httpx.AsyncClient(
+        base_url=api.url, headers=api.headers, verify=api.verify, timeout=10
+    ) as http:
+        r = await http.post("/api/v1/namespaces", json=body)
+    assert r.status_code == 201, r.text
+
+
 @contextlib.asynccontextmanager
 async def running_api(
     store: JetStreamStore,
@@ -70,6 +85,9 @@ async def running_api(
     runner = ProjectionRunner(store, kinds=kinds)
     await runner.start()
     service = ApiService(runner, None if read_only else store, kinds)
+    if not read_only:
+        await service.bootstrap()
+    base_seq = await store.stream_last_seq()
     token = secrets.token_hex(16) if auth else ""
     authenticator = Authenticator(config=admin_auth(token, extra)) if auth else None
     guard = Guard.of(authenticator, service.kinds) if authenticator else None
@@ -88,7 +106,7 @@ async def running_api(
     try:
         scheme = "https" if pki else "http"
         url = f"{scheme}://127.0.0.1:{port}"
-        yield RunningApi(url, runner, store, token, authenticator, pki)
+        yield RunningApi(url, runner, store, token, authenticator, pki, base_seq)
     finally:
         server.should_exit = True
         server.force_exit = True

@@ -26,7 +26,7 @@ from ops.pki import Pki
 from services.api.guard import Guard
 from services.api.nats_endpoints import answer
 from services.api.service import ApiService
-from tests.integration.test_api_support import RunningApi, running_api
+from tests.integration.test_api_support import RunningApi, create_namespace, running_api
 
 KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or "kubectl"
 VMS = "/apis/kubevirt.io/v1/namespaces/{ns}/virtualmachines"
@@ -69,6 +69,7 @@ def vm(name: str) -> dict[str, object]:
 @pytest.fixture
 async def api(store: JetStreamStore, pki: Pki) -> AsyncIterator[RunningApi]:
     async with running_api(store, extra=EXTRA, pki=pki) as running:
+        await create_namespace(running, "dev")
         yield running
 
 
@@ -80,6 +81,8 @@ def client(api: RunningApi, token: str = "") -> httpx.AsyncClient:
 async def test_no_or_wrong_credentials_are_401_but_health_and_version_are_public(
     api: RunningApi,
 ) -> None:
+    assert api.store is not None
+    before = await api.store.stream_last_seq()
     async with client(api) as anonymous, client(api, "not-a-token") as wrong:
         r = await anonymous.get(VMS.format(ns="default"))
         assert r.status_code == 401
@@ -96,7 +99,7 @@ async def test_no_or_wrong_credentials_are_401_but_health_and_version_are_public
             assert (await anonymous.get(path)).status_code == 200
         assert (await wrong.get("/healthz")).status_code == 401
         assert (await wrong.post(VMS.format(ns="default"), json=vm("x"))).status_code == 401
-    assert api.store is not None and await api.store.stream_last_seq() == 0  # nothing appended
+    assert await api.store.stream_last_seq() == before  # nothing appended
 
 
 async def test_a_viewer_reads_but_cannot_start_or_delete(api: RunningApi) -> None:

@@ -80,6 +80,37 @@ async def test_apply_get_and_errors(api: RunningApi, tmp_path: Path) -> None:
     assert code == 1 and "(NotFound)" in err
 
 
+async def test_namespaces(api: RunningApi, tmp_path: Path) -> None:
+    code, out, _ = await cli(api, "get", "ns")
+    assert code == 0
+    rows = [line.split() for line in out.splitlines()]
+    assert rows[0] == ["NAME", "STATUS", "AGE"]
+    names = ["default", "kube-node-lease", "kube-public", "kube-system", "kubevirt"]
+    assert [r[0] for r in rows[1:]] == names and {r[1] for r in rows[1:]} == {"Active"}
+    code, out, _ = await cli(api, "create", "namespace", "dev")
+    assert (code, out.strip()) == (0, "namespace/dev created")
+    code, _, err = await cli(api, "create", "ns", "dev")
+    assert code == 1
+    assert err.strip() == 'Error from server (AlreadyExists): namespaces "dev" already exists'
+    f = tmp_path / "vm.yaml"
+    f.write_text(VM_YAML.format(name="a", strategy="Halted"))
+    code, _, err = await cli(api, "apply", "-n", "nowhere", "-f", str(f))
+    assert code == 1
+    assert err.strip() == 'Error from server (NotFound): namespaces "nowhere" not found'
+    code, out, _ = await cli(api, "apply", "-n", "dev", "-f", str(f))
+    assert code == 0 and "virtualmachine.kubevirt.io/a created" in out
+    code, out, _ = await cli(api, "delete", "ns", "dev")
+    assert (code, out.strip()) == (0, 'namespace "dev" deleted')
+    code, out, _ = await cli(api, "get", "ns", "dev")
+    assert code == 0 and out.splitlines()[1].split()[:2] == ["dev", "Terminating"]
+    code, _, err = await cli(api, "delete", "namespace", "default")
+    assert code == 1
+    assert err.strip() == (
+        'Error from server (Forbidden): namespaces "default" is forbidden: '
+        "this namespace may not be deleted"
+    )
+
+
 async def test_apply_examples_directory(api: RunningApi) -> None:
     docs_dir = examples_dir()
     # no handlers here: the migration does not wait for its VMI to run (--timeout 0)

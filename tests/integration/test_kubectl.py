@@ -126,7 +126,7 @@ def test_version_and_api_resources(cluster: Cluster) -> None:
 
 
 def test_apply_every_example_twice(cluster: Cluster) -> None:
-    cluster.kubectl("create", "namespace", "examples", check=False)
+    cluster.kubectl("create", "namespace", "examples")
     # a migration names its VMI, which must exist first (the webhook's rule)
     names = sorted((p.name for p in EXAMPLES.glob("*.yaml")), key=lambda n: n.startswith("migr"))
     second: dict[str, str] = {}
@@ -241,7 +241,7 @@ def test_server_side_apply_conflict_and_diff(cluster: Cluster, tmp_path: Path) -
 # ------------------------------------------------------- lists, watch, delete
 def test_chunked_lists_deletecollection_and_delete_options(cluster: Cluster) -> None:
     k, http = cluster.kubectl, cluster.http
-    k("create", "namespace", "chunks", check=False)
+    k("create", "namespace", "chunks")
     for i in range(5):
         r = http.post(VMS.format(ns="chunks"), json=_vm(f"c{i}", app="a" if i < 2 else "b"))
         assert r.status_code == 201, r.text

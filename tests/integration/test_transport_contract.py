@@ -23,7 +23,7 @@ from kinds.registry import REGISTRY
 from services.api.guard import Guard
 from services.api.nats_endpoints import CODE_HEADER, IntentService, serve_intents, subject
 from services.api.service import ApiService
-from tests.integration.test_api_support import RunningApi
+from tests.integration.test_api_support import RunningApi, create_namespace
 
 AGENT = "contract-client/1.0"  # names the field manager of every write without fieldManager
 
@@ -285,6 +285,8 @@ async def intents(api: RunningApi, nc: NATS) -> AsyncIterator[IntentService]:
 async def test_every_command_is_the_same_over_http_and_nats(
     api: RunningApi, nc: NATS, intents: IntentService, store: JetStreamStore
 ) -> None:
+    for ns in ("over-http", "over-nats"):
+        await create_namespace(api, ns)
     async with httpx.AsyncClient(
         base_url=api.url, timeout=15, headers={**api.headers, "User-Agent": AGENT}
     ) as http:

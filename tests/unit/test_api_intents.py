@@ -26,7 +26,7 @@ from events.meta import Kind
 from kinds import vm
 from projections.cluster import Cluster
 from readside.watch import Selector, SelectorError, parse_label_selector
-from tests.factories import meta, vm_manifest
+from tests.factories import meta, vm_manifest, with_namespaces
 
 _ids = itertools.count(1)
 
@@ -46,7 +46,7 @@ def fold(cluster: Cluster, *events: Event) -> None:
 
 
 def with_vm(strategy: str, running: bool = False) -> Cluster:
-    c = Cluster()
+    c = with_namespaces()
     fold(
         c,
         VMCreated(meta=meta(Kind.VM, "vm1"), manifest=vm_manifest("vm1", strategy, memory="64Mi")),
@@ -73,7 +73,7 @@ def conflict_message(fn: Any, *args: Any) -> str:
 
 def test_create_defaults_and_meta() -> None:
     out = intents.create(
-        Cluster(), vm.SPEC, "default", vm_manifest("a", "Always", memory="64Mi"), ctx()
+        with_namespaces(), vm.SPEC, "default", vm_manifest("a", "Always", memory="64Mi"), ctx()
     )
     (append,) = out.appends
     assert append.expected == 0 and out.code == 201

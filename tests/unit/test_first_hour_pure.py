@@ -13,9 +13,8 @@ from events.unknown_fields import unknown_fields
 from kinds import vm
 from kinds.columns import binary_quantity
 from kinds.registry import REGISTRY
-from projections.cluster import Cluster
 from projections.replay import RefError
-from tests.factories import vm_manifest
+from tests.factories import vm_manifest, with_namespaces
 from tests.unit.test_api_intents import ctx, fold
 
 
@@ -142,7 +141,7 @@ def test_every_kubevirt_spec_field_is_known() -> None:
 
 
 def test_an_update_that_changes_nothing_appends_nothing() -> None:
-    c = Cluster()
+    c = with_namespaces()
     raw = vm_manifest("vm1", "Halted", memory="64Mi")
     raw["metadata"].pop("uid")  # as a user writes it
     fold(c, intents.create(c, vm.SPEC, "default", raw, ctx()).appends[0].event)
@@ -204,4 +203,5 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "vmsnapshots",
         "vmsnapshotcontents",
         "vmrestores",
+        "ns",
     )

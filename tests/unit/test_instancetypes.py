@@ -25,7 +25,7 @@ from events.meta import CLUSTER_SCOPE, Kind, ResourceKind
 from kinds.registry import REGISTRY
 from projections import instancetype as it
 from projections.cluster import Cluster
-from tests.factories import meta
+from tests.factories import meta, with_namespaces
 from tests.unit.test_controller_world import World
 
 _ids = itertools.count(1)
@@ -78,7 +78,7 @@ def vm_body(domain: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]
 
 
 def cluster_with(*docs: dict[str, Any]) -> Cluster:
-    c = Cluster()
+    c = with_namespaces()
     for d in docs:
         kind = (
             ResourceKind.CLUSTER_INSTANCETYPE
@@ -102,7 +102,7 @@ def causes(exc: pytest.ExceptionInfo[ApiError]) -> list[tuple[str, str, str]]:
 
 def test_a_vm_naming_a_missing_instance_type_is_refused() -> None:
     with pytest.raises(ApiError) as exc:
-        create_vm(Cluster(), vm_body())
+        create_vm(with_namespaces(), vm_body())
     assert exc.value.status.code == 422
     assert causes(exc) == [
         (
@@ -178,6 +178,7 @@ def test_the_bundled_catalogue_has_the_common_series_and_preferences() -> None:
 # ------------------------------------------------------------------ controller
 def _world_with_vm() -> tuple[World, Event]:
     w = World()
+    with_namespaces(cluster=w.state.cluster)
     w.given(w.node_joined("node-1"))
     for d in (small(), fedora()):
         kind = (

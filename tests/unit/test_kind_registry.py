@@ -133,6 +133,7 @@ def test_registry_names_are_the_ones_users_type() -> None:
         "virtualmachineclusterpreferences",
         "virtualmachineinstancereplicasets",
         "virtualmachinepools",
+        "namespaces",
     )
 
 

@@ -19,7 +19,7 @@ from events.catalog import Event, MetadataChanged, VMUpdated
 from events.envelope import Stored
 from kinds.registry import REGISTRY
 from projections.cluster import Cluster
-from tests.factories import vm_manifest, vmi_manifest
+from tests.factories import vm_manifest, vmi_manifest, with_namespaces
 
 _ids = itertools.count(1)
 _seq = itertools.count(1)
@@ -76,7 +76,7 @@ def snapshot(name: str, vm: str) -> dict[str, Any]:
 
 
 def test_a_label_on_a_vmi_is_a_metadata_change_that_leaves_its_spec_alone() -> None:
-    c = Cluster()
+    c = with_namespaces()
     run(c, Verb.CREATE, "vmi", body=vmi_manifest("v1"))
     before = served(c, "vmi", "v1")
     patch = {"metadata": {"labels": {"foo": "bar"}, "annotations": {"note": "x"}}}
@@ -96,7 +96,7 @@ def test_a_label_on_a_vmi_is_a_metadata_change_that_leaves_its_spec_alone() -> N
 
 
 def test_a_changed_vmi_spec_is_refused_with_kubevirts_webhook_words() -> None:
-    c = Cluster()
+    c = with_namespaces()
     run(c, Verb.CREATE, "vmi", body=vmi_manifest("v1"))
     patch = [{"op": "add", "path": "/spec/hostname", "value": "other"}]
     with pytest.raises(ApiError) as exc:
@@ -109,7 +109,7 @@ def test_a_changed_vmi_spec_is_refused_with_kubevirts_webhook_words() -> None:
 
 
 def test_a_put_of_a_migration_with_a_finalizer_and_an_owner_is_a_metadata_change() -> None:
-    c = Cluster()
+    c = with_namespaces()
     run(c, Verb.CREATE, "vmi", body=vmi_manifest("v1"))
     run(c, Verb.CREATE, "vmim", body=migration("m1", "v1"))
     body = served(c, "vmim", "m1")
@@ -129,7 +129,7 @@ def test_a_put_of_a_migration_with_a_finalizer_and_an_owner_is_a_metadata_change
 
 
 def test_a_snapshot_takes_a_label_by_json_patch_and_refuses_a_spec_change() -> None:
-    c = Cluster()
+    c = with_namespaces()
     run(c, Verb.CREATE, "vm", body=vm_manifest("vm1", "Halted"))
     run(c, Verb.CREATE, "vmsnapshot", body=snapshot("s1", "vm1"))
     patch = [{"op": "add", "path": "/metadata/labels", "value": {"team": "a"}}]
@@ -147,7 +147,7 @@ def test_a_snapshot_takes_a_label_by_json_patch_and_refuses_a_spec_change() -> N
 
 
 def test_a_label_on_a_vm_keeps_its_generation_and_a_spec_change_moves_it() -> None:
-    c = Cluster()
+    c = with_namespaces()
     run(c, Verb.CREATE, "vm", body=vm_manifest("vm1", "Halted"))
     (event,) = run(c, Verb.PATCH, "vm", "vm1", {"metadata": {"labels": {"a": "b"}}},
                    content_type=MERGE)  # fmt: skip
@@ -161,7 +161,7 @@ def test_a_label_on_a_vm_keeps_its_generation_and_a_spec_change_moves_it() -> No
 
 
 def test_a_metadata_change_records_its_field_manager() -> None:
-    c = Cluster()
+    c = with_namespaces()
     run(c, Verb.CREATE, "vmi", body=vmi_manifest("v1"))
     run(c, Verb.PATCH, "vmi", "v1", {"metadata": {"labels": {"x": "y"}}}, content_type=MERGE,
         params={"fieldManager": "kubectl-label"})  # fmt: skip

@@ -19,9 +19,8 @@ from events.envelope import Stored
 from events.meta import Aggregate, Kind
 from kinds.registry import REGISTRY
 from projections import replay
-from projections.cluster import Cluster
 from services.api.history import History
-from tests.factories import meta, vmi_manifest
+from tests.factories import meta, vmi_manifest, with_namespaces
 
 _ids = itertools.count(1)
 
@@ -30,7 +29,7 @@ class Log:
     """Decisions folded as the api's projection would, and kept as the stream keeps them."""
 
     def __init__(self) -> None:
-        self.cluster = Cluster()
+        self.cluster = with_namespaces()
         self.stored: list[Stored] = []
 
     def fold(self, event: Event) -> None:

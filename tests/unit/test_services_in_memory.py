@@ -18,13 +18,15 @@ from events.catalog import (
     NodeJoined,
     NodeUnresponsive,
     Resources,
+    VMCreated,
     VMIPauseRequested,
     VMStartRequested,
 )
 from events.envelope import Appended, Context, Decision, Stored
-from events.meta import Aggregate, Kind
+from events.meta import Aggregate, Kind, ResourceKind
 from eventstore.memory import MemoryLog
 from eventstore.port import Unavailable
+from projections import namespaces
 from readside.runner import ProjectionRunner
 from services.api import service as api_service
 from services.api.app import create_app
@@ -66,7 +68,9 @@ async def api() -> AsyncIterator[Api]:
     await log.append(node_joined("node-1"))
     runner = ProjectionRunner(log)
     await runner.start()
-    app: Any = create_app(ApiService(runner, log))  # an ASGI app, typed narrower by httpx
+    service = ApiService(runner, log)
+    await service.bootstrap()  # the system namespaces, as the api creates them at its start
+    app: Any = create_app(service)  # an ASGI app, typed narrower by httpx
     transport = httpx.ASGITransport(app=app)
     try:
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
@@ -274,3 +278,25 @@ async def test_poison_is_dead_lettered_and_the_shell_goes_on() -> None:
     (dead,) = log.dead_letters
     assert dead.data == b"{not json" and dead.headers["Virt-Original-Sequence"] == str(bad)
     assert "undecodable" in dead.headers["Virt-Error"]
+
+
+async def test_the_api_creates_the_system_namespaces_and_those_objects_use() -> None:
+    """At its start the api creates the namespaces a cluster has from the start, and those
+    a log written before namespaces were objects has objects in; once."""
+    log = MemoryLog()
+    legacy = vm_manifest("old")
+    legacy["metadata"]["namespace"] = "legacy"
+    await log.append(VMCreated(meta=meta(Kind.VM, "old", "legacy"), manifest=legacy))
+    runner = ProjectionRunner(log)
+    await runner.start()
+    try:
+        service = ApiService(runner, log)
+        await service.bootstrap()
+        found = runner.cluster.resources[ResourceKind.NAMESPACE]
+        assert sorted(found) == sorted([*namespaces.SYSTEM, "legacy"])
+        assert all(namespaces.phase(v) == namespaces.ACTIVE for v in found.values())
+        last = await log.stream_last_seq()
+        await service.bootstrap()
+        assert await log.stream_last_seq() == last
+    finally:
+        await runner.stop()
