@@ -32,6 +32,10 @@ Per size, on a fresh data dir under /tmp:
    `virtstream verify` is also run once on the filled log, so the copies are known to fold
    exactly as the api folds them.
 
+Before 3., the same restarts on a fresh cluster (`floor_*`): the floor each figure reads
+against on a shared machine. `--keep` leaves the dir (the year described in `year.json`);
+`--reuse DIR` runs 3. again on a kept year without filling it.
+
 Results are merged into `--results` (JSON, one entry per size: the newest run of a size
 replaces the older) and drawn into `--plot` (PNG): each figure against the event count.
 """
@@ -41,6 +45,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import re
@@ -51,7 +56,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -323,7 +328,8 @@ def ready_url(up: Up, name: str) -> str:
     if name == "api":
         return f"{up.api}/readyz"
     argv = services(up)[name]["argv"]
-    return f"http://127.0.0.1:{argv[argv.index('--metrics-port') + 1]}/readyz"
+    scheme = "https" if "--metrics-tls-cert" in argv else "http"  # up serves it with TLS
+    return f"{scheme}://127.0.0.1:{argv[argv.index('--metrics-port') + 1]}/readyz"
 
 
 async def restart_to_ready(
@@ -333,7 +339,8 @@ async def restart_to_ready(
     (None: not ready within `timeout`)."""
     url = ready_url(up, name)
     old = services(up)[name]["pid"]
-    opts = credentials.httpx_options(up.api) if name == "api" else {}
+    # the api's CA signed every service's certificate
+    opts = credentials.httpx_options(up.api) if name == "api" or url.startswith("https") else {}
     os.kill(old, signal.SIGKILL)
     killed = time.monotonic()
     spawned = 0.0
@@ -436,14 +443,18 @@ async def debug_figures(up: Up, early: str, late: str) -> dict[str, float]:
                 out["verify_full_s"], report = await timed(
                     lambda: verify.verify(writer, http, full=True, save=True), rounds=1
                 )
-                if report is not None and not report.ok:
-                    raise SystemExit(f"verify found {len(report.differences)} differences")
+                if report is not None and not report.ok:  # recorded, and the run goes on
+                    out["verify_full_differences"] = len(report.differences)
+                    print(f"verify --full found {len(report.differences)} differences:")
+                    for d in report.differences[:10]:
+                        print(f"  {d}", flush=True)
                 # the default: from the checkpoint the full run saved, to the live views
                 out["verify_s"], report = await timed(
                     lambda: verify.verify(writer, http, full=False, save=True), rounds=1
                 )
                 if report is not None and not report.ok:
-                    raise SystemExit(f"verify found {len(report.differences)} differences")
+                    out["verify_differences"] = len(report.differences)
+                    print(f"verify found {len(report.differences)} differences", flush=True)
                 out.update(await storage_figures(admin))
             finally:
                 await admin.close()
@@ -685,7 +696,80 @@ async def run_size(total: int, nodes: int, keep: bool) -> dict[str, float]:
     result["events"] = last
     result["fill_per_s"] = rate
     print(f"filled: {last} events ({rate:.0f}/s); early VM {early}, late {late}", flush=True)
+    year = {"result": result, "early": early, "late": late, "nodes": nodes, "port": up.port}
+    (root / KEPT).write_text(json.dumps({**year, "nats_port": up.nats_port}))
+    return await measure(up, root, result, early, late, nodes, keep)
 
+
+KEPT = "year.json"  # in a kept run's dir: what `--reuse` needs to measure it again
+
+
+async def remeasure(root: Path, keep: bool) -> dict[str, float]:
+    """The measurements again on a year a `--keep` run left (the fill and the checkpoints
+    it prebuilt are not redone; what the first measurement appended stays in the log)."""
+    year = json.loads((root / KEPT).read_text())
+    up = Up(root / "d", year["port"], year["nats_port"], None)  # type: ignore[arg-type]
+    result = {k: v for k, v in year["result"].items() if k in FILL_KEYS}
+    return await measure(up, root, result, year["early"], year["late"], year["nodes"], keep)
+
+
+FILL_KEYS = (
+    "events_requested", "template_events", "events", "fill_per_s", "prebuild_checkpoints_s",
+)  # fmt: skip
+
+
+async def restarts(up: Up, result: dict[str, float], prefix: str = "") -> None:
+    """kill -9 of each service in turn, to ready again."""
+    for name, key in RESTARTED:
+        await asyncio.sleep(2)
+        took = await restart_to_ready(up, name)
+        if took is None:  # recorded as the timeout, marked as not reached
+            result[f"{prefix}restart_{key}_s"] = RESTART_TIMEOUT
+            result[f"{prefix}restart_{key}_timeout"] = 1
+            print(f"{prefix}restart {name}: not ready {RESTART_TIMEOUT:.0f}s after kill -9")
+            continue
+        since_kill, since_start = took
+        result[f"{prefix}restart_{key}_s"] = since_start
+        result[f"{prefix}restart_{key}_from_kill_s"] = since_kill
+        print(
+            f"{prefix}restart {name}: ready {since_start:.2f}s after its start "
+            f"({since_kill:.2f}s after kill -9)",
+            flush=True,
+        )
+
+
+async def floors(root: Path, nodes: int) -> dict[str, float]:
+    """The same restarts on a fresh cluster (its log a few events long), measured in the
+    same run: what a restart costs on this machine at this load, whatever the log."""
+    data_dir = root / "floor" / "d"
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
+    out: dict[str, float] = {}
+    up = start_up(data_dir, nodes, "64Gi", 64)
+    try:
+        await wait_ready(up, nodes)
+        await restarts(up, out, "floor_")
+        with contextlib.suppress(SystemExit):
+            await wait_ready(up, nodes, timeout=120)
+    finally:
+        up.stop()
+    started = time.monotonic()
+    up = start_again(up)
+    try:
+        out["floor_cluster_restart_vm_running_s"] = await new_vm_running(up, "floor", started)
+    except SystemExit as e:
+        print(f"floor whole-cluster restart: {e}")
+    finally:
+        up.stop()
+    shutil.rmtree(data_dir.parent, ignore_errors=True)
+    return out
+
+
+async def measure(
+    up: Up, root: Path, result: dict[str, float], early: str, late: str, nodes: int, keep: bool
+) -> dict[str, float]:
+    last = int(result["events"])
+    data_dir = up.data_dir
+    result.update(await floors(root, nodes))
     up = start_again(up)
     try:
         t = time.monotonic()
@@ -697,22 +781,7 @@ async def run_size(total: int, nodes: int, keep: bool) -> dict[str, float]:
             f"and the hot log's floor {result['settle_s']:.0f}s later",
             flush=True,
         )
-        for name, key in RESTARTED:
-            await asyncio.sleep(2)
-            took = await restart_to_ready(up, name)
-            if took is None:  # recorded as the timeout, marked as not reached
-                result[f"restart_{key}_s"] = RESTART_TIMEOUT
-                result[f"restart_{key}_timeout"] = 1
-                print(f"restart {name}: not ready {RESTART_TIMEOUT:.0f}s after kill -9")
-                continue
-            since_kill, since_start = took
-            result[f"restart_{key}_s"] = since_start
-            result[f"restart_{key}_from_kill_s"] = since_kill
-            print(
-                f"restart {name}: ready {since_start:.2f}s after its start "
-                f"({since_kill:.2f}s after kill -9)",
-                flush=True,
-            )
+        await restarts(up, result)
         with contextlib.suppress(SystemExit):  # a service that never came back: go on
             await wait_ready(up, nodes, timeout=120)
         result.update(await debug_figures(up, early, late))
@@ -763,6 +832,10 @@ FIGURES = [
     ("restart_controller_s", "controller restart → ready", "s"),
     ("restart_handler_s", "handler restart → ready", "s"),
     ("cluster_restart_vm_running_s", "whole cluster restart → new VM Running", "s"),
+    ("floor_restart_api_s", "floor: api restart → ready, fresh cluster", "s"),
+    ("floor_restart_controller_s", "floor: controller restart → ready, fresh cluster", "s"),
+    ("floor_restart_handler_s", "floor: handler restart → ready, fresh cluster", "s"),
+    ("floor_cluster_restart_vm_running_s", "floor: whole cluster restart, fresh cluster", "s"),
     ("why_s", "why (early VM)", "s"),
     ("replay_s", "replay (early VM)", "s"),
     ("get_at_early_s", "get --at (early VM, early point)", "s"),
@@ -847,14 +920,26 @@ def main() -> None:
         action="store_true",
         help="skip what S2 costs (two scratch mirrors of the whole archive)",
     )
+    ap.add_argument(
+        "--reuse",
+        type=Path,
+        help="measure again on the year a --keep run left in this dir (no fill; kept)",
+    )
     a = ap.parse_args()
     global COMPRESSION_COST
     COMPRESSION_COST = not a.no_compression_cost
     results: dict[str, dict[str, float]] = {}
     with contextlib.suppress(OSError, ValueError):
         results = json.loads(a.results.read_text())
-    for n in a.events or [100_000]:
-        r = asyncio.run(run_size(n, a.nodes, a.keep))
+    runs: list[tuple[int, Callable[[], Coroutine[Any, Any, dict[str, float]]]]] = [
+        (n, functools.partial(run_size, n, a.nodes, a.keep)) for n in a.events or [100_000]
+    ]
+    if a.reuse is not None:
+        year = json.loads((a.reuse / KEPT).read_text())
+        n = int(year["result"]["events_requested"])
+        runs = [(n, functools.partial(remeasure, a.reuse, True))]
+    for n, run in runs:
+        r = asyncio.run(run())
         results[str(n)] = r
         a.results.parent.mkdir(parents=True, exist_ok=True)
         a.results.write_text(json.dumps(results, indent=1, sort_keys=True))

@@ -29,6 +29,7 @@ from nats.js.api import (
 )
 from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, BucketNotFoundError, KeyNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
 
 from eventstore import checkpoints
 from eventstore.kv import make_bucket
@@ -95,6 +96,14 @@ async def read_floor(js: JetStreamContext, stream: str) -> int:
     """The hot log's floor (0: never trimmed: the hot log is complete)."""
     try:
         kv = await js.key_value(checkpoints.BUCKET)
+    except (BucketNotFoundError, NotFoundError):
+        return 0
+    return await floor_in(kv, stream)
+
+
+async def floor_in(kv: KeyValue, stream: str) -> int:
+    """`read_floor` from the bucket's handle (one get)."""
+    try:
         entry = await kv.get(f"{FLOOR_KEY}.{stream}")
     except (BucketNotFoundError, KeyNotFoundError, NotFoundError):
         return 0

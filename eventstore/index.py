@@ -26,15 +26,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncGenerator
+from typing import Protocol
 
 import msgspec
 import structlog
+from nats.aio.msg import Msg
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
+from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
 from events import subjects
 from events.meta import Kind
-from eventstore.jetstream import JetStreamStore
+from eventstore.settings import StreamSettings
 
 log = structlog.get_logger()
 PREFIX = "vidx"
@@ -44,6 +48,21 @@ BATCH = 500  # publishes in flight before waiting for their acks
 # (`sync_interval: always`), and a catch-up over a long log must not starve the services'
 # own requests
 CATCH_UP_PAUSE = 0.1
+
+
+class JetStreamLog(Protocol):
+    """What the index needs of JetStream's event log adapter (`eventstore/jetstream.py`,
+    which offers this index as its `index()`)."""
+
+    js: JetStreamContext
+    settings: StreamSettings
+
+    @property
+    def stream(self) -> str: ...
+
+    def _replay_msgs(
+        self, *, start_seq: int | None = None, follow: bool = False
+    ) -> AsyncGenerator[Msg, None]: ...
 
 
 def stream_name(events: str) -> str:
@@ -110,7 +129,7 @@ def entries(subject: str, data: bytes) -> list[tuple[str, bytes]]:
     return out
 
 
-async def ensure(store: JetStreamStore) -> str:
+async def ensure(store: JetStreamLog) -> str:
     s = store.settings
     name = stream_name(s.name)
     cfg = StreamConfig(
@@ -134,7 +153,7 @@ class Index:
     """Lookups; every one answers None (or nothing) when the index cannot tell, and the
     caller reads the log as before."""
 
-    def __init__(self, store: JetStreamStore) -> None:
+    def __init__(self, store: JetStreamLog) -> None:
         self.store = store
         self.stream = stream_name(store.stream)
         self._upto: int | None = None
@@ -182,8 +201,9 @@ class Index:
         return [(s, b) for s, b in out if s.isdigit()]
 
 
-async def last_indexed(store: JetStreamStore) -> int:
-    """The event sequence of the index's last entry (0: none, or no index)."""
+async def last_indexed(store: JetStreamLog) -> int:
+    """The event sequence of the index's last entry (0: none, or no index). Two requests:
+    a get of the last message on `vidx.>` walks every subject the index holds."""
     js = store.js
     name = stream_name(store.stream)
     try:
@@ -203,7 +223,7 @@ async def last_indexed(store: JetStreamStore) -> int:
 class Indexer:
     """Follows the event stream from after the last indexed event and writes its entries."""
 
-    def __init__(self, store: JetStreamStore, *, pace: float = CATCH_UP_PAUSE) -> None:
+    def __init__(self, store: JetStreamLog, *, pace: float = CATCH_UP_PAUSE) -> None:
         self.store = store
         self.pace = pace
         self.upto = 0

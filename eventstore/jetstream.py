@@ -31,17 +31,19 @@ from nats.js.api import (
     StreamConfig,
 )
 from nats.js.client import JetStreamContext
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import APIError, BucketNotFoundError, NotFoundError
+from nats.js.kv import KeyValue
 
 from events import subjects
 from events.catalog import Event
 from events.codec import decode, encode, event_type
 from events.envelope import Appended, Stored
 from events.meta import Aggregate
-from eventstore import archive, nats_headers
+from eventstore import archive, checkpoints, nats_headers
+from eventstore.index import Index
 from eventstore.kv import JsBucket, find_bucket, make_bucket
 from eventstore.nats_errors import translated
-from eventstore.port import ConcurrencyConflict, Delivery, Undecodable
+from eventstore.port import ConcurrencyConflict, Delivery, LogIndex, Undecodable
 from eventstore.pull import Puller
 from eventstore.settings import StreamSettings
 
@@ -129,6 +131,7 @@ class JetStreamStore:
         self.js: JetStreamContext = nc.jetstream()
         self.settings = settings or StreamSettings.from_env()
         self._floor = (0.0, 0)  # (monotonic time read, the hot log's floor)
+        self._floor_kv: KeyValue | None = None  # the bucket holding it, once it exists
 
     @property
     def archive(self) -> str:
@@ -141,13 +144,24 @@ class JetStreamStore:
             return 0
         read_at, value = self._floor
         if time.monotonic() - read_at > 1.0:
-            value = await archive.read_floor(self.js, self.stream)
+            if self._floor_kv is None:
+                try:
+                    self._floor_kv = await self.js.key_value(checkpoints.BUCKET)
+                except (BucketNotFoundError, NotFoundError):  # no floor written yet
+                    self._floor = (time.monotonic(), 0)
+                    return 0
+            value = await archive.floor_in(self._floor_kv, self.stream)
             self._floor = (time.monotonic(), value)
         return value
 
     @property
     def stream(self) -> str:
         return self.settings.name
+
+    def index(self) -> LogIndex:
+        """The index stream beside the event stream (`eventstore/index.py`; kept by the
+        api's `Indexer`, empty until it runs)."""
+        return Index(self)
 
     @property
     def connected(self) -> bool:
@@ -374,6 +388,7 @@ class JetStreamStore:
                     start_seq=start_seq,
                     start_time=start_time,
                     until_seq=before,
+                    last=held,
                 )
             ) as old:
                 async for msg in old:
@@ -404,7 +419,9 @@ class JetStreamStore:
         start_time: float | dt.datetime | None = None,
         until_seq: int | None = None,
         follow: bool = False,
+        last: int | None = None,
     ) -> AsyncGenerator[Msg, None]:
+        """`last`: the stream's last sequence when the caller has just read it."""
         filters = list(filters or [subjects.ALL])
         cfg = ConsumerConfig(filter_subjects=filters)
         if start_seq is not None:
@@ -419,7 +436,8 @@ class JetStreamStore:
             cfg.deliver_policy = DeliverPolicy.BY_START_TIME
             cfg.opt_start_time = when
         if not follow:
-            last = int((await self.js.stream_info(stream)).state.last_seq)
+            if last is None:
+                last = int((await self.js.stream_info(stream)).state.last_seq)
             until_seq = last if until_seq is None else min(until_seq, last)
             if until_seq == 0 or (start_seq is not None and start_seq > until_seq):
                 return

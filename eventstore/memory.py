@@ -200,6 +200,10 @@ class MemoryLog:
     def stream(self) -> str:
         return self._stream
 
+    def index(self) -> None:
+        """No debugging index: a read of one aggregate is a walk of its sequences here."""
+        return None
+
     def check(self) -> None:
         if not self.connected:
             raise Unavailable(f"the in-memory log {self._stream} is disconnected")

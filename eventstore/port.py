@@ -102,9 +102,29 @@ class Bucket(Protocol):
         ...
 
 
+class LogIndex(Protocol):
+    """The debugging index an adapter keeps beside its log (`eventstore/index.py`): each
+    lookup answers None (or nothing) when it cannot tell, and the caller reads the log."""
+
+    async def upto(self) -> int:
+        """The last sequence the index covers (0: it covers nothing yet)."""
+        ...
+
+    async def seq_of(self, event_id: str) -> int | None: ...
+
+    async def migrations_of(self, namespace: str, vmi: str) -> list[str]:
+        """The names of the migrations that named the VMI, up to `upto()`."""
+        ...
+
+
 class EventLog(Protocol):
     @property
     def stream(self) -> str: ...
+
+    def index(self) -> LogIndex | None:
+        """The log's debugging index, None when the adapter keeps none (the readers then
+        read the aggregates' subjects alone)."""
+        ...
 
     @property
     def connected(self) -> bool:

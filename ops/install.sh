@@ -57,6 +57,11 @@ if [ ! -f "$stamp" ]; then
   rm -f .venv/.installed-*
   touch "$stamp"
 fi
+# the sources' bytecode now: an editable install compiles none of it, and a service
+# started where Python may not write it (PYTHONDONTWRITEBYTECODE) would compile every
+# module again on each start
+.venv/bin/python -m compileall -q -j 0 cli client core events eventstore kinds ops \
+  projections readside services >/dev/null
 if [ "${VIRTSTREAM_QEMU:-0}" = "1" ]; then
   # a no-op when the image dir holds a build of the current recipe
   .venv/bin/python -m ops.guest_images

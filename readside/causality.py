@@ -31,8 +31,6 @@ from events import subjects
 from events.catalog import NodeUnresponsive, VMIFailed
 from events.envelope import Stored
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
-from eventstore.index import Index
-from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from projections.cluster import Cluster
 from projections.replay import (
@@ -149,9 +147,10 @@ class EventIndex:
     async def _indexed(self, event_id: str) -> Stored | None:
         """The event id index (`eventstore/index.py`): one get for the sequence, one for
         the event."""
-        if not isinstance(self.store, JetStreamStore):
+        index = self.store.index()
+        if index is None:
             return None
-        seq = await Index(self.store).seq_of(event_id)
+        seq = await index.seq_of(event_id)
         s = await self._get(seq) if seq else None
         if s is not None and s.event.meta.event_id == event_id:
             self.by_id[event_id] = s

@@ -4,11 +4,11 @@ aggregate's replay as of that point. The folding and diffing is pure
 
 from __future__ import annotations
 
+import asyncio
+
 from events import subjects
 from events.envelope import Stored
 from events.meta import Aggregate, Kind
-from eventstore.index import Index
-from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from projections.cluster import Cluster
 from projections.replay import Point, Step, current_life, related_filters, replay_steps
@@ -41,28 +41,37 @@ async def related(store: EventLog, agg: Aggregate, until_seq: int | None = None)
     index, all of the namespace's, as `related_filters` says."""
     if until_seq is not None and until_seq <= 0:
         return []
-    if agg.kind not in (Kind.VM, Kind.VMI) or not isinstance(store, JetStreamStore):
-        return await read(store, related_filters(agg), until_seq)
-    index = Index(store)
-    upto = await index.upto()
-    if upto == 0:
+    index = store.index()
+    if agg.kind not in (Kind.VM, Kind.VMI) or index is None:
         return await read(store, related_filters(agg), until_seq)
     ns, name = agg.namespace, agg.name
-    migrations = await index.migrations_of(ns, name)
+    # the lookups, and then the reads, each at once: a `why` is a few round trips deep
+    upto, migrations = await asyncio.gather(index.upto(), index.migrations_of(ns, name))
+    if upto == 0:
+        return await read(store, related_filters(agg), until_seq)
     filters = [
         subjects.aggregate_filter(Kind.VM, ns, name),
         subjects.aggregate_filter(Kind.VMI, ns, name),
         *(subjects.aggregate_filter(Kind.MIGRATION, ns, m) for m in migrations),
     ]
-    events = await read(store, filters, until_seq)
-    if until_seq is None or until_seq > upto:
-        everyone = f"{subjects.PREFIX}.{Kind.MIGRATION}.{subjects.token(ns)}.>"
-        seen = {s.seq for s in events}
-        async for s in store.replay([everyone], start_seq=upto + 1, until_seq=until_seq, raw=True):
-            if s.seq not in seen:
-                events.append(s)
-        events.sort(key=lambda s: s.seq)
+    if until_seq is not None and until_seq <= upto:
+        return await read(store, filters, until_seq)
+    everyone = f"{subjects.PREFIX}.{Kind.MIGRATION}.{subjects.token(ns)}.>"
+    events, after = await asyncio.gather(
+        read(store, filters, until_seq), _read_from(store, [everyone], upto + 1, until_seq)
+    )
+    seen = {s.seq for s in events}
+    events.extend(s for s in after if s.seq not in seen)
+    events.sort(key=lambda s: s.seq)
     return events
+
+
+async def _read_from(
+    store: EventLog, filters: list[str], start_seq: int, until_seq: int | None
+) -> list[Stored]:
+    return [
+        s async for s in store.replay(filters, start_seq=start_seq, until_seq=until_seq, raw=True)
+    ]
 
 
 async def object_at(store: EventLog, agg: Aggregate, seq: int) -> Cluster:

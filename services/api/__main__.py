@@ -3,6 +3,11 @@
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # its own process: before nats, litestar and structlog
+    from services.runtime import lean
+
+    lean.skip_unused()
+
 import argparse
 from pathlib import Path
 

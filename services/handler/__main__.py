@@ -5,6 +5,11 @@ ops.node_libvirtd.NodeRuntime, started by `virtstream up` or the test fixtures).
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # its own process: before nats, litestar and structlog
+    from services.runtime import lean
+
+    lean.skip_unused()
+
 import argparse
 import sys
 from pathlib import Path

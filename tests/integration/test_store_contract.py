@@ -320,3 +320,16 @@ def _file_modes(top: Path) -> Iterator[tuple[str, int]]:
         for name in names:
             with contextlib.suppress(FileNotFoundError):
                 yield os.path.join(root, name), os.stat(os.path.join(root, name)).st_mode
+
+
+async def test_the_index_a_log_offers_answers_only_what_it_can_tell(log: EventLog) -> None:
+    """The debugging index is a capability of the port: the in-memory log keeps none (its
+    readers read the aggregates' subjects), JetStream's answers nothing for what it never
+    indexed."""
+    index = log.index()
+    if isinstance(log, MemoryLog):
+        assert index is None
+        return
+    assert index is not None
+    assert await index.seq_of(unique("never-appended")) is None
+    assert await index.migrations_of("default", unique("vmi")) == []
