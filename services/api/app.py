@@ -394,7 +394,10 @@ def _warned(spec: KindSpec, handler: Any) -> Any:
         return handler
 
     async def deprecated(request: Request[Any, Any, Any]) -> Response[Any]:
-        response: Response[Any] = await handler(request)
+        try:  # a refusal is warned of too: the warning comes before the request is served
+            response: Response[Any] = await handler(request)
+        except ApiError as err:
+            response = _status_response(err)
         shown = field_validation.warning_header([warning])
         given = response.headers.get("Warning")
         response.headers["Warning"] = f"{shown}, {given}" if given else shown
