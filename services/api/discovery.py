@@ -13,6 +13,7 @@ import hashlib
 from collections.abc import Iterator
 from typing import Any
 
+from events.catalog import KUBERNETES_VERSION
 from kinds.registry import Registry
 from kinds.spec import KindSpec, version_priority
 
@@ -22,7 +23,7 @@ AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryLi
 VERSION: JSON = {
     "major": "1",
     "minor": "33",
-    "gitVersion": "v1.33.0-virtstream",
+    "gitVersion": KUBERNETES_VERSION,
     "gitCommit": "",
     "gitTreeState": "clean",
     "buildDate": "1970-01-01T00:00:00Z",

@@ -7,6 +7,7 @@ VirtualMachineInstancePreset with KubeVirt's warning."""
 from __future__ import annotations
 
 import json
+import platform
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,25 @@ def test_a_preset_is_served_with_kubevirts_deprecation_warning(
         "from default namespace"
     )
     assert k("get", "vmipresets", "-o", "name").out.strip() == ""
+
+
+def test_nodes_show_their_version_os_kernel_and_runtime_as_a_cluster_does(
+    cluster: Cluster,
+) -> None:
+    k = cluster.kubectl
+    lines = k("get", "nodes").out.splitlines()
+    assert lines[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+    assert lines[1].split()[:3] == ["node-1", "Ready", "<none>"]
+    assert lines[1].split()[4] == "v1.33.0-virtstream"  # the server's own Kubernetes version
+    wide = k("get", "nodes", "-o", "wide").out.splitlines()
+    assert wide[0].split() == [
+        "NAME", "STATUS", "ROLES", "AGE", "VERSION", "INTERNAL-IP", "EXTERNAL-IP",
+        "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME",
+    ]  # fmt: skip
+    info = json.loads(k("get", "node", "node-1", "-o", "json").out)["status"]["nodeInfo"]
+    assert info["kernelVersion"] == platform.release()
+    assert info["containerRuntimeVersion"].startswith("libvirt://")
+    assert info["architecture"] and info["operatingSystem"] == "linux"
+    row = wide[1]
+    for shown in (info["osImage"], info["kernelVersion"], info["containerRuntimeVersion"]):
+        assert shown in row
