@@ -43,8 +43,8 @@ class Version(msgspec.Struct, frozen=True, kw_only=True):
     storage: bool = False
     # the `Warning` every request in this version is answered with (a deprecated version)
     deprecation_warning: str | None = None
-    to_storage: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    from_storage: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    to_storage: Callable[[JSON], JSON] | None = None
+    from_storage: Callable[[JSON], JSON] | None = None
 
 
 _PRIORITY = re.compile(r"v(\d+)(?:(alpha|beta)(\d+))?")
@@ -165,9 +165,7 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
         def render(cluster: Cluster, view: Any, now: float) -> JSON:
             return down(self.render(cluster, view, now))
 
-        def hook(
-            made: Callable[[Meta, JSON], Event] | None,
-        ) -> Callable[[Meta, JSON], Event] | None:
+        def hook(made: Made | None) -> Made | None:
             if made is None:
                 return None
             return lambda meta, manifest: made(meta, up(manifest))

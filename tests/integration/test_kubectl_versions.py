@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client, config, watch
 
 from ops.supervisor import importable
 from tests.integration.polling import until
@@ -111,6 +111,15 @@ def test_the_kubernetes_client_reads_and_writes_snapshots_in_both_versions(
         group, "v1beta1", "default", plural, "snap-old", {"metadata": {"labels": {"a": "b"}}}
     )
     assert patched["apiVersion"] == f"{group}/v1beta1"
+    seen = [
+        (e["type"], e["object"]["apiVersion"])
+        for e in watch.Watch().stream(
+            api.list_namespaced_custom_object, group, "v1alpha1", "default", plural,
+            timeout_seconds=2,
+        )
+    ]  # fmt: skip
+    assert seen and seen[0] == ("ADDED", f"{group}/v1alpha1")
+    assert {v for _, v in seen} == {f"{group}/v1alpha1"}
     listed = api.list_namespaced_custom_object(group, "v1alpha1", "default", plural)
     assert [(i["apiVersion"], i["metadata"]["labels"]) for i in listed["items"]] == [
         (f"{group}/v1alpha1", {"a": "b"})
