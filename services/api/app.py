@@ -393,6 +393,7 @@ def _warned(spec: KindSpec, handler: Any) -> Any:
     if warning is None:
         return handler
 
+    @functools.wraps(handler)  # its name: Litestar's operation ids derive from it
     async def deprecated(request: Request[Any, Any, Any]) -> Response[Any]:
         try:  # a refusal is warned of too: the warning comes before the request is served
             response: Response[Any] = await handler(request)

@@ -132,6 +132,7 @@ async def test_openapi_has_a_document_for_each_version(
     assert gvks == [
         {"group": "pool.kubevirt.io", "version": "v1alpha1", "kind": "VirtualMachinePool"}
     ]
+    assert (await http.get("/openapi.json")).status_code == 200  # the app's own, too
     v2 = (await http.get("/openapi/v2")).json()["definitions"]["VirtualMachinePool"]
     versions_ = [g["version"] for g in v2["x-kubernetes-group-version-kind"]]
     assert versions_ == ["v1beta1", "v1alpha1"]
