@@ -576,24 +576,35 @@ def _methods(spec: KindSpec, verbs: dict[HttpMethod, str]) -> list[HttpMethod]:
 def kind_routes(spec: KindSpec) -> list[HTTPRouteHandler]:
     """The REST routes of one kind, from its registry entry: the collection (list, watch,
     create), across namespaces when namespaced, the item (get, update, delete) and one
-    route for its subresources."""
+    route for its subresources. The app's own OpenAPI document (`/openapi.json`) has the
+    storage version's; Kubernetes' (`/openapi/v2`, `/openapi/v3`) has every version."""
     coll = spec.collection_path("{ns:str}") if spec.namespaced else spec.collection_path()
     coll_methods = _methods(spec, {GET: "list", POST: "create", DELETE: "delete"})
     item_methods = _methods(spec, {GET: "get", PUT: "update", PATCH: "update", DELETE: "delete"})
+    shown = spec.version == spec.storage_version
     routes = [
-        route(coll, http_method=coll_methods, status_code=200)(_warned(spec, _collection(spec))),
-        route(f"{coll}/{{name:str}}", http_method=item_methods, status_code=200)(
-            _warned(spec, _item(spec))
+        route(coll, http_method=coll_methods, status_code=200, include_in_schema=shown)(
+            _warned(spec, _collection(spec))
         ),
-    ]
+        route(
+            f"{coll}/{{name:str}}", http_method=item_methods, status_code=200,
+            include_in_schema=shown,
+        )(_warned(spec, _item(spec))),
+    ]  # fmt: skip
     if spec.namespaced:
-        routes.append(get(spec.collection_path())(_warned(spec, _all_namespaces(spec))))
+        routes.append(
+            get(spec.collection_path(), include_in_schema=shown)(
+                _warned(spec, _all_namespaces(spec))
+            )
+        )
     if spec.subresources:
         path = spec.subresource_path("{name:str}", "{action:str}", "{ns:str}")
         methods = [HttpMethod(m) for m in sorted({s.method for s in spec.subresources})]
         code = spec.subresources[0].code
         routes.append(
-            route(path, http_method=methods, status_code=code)(_warned(spec, _subresource(spec)))
+            route(path, http_method=methods, status_code=code, include_in_schema=shown)(
+                _warned(spec, _subresource(spec))
+            )
         )
     return routes
 
