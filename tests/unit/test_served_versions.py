@@ -35,7 +35,9 @@ async def api() -> AsyncIterator[tuple[MemoryLog, httpx.AsyncClient]]:
     log = MemoryLog()
     runner = ProjectionRunner(log)
     await runner.start()
-    app: Any = create_app(ApiService(runner, log))
+    service = ApiService(runner, log)
+    await service.bootstrap()  # the system namespaces, as the api creates them at its start
+    app: Any = create_app(service)
     try:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://api") as http:
