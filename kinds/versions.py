@@ -30,5 +30,5 @@ PRESET = (
         "deprecated and will be removed in v2.",
     ),
 )
-# pool.kubevirt.io and snapshot.kubevirt.io: v1beta1 stored, v1alpha1 served
+# pool.kubevirt.io, snapshot.kubevirt.io and clone.kubevirt.io: v1beta1 stored, v1alpha1 served
 BETA_OVER_ALPHA = (Version(name="v1beta1", storage=True), Version(name="v1alpha1"))

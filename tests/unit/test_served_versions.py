@@ -119,6 +119,7 @@ async def test_discovery_lists_every_version_preferred_first_and_marks_storage(
     assert by_name["kubevirt.io"] == ["v1", "v1alpha3"]
     assert by_name["subresources.kubevirt.io"] == ["v1", "v1alpha3"]
     assert by_name["snapshot.kubevirt.io"] == ["v1beta1", "v1alpha1"]
+    assert by_name["clone.kubevirt.io"] == ["v1beta1", "v1alpha1"]
     assert by_name["instancetype.kubevirt.io"] == ["v1beta1"]
     assert by_name["migrations.kubevirt.io"] == ["v1alpha1"]
 
