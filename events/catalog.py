@@ -379,7 +379,23 @@ class MigrationAborted(Event, tag="MigrationAborted", frozen=True):
 
 
 # ------------------------------------------------------------------------------ Node
-class NodeJoined(Event, tag="NodeJoined/v2", frozen=True):
+#: the Kubernetes version the api serves (`/version`) and every node reports as its agent's
+KUBERNETES_VERSION = "v1.33.0-virtstream"
+
+
+class NodeSystemInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
+    """What a node reports of its system: Kubernetes' `status.nodeInfo`, which `kubectl
+    get nodes` shows (VERSION; with -o wide OS-IMAGE, KERNEL-VERSION, CONTAINER-RUNTIME)."""
+
+    kubelet_version: str = ""  # the node agent's (virt-handler's) Kubernetes version
+    os_image: str = ""  # /etc/os-release's PRETTY_NAME
+    kernel_version: str = ""
+    container_runtime_version: str = ""  # what runs the guests: `libvirt://<version>`
+    architecture: str = ""
+    operating_system: str = ""
+
+
+class NodeJoined(Event, tag="NodeJoined/v3", frozen=True):
     node: str
     capacity: Resources
     labels: dict[str, str] = {}
@@ -388,6 +404,7 @@ class NodeJoined(Event, tag="NodeJoined/v2", frozen=True):
     hypervisor: str = "test"
     #: the handler's console server (serial console, VNC, screenshots) at `address`; 0: none
     console_port: int = 0
+    info: NodeSystemInfo = msgspec.field(default_factory=NodeSystemInfo)
 
 
 class NodeCordoned(Event, tag="NodeCordoned", frozen=True):

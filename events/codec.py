@@ -11,7 +11,7 @@ _encoder = msgspec.json.Encoder()
 _decoder: msgspec.json.Decoder[AnyEvent | LegacyEvent] = msgspec.json.Decoder(
     AnyEvent | LegacyEvent
 )
-_LEGACY = LegacyEvent if isinstance(LegacyEvent, tuple) else (LegacyEvent,)
+_LEGACY = LegacyEvent
 
 
 def encode(event: Event) -> bytes:

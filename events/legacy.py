@@ -1,12 +1,13 @@
 """Event shapes that are no longer written, and how to read them as current events.
 
 NodeJoined v1 (tag "NodeJoined") reported capacity as whole CPUs and MiB; v2 carries
-`Resources` in millicores and bytes, which is what the scheduler counts in.
+`Resources` in millicores and bytes, which is what the scheduler counts in; v3 adds the
+node's system info (read from v2 as unknown).
 """
 
 from __future__ import annotations
 
-from events.catalog import Event, NodeJoined, Resources
+from events.catalog import Event, NodeJoined, Resources, Taint
 
 
 class NodeJoinedV1(Event, tag="NodeJoined", frozen=True):
@@ -16,7 +17,17 @@ class NodeJoinedV1(Event, tag="NodeJoined", frozen=True):
     labels: dict[str, str] = {}
 
 
-LegacyEvent = NodeJoinedV1
+class NodeJoinedV2(Event, tag="NodeJoined/v2", frozen=True):
+    node: str
+    capacity: Resources
+    labels: dict[str, str] = {}
+    taints: tuple[Taint, ...] = ()
+    address: str = ""
+    hypervisor: str = "test"
+    console_port: int = 0
+
+
+LegacyEvent = NodeJoinedV1 | NodeJoinedV2
 
 
 def upcast(event: LegacyEvent) -> Event:
@@ -29,4 +40,15 @@ def upcast(event: LegacyEvent) -> Event:
                     cpu_millis=event.cpus * 1000, memory_bytes=event.memory_mib * 1024 * 1024
                 ),
                 labels=event.labels,
+            )
+        case NodeJoinedV2():
+            return NodeJoined(
+                meta=event.meta,
+                node=event.node,
+                capacity=event.capacity,
+                labels=event.labels,
+                taints=event.taints,
+                address=event.address,
+                hypervisor=event.hypervisor,
+                console_port=event.console_port,
             )

@@ -612,8 +612,13 @@ class VirtualMachineInstanceReplicaSet(SpecObject):
     kind: str = _always("VirtualMachineInstanceReplicaSet")
 
 
+class VirtualMachineInstancePreset(SpecObject):
+    api_version: str = _always("kubevirt.io/v1alpha3")
+    kind: str = _always("VirtualMachineInstancePreset")
+
+
 class VirtualMachinePool(SpecObject):
-    api_version: str = _always("pool.kubevirt.io/v1alpha1")
+    api_version: str = _always("pool.kubevirt.io/v1beta1")
     kind: str = _always("VirtualMachinePool")
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from core import admission
 from events.meta import ResourceKind
 from events.objects import VirtualMachineClone
+from kinds import versions
 from kinds.resource import resource_spec
 from kinds.spec import PrinterColumn
 from projections.cluster import Cluster
@@ -127,6 +128,7 @@ def _admit(_: Cluster, typed: Any, __: str) -> tuple[Any, list[Any]]:
 SPEC = resource_spec(
     group=GROUP,
     version=VERSION,
+    versions=versions.BETA_OVER_ALPHA,
     kind="VirtualMachineClone",
     plural="virtualmachineclones",
     singular="virtualmachineclone",

@@ -12,7 +12,7 @@ from core.kind import CallArgs, SpecRefusal
 from events.catalog import MigrationAbortRequested, MigrationRequested
 from events.meta import Kind
 from events.objects import VirtualMachineInstanceMigration
-from kinds import vmi
+from kinds import versions, vmi
 from kinds.spec import KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_migration
@@ -53,6 +53,7 @@ def _delete(c: Cluster, ns: str, name: str, args: CallArgs, ctx: RequestContext)
 SPEC = KindSpec(
     group="kubevirt.io",
     version="v1",
+    versions=versions.CORE,
     kind="VirtualMachineInstanceMigration",
     plural="virtualmachineinstancemigrations",
     singular="virtualmachineinstancemigration",

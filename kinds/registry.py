@@ -28,12 +28,13 @@ from kinds import (
     namespace,
     node,
     policy,
+    preset,
     replicas,
     snapshot,
     vm,
     vmi,
 )
-from kinds.spec import KindSpec, Scope
+from kinds.spec import KindSpec, Scope, Version
 from projections import kube_events
 from projections.cluster import Cluster
 from projections.evolve import evolve_resource
@@ -49,6 +50,10 @@ _TOKEN = re.compile(r"[a-z][a-z0-9-]*")
 class Registry:
     def __init__(self, specs: tuple[KindSpec, ...]) -> None:
         self.specs = specs
+        # every kind in every version it is served in, each kind's storage version first
+        self.served: tuple[KindSpec, ...] = tuple(
+            s.at(v.name) for s in specs for v in _storage_first(s)
+        )
         self._by_name: dict[str, KindSpec] = {}
         self._by_kind: dict[str, KindSpec] = {}
         self._by_event_kind: dict[KindToken, KindSpec] = {}
@@ -187,6 +192,16 @@ class Registry:
         return f"{agg.kind}/{agg.namespace}/{agg.name}"
 
 
+def _storage_first(spec: KindSpec) -> list[Version]:
+    served = spec.served
+    storage = [v for v in served if v.storage]
+    if len(storage) != 1 or storage[0].name != spec.version:
+        raise ValueError(f"{spec.kind}: its version {spec.version} must be its one storage version")
+    if len({v.name for v in served}) != len(served):
+        raise ValueError(f"{spec.kind}: a version is declared twice")
+    return [*storage, *(v for v in served if not v.storage)]
+
+
 def _check_events(spec: KindSpec, first: KindSpec) -> None:
     """A kind's events: an aggregate kind of its own, at its scope, or the generic fold's
     under a subject token; every kind of one aggregate kind at one scope."""
@@ -221,6 +236,7 @@ REGISTRY = Registry(
         namespace.SPEC,
         *clone.SPECS,
         *export.SPECS,
+        preset.SPEC,
         *event.SPECS,
     )
 )

@@ -1,7 +1,7 @@
 """VirtualMachineInstanceReplicaSet (kubevirt.io/v1) and VirtualMachinePool
-(pool.kubevirt.io/v1alpha1): replicas, selector, template, and the `scale` subresource
-(autoscaling/v1 Scale) that `kubectl scale` uses. Their controller is
-services/controller/replicas.py."""
+(pool.kubevirt.io/v1beta1, also served in v1alpha1): replicas, selector, template, and
+the `scale` subresource (autoscaling/v1 Scale) that `kubectl scale` uses. Their
+controller is services/controller/replicas.py."""
 
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ from events.objects import (
     VirtualMachineInstanceSpec,
     VirtualMachinePool,
 )
+from kinds import versions
 from kinds.resource import resource_spec
 from kinds.spec import KindSpec, PrinterColumn
 from projections.cluster import Cluster
@@ -175,6 +176,7 @@ def _printer(what: str) -> tuple[PrinterColumn, ...]:
 REPLICASET: KindSpec = resource_spec(
     group="kubevirt.io",
     version="v1",
+    versions=versions.CORE,
     kind="VirtualMachineInstanceReplicaSet",
     plural="virtualmachineinstancereplicasets",
     singular="virtualmachineinstancereplicaset",
@@ -188,7 +190,8 @@ REPLICASET: KindSpec = resource_spec(
 )
 POOL: KindSpec = resource_spec(
     group="pool.kubevirt.io",
-    version="v1alpha1",
+    version="v1beta1",
+    versions=versions.BETA_OVER_ALPHA,
     kind="VirtualMachinePool",
     plural="virtualmachinepools",
     singular="virtualmachinepool",

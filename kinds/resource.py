@@ -13,7 +13,7 @@ from core.intents import view
 from core.kind import CallArgs, SpecRefusal, Subresource
 from events.catalog import Event, ResourceCreated, ResourceDeleted, ResourceUpdated
 from events.meta import KindToken, Meta
-from kinds.spec import Admit, KindSpec, PrinterColumn, Scope
+from kinds.spec import Admit, KindSpec, PrinterColumn, Scope, Version
 from projections.cluster import Cluster
 from projections.evolve import evolve_resource
 from projections.render import render_resource
@@ -44,6 +44,13 @@ def delete_act(spec_of: Callable[[], KindSpec]) -> Callable[..., Outcome]:
     return delete
 
 
+def _in_version(obj: JSON, api_version: str) -> JSON:
+    """Stored in the storage version: a manifest an older release kept in another (served,
+    same schema) version is served in it too."""
+    obj["apiVersion"] = api_version
+    return obj
+
+
 def resource_spec(
     *,
     group: str,
@@ -62,6 +69,7 @@ def resource_spec(
     subresource_group: str = "subresources.kubevirt.io",
     updatable: bool = True,
     spec_refusal: SpecRefusal | None = None,
+    versions: tuple[Version, ...] = (),
 ) -> KindSpec:
     spec: KindSpec | None = None
 
@@ -89,7 +97,8 @@ def resource_spec(
         spec_refusal=spec_refusal,
         delete=delete_act(me),
         table=lambda c: c.resources[event_kind],
-        render=lambda _c, v, _now: render_resource(v),
+        render=lambda _c, v, _now: _in_version(render_resource(v), f"{group}/{version}"),
         evolve=evolve_resource,
+        versions=versions,
     )
     return spec

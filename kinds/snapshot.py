@@ -13,6 +13,7 @@ from events.objects import (
     VirtualMachineSnapshot,
     VirtualMachineSnapshotContent,
 )
+from kinds import versions
 from kinds.resource import resource_spec
 from kinds.spec import PrinterColumn
 from projections.cluster import Cluster
@@ -67,6 +68,7 @@ def _immutable(webhook: str) -> SpecRefusal:
 SNAPSHOT = resource_spec(
     group=GROUP,
     version=VERSION,
+    versions=versions.BETA_OVER_ALPHA,
     kind="VirtualMachineSnapshot",
     plural="virtualmachinesnapshots",
     singular="virtualmachinesnapshot",
@@ -88,6 +90,7 @@ SNAPSHOT = resource_spec(
 CONTENT = resource_spec(
     group=GROUP,
     version=VERSION,
+    versions=versions.BETA_OVER_ALPHA,
     kind="VirtualMachineSnapshotContent",
     plural="virtualmachinesnapshotcontents",
     singular="virtualmachinesnapshotcontent",
@@ -104,6 +107,7 @@ CONTENT = resource_spec(
 RESTORE = resource_spec(
     group=GROUP,
     version=VERSION,
+    versions=versions.BETA_OVER_ALPHA,
     kind="VirtualMachineRestore",
     plural="virtualmachinerestores",
     singular="virtualmachinerestore",

@@ -6,6 +6,7 @@ their tables from. The commands (`core/`, below this package) see a kind through
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from enum import StrEnum
 from typing import Any
@@ -31,7 +32,36 @@ class Scope(StrEnum):
     CLUSTER = "Cluster"
 
 
+class Version(msgspec.Struct, frozen=True, kw_only=True):
+    """One version a kind is served in (a CRD's `spec.versions[]`). The log keeps every
+    object in the kind's storage version; a request in another version is converted on
+    its way in (`to_storage`) and every answer on its way out (`from_storage`), through
+    the storage version as a conversion webhook's hub. Without them the schemas are the
+    same and only `apiVersion` changes (KubeVirt's `None` conversion strategy)."""
+
+    name: str
+    storage: bool = False
+    # the `Warning` every request in this version is answered with (a deprecated version)
+    deprecation_warning: str | None = None
+    to_storage: Callable[[JSON], JSON] | None = None
+    from_storage: Callable[[JSON], JSON] | None = None
+
+
+_PRIORITY = re.compile(r"v(\d+)(?:(alpha|beta)(\d+))?")
+
+
+def version_priority(name: str) -> tuple[int, int, int, str]:
+    """Kubernetes' order of versions (a sort key, first is preferred): GA before beta
+    before alpha, a higher number first, anything else last by name."""
+    m = _PRIORITY.fullmatch(name)
+    if m is None:
+        return (3, 0, 0, name)
+    stage = {None: 0, "beta": 1, "alpha": 2}[m.group(2)]
+    return (stage, -int(m.group(1)), -int(m.group(3) or 0), name)
+
+
 Admit = Callable[[Cluster, Any, str], tuple[Any, list[Any]]]
+Made = Callable[[Meta, JSON], Event]  # the event a create or update appends
 Delete = Act  # (cluster, namespace, name, args, context) → Outcome
 Render = Callable[[Cluster, Any, float], JSON]
 
@@ -50,7 +80,7 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     the joins between kinds)."""
 
     group: str  # "" for the core group
-    version: str
+    version: str  # the version this spec serves: the storage version for a registered kind
     kind: str
     plural: str
     singular: str
@@ -84,6 +114,70 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     # another version of its event kind's first spec: watches follow the first's renders,
     # each object converted by this (Events in events.k8s.io/v1 from core/v1's)
     convert: Callable[[JSON], JSON] | None = None
+    # every version the kind is served in, the storage one marked (`version` names it);
+    # empty: only `version`. A spec made by `at` serves one of the others.
+    versions: tuple[Version, ...] = ()
+
+    # -------------------------------------------------------------- versions
+    @property
+    def served(self) -> tuple[Version, ...]:
+        """Every served version, preferred first (Kubernetes' version order)."""
+        out = self.versions or (Version(name=self.version, storage=True),)
+        return tuple(sorted(out, key=lambda v: version_priority(v.name)))
+
+    @property
+    def storage_version(self) -> str:
+        return next((v.name for v in self.served if v.storage), self.version)
+
+    @property
+    def deprecation_warning(self) -> str | None:
+        return next((v.deprecation_warning for v in self.served if v.name == self.version), None)
+
+    def converted(self, obj: JSON, version: str) -> JSON:
+        """`obj`, in any version this kind is served in (its `apiVersion` says which),
+        as `version` has it: converted to the storage version, then from it."""
+        by_name = {v.name: v for v in self.served}
+        given = str(obj.get("apiVersion") or "").rpartition("/")[2]
+        storage = self.storage_version
+        source, target = by_name.get(given), by_name[version]
+        if given != storage and source is not None and source.to_storage is not None:
+            obj = source.to_storage(obj)
+        if version != storage and target.from_storage is not None:
+            obj = target.from_storage(obj)
+        return {**obj, "apiVersion": f"{self.group}/{version}" if self.group else version}
+
+    def at(self, version: str) -> KindSpec:
+        """This kind as served in `version`: its routes, discovery and OpenAPI under that
+        version; what it writes converted to the storage version before the kind's own
+        hooks see it, what it renders converted from it."""
+        if version == self.version:
+            return self
+        if version not in {v.name for v in self.served}:
+            raise ValueError(f"{self.kind} is not served in {version}")
+        stored = self.storage_version
+
+        def down(obj: JSON) -> JSON:
+            return self.converted(obj, version)
+
+        def up(obj: JSON) -> JSON:
+            return self.converted(obj, stored)
+
+        def render(cluster: Cluster, view: Any, now: float) -> JSON:
+            return down(self.render(cluster, view, now))
+
+        def hook(made: Made | None) -> Made | None:
+            if made is None:
+                return None
+            return lambda meta, manifest: made(meta, up(manifest))
+
+        return msgspec.structs.replace(
+            self,
+            version=version,
+            render=render,
+            convert=down,
+            created=hook(self.created),
+            updated=hook(self.updated),
+        )
 
     # ----------------------------------------------------------------- names
     @property

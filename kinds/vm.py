@@ -24,7 +24,7 @@ from events.catalog import (
 from events.meta import Kind
 from events.objects import VirtualMachine, VirtualMachineInstanceSpec
 from kinds import columns as col
-from kinds import instancetype, migration
+from kinds import instancetype, migration, versions
 from kinds.spec import Column, KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_vm
@@ -216,6 +216,7 @@ PRINTER_COLUMNS = (
 SPEC = KindSpec(
     group="kubevirt.io",
     version="v1",
+    versions=versions.CORE,
     kind="VirtualMachine",
     plural="virtualmachines",
     singular="virtualmachine",

@@ -20,7 +20,7 @@ from events.catalog import (
 from events.manifest import load
 from events.meta import Kind
 from events.objects import VirtualMachineInstance
-from kinds import vmi_volumes
+from kinds import versions, vmi_volumes
 from kinds.spec import KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_vmi
@@ -125,6 +125,7 @@ def _softreboot(c: Cluster, ns: str, name: str, _: CallArgs, ctx: RequestContext
 SPEC = KindSpec(
     group="kubevirt.io",
     version="v1",
+    versions=versions.CORE,
     kind="VirtualMachineInstance",
     plural="virtualmachineinstances",
     singular="virtualmachineinstance",

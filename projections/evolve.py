@@ -447,6 +447,7 @@ def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
             address=ev.address,
             hypervisor=ev.hypervisor,
             console_port=ev.console_port,
+            info=ev.info,
             cordoned=view.cordoned if view else False,
             last_heartbeat=at,
         )

@@ -10,7 +10,7 @@ import functools
 import math
 from typing import Any, assert_never
 
-from events.catalog import ERR_IMAGE_PULL, SYNC_FAILED_CONDITION, InterfaceStatus
+from events.catalog import ERR_IMAGE_PULL, SYNC_FAILED_CONDITION, InterfaceStatus, NodeSystemInfo
 from events.meta import Kind, KindToken, own_kind
 from projections import namespaces, volumes
 from projections.allocation import node_allocated
@@ -322,6 +322,17 @@ def _quantity_mem(n: int) -> str:
     return f"{n // 1024}Ki"
 
 
+def _node_info(info: NodeSystemInfo) -> JSON:
+    return {
+        "kubeletVersion": info.kubelet_version,
+        "osImage": info.os_image,
+        "kernelVersion": info.kernel_version,
+        "containerRuntimeVersion": info.container_runtime_version,
+        "architecture": info.architecture,
+        "operatingSystem": info.operating_system,
+    }
+
+
 def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
     cpu, mem, count = node_allocated(cluster, node.name)
     cap = node.capacity
@@ -370,6 +381,7 @@ def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
                 )
             ],
             "addresses": [{"type": "InternalIP", "address": node.address}] if node.address else [],
+            **({"nodeInfo": _node_info(node.info)} if node.info != NodeSystemInfo() else {}),
             # as a Node's kubelet endpoint: where the api reaches the node's handler
             **(
                 {"daemonEndpoints": {"consoleEndpoint": {"Port": node.console_port}}}

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from events.catalog import InterfaceStatus, Resources, Taint
+from events.catalog import InterfaceStatus, NodeSystemInfo, Resources, Taint
 
 Manifest = dict[str, Any]
 
@@ -192,6 +192,7 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     address: str = ""
     hypervisor: str = "test"
     console_port: int = 0
+    info: NodeSystemInfo = msgspec.field(default_factory=NodeSystemInfo)
     cordoned: bool = False
     unresponsive: bool = False
     last_heartbeat: float = 0.0

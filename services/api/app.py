@@ -386,6 +386,27 @@ async def _at(
 
 
 # ------------------------------------------------------------- kind routes
+def _warned(spec: KindSpec, handler: Any) -> Any:
+    """A deprecated version's requests are answered with its deprecation warning, as the
+    API server answers a CRD's deprecated version."""
+    warning = spec.deprecation_warning
+    if warning is None:
+        return handler
+
+    @functools.wraps(handler)  # its name: Litestar's operation ids derive from it
+    async def deprecated(request: Request[Any, Any, Any]) -> Response[Any]:
+        try:  # a refusal is warned of too: the warning comes before the request is served
+            response: Response[Any] = await handler(request)
+        except ApiError as err:
+            response = _status_response(err)
+        shown = field_validation.warning_header([warning])
+        given = response.headers.get("Warning")
+        response.headers["Warning"] = f"{shown}, {given}" if given else shown
+        return response
+
+    return deprecated
+
+
 def _collection(spec: KindSpec) -> Any:
     async def collection(request: Request[Any, Any, Any]) -> Response[Any]:
         ns = request.path_params.get("ns", "")
@@ -408,7 +429,8 @@ async def _delete_collection(
     _writable(api)
     raw = await _raw_body(request)
     delete = commands.decode(_command_request(request, Verb.DELETE, spec, ns, "", "", raw))
-    selector = _selector(request, spec.event_kind, ns)
+    kind = spec.event_kind
+    selector = _selector(request, kind, ns)
     cid = _correlation_id(request)
     items: list[JSON] = []
     for obj in api.runner.list(selector):
@@ -422,8 +444,10 @@ async def _delete_collection(
             if err.code == 404:  # gone meanwhile: nothing left to delete
                 continue
             raise
-        shown = writes.shown(api, outcome, one.dry_run)
-        items.append(shown if shown is not None else obj)
+        shown = writes.shown(api, outcome, one.dry_run, spec)
+        if shown is None:  # deleted at once: the object as it was
+            shown = writes.in_version(api, obj, kind, spec) or obj
+        items.append(shown)
     meta = {"resourceVersion": str(api.runner.last_seq)}
     return _respond(
         {"apiVersion": spec.api_version, "kind": spec.list_kind, "metadata": meta, "items": items}
@@ -552,21 +576,36 @@ def _methods(spec: KindSpec, verbs: dict[HttpMethod, str]) -> list[HttpMethod]:
 def kind_routes(spec: KindSpec) -> list[HTTPRouteHandler]:
     """The REST routes of one kind, from its registry entry: the collection (list, watch,
     create), across namespaces when namespaced, the item (get, update, delete) and one
-    route for its subresources."""
+    route for its subresources. The app's own OpenAPI document (`/openapi.json`) has the
+    storage version's; Kubernetes' (`/openapi/v2`, `/openapi/v3`) has every version."""
     coll = spec.collection_path("{ns:str}") if spec.namespaced else spec.collection_path()
     coll_methods = _methods(spec, {GET: "list", POST: "create", DELETE: "delete"})
     item_methods = _methods(spec, {GET: "get", PUT: "update", PATCH: "update", DELETE: "delete"})
+    shown = spec.version == spec.storage_version
     routes = [
-        route(coll, http_method=coll_methods, status_code=200)(_collection(spec)),
-        route(f"{coll}/{{name:str}}", http_method=item_methods, status_code=200)(_item(spec)),
-    ]
+        route(coll, http_method=coll_methods, status_code=200, include_in_schema=shown)(
+            _warned(spec, _collection(spec))
+        ),
+        route(
+            f"{coll}/{{name:str}}", http_method=item_methods, status_code=200,
+            include_in_schema=shown,
+        )(_warned(spec, _item(spec))),
+    ]  # fmt: skip
     if spec.namespaced:
-        routes.append(get(spec.collection_path())(_all_namespaces(spec)))
+        routes.append(
+            get(spec.collection_path(), include_in_schema=shown)(
+                _warned(spec, _all_namespaces(spec))
+            )
+        )
     if spec.subresources:
         path = spec.subresource_path("{name:str}", "{action:str}", "{ns:str}")
         methods = [HttpMethod(m) for m in sorted({s.method for s in spec.subresources})]
         code = spec.subresources[0].code
-        routes.append(route(path, http_method=methods, status_code=code)(_subresource(spec)))
+        routes.append(
+            route(path, http_method=methods, status_code=code, include_in_schema=shown)(
+                _warned(spec, _subresource(spec))
+            )
+        )
     return routes
 
 
@@ -773,7 +812,7 @@ def create_app(
     kinds: Registry = api.kinds
     return Litestar(
         route_handlers=[
-            *(handler for spec in kinds for handler in kind_routes(spec)),
+            *(handler for spec in kinds.served for handler in kind_routes(spec)),
             *STREAM_ROUTES,
             healthz,
             readyz,

@@ -8,11 +8,14 @@ group's resource list as `virtualmachines/start`, as KubeVirt's virt-api lists t
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Iterator
 from typing import Any
 
+from events.catalog import KUBERNETES_VERSION
 from kinds.registry import Registry
-from kinds.spec import KindSpec
+from kinds.spec import KindSpec, version_priority
 
 JSON = dict[str, Any]
 AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -20,7 +23,7 @@ AGGREGATED = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryLi
 VERSION: JSON = {
     "major": "1",
     "minor": "33",
-    "gitVersion": "v1.33.0-virtstream",
+    "gitVersion": KUBERNETES_VERSION,
     "gitCommit": "",
     "gitTreeState": "clean",
     "buildDate": "1970-01-01T00:00:00Z",
@@ -78,6 +81,8 @@ def _resource(spec: KindSpec) -> JSON:
         out["shortNames"] = list(spec.short_names)
     if spec.categories:
         out["categories"] = list(spec.categories)
+    if spec.group:
+        out["storageVersionHash"] = storage_version_hash(spec)
     return out
 
 
@@ -88,9 +93,9 @@ def _sub_verbs(method: str) -> list[str]:
 def group_versions(kinds: Registry) -> dict[str, dict[str, list[JSON]]]:
     """group → version → resources (legacy form), in registry order; the core group is ""."""
     out: dict[str, dict[str, list[JSON]]] = {"": {"v1": []}}  # the core group first
-    for spec in kinds:
+    for spec in kinds.served:
         out.setdefault(spec.group, {}).setdefault(spec.version, []).append(_resource(spec))
-    for spec in kinds:
+    for spec in kinds.served:
         if not spec.subresources and not spec.streams:
             continue
         subs = out.setdefault(spec.subresource_group, {}).setdefault(spec.version, [])
@@ -106,7 +111,19 @@ def group_versions(kinds: Registry) -> dict[str, dict[str, list[JSON]]]:
                 entry.update(group=rk[0], version=rk[1], kind=rk[2])
             subs.append(entry)
     out[AUTHORIZATION_GROUP] = {"v1": [dict(SSAR)]}
-    return out
+    return {g: _preferred_first(vs) for g, vs in out.items()}
+
+
+def _preferred_first(versions: dict[str, Any]) -> dict[str, Any]:
+    """A group's versions in Kubernetes' order: the preferred one first."""
+    return {v: versions[v] for v in sorted(versions, key=version_priority)}
+
+
+def storage_version_hash(spec: KindSpec) -> str:
+    """The API server's mark of where a resource is stored, the same in every version it
+    is served in: the first 8 bytes of sha256("group/storageversion/Kind"), base64."""
+    gvk = f"{spec.group}/{spec.storage_version}/{spec.kind}"
+    return base64.b64encode(hashlib.sha256(gvk.encode()).digest()[:8]).decode()
 
 
 def _sub_names(spec: KindSpec) -> list[tuple[str, list[str], tuple[str, str, str] | None]]:
@@ -188,12 +205,12 @@ def _discovery(spec: KindSpec, subresources: list[JSON]) -> JSON:
 
 def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
     groups: dict[str, dict[str, list[JSON]]] = {}
-    for spec in kinds:
+    for spec in kinds.served:
         if (spec.group == "") != core:
             continue
         groups.setdefault(spec.group, {}).setdefault(spec.version, []).append(_discovery(spec, []))
     if not core:  # each subresource group lists its parents, verbs only on the subresources
-        for spec in kinds:
+        for spec in kinds.served:
             if not spec.subresources and not spec.streams:
                 continue
             subs = [
@@ -231,7 +248,7 @@ def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
             "metadata": {"name": group} if group else {},
             "versions": [
                 {"version": v, "resources": rs, "freshness": "Current"}
-                for v, rs in versions.items()
+                for v, rs in _preferred_first(versions).items()
             ],
         }
 

@@ -72,12 +72,26 @@ def schemas(
         descriptions.describe(
             out,
             _components(served, ref_template) if served is not specs else out,
-            {s.object_type.__name__: f"{s.group}/{s.version}/{s.kind}" for s in served},
+            _roots(served),
         )
-    for spec in specs:
+    for spec in specs:  # one type served in several versions lists each
         schema = out.get(spec.object_type.__name__)
         if schema is not None:
-            schema["x-kubernetes-group-version-kind"] = [_gvk(spec)]
+            gvks = schema.setdefault("x-kubernetes-group-version-kind", [])
+            if _gvk(spec) not in gvks:
+                gvks.append(_gvk(spec))
+    return out
+
+
+def _roots(served: list[KindSpec]) -> dict[str, str]:
+    """Each type's `group/version/Kind` to describe it by: of the versions it is served
+    in, one KubeVirt's vendored documentation has."""
+    known = descriptions.vendored()["roots"]
+    out: dict[str, str] = {}
+    for s in served:
+        name, gvk = s.object_type.__name__, f"{s.group}/{s.version}/{s.kind}"
+        if name not in out or (out[name] not in known and gvk in known):
+            out[name] = gvk
     return out
 
 
@@ -133,7 +147,7 @@ def _paths(specs: list[KindSpec], v2: bool, ref_template: str) -> JSON:
 
 
 def _group_specs(kinds: Registry, group: str, version: str) -> list[KindSpec]:
-    return [s for s in kinds if s.group == group and s.version == version]
+    return [s for s in kinds.served if s.group == group and s.version == version]
 
 
 def v3_document(kinds: Registry, group: str, version: str) -> JSON | None:
@@ -145,7 +159,7 @@ def v3_document(kinds: Registry, group: str, version: str) -> JSON | None:
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": discovery.VERSION["gitVersion"]},
         "paths": _paths(specs, False, V3_REF),
-        "components": {"schemas": schemas(specs, V3_REF, served=list(kinds))},
+        "components": {"schemas": schemas(specs, V3_REF, served=list(kinds.served))},
     }
 
 
@@ -167,7 +181,7 @@ def v3_index(documents: dict[str, bytes]) -> JSON:
 
 
 def v2_document(kinds: Registry) -> JSON:
-    specs = list(kinds)
+    specs = list(kinds.served)
     return {
         "swagger": "2.0",
         "info": {"title": "Kubernetes", "version": discovery.VERSION["gitVersion"]},
@@ -177,4 +191,4 @@ def v2_document(kinds: Registry) -> JSON:
 
 
 def group_versions(kinds: Registry) -> list[tuple[str, str]]:
-    return list(dict.fromkeys((s.group, s.version) for s in kinds))
+    return list(dict.fromkeys((s.group, s.version) for s in kinds.served))

@@ -16,7 +16,8 @@ from core.commands import Call, Command, Request
 from core.context import Outcome, RequestContext
 from core.errors import not_found, read_replica
 from core.idempotency import Idempotency
-from core.kind import Answer
+from core.kind import Answer, KindRules
+from events.meta import KindToken
 from projections.cluster import Cluster
 from services.api.service import ApiService
 
@@ -58,19 +59,35 @@ async def decided(
     return await api.appended(decide, correlation_id, idem)
 
 
-def shown(api: ApiService, outcome: Outcome, dry_run: bool) -> JSON | None:
+def shown(
+    api: ApiService, outcome: Outcome, dry_run: bool, served: KindRules | None = None
+) -> JSON | None:
     """The object `outcome` names as it is now (folded: read-your-writes), or as it would
-    be on a dry run; None when it is gone."""
+    be on a dry run; None when it is gone. In the version `served` serves its kind in
+    (the request's), when that is not the storage version the read side renders."""
     if dry_run:
         spec = api.kinds.of(outcome.kind)
-        return dryrun.preview(api.cluster, spec, outcome, api.runner.clock())
-    return api.runner.get(outcome.kind, outcome.key)
+        obj = dryrun.preview(api.cluster, spec, outcome, api.runner.clock())
+    else:
+        obj = api.runner.get(outcome.kind, outcome.key)
+    return in_version(api, obj, outcome.kind, served)
+
+
+def in_version(
+    api: ApiService, obj: JSON | None, kind: KindToken, served: KindRules | None
+) -> JSON | None:
+    """A rendered object of `kind` as `served` (another version of that kind) serves it."""
+    if obj is None or served is None or served.event_kind != kind:
+        return obj
+    if served is api.kinds.of(kind) or served.convert is None:
+        return obj
+    return served.convert(obj)
 
 
 def answer(api: ApiService, command: Command, outcome: Outcome) -> tuple[int, bytes]:
     """The code and body that answer `command`."""
     if not isinstance(command, Call):
-        return _object(api, outcome, command.dry_run)
+        return _object(api, outcome, command.dry_run, command.spec)
     sub = command.sub
     match sub.answer:
         case Answer.EMPTY:
@@ -81,15 +98,17 @@ def answer(api: ApiService, command: Command, outcome: Outcome) -> tuple[int, by
                 raise not_found(command.spec.resource, command.name)
             return outcome.code, _json.encode(sub.shape(obj))
         case Answer.OBJECT:
-            return _object(api, outcome, command.dry_run)
+            return _object(api, outcome, command.dry_run, command.spec)
         case Answer.CREATED:
-            return sub.code, _json.encode(shown(api, outcome, command.dry_run) or {})
+            return sub.code, _json.encode(shown(api, outcome, command.dry_run, command.spec) or {})
         case _:
             assert_never(sub.answer)
 
 
-def _object(api: ApiService, outcome: Outcome, dry_run: bool) -> tuple[int, bytes]:
-    obj = shown(api, outcome, dry_run)
+def _object(
+    api: ApiService, outcome: Outcome, dry_run: bool, served: KindRules
+) -> tuple[int, bytes]:
+    obj = shown(api, outcome, dry_run, served)
     if obj is None:  # deleted at once (nothing left to tear down)
         res = api.kinds.of(outcome.kind).resource
         name = outcome.key.rsplit("/", 1)[-1]

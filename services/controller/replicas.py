@@ -154,7 +154,7 @@ def reconcile_pool(cluster: Cluster, pool: ResourceView, ctx: Context) -> list[D
             if tmeta.get("labels"):
                 metadata["labels"] = dict(tmeta["labels"])
             metadata["ownerReferences"] = [
-                _owner("pool.kubevirt.io/v1alpha1", "VirtualMachinePool", pool)
+                _owner("pool.kubevirt.io/v1beta1", "VirtualMachinePool", pool)
             ]
             spec = dict(template.get("spec") or {})
             manifest = {

@@ -7,8 +7,9 @@ from __future__ import annotations
 import contextlib
 import platform
 import socket
+from pathlib import Path
 
-from events.catalog import Resources
+from events.catalog import KUBERNETES_VERSION, NodeSystemInfo, Resources
 from events.quantity import parse_quantity
 from services.handler.node_info import NodeConfig
 from services.launcher.uris import TEST_URI
@@ -35,13 +36,52 @@ def capacity(cfg: NodeConfig) -> Resources:
     return Resources(cpu_millis=cpus * 1000, memory_bytes=int(memory))
 
 
+def _arch() -> str:
+    return {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+
+
+def _os_image(path: Path = Path("/etc/os-release")) -> str:
+    """os-release's PRETTY_NAME, as the kubelet reports its OS image."""
+    with contextlib.suppress(OSError):
+        for line in path.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key == "PRETTY_NAME":
+                return value.strip().strip('"')
+    return "Linux"
+
+
+def _libvirt_version(uri: str) -> str:
+    import libvirt
+
+    try:
+        conn = libvirt.open(uri)
+    except libvirt.libvirtError:
+        return ""
+    try:
+        n = conn.getLibVersion()
+    finally:
+        conn.close()
+    return f"{n // 1_000_000}.{n // 1000 % 1000}.{n % 1000}"
+
+
+def system_info(cfg: NodeConfig) -> NodeSystemInfo:
+    """What `kubectl get nodes -o wide` shows of a node: the guests' runtime is libvirt."""
+    version = _libvirt_version(cfg.libvirt_uri)
+    return NodeSystemInfo(
+        kubelet_version=KUBERNETES_VERSION,
+        os_image=_os_image(),
+        kernel_version=platform.release(),
+        container_runtime_version=f"libvirt://{version}" if version else "",
+        architecture=_arch(),
+        operating_system="linux",
+    )
+
+
 def labels(cfg: NodeConfig) -> dict[str, str]:
     return {
         "kubernetes.io/hostname": cfg.name,
         "kubernetes.io/os": "linux",
-        "kubernetes.io/arch": {"x86_64": "amd64", "aarch64": "arm64"}.get(
-            platform.machine(), platform.machine()
-        ),
+        "kubernetes.io/arch": _arch(),
         "kubevirt.io/schedulable": "true",
         "virtstream.io/host": socket.gethostname(),
     }

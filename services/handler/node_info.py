@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 
-from events.catalog import NodeJoined, Resources
+from events.catalog import NodeJoined, NodeSystemInfo, Resources
 from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
 from services.launcher.uris import TEST_URI
@@ -57,7 +57,11 @@ def qemu_pid_dir_of(uri: str) -> str | None:
 
 
 def joined_event(
-    cfg: NodeConfig, cap: Resources, node_labels: dict[str, str], now: float
+    cfg: NodeConfig,
+    cap: Resources,
+    node_labels: dict[str, str],
+    now: float,
+    info: NodeSystemInfo | None = None,
 ) -> NodeJoined:
     """NodeJoined from what was probed (pure): its id repeats while the node stays the
     same, so a restart within the duplicate window registers nothing new."""
@@ -81,4 +85,5 @@ def joined_event(
         address=cfg.address,
         hypervisor=cfg.hypervisor,
         console_port=cfg.console_port,
+        info=info or NodeSystemInfo(),
     )

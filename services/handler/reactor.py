@@ -21,7 +21,7 @@ from typing import assert_never, get_args
 import msgspec
 
 from events import subjects
-from events.catalog import MigrationEvent, Resources, VMIRemoved
+from events.catalog import MigrationEvent, NodeSystemInfo, Resources, VMIRemoved
 from events.envelope import Context, Decision, Stored
 from events.meta import Kind, ResourceKind
 from services.handler import migration, volumes
@@ -85,6 +85,7 @@ class HandlerReactor:
         *,
         capacity: Resources,
         labels: dict[str, str],
+        info: NodeSystemInfo | None = None,
         qemu: bool = False,
         hypervisor_uri: str = "",
     ) -> None:
@@ -93,6 +94,7 @@ class HandlerReactor:
         self.name = service_name(node.name)
         self.capacity = capacity
         self.labels = labels
+        self.info = info or NodeSystemInfo()
         self.qemu = qemu
         self.hypervisor_uri = hypervisor_uri  # qemu: where a target listens, by default
 
@@ -201,7 +203,7 @@ class HandlerReactor:
     def tick(self, state: HandlerState, ctx: Context) -> list[Output]:
         out: list[Output] = []
         if not state.joined:
-            joined = joined_event(self.node_config, self.capacity, self.labels, ctx.now)
+            joined = joined_event(self.node_config, self.capacity, self.labels, ctx.now, self.info)
             out += [Decision(joined, occ=False), Note(Joined())]
         ms = state.migrations
         vkeys = [*state.records, *(k for k in state.observed if k not in state.records)]

@@ -34,7 +34,7 @@ from services.handler.checkpoint import HandlerCodec
 from services.handler.console_server import ConsoleServer
 from services.handler.effects import Action, MigrationRead, ReadMigration
 from services.handler.fleet import LauncherFleet
-from services.handler.host import capacity, labels
+from services.handler.host import capacity, labels, system_info
 from services.handler.migration import MigrationState
 from services.handler.node_info import LaunchSettings, NodeConfig
 from services.handler.planner import service_name
@@ -215,6 +215,7 @@ class Handler:
             node,
             capacity=capacity(node),
             labels=labels(node),
+            info=system_info(node),
             qemu=cfg.launch.domain_type is not DomainType.TEST,
             hypervisor_uri=cfg.launch.hypervisor_uri,
         )

@@ -177,20 +177,20 @@ def test_virtstream_apply_server_side(cluster: Up, tmp_path: Path) -> None:
 
 # ------------------------------------------------------------- kubectl's edges
 def test_an_unknown_kind_gets_kubectls_own_message(cluster: Up, tmp_path: Path) -> None:
-    clone = {
-        "apiVersion": "clone.kubevirt.io/v1beta1",
-        "kind": "VirtualMachineClone",
-        "metadata": {"name": "testclone"},
+    backup = {  # a KubeVirt kind not served here
+        "apiVersion": "backup.kubevirt.io/v1alpha1",
+        "kind": "VirtualMachineBackup",
+        "metadata": {"name": "testbackup"},
         "spec": {"source": {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "x"}},
     }
-    path = _write(tmp_path, clone)
+    path = _write(tmp_path, backup)
     for verb in ("apply", "create"):
         out = cluster.kubectl(verb, "-f", str(path), check=False)
         assert out.code == 1
         assert out.err.strip().splitlines() == [
-            f'error: resource mapping not found for name: "testclone" namespace: "" from '
-            f'"{path}": no matches for kind "VirtualMachineClone" in version '
-            '"clone.kubevirt.io/v1beta1"',
+            f'error: resource mapping not found for name: "testbackup" namespace: "" from '
+            f'"{path}": no matches for kind "VirtualMachineBackup" in version '
+            '"backup.kubevirt.io/v1alpha1"',
             "ensure CRDs are installed first",
         ]
 

@@ -1,5 +1,5 @@
 from events import subjects
-from events.catalog import NodeJoined, Resources, VMStartRequested
+from events.catalog import NodeJoined, NodeSystemInfo, Resources, VMStartRequested
 from events.codec import decode, encode
 from events.meta import Kind
 from tests.factories import meta
@@ -27,7 +27,15 @@ def test_stored_v1_event_is_upcast_to_current_shape() -> None:
     assert ev.labels == {"zone": "a"}
     assert ev.meta.event_id == "e1"
     # written again, it takes the current tag: the old bytes stay as they were
-    assert b'"type":"NodeJoined/v2"' in encode(ev)
+    assert b'"type":"NodeJoined/v3"' in encode(ev)
+
+
+def test_stored_v2_node_joined_is_upcast_with_its_system_info_unknown() -> None:
+    v2 = encode(decode(STORED_V1)).replace(b'"NodeJoined/v3"', b'"NodeJoined/v2"')
+    v2 = v2.replace(b',"info":{}', b"")
+    ev = decode(v2)
+    assert isinstance(ev, NodeJoined)
+    assert ev.info == NodeSystemInfo() and ev.labels == {"zone": "a"}
 
 
 def test_subjects_route_by_node_and_survive_dots() -> None:

@@ -24,7 +24,7 @@ def test_every_event_tag_and_intent_has_a_schema() -> None:
         assert index["events"][tag(t)] == path
         assert docs[path]["$defs"][t.__name__]["properties"]["type"] == {"enum": [tag(t)]}
     assert set(index["intents"]) == set(INTENTS)
-    assert "NodeJoined/v2" in index["events"]  # versioned with its tag
+    assert "NodeJoined/v3" in index["events"]  # versioned with its tag
 
 
 def test_an_encoded_event_has_the_fields_its_schema_requires() -> None:

@@ -207,4 +207,5 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "vmclones",
         "vmexports",
         "secrets",
+        "vmipresets",
     )

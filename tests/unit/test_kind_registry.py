@@ -22,6 +22,7 @@ from events.envelope import Stored
 from events.meta import CLUSTER_SCOPED, Kind, ResourceKind, own_kind
 from events.objects import VirtualMachineInstance
 from kinds import columns as col
+from kinds import preset
 from kinds.registry import REGISTRY, Registry
 from kinds.spec import Column, KindSpec, PrinterColumn, Scope
 from projections import kube_events
@@ -93,8 +94,12 @@ def _paths(kinds: Registry) -> set[str]:
 def test_every_aggregate_kind_has_one_registered_kind() -> None:
     derived = [s for s in REGISTRY if s.event_kind == kube_events.KIND]
     assert [(s.group, s.kind) for s in derived] == [("", "Event"), ("events.k8s.io", "Event")]
-    assert [s.event_kind for s in REGISTRY if s not in derived] == [*Kind, *ResourceKind]
-    assert REGISTRY.event_kinds == (*Kind, *ResourceKind, kube_events.KIND)
+    assert [s.event_kind for s in REGISTRY if s not in derived] == [
+        *Kind,
+        *ResourceKind,
+        preset.KIND_TOKEN,
+    ]
+    assert REGISTRY.event_kinds == (*Kind, *ResourceKind, preset.KIND_TOKEN, kube_events.KIND)
     assert REGISTRY.of(kube_events.KIND) is derived[0]  # core/v1 is what watches follow
     for spec in REGISTRY:
         assert REGISTRY.of(spec.event_kind) is spec or spec is derived[1]
@@ -136,6 +141,7 @@ def test_registry_names_are_the_ones_users_type() -> None:
         "namespaces",
         "virtualmachineclones",
         "secrets",
+        "virtualmachineinstancepresets",
     )
 
 
