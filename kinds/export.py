@@ -1,6 +1,7 @@
-"""VirtualMachineExport (export.kubevirt.io/v1beta1) and the core/v1 Secret that holds an
-export's token. The export's controller is services/controller/export.py; its downloads
-are served by the api (services/api/export_server.py)."""
+"""VirtualMachineExport (export.kubevirt.io/v1; v1beta1 served, deprecated) and the core/v1
+Secret that holds an export's token. The export's controller is
+services/controller/export.py; its downloads are served by the api
+(services/api/export_server.py)."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from core import admission
 from core.kind import SpecRefusal
 from events.meta import ResourceKind
 from events.objects import Secret, VirtualMachineExport
+from kinds import versions
 from kinds.resource import resource_spec
 from kinds.spec import PrinterColumn
 from projections.cluster import Cluster
 
-GROUP, VERSION = "export.kubevirt.io", "v1beta1"
+GROUP, VERSION = "export.kubevirt.io", "v1"
 
 
 def _admit_export(_: Cluster, typed: Any, __: str) -> tuple[Any, list[Any]]:
@@ -75,6 +77,7 @@ def _admit_secret(_: Cluster, typed: Any, __: str) -> tuple[Any, list[Any]]:
 EXPORT = resource_spec(
     group=GROUP,
     version=VERSION,
+    versions=versions.EXPORT,
     kind="VirtualMachineExport",
     plural="virtualmachineexports",
     singular="virtualmachineexport",

@@ -30,5 +30,14 @@ PRESET = (
         "deprecated and will be removed in v2.",
     ),
 )
+# export.kubevirt.io: v1 stored, v1beta1 served and deprecated
+EXPORT = (
+    Version(name="v1", storage=True),
+    Version(
+        name="v1beta1",
+        deprecation_warning="export.kubevirt.io/v1beta1 VirtualMachineExport is now deprecated "
+        "and will be removed in a future version.",
+    ),
+)
 # pool.kubevirt.io, snapshot.kubevirt.io and clone.kubevirt.io: v1beta1 stored, v1alpha1 served
 BETA_OVER_ALPHA = (Version(name="v1beta1", storage=True), Version(name="v1alpha1"))

@@ -13,7 +13,7 @@ from projections.cluster import Cluster, key
 from projections.views import ResourceView
 
 JSON = dict[str, Any]
-GROUP_VERSION = "export.kubevirt.io/v1beta1"
+GROUP_VERSION = "export.kubevirt.io/v1"
 TOKEN_HEADER = "x-kubevirt-export-token"  # header or query parameter, as KubeVirt's server
 
 

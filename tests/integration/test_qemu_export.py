@@ -113,7 +113,7 @@ def test_an_export_downloads_the_stopped_vms_disk_with_its_token(cluster: Cluste
     assert ex["status"]["tokenSecretRef"] == "example-token"
     raw_url = url(ex, "raw")
     assert raw_url.endswith(
-        "/api/export.kubevirt.io/v1beta1/namespaces/default/virtualmachineexports/"
+        "/api/export.kubevirt.io/v1/namespaces/default/virtualmachineexports/"
         "example-export/volumes/data-pvc/disk.img"
     )
     rows = kubectl(cluster, "get", "vmexport").splitlines()

@@ -22,7 +22,7 @@ from services.api.app import create_app
 from services.api.service import ApiService
 
 pytestmark = pytest.mark.skipif(shutil.which("qemu-img") is None, reason="needs qemu-img")
-BASE = "/api/export.kubevirt.io/v1beta1/namespaces/default/virtualmachineexports"
+BASE = "/api/export.kubevirt.io/v1/namespaces/default/virtualmachineexports"
 HEADER = "x-kubevirt-export-token"
 
 

@@ -20,7 +20,7 @@ from tests.unit.test_controller_world import World
 
 KEY = b"k" * 32
 URL = "https://127.0.0.1:8443"
-BASE = f"{URL}/api/export.kubevirt.io/v1beta1/namespaces/default/virtualmachineexports/e1"
+BASE = f"{URL}/api/export.kubevirt.io/v1/namespaces/default/virtualmachineexports/e1"
 
 
 def export_manifest(name: str = "e1", source: str = "vm1", **spec: Any) -> dict[str, Any]:
