@@ -232,10 +232,12 @@ def up(
             runtimes = start_node_runtimes(data_dir / "nodes", node_names)
             handler_extra = qemu_handler_args(runtimes, data_dir / "disks", image_dir)
             net = start_pod_network(data_dir, node_names)
-            if net is not None:
-                handler_extra = {
-                    n: (*args, "--pod-network", net.dir) for n, args in handler_extra.items()
-                }
+            more = (
+                ("--pod-network", net.dir)
+                if isinstance(net, pod_network.PodNetwork)
+                else ("--no-pod-network", net)
+            )
+            handler_extra = {n: (*args, *more) for n, args in handler_extra.items()}
         except Exception:
             stop_node_runtimes(runtimes)
             pod_network.destroy(data_dir)
@@ -466,14 +468,15 @@ def start_node_runtimes(base: Path, names: list[str]) -> dict[str, NodeRuntime]:
     return runtimes
 
 
-def start_pod_network(data_dir: Path, nodes: list[str]) -> pod_network.PodNetwork | None:
+def start_pod_network(data_dir: Path, nodes: list[str]) -> pod_network.PodNetwork | str:
     """The cluster's pod network (a bridge per node in a namespace of its own); a host that
-    cannot make one gets QEMU's user-mode networking, said in one line."""
+    cannot make one gets QEMU's user-mode networking, said in one line (and in each node's
+    NetworkUnavailable condition): then the reason is returned."""
     try:
         net = pod_network.ensure(data_dir, nodes)
     except pod_network.PodNetworkUnavailable as e:
-        console.print(f"[yellow]pod network[/]: user-mode networking (no pod network: {e})")
-        return None
+        console.print(f"[yellow]pod network[/]: none, guests get user-mode networking ({e})")
+        return str(e)
     first = next(iter(net.nodes.values()))
     console.print(
         f"pod network: a bridge per node in network namespace {net.netns} "

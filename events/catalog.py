@@ -394,6 +394,8 @@ class NodeJoined(Event, tag="NodeJoined/v2", frozen=True):
     #: the node's subnet of the cluster's pod network (Kubernetes' node.spec.podCIDR);
     #: "": the node's guests have QEMU's user-mode networking only
     pod_cidr: str = ""
+    #: why a qemu node has no pod network (the host could not make one)
+    pod_network_message: str = ""
 
 
 class NodeCordoned(Event, tag="NodeCordoned", frozen=True):

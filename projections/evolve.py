@@ -449,6 +449,7 @@ def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
             hypervisor=ev.hypervisor,
             console_port=ev.console_port,
             pod_cidr=ev.pod_cidr,
+            pod_network_message=ev.pod_network_message,
             cordoned=view.cordoned if view else False,
             last_heartbeat=at,
         )

@@ -195,6 +195,7 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     hypervisor: str = "test"
     console_port: int = 0
     pod_cidr: str = ""  # NodeJoined's: the node's subnet of the pod network
+    pod_network_message: str = ""  # NodeJoined's: why it has none
     cordoned: bool = False
     unresponsive: bool = False
     last_heartbeat: float = 0.0

@@ -72,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--image-dir", default=None, help="containerDisk images by name")
     p.add_argument("--qemu-pid-dir", default=None, help="default: from a NodeRuntime's URI")
     p.add_argument("--pod-network", default=None, help="qemu: the cluster's pod network (its dir)")
+    p.add_argument("--no-pod-network", default="", help="qemu: why the cluster has no pod network")
     p.add_argument("--address", default="127.0.0.1")
     p.add_argument(
         "--console-port", type=int, default=0, help="qemu: console/VNC server (0: any free)"
@@ -114,6 +115,7 @@ def main(argv: list[str] | None = None) -> None:
             console_port=a.console_port,
             libvirt_uri=a.libvirt_uri,
             pod_cidr=pod_cidr(a),
+            pod_network_message=a.no_pod_network,
         ),
         nats_url=a.nats_url,
         run_dir=a.run_dir,

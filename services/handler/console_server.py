@@ -51,7 +51,7 @@ from websockets.http11 import Request, Response
 
 from ops import pod_network
 from services.handler import agent_info, port_forward
-from services.launcher.domain_xml import pod_address_of
+from services.launcher.domain_xml import pod_address_of, pod_ports_of
 from services.runtime.mtls import CLIENT_CN, PeerRefused, TlsFiles, check_peer
 
 log = structlog.get_logger()
@@ -269,10 +269,15 @@ class ConsoleServer:
             return _text(HTTPStatus.BAD_REQUEST, f"invalid port {port}")
         if self.pod_network_dir is not None:
             try:
-                address = pod_address_of(await asyncio.to_thread(_domain_xml, self.uri, domain))
+                xml = await asyncio.to_thread(_domain_xml, self.uri, domain)
             except NoDomain:
                 return _text(HTTPStatus.NOT_FOUND, _not_here(domain))
-            if address:
+            if address := pod_address_of(xml):
+                allowed = pod_ports_of(xml)
+                if allowed is not None and port not in allowed:  # the interface's `ports`
+                    listed = ", ".join(map(str, allowed))
+                    msg = f"port {port} of the guest is not among its interface's ports ({listed})"
+                    return _text(HTTPStatus.BAD_REQUEST, msg)
                 return await self._connect_pod(conn, address, port)
         try:
             forward = await asyncio.to_thread(port_forward.open_forward, self.uri, domain, port)

@@ -26,6 +26,7 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
     libvirt_uri: str = TEST_URI
     #: the node's subnet on the cluster's pod network ("": none, user-mode networking)
     pod_cidr: str = ""
+    pod_network_message: str = ""  # why it has none (the host could not make one)
 
 
 class LaunchSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,8 +73,8 @@ def joined_event(
     basis = f"{cap.cpu_millis}/{cap.memory_bytes}/{cfg.address}/{cfg.hypervisor}"
     if cfg.console_port:
         basis += f"/{cfg.console_port}"
-    if cfg.pod_cidr:
-        basis += f"/{cfg.pod_cidr}"
+    if cfg.pod_cidr or cfg.pod_network_message:
+        basis += f"/{cfg.pod_cidr}/{cfg.pod_network_message}"
     event_id = f"{service}/NodeJoined/{basis}"
     return NodeJoined(
         meta=Meta(
@@ -91,4 +92,5 @@ def joined_event(
         hypervisor=cfg.hypervisor,
         console_port=cfg.console_port,
         pod_cidr=cfg.pod_cidr,
+        pod_network_message=cfg.pod_network_message,
     )

@@ -117,7 +117,7 @@ def build_domain_xml(
     root = ET.Element("domain", type=str(domain_type))
     ET.SubElement(root, "name").text = name
     ET.SubElement(root, "uuid").text = firmware_uuid(vmi)
-    _add_metadata(root, meta, pod_address)
+    _add_metadata(root, meta, pod_address, pod_ports(vmi) if pod_address else None)
 
     memory = str(guest_memory_bytes(vmi))
     ET.SubElement(root, "memory", unit="b").text = memory
@@ -196,7 +196,12 @@ def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
     return obj
 
 
-def _add_metadata(root: ET.Element, meta: Mapping[str, Any], pod_address: str = "") -> None:
+def _add_metadata(
+    root: ET.Element,
+    meta: Mapping[str, Any],
+    pod_address: str = "",
+    ports: tuple[int, ...] | None = None,
+) -> None:
     # Lets a re-attaching handler (or a human with virsh) tie a domain back to its VMI.
     metadata = ET.SubElement(root, "metadata")
     vmi = ET.SubElement(
@@ -208,12 +213,36 @@ def _add_metadata(root: ET.Element, meta: Mapping[str, Any], pod_address: str = 
     )
     if pod_address:
         vmi.set("podAddress", pod_address)
+    if ports is not None:
+        vmi.set("podPorts", ",".join(map(str, ports)))
 
 
 def pod_address_of(domain_xml: str) -> str:
     """The VMI's pod network address kept in a domain's metadata ("" without one)."""
     el = ET.fromstring(domain_xml).find(f"./metadata/{{{METADATA_NS}}}vmi")
     return el.get("podAddress", "") if el is not None else ""
+
+
+def pod_ports_of(domain_xml: str) -> tuple[int, ...] | None:
+    """The TCP ports the pod network's interface lets in (None: all), from the metadata."""
+    el = ET.fromstring(domain_xml).find(f"./metadata/{{{METADATA_NS}}}vmi")
+    if el is None or el.get("podPorts") is None:
+        return None
+    return tuple(int(p) for p in el.get("podPorts", "").split(",") if p)
+
+
+def pod_ports(vmi: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """KubeVirt's `interfaces[].ports` of the pod network's interface: with a list, only
+    those ports (TCP unless said otherwise) reach the guest; without one, all do."""
+    name = pod_interface(vmi)
+    for iface in _get(vmi, "spec", "domain", "devices", "interfaces") or []:
+        if iface.get("name") == name and iface.get("ports"):
+            return tuple(
+                int(p["port"])
+                for p in iface["ports"]
+                if str(p.get("protocol") or "TCP").upper() == "TCP"
+            )
+    return None
 
 
 def pod_interface(vmi: Mapping[str, Any]) -> str | None:

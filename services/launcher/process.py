@@ -426,9 +426,10 @@ class Launcher:
         if config.pod_network_dir is None or config.domain_type is DomainType.TEST:
             return
         async with self._plugging:  # one at a time: a start's and a resume's may overlap
-            await self._plug_once(config, routed)
+            await self._plug_once(config.pod_network_dir, routed)
 
-    async def _plug_once(self, config: LauncherConfig, routed: bool) -> None:
+    async def _plug_once(self, network_dir: str, routed: bool) -> None:
+        config = self._config
         try:
             xml = await asyncio.to_thread(self._hv.live_xml)
             address = pod_address_of(xml)
@@ -436,7 +437,7 @@ class Launcher:
             if not address or tap is None:
                 return
             uid = str((config.vmi.get("metadata") or {}).get("uid") or "")
-            net = await asyncio.to_thread(pod_network.load, config.pod_network_dir)
+            net = await asyncio.to_thread(pod_network.load, network_dir)
             await asyncio.to_thread(
                 pod_network.plug, net, config.node, tap[0], uid, tap[1], address, routed
             )
