@@ -52,8 +52,9 @@ BOOT_TIMEOUT = 120.0  # a TCG boot takes ~3-5 s alone; the machine is shared (an
 
 
 class Cluster:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, nodes: int = 1) -> None:
         self.data_dir = data_dir
+        self.nodes = nodes
         self.port = free_port()
         self.nats_port = free_port()
         self.http = httpx.Client()  # the api's, once `up` wrote its credentials (start)
@@ -64,7 +65,7 @@ class Cluster:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "up", "--data-dir", str(self.data_dir),
              "--port", str(self.port), "--nats-port", str(self.nats_port),
-             "--hypervisor", "qemu", "--nodes", "1"],
+             "--hypervisor", "qemu", "--nodes", str(self.nodes)],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "COLUMNS": "200"},
         )  # fmt: skip
@@ -303,7 +304,7 @@ def test_nocloud_cloud_config_sets_hostname_users_keys_files_and_commands(
         r"^cloud-init: user alice",
         r"^cloud-init: hostname nocloud-guest",
         r"^runcmd ran as root",
-        r"^virtstream-guest: eth0 10\.0\.2\.15/24",  # DHCP on the NIC
+        r"^virtstream-guest: eth0 10\.244\.1\.\d+/24",  # DHCP on the node's pod network
         r"^nocloud-guest:~# ",
     )
     with cluster.console_ws("vmi-nocloud") as ws:
