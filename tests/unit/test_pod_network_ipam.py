@@ -5,9 +5,14 @@ the interface's ports) in its metadata; a node shows its CIDR or why it has none
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+import pytest
+
+from cli import up
 from events.catalog import PodScheduled, Resources
+from ops import pod_network
 from projections.cluster import Cluster
 from projections.render import render_node
 from projections.views import NodeView
@@ -128,3 +133,16 @@ def test_a_node_shows_its_pod_cidr_or_why_it_has_no_pod_network() -> None:
     assert (c["status"], c["reason"]) == ("True", "NoPodNetwork")
     assert c["message"].endswith("ip netns add: Operation not permitted")
     assert "NetworkUnavailable" not in conditions(node())  # test mode: no such thing
+
+
+def test_a_host_without_dnsmasq_falls_back_to_user_mode_networking_and_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(pod_network.shutil, "which", lambda *_a, **_k: None)
+    with pytest.raises(pod_network.PodNetworkUnavailable, match="dnsmasq is not installed"):
+        pod_network.create(tmp_path, ["node-1"])
+    reason = up.start_pod_network(tmp_path, ["node-1"])
+    assert reason == "dnsmasq is not installed (apt-get install dnsmasq-base)"
+    out = capsys.readouterr().out
+    assert "pod network: none, guests get user-mode networking (dnsmasq is not installed" in out
+    assert not (tmp_path / "podnet").exists()
