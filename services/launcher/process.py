@@ -402,12 +402,12 @@ class Launcher:
         return target
 
     def _on_event(self, event: DomainEvent, reason: StateReason) -> None:
-        if self._config.pod_network_dir is not None and (
-            event is DomainEvent.STARTED
-            or (event is DomainEvent.RESUMED and reason is StateReason.MIGRATED)
-        ):
+        arrived = event is DomainEvent.RESUMED and (
+            reason is StateReason.MIGRATED or self._config.migration_target  # or post-copy's
+        )
+        if self._config.pod_network_dir is not None and (event is DomainEvent.STARTED or arrived):
             # An incoming guest's tap joins the bridge at once; its address is routed here
-            # only once it runs here (RESUMED after the migration).
+            # only once it runs here (RESUMED: after the migration, or at post-copy's switch).
             incoming = event is DomainEvent.STARTED and reason is StateReason.MIGRATED
             self._spawn(self._plug(routed=not incoming))
         stuck = self._hv.stuck() if event is DomainEvent.SUSPENDED else None
