@@ -78,11 +78,13 @@ def guest(name: str, key: Path, ports: list[int] | None = None) -> dict[str, Any
 
 
 def address(cluster: Cluster, name: str) -> str:
-    """The VMI's address once status.interfaces shows one (from the guest agent)."""
+    """The VMI's IPv4 address once status.interfaces shows one (from the guest agent; its
+    IPv6 link-local address comes first, before the DHCP lease)."""
 
     def seen() -> str | None:
         ifaces = cluster.vmi(name)["status"].get("interfaces") or []
-        return next((str(i["ipAddress"]) for i in ifaces if i.get("ipAddress")), None)
+        addresses = (str(a) for i in ifaces for a in i.get("ipAddresses") or ())
+        return next((a for a in addresses if ":" not in a), None)
 
     return str(until(seen, timeout=BOOT_TIMEOUT, what=f"{name}'s address"))
 
