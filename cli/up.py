@@ -39,7 +39,7 @@ from cli import external_nats, kubeconfig, security
 from client import credentials
 from eventstore import connection
 from kinds.registry import REGISTRY
-from ops import guest_images, node_libvirtd, run_lock, up_reaper
+from ops import guest_images, node_libvirtd, pod_network, run_lock, up_reaper
 from ops.nats_config import local_cluster
 from ops.nats_server import NatsServer
 from ops.node_libvirtd import NodeRuntime
@@ -232,8 +232,16 @@ def up(
         try:
             runtimes = start_node_runtimes(data_dir / "nodes", node_names)
             handler_extra = qemu_handler_args(runtimes, data_dir / "disks", image_dir)
+            net = start_pod_network(data_dir, node_names)
+            more = (
+                ("--pod-network", net.dir)
+                if isinstance(net, pod_network.PodNetwork)
+                else ("--no-pod-network", net)
+            )
+            handler_extra = {n: (*args, *more) for n, args in handler_extra.items()}
         except Exception:
             stop_node_runtimes(runtimes)
+            pod_network.destroy(data_dir)
             sup.stop()
             sup.forget()
             up_reaper.finish(reaper)
@@ -386,6 +394,7 @@ def up(
             console.print("the nodes' libvirtds keep running with the VMs (the next `up` adopts)")
         elif runtimes:
             stop_node_runtimes(runtimes)
+            pod_network.destroy(data_dir)
         if prom is not None:
             prom.stop_sync()
         for nats_port_in_use in nats_ports:
@@ -465,6 +474,23 @@ def start_node_runtimes(base: Path, names: list[str]) -> dict[str, NodeRuntime]:
         stop_node_runtimes(runtimes)
         raise RuntimeError("; ".join(errors))
     return runtimes
+
+
+def start_pod_network(data_dir: Path, nodes: list[str]) -> pod_network.PodNetwork | str:
+    """The cluster's pod network (a bridge per node in a namespace of its own); a host that
+    cannot make one gets QEMU's user-mode networking, said in one line (and in each node's
+    NetworkUnavailable condition): then the reason is returned."""
+    try:
+        net = pod_network.ensure(data_dir, nodes)
+    except pod_network.PodNetworkUnavailable as e:
+        console.print(f"[yellow]pod network[/]: none, guests get user-mode networking ({e})")
+        return str(e)
+    first = next(iter(net.nodes.values()))
+    console.print(
+        f"pod network: a bridge per node in network namespace {net.netns} "
+        f"({first.cidr} on {nodes[0]}, ...)"
+    )
+    return net
 
 
 def stop_node_runtimes(runtimes: dict[str, NodeRuntime]) -> None:

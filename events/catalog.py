@@ -156,6 +156,9 @@ class PodScheduled(Event, tag="PodScheduled", frozen=True):
     pod_name: str
     pod_uid: str
     manifest: Manifest
+    #: the pod's address on its node's pod network (the scheduler's allocation from the
+    #: node's pod CIDR; "" when the node has none): the VMI keeps it, across migrations too
+    pod_address: str = ""
 
 
 class Unschedulable(Event, tag="Unschedulable", frozen=True):
@@ -405,6 +408,11 @@ class NodeJoined(Event, tag="NodeJoined/v3", frozen=True):
     #: the handler's console server (serial console, VNC, screenshots) at `address`; 0: none
     console_port: int = 0
     info: NodeSystemInfo = msgspec.field(default_factory=NodeSystemInfo)
+    #: the node's subnet of the cluster's pod network (Kubernetes' node.spec.podCIDR);
+    #: "": the node's guests have QEMU's user-mode networking only
+    pod_cidr: str = ""
+    #: why a qemu node has no pod network (the host could not make one)
+    pod_network_message: str = ""
 
 
 class NodeCordoned(Event, tag="NodeCordoned", frozen=True):

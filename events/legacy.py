@@ -2,7 +2,7 @@
 
 NodeJoined v1 (tag "NodeJoined") reported capacity as whole CPUs and MiB; v2 carries
 `Resources` in millicores and bytes, which is what the scheduler counts in; v3 adds the
-node's system info (read from v2 as unknown).
+node's system info and its pod network (read from v2 as unknown and none).
 """
 
 from __future__ import annotations

@@ -15,7 +15,9 @@ for arg in "$@"; do
   esac
 done
 if [ "${VIRTSTREAM_QEMU:-0}" = "1" ]; then
+  # dnsmasq-base (+ dnsmasq-utils' dhcp_release): the pod network's DHCP server per node
   qemu_apt="qemu-system-x86 libvirt-daemon libvirt-daemon-driver-qemu qemu-utils genisoimage"
+  qemu_apt+=" dnsmasq-base dnsmasq-utils"
 fi
 
 missing() {

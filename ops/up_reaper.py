@@ -187,6 +187,10 @@ def reap(data_dir: Path, keep_vms: bool) -> Reaped:
         from ops.node_libvirtd import cleanup_stale
 
         cleanup_stale(data_dir / "nodes")
+    if not keep_vms:
+        from ops.pod_network import destroy
+
+        destroy(data_dir)
     return Reaped(services, len(stopped), round(time.monotonic() - started, 1))
 
 

@@ -239,10 +239,11 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
     if not isinstance(ev, VMIEvent):
         return v  # not this kind's event: only the version moves
     match ev:
-        case PodScheduled(node=node, pod_name=pod, pod_uid=pod_uid):
+        case PodScheduled(node=node, pod_name=pod, pod_uid=pod_uid, pod_address=address):
             return _phase(
-                v, "Scheduling", at, node=_s(node), pod_name=pod, pod_uid=pod_uid, unschedulable=""
-            )
+                v, "Scheduling", at, node=_s(node), pod_name=pod, pod_uid=pod_uid,
+                unschedulable="", pod_address=address,
+            )  # fmt: skip
         case Unschedulable(message=msg):
             # KubeVirt: the launcher pod exists but cannot be placed → Scheduling
             if v.phase == "Pending":
@@ -448,6 +449,8 @@ def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
             hypervisor=ev.hypervisor,
             console_port=ev.console_port,
             info=ev.info,
+            pod_cidr=ev.pod_cidr,
+            pod_network_message=ev.pod_network_message,
             cordoned=view.cordoned if view else False,
             last_heartbeat=at,
         )

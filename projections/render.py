@@ -333,6 +333,18 @@ def _node_info(info: NodeSystemInfo) -> JSON:
     }
 
 
+def _network_condition(node: NodeView) -> list[JSON]:
+    """Kubernetes' NetworkUnavailable node condition, for a qemu node: False with its pod
+    network, True (and why) when its guests have only QEMU's user-mode networking."""
+    if node.pod_cidr:
+        return [_condition("NetworkUnavailable", False, "PodNetworkReady", "")]
+    if node.hypervisor != "qemu":
+        return []
+    why = node.pod_network_message or "the node has no pod network"
+    msg = f"guests have QEMU's user-mode networking only: {why}"
+    return [_condition("NetworkUnavailable", True, "NoPodNetwork", msg)]
+
+
 def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
     cpu, mem, count = node_allocated(cluster, node.name)
     cap = node.capacity
@@ -351,6 +363,7 @@ def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
             },
         },
         "spec": {
+            **({"podCIDR": node.pod_cidr, "podCIDRs": [node.pod_cidr]} if node.pod_cidr else {}),
             **({"unschedulable": True} if node.cordoned else {}),
             **(
                 {
@@ -378,7 +391,8 @@ def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
                     ready,
                     "KubeletReady" if ready else "NodeUnresponsive",
                     "" if ready else "virt-handler is not responsive, marking node as unresponsive",
-                )
+                ),
+                *_network_condition(node),
             ],
             "addresses": [{"type": "InternalIP", "address": node.address}] if node.address else [],
             **({"nodeInfo": _node_info(node.info)} if node.info != NodeSystemInfo() else {}),

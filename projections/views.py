@@ -124,6 +124,8 @@ class VMIView(PhasedView, frozen=True, kw_only=True):
     node: str = ""
     pod_name: str = ""
     pod_uid: str = ""
+    #: PodScheduled's: the VMI's address on the pod network, kept across migrations
+    pod_address: str = ""
     launcher_pid: int = 0
     launcher_exited: bool = False
     qemu_pid: int = 0
@@ -193,6 +195,8 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     hypervisor: str = "test"
     console_port: int = 0
     info: NodeSystemInfo = msgspec.field(default_factory=NodeSystemInfo)
+    pod_cidr: str = ""  # NodeJoined's: the node's subnet of the pod network
+    pod_network_message: str = ""  # NodeJoined's: why it has none
     cordoned: bool = False
     unresponsive: bool = False
     last_heartbeat: float = 0.0

@@ -21,7 +21,7 @@ from projections import claims
 from projections.allocation import node_allocated, vmi_requests
 from projections.cluster import Cluster, key
 from projections.views import NodeView, VMIView
-from services.controller import emit
+from services.controller import emit, ipam
 from services.controller.placement_index import PlacementIndex
 
 JSON = dict[str, Any]
@@ -51,6 +51,7 @@ class Reserved:
     cpu: Counter[str] = field(default_factory=Counter)
     memory: Counter[str] = field(default_factory=Counter)
     manifests: dict[str, list[JSON]] = field(default_factory=dict)
+    pod_addresses: set[str] = field(default_factory=set)
 
     def add(self, node: str, manifest: JSON) -> None:
         c, m = vmi_requests(manifest)
@@ -347,6 +348,16 @@ def pod_manifest(cluster: Cluster, vmi: VMIView, manifest: JSON) -> JSON:
     return claims.with_claim_sizes(manifest, claims.claim_sizes(manifest, vm.manifest))
 
 
+def pod_address(cluster: Cluster, node: str, reserved: Reserved) -> str:
+    """A free address of the node's pod CIDR (`ipam.py`): held are those of every VMI that
+    has not ended, wherever it runs now (an address follows its VMI's migrations)."""
+    view = cluster.nodes.get(node)
+    if view is None or not view.pod_cidr:
+        return ""
+    held = {v.pod_address for v in cluster.vmis.values() if v.pod_address and not v.final}
+    return ipam.allocate(view.pod_cidr, held | reserved.pod_addresses)
+
+
 def needs_node(vmi: VMIView) -> bool:
     # Scheduling without a node = its pod is pending, Unschedulable (KubeVirt's phase)
     return (
@@ -379,6 +390,8 @@ def schedule_pending(
         agg = emit.vmi_aggregate(vmi)
         if isinstance(result, Placement):
             reserved.add(result.node, manifest)
+            address = pod_address(cluster, result.node, reserved)
+            reserved.pod_addresses.add(address)
             k = f"schedule/{vmi.uid}"
             out.append(
                 PodScheduled(
@@ -387,6 +400,7 @@ def schedule_pending(
                     pod_name=pod_name(vmi.name, vmi.uid),
                     pod_uid=emit.new_uid(ctx, k),
                     manifest=pod_manifest(cluster, vmi, manifest),
+                    pod_address=address,
                 )
             )
         elif result.message != vmi.unschedulable:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from eventstore import connection
 from eventstore.settings import StreamSettings
+from ops import pod_network
 from services.handler.node_info import LaunchSettings, NodeConfig, qemu_pid_dir_of
 from services.handler.service import Fenced, HandlerConfig, serve
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
@@ -44,7 +45,17 @@ def launch_settings(a: argparse.Namespace) -> LaunchSettings:
         disk_dir=a.disk_dir,
         image_dir=a.image_dir,
         qemu_pid_dir=a.qemu_pid_dir or qemu_pid_dir_of(a.libvirt_uri),
+        pod_network_dir=a.pod_network,
+        node=a.node,
     )
+
+
+def pod_cidr(a: argparse.Namespace) -> str:
+    """The node's subnet of the cluster's pod network ("": none, or not this node's)."""
+    if a.hypervisor == "test" or not a.pod_network:
+        return ""
+    node = pod_network.load(a.pod_network).nodes.get(a.node)
+    return node.cidr if node is not None else ""
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -65,6 +76,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--disk-dir", default=DEFAULT_DISK_DIR, help="the VMs' disks (shared)")
     p.add_argument("--image-dir", default=None, help="containerDisk images by name")
     p.add_argument("--qemu-pid-dir", default=None, help="default: from a NodeRuntime's URI")
+    p.add_argument("--pod-network", default=None, help="qemu: the cluster's pod network (its dir)")
+    p.add_argument("--no-pod-network", default="", help="qemu: why the cluster has no pod network")
     p.add_argument("--address", default="127.0.0.1")
     p.add_argument(
         "--console-port", type=int, default=0, help="qemu: console/VNC server (0: any free)"
@@ -106,6 +119,8 @@ def main(argv: list[str] | None = None) -> None:
             address=a.address,
             console_port=a.console_port,
             libvirt_uri=a.libvirt_uri,
+            pod_cidr=pod_cidr(a),
+            pod_network_message=a.no_pod_network,
         ),
         nats_url=a.nats_url,
         run_dir=a.run_dir,

@@ -49,7 +49,9 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
+from ops import pod_network
 from services.handler import agent_info, port_forward
+from services.launcher.domain_xml import pod_address_of, pod_ports_of
 from services.runtime.mtls import CLIENT_CN, PeerRefused, TlsFiles, check_peer
 
 log = structlog.get_logger()
@@ -191,9 +193,15 @@ class ConsoleServer:
     with `tls`, for the api's client certificate alone."""
 
     def __init__(
-        self, uri: str, host: str = "127.0.0.1", port: int = 0, tls: TlsFiles | None = None
+        self,
+        uri: str,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        tls: TlsFiles | None = None,
+        pod_network_dir: str | None = None,
     ) -> None:
         self.uri = uri
+        self.pod_network_dir = pod_network_dir
         self.host = host
         self.port = port
         self.ssl: ssl.SSLContext | None = tls.server_context() if tls else None
@@ -259,6 +267,18 @@ class ConsoleServer:
     ) -> Response | None:
         if not 0 < port < 65536:
             return _text(HTTPStatus.BAD_REQUEST, f"invalid port {port}")
+        if self.pod_network_dir is not None:
+            try:
+                xml = await asyncio.to_thread(_domain_xml, self.uri, domain)
+            except NoDomain:
+                return _text(HTTPStatus.NOT_FOUND, _not_here(domain))
+            if address := pod_address_of(xml):
+                allowed = pod_ports_of(xml)
+                if allowed is not None and port not in allowed:  # the interface's `ports`
+                    listed = ", ".join(map(str, allowed))
+                    msg = f"port {port} of the guest is not among its interface's ports ({listed})"
+                    return _text(HTTPStatus.BAD_REQUEST, msg)
+                return await self._connect_pod(conn, address, port)
         try:
             forward = await asyncio.to_thread(port_forward.open_forward, self.uri, domain, port)
         except libvirt.libvirtError as e:
@@ -273,6 +293,21 @@ class ConsoleServer:
             return _text(HTTPStatus.INTERNAL_SERVER_ERROR, f"port {port} of the guest: {e}")
         finally:
             await asyncio.to_thread(port_forward.close_forward, self.uri, domain, forward)
+        return None
+
+    async def _connect_pod(
+        self, conn: ServerConnection, address: str, port: int
+    ) -> Response | None:
+        """A connection to the guest's address on the pod network, made inside its
+        namespace: it lives in that namespace's kernel, not in a QEMU, so it survives a
+        live migration of the guest (its route follows the guest to the target's bridge)."""
+        assert self.pod_network_dir is not None
+        try:
+            net = await asyncio.to_thread(pod_network.load, self.pod_network_dir)
+            sock = await asyncio.to_thread(pod_network.connect_in, net.netns, address, port)
+            self._forwarded[conn] = await asyncio.open_connection(sock=sock)
+        except OSError as e:
+            return _text(HTTPStatus.INTERNAL_SERVER_ERROR, f"port {port} of the guest: {e}")
         return None
 
     async def _forward(self, ws: ServerConnection) -> None:

@@ -83,6 +83,7 @@ class Launch(msgspec.Struct, frozen=True):
     uid: str
     manifest: bytes  # the VMI manifest the launcher is spawned with (metadata filled in)
     migration_target: bool = False
+    pod_address: str = ""  # the guest's, on the pod network (a migration's: in the domain)
 
 
 class Send(msgspec.Struct, frozen=True):

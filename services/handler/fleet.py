@@ -208,6 +208,7 @@ class LauncherFleet:
                 a.manifest,
                 sock,
                 migration_target=a.migration_target,
+                pod_address=a.pod_address,
                 **self.launch.spawn_kwargs(),  # type: ignore[arg-type]
             )
             if self._closing:  # the fence came while the zygote forked: it must not run

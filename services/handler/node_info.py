@@ -24,6 +24,9 @@ class NodeConfig(msgspec.Struct, frozen=True, kw_only=True):
     console_port: int = 0
     #: where capacity comes from (the node's libvirtd in qemu mode)
     libvirt_uri: str = TEST_URI
+    #: the node's subnet on the cluster's pod network ("": none, user-mode networking)
+    pod_cidr: str = ""
+    pod_network_message: str = ""  # why it has none (the host could not make one)
 
 
 class LaunchSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -35,6 +38,9 @@ class LaunchSettings(msgspec.Struct, frozen=True, kw_only=True):
     disk_dir: str = DEFAULT_DISK_DIR
     image_dir: str | None = None
     qemu_pid_dir: str | None = None
+    #: the cluster's pod network (ops/pod_network.py's dir) and this node's name in it
+    pod_network_dir: str | None = None
+    node: str = ""
 
     def spawn_kwargs(self) -> dict[str, object]:
         return {
@@ -43,6 +49,8 @@ class LaunchSettings(msgspec.Struct, frozen=True, kw_only=True):
             "disk_dir": self.disk_dir,
             "image_dir": self.image_dir,
             "qemu_pid_dir": self.qemu_pid_dir,
+            "pod_network_dir": self.pod_network_dir,
+            "node": self.node,
         }
 
 
@@ -69,6 +77,8 @@ def joined_event(
     basis = f"{cap.cpu_millis}/{cap.memory_bytes}/{cfg.address}/{cfg.hypervisor}"
     if cfg.console_port:
         basis += f"/{cfg.console_port}"
+    if cfg.pod_cidr or cfg.pod_network_message:
+        basis += f"/{cfg.pod_cidr}/{cfg.pod_network_message}"
     event_id = f"{service}/NodeJoined/{basis}"
     return NodeJoined(
         meta=Meta(
@@ -86,4 +96,6 @@ def joined_event(
         hypervisor=cfg.hypervisor,
         console_port=cfg.console_port,
         info=info or NodeSystemInfo(),
+        pod_cidr=cfg.pod_cidr,
+        pod_network_message=cfg.pod_network_message,
     )

@@ -208,7 +208,11 @@ class Handler:
         consoles: ConsoleServer | None = None
         if cfg.node.hypervisor == "qemu":  # bound before NodeJoined, which carries its port
             consoles = ConsoleServer(
-                cfg.launch.hypervisor_uri, "127.0.0.1", node.console_port, cfg.console_tls
+                cfg.launch.hypervisor_uri,
+                "127.0.0.1",
+                node.console_port,
+                cfg.console_tls,
+                pod_network_dir=cfg.launch.pod_network_dir if node.pod_cidr else None,
             )
             node = msgspec.structs.replace(node, console_port=await consoles.start())
         decider = HandlerReactor(

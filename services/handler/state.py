@@ -61,6 +61,7 @@ class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
     # the VMI manifest as compact JSON (what the launcher is spawned with): a decoded dict
     # would cost ~5x, held for every VMI on the node
     manifest_json: bytes
+    pod_address: str = ""  # PodScheduled's: the guest's address on the pod network
     # the intent behind the handler's next events (correlation/causation of its appends)
     correlation_id: str = ""
     causation_id: str = ""
@@ -169,6 +170,7 @@ def fold_event(state: NodeState, event: Event) -> NodeState:
             uid=uid,
             pod_uid=event.pod_uid,
             manifest_json=msgspec.json.encode(event.manifest),
+            pod_address=event.pod_address,
             correlation_id=event.meta.correlation_id,
             causation_id=event.meta.event_id,
         )

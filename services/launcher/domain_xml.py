@@ -94,6 +94,7 @@ def build_domain_xml(
     omit_disks: Collection[str] = (),
     kernel_boot: KernelBoot | None = None,
     console_log: str | None = None,
+    pod_address: str = "",
 ) -> str:
     """The libvirt domain XML for a VMI.
 
@@ -105,6 +106,9 @@ def build_domain_xml(
     binary is not the one to use). `kernel_boot` (spec.domain.firmware.kernelBoot, resolved
     by storage) boots that kernel and initrd directly. `console_log`: the serial console
     (a pty, for interactive use) also writes everything the guest prints to this file.
+    `pod_address`: the VMI's address on its node's pod network (its scheduling event's);
+    the pod network's interface is then a tap (`ops/pod_network.py`) and the address is
+    kept in the metadata, so it travels with a live migration.
     """
     name = domain_name(vmi)
     meta = vmi.get("metadata") or {}
@@ -113,7 +117,7 @@ def build_domain_xml(
     root = ET.Element("domain", type=str(domain_type))
     ET.SubElement(root, "name").text = name
     ET.SubElement(root, "uuid").text = firmware_uuid(vmi)
-    _add_metadata(root, meta)
+    _add_metadata(root, meta, pod_address, pod_ports(vmi) if pod_address else None)
 
     memory = str(guest_memory_bytes(vmi))
     ET.SubElement(root, "memory", unit="b").text = memory
@@ -155,7 +159,8 @@ def build_domain_xml(
         channel = ET.SubElement(devices, "channel", type="unix")
         ET.SubElement(channel, "source", mode="bind")
         ET.SubElement(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
-    _add_interfaces(devices, devices_spec.get("interfaces") or [])
+    pod = pod_interface(vmi) if pod_address else None
+    _add_interfaces(devices, devices_spec.get("interfaces") or [], pod)
     serial = ET.SubElement(devices, "serial", type="pty")
     if console_log:
         # QEMU writes the log itself (stdio_handler "file"); a new boot starts it afresh.
@@ -191,16 +196,64 @@ def _get(obj: Mapping[str, Any] | None, *path: str) -> Any:
     return obj
 
 
-def _add_metadata(root: ET.Element, meta: Mapping[str, Any]) -> None:
+def _add_metadata(
+    root: ET.Element,
+    meta: Mapping[str, Any],
+    pod_address: str = "",
+    ports: tuple[int, ...] | None = None,
+) -> None:
     # Lets a re-attaching handler (or a human with virsh) tie a domain back to its VMI.
     metadata = ET.SubElement(root, "metadata")
-    ET.SubElement(
+    vmi = ET.SubElement(
         metadata,
         f"{{{METADATA_NS}}}vmi",
         uid=str(meta.get("uid", "")),
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name", "")),
     )
+    if pod_address:
+        vmi.set("podAddress", pod_address)
+    if ports is not None:
+        vmi.set("podPorts", ",".join(map(str, ports)))
+
+
+def pod_address_of(domain_xml: str) -> str:
+    """The VMI's pod network address kept in a domain's metadata ("" without one)."""
+    el = ET.fromstring(domain_xml).find(f"./metadata/{{{METADATA_NS}}}vmi")
+    return el.get("podAddress", "") if el is not None else ""
+
+
+def pod_ports_of(domain_xml: str) -> tuple[int, ...] | None:
+    """The TCP ports the pod network's interface lets in (None: all), from the metadata."""
+    el = ET.fromstring(domain_xml).find(f"./metadata/{{{METADATA_NS}}}vmi")
+    if el is None or el.get("podPorts") is None:
+        return None
+    return tuple(int(p) for p in el.get("podPorts", "").split(",") if p)
+
+
+def pod_ports(vmi: Mapping[str, Any]) -> tuple[int, ...] | None:
+    """KubeVirt's `interfaces[].ports` of the pod network's interface: with a list, only
+    those ports (TCP unless said otherwise) reach the guest; without one, all do."""
+    name = pod_interface(vmi)
+    for iface in _get(vmi, "spec", "domain", "devices", "interfaces") or []:
+        if iface.get("name") == name and iface.get("ports"):
+            return tuple(
+                int(p["port"])
+                for p in iface["ports"]
+                if str(p.get("protocol") or "TCP").upper() == "TCP"
+            )
+    return None
+
+
+def pod_interface(vmi: Mapping[str, Any]) -> str | None:
+    """The name of the interface bound to the pod network (KubeVirt's `networks[].pod`)."""
+    spec = vmi.get("spec") or {}
+    networks = [n for n in spec.get("networks") or [] if isinstance(n, Mapping)]
+    pods = {n.get("name") for n in networks if "pod" in n}
+    for iface in _get(spec, "domain", "devices", "interfaces") or []:
+        if iface.get("name") in pods:
+            return str(iface["name"])
+    return None
 
 
 def _add_sysinfo(root: ET.Element, vmi: Mapping[str, Any], meta: Mapping[str, Any]) -> None:
@@ -322,11 +375,15 @@ def disk_xml_of(live_xml: str, target: str) -> str | None:
     return None
 
 
-def _add_interfaces(devices: ET.Element, interfaces: list[Mapping[str, Any]]) -> None:
-    # Every binding (masquerade, bridge, ...) becomes user-mode networking: there is no pod
-    # network namespace to plug into, and user mode needs no privileges.
+def _add_interfaces(
+    devices: ET.Element, interfaces: list[Mapping[str, Any]], pod: str | None
+) -> None:
+    # The pod network's interface is a tap libvirt makes (`vnetN`) and the launcher puts on
+    # its node's bridge; without a pod network (test mode, a host that cannot make one) and
+    # for other networks, QEMU's user-mode networking, which needs no privileges.
     for iface in interfaces:
-        el = ET.SubElement(devices, "interface", type="user")
+        kind = "ethernet" if iface["name"] == pod else "user"
+        el = ET.SubElement(devices, "interface", type=kind)
         if iface.get("macAddress"):
             ET.SubElement(el, "mac", address=str(iface["macAddress"]).lower().replace("-", ":"))
         ET.SubElement(el, "model", type=str(iface.get("model") or "virtio"))

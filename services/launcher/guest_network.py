@@ -28,3 +28,13 @@ def guest_interfaces(
         out.append(GuestInterface(name=name, mac=address, interface_name=guest_name,
                                   ip_addresses=ips))  # fmt: skip
     return tuple(out)
+
+
+def pod_tap(live_xml: str) -> tuple[str, str] | None:
+    """The pod network's NIC of a live domain: its tap on the host (libvirt's `vnetN`) and
+    its MAC; None without one (or before libvirt named the tap)."""
+    for el in ET.fromstring(live_xml).iterfind("./devices/interface"):
+        target, mac = el.find("target"), el.find("mac")
+        if el.get("type") == "ethernet" and target is not None and mac is not None:
+            return target.get("dev", ""), mac.get("address", "").lower()
+    return None

@@ -30,6 +30,7 @@ from typing import Any, assert_never
 
 import msgspec
 
+from ops import pod_network
 from services.launcher import lifecycle as lc
 from services.launcher import rundir, storage
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
@@ -42,8 +43,9 @@ from services.launcher.domain_xml import (
     firmware_uuid,
     guest_memory_bytes,
     hotplug_disk_xml,
+    pod_address_of,
 )
-from services.launcher.guest_network import guest_interfaces
+from services.launcher.guest_network import guest_interfaces, pod_tap
 from services.launcher.hypervisor import (
     TEST_URI,
     Hypervisor,
@@ -88,6 +90,12 @@ class LauncherConfig(msgspec.Struct, kw_only=True):
     qemu_pid_dir: str | None = None
     #: Attach to a domain arriving by live migration instead of defining one.
     migration_target: bool = False
+    #: The cluster's pod network (ops/pod_network.py: its dir) and this node's name in it;
+    #: with `pod_address` (the VMI's, from its scheduling event) the guest's NIC is a tap
+    #: on the node's bridge. None: QEMU's user-mode networking.
+    pod_network_dir: str | None = None
+    node: str = ""
+    pod_address: str = ""
     #: A migration target gives up (and exits) when no domain arrives within this time.
     migration_target_timeout_seconds: float = 600.0
     #: The socket, already bound and listening, inherited from the zygote (see
@@ -134,6 +142,7 @@ class Launcher:
         self._exit_code: int | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._serving: set[asyncio.Task[Any]] = set()
+        self._plugging = asyncio.Lock()
         # Created in run() so it binds to the loop that runs the launcher.
         self._exited: asyncio.Event
 
@@ -213,6 +222,7 @@ class Launcher:
             if self._serving:
                 await asyncio.wait(self._serving, timeout=1.0)
             self._hv.close()
+            self._unplug()
             if self._state.owns_disks:
                 storage.remove_disks(self._domain_name, self._config.disk_dir)
         log.info("launcher %s exits: %s", self._domain_name, self._state.final)
@@ -299,6 +309,8 @@ class Launcher:
             self._hv.watch_agent(self._on_agent)
             if isinstance(action, lc.AttachIncoming):
                 arrived = self._hv.attach(firmware_uuid(self._config.vmi))
+                if arrived:  # it ran here before this launcher saw it: its tap is to plug
+                    self._spawn(self._plug(routed=True))
             else:
                 self._hv.define(self._domain_xml())
         except _SETUP_ERRORS as exc:
@@ -341,6 +353,7 @@ class Launcher:
             omit_disks=omit,
             kernel_boot=kernel_boot,
             console_log=console_log,
+            pod_address=config.pod_address if config.pod_network_dir else "",
         )
 
     def _call(self, call: lc.HypervisorCall) -> None:
@@ -389,6 +402,14 @@ class Launcher:
         return target
 
     def _on_event(self, event: DomainEvent, reason: StateReason) -> None:
+        arrived = event is DomainEvent.RESUMED and (
+            reason is StateReason.MIGRATED or self._config.migration_target  # or post-copy's
+        )
+        if self._config.pod_network_dir is not None and (event is DomainEvent.STARTED or arrived):
+            # An incoming guest's tap joins the bridge at once; its address is routed here
+            # only once it runs here (RESUMED: after the migration, or at post-copy's switch).
+            incoming = event is DomainEvent.STARTED and reason is StateReason.MIGRATED
+            self._spawn(self._plug(routed=not incoming))
         stuck = self._hv.stuck() if event is DomainEvent.SUSPENDED else None
         self._feed(lc.DomainEventSeen(event=event, reason=reason, seen=self._seen(), stuck=stuck))
         if event is DomainEvent.RESUMED and reason is StateReason.MIGRATED:
@@ -397,6 +418,40 @@ class Launcher:
 
     def _on_agent(self, connected: bool) -> None:
         self._feed(lc.AgentSeen(connected=connected, seen=self._seen()))
+
+    async def _plug(self, routed: bool) -> None:
+        """Put the guest's tap on this node's pod network bridge (and route its address
+        here): `ops/pod_network.py`. A failure is logged; the guest then has no network."""
+        config = self._config
+        if config.pod_network_dir is None or config.domain_type is DomainType.TEST:
+            return
+        async with self._plugging:  # one at a time: a start's and a resume's may overlap
+            await self._plug_once(config.pod_network_dir, routed)
+
+    async def _plug_once(self, network_dir: str, routed: bool) -> None:
+        config = self._config
+        try:
+            xml = await asyncio.to_thread(self._hv.live_xml)
+            address = pod_address_of(xml)
+            tap = pod_tap(xml)
+            if not address or tap is None:
+                return
+            uid = str((config.vmi.get("metadata") or {}).get("uid") or "")
+            net = await asyncio.to_thread(pod_network.load, network_dir)
+            await asyncio.to_thread(
+                pod_network.plug, net, config.node, tap[0], uid, tap[1], address, routed
+            )
+            log.info("pod network: %s at %s on %s", tap[1], address, config.node)
+        except (HypervisorError, OSError, pod_network.PodNetworkUnavailable, KeyError) as e:
+            log.warning("pod network: the guest's tap not plugged: %s", e)
+
+    def _unplug(self) -> None:
+        config = self._config
+        if config.pod_network_dir is None or not config.pod_address:
+            return
+        uid = str((config.vmi.get("metadata") or {}).get("uid") or "")
+        with contextlib.suppress(OSError):
+            pod_network.unplug(pod_network.load(config.pod_network_dir), config.node, uid)
 
     async def _poll_interfaces(self) -> None:
         """While the guest agent is connected, what it says of the guest's NICs (KubeVirt's

@@ -69,6 +69,9 @@ class SpawnRequest(msgspec.Struct, kw_only=True):
     default_disk_size: str | None = None
     qemu_pid_dir: str | None = None
     migration_target: bool = False
+    pod_network_dir: str | None = None
+    node: str = ""
+    pod_address: str = ""
 
 
 class SpawnReply(msgspec.Struct, kw_only=True):
@@ -110,6 +113,9 @@ def spawn_launcher(
     default_disk_size: str | None = None,
     qemu_pid_dir: str | None = None,
     migration_target: bool = False,
+    pod_network_dir: str | None = None,
+    node: str = "",
+    pod_address: str = "",
     timeout: float = 5.0,
 ) -> int:
     """Ask the zygote for a launcher; returns its pid (blocks ~2 ms).
@@ -130,6 +136,9 @@ def spawn_launcher(
         default_disk_size=default_disk_size,
         qemu_pid_dir=qemu_pid_dir,
         migration_target=migration_target,
+        pod_network_dir=pod_network_dir,
+        node=node,
+        pod_address=pod_address,
     )
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout)
@@ -450,6 +459,9 @@ def _run_child(request: SpawnRequest, vmi: dict[str, Any], listen_fd: int) -> No
             image_dir=request.image_dir,
             qemu_pid_dir=request.qemu_pid_dir,
             migration_target=request.migration_target,
+            pod_network_dir=request.pod_network_dir,
+            node=request.node,
+            pod_address=request.pod_address,
             listen_fd=_LISTEN_FD,
         )
         if request.default_disk_size:

@@ -252,8 +252,7 @@ def test_the_user_guides_export_with_kubectl(cluster: Cluster, tmp_path: Any) ->
     ]
     # the guide's v1beta1 is served, deprecated as KubeVirt's CRD says (v1 is stored)
     assert (
-        "Warning: export.kubevirt.io/v1beta1 VirtualMachineExport is now deprecated"
-        in created.err
+        "Warning: export.kubevirt.io/v1beta1 VirtualMachineExport is now deprecated" in created.err
     )
     secret = yaml.safe_load(k("get", "secret", "example-token", "-o", "yaml").out)
     assert secret["data"] == {"token": "MTIzNDU2Nzg5MGFi"}  # stringData folded, as the guide's

@@ -98,6 +98,8 @@ def _args(**kw: object) -> argparse.Namespace:
         "disk_dir": "/tmp/vs/disks",
         "image_dir": None,
         "qemu_pid_dir": None,
+        "pod_network": None,
+        "node": "node-1",
     }
     return argparse.Namespace(**{**base, **kw})
 
@@ -106,6 +108,9 @@ def test_handler_qemu_flags_become_launch_settings() -> None:
     s = launch_settings(_args(image_dir="/images"))
     assert s.hypervisor_uri == URI and s.domain_type is DomainType.QEMU
     assert s.qemu_pid_dir == "/tmp/vs/node-1/run/qemu" and s.image_dir == "/images"
+    assert s.pod_network_dir is None  # no pod network: user-mode networking
+    with_net = launch_settings(_args(pod_network="/tmp/vs/podnet"))
+    assert (with_net.pod_network_dir, with_net.node) == ("/tmp/vs/podnet", "node-1")
     assert launch_settings(_args(hypervisor="test")).hypervisor_uri == TEST_URI
     with pytest.raises(SystemExit, match="--libvirt-uri"):
         launch_settings(_args(libvirt_uri=TEST_URI))

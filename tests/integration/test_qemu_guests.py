@@ -52,8 +52,9 @@ BOOT_TIMEOUT = 120.0  # a TCG boot takes ~3-5 s alone; the machine is shared (an
 
 
 class Cluster:
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, nodes: int = 1) -> None:
         self.data_dir = data_dir
+        self.nodes = nodes
         self.port = free_port()
         self.nats_port = free_port()
         self.http = httpx.Client()  # the api's, once `up` wrote its credentials (start)
@@ -64,7 +65,7 @@ class Cluster:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "up", "--data-dir", str(self.data_dir),
              "--port", str(self.port), "--nats-port", str(self.nats_port),
-             "--hypervisor", "qemu", "--nodes", "1"],
+             "--hypervisor", "qemu", "--nodes", str(self.nodes)],
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "COLUMNS": "200"},
         )  # fmt: skip
@@ -253,15 +254,16 @@ def test_vm_cirros_boots_to_the_guests_prompt_on_its_serial_console(cluster: Clu
         lambda: [
             i
             for i in cluster.vmi("vm-cirros")["status"].get("interfaces", [])
-            if i.get("ipAddress")
+            if ":" not in i.get("ipAddress", ":")  # the lease's, not the link-local first
         ],
         timeout=30,
-        what="an IP in status.interfaces",
+        what="an IPv4 address in status.interfaces",
     )
-    assert (nic["name"], nic["interfaceName"], nic["ipAddress"]) == ("default", "eth0", "10.0.2.15")
+    assert (nic["name"], nic["interfaceName"]) == ("default", "eth0")
+    assert nic["ipAddress"].startswith("10.244.1.")  # node-1's subnet of the pod network
     assert nic["infoSource"] == "domain, guest-agent"
     table = cluster.cli("get", "vmi", "vm-cirros").stdout.splitlines()
-    assert table[0].split()[3] == "IP" and table[1].split()[3] == "10.0.2.15", table
+    assert table[0].split()[3] == "IP" and table[1].split()[3] == nic["ipAddress"], table
     assert cluster.http.put(f"{SUB_VM}/vm-cirros/stop", json={}).is_success
     until(lambda: not cluster.qemus(), timeout=30, what="QEMU gone")
 
@@ -303,7 +305,7 @@ def test_nocloud_cloud_config_sets_hostname_users_keys_files_and_commands(
         r"^cloud-init: user alice",
         r"^cloud-init: hostname nocloud-guest",
         r"^runcmd ran as root",
-        r"^virtstream-guest: eth0 10\.0\.2\.15/24",  # DHCP on the NIC
+        r"^virtstream-guest: eth0 10\.244\.1\.\d+/24",  # DHCP on the node's pod network
         r"^nocloud-guest:~# ",
     )
     with cluster.console_ws("vmi-nocloud") as ws:

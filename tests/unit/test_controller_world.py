@@ -118,6 +118,7 @@ class World:
         memory: int = 16 * GiB,
         labels: dict[str, str] | None = None,
         taints: tuple[Taint, ...] = (),
+        pod_cidr: str = "",
     ) -> NodeJoined:
         return NodeJoined(
             meta=self.m(Kind.NODE, name),
@@ -125,6 +126,7 @@ class World:
             capacity=Resources(cpu_millis=cpu, memory_bytes=memory),
             labels=labels or {},
             taints=taints,
+            pod_cidr=pod_cidr,
         )
 
     def vm_created(self, name: str = "vm1", strategy: str = "Always", **kw: Any) -> VMCreated:
