@@ -27,7 +27,7 @@ import json
 import re
 from typing import Any
 
-from events.catalog import ResourceCreated, ResourceDeleted, ResourceStatusChanged
+from events.catalog import ResourceCreated, ResourceDeleted
 from events.envelope import Context, Decision
 from events.meta import Aggregate, ResourceKind
 from projections.cluster import Cluster, key
@@ -80,10 +80,6 @@ def _source(clone: ResourceView) -> JSON:
 
 def _target(clone: ResourceView) -> JSON:
     return clone.spec.get("target") or {}
-
-
-def _agg(kind: ResourceKind, res: ResourceView) -> Aggregate:
-    return Aggregate(kind=kind, namespace=res.namespace, name=res.name, uid=res.uid)
 
 
 def _owner(clone: ResourceView) -> JSON:
@@ -215,7 +211,11 @@ def reconcile_clone(cluster: Cluster, clone: ResourceView, ctx: Context) -> list
         if target is None or target.deleted_at is not None:
             # KubeVirt deletes a succeeded clone whose target VM is gone
             gone = ResourceDeleted(
-                meta=emit.meta(ctx, _agg(ResourceKind.CLONE, clone), f"clone-gone/{clone.uid}")
+                meta=emit.meta(
+                    ctx,
+                    emit.resource_aggregate(ResourceKind.CLONE, clone),
+                    f"clone-gone/{clone.uid}",
+                )
             )
             return [Decision(gone)]
     source = _source(clone)
@@ -279,7 +279,9 @@ def reconcile_clone(cluster: Cluster, clone: ResourceView, ctx: Context) -> list
             found = cluster.resources[kind].get(key(ns, name))
             if owned and found is not None:
                 ev = ResourceDeleted(
-                    meta=emit.meta(ctx, _agg(kind, found), f"clone-cleanup/{found.uid}")
+                    meta=emit.meta(
+                        ctx, emit.resource_aggregate(kind, found), f"clone-cleanup/{found.uid}"
+                    )
                 )
                 out.append(Decision(ev, occ=False))
     return _status(clone, sync, ctx) + out
@@ -405,10 +407,4 @@ def _status(clone: ResourceView, sync: _Sync, ctx: Context) -> list[Decision]:
         else c
         for c in conds
     ]
-    if st == old:
-        return []
-    key_ = f"vmclone-status/{clone.uid}/{clone.version}"
-    ev = ResourceStatusChanged(
-        meta=emit.meta(ctx, _agg(ResourceKind.CLONE, clone), key_), status=st
-    )
-    return [Decision(ev)]
+    return emit.status_change(ResourceKind.CLONE, clone, st, ctx)

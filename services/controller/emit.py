@@ -9,10 +9,12 @@ once for that state, which the level-triggered deciders guarantee."""
 from __future__ import annotations
 
 import uuid
+from typing import Any
 
-from events.envelope import Context
-from events.meta import Aggregate, Kind, Meta
-from projections.views import NodeView, VMIView, VMView
+from events.catalog import ResourceStatusChanged
+from events.envelope import Context, Decision
+from events.meta import Aggregate, Kind, KindToken, Meta
+from projections.views import NodeView, ResourceView, VMIView, VMView
 
 _NS = uuid.UUID("0f7c55c4-1d0e-4d1a-9a43-5a3f3b7e2c61")
 
@@ -37,3 +39,18 @@ def meta(ctx: Context, aggregate: Aggregate, key: str, *, node: str = "") -> Met
 def new_uid(ctx: Context, key: str) -> str:
     """A new object uid, the same for the same decision (see module doc)."""
     return str(uuid.uuid5(_NS, f"{ctx.service}/{key}"))
+
+
+def resource_aggregate(kind: KindToken, res: ResourceView) -> Aggregate:
+    return Aggregate(kind=kind, namespace=res.namespace, name=res.name, uid=res.uid)
+
+
+def status_change(kind: KindToken, res: ResourceView, status: dict[str, Any], ctx: Context
+                  ) -> list[Decision]:  # fmt: skip
+    """A generic resource's new status, keyed by the version it was decided on; nothing when
+    it is the status the resource has."""
+    if status == res.status:
+        return []
+    key = f"{kind}-status/{res.uid}/{res.version}"
+    meta_ = meta(ctx, resource_aggregate(kind, res), key)
+    return [Decision(ResourceStatusChanged(meta=meta_, status=status))]

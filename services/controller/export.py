@@ -23,7 +23,7 @@ import hashlib
 import hmac
 from typing import Any
 
-from events.catalog import ResourceCreated, ResourceDeleted, ResourceStatusChanged
+from events.catalog import ResourceCreated, ResourceDeleted
 from events.envelope import Context, Decision
 from events.meta import Aggregate, ResourceKind
 from projections.cluster import Cluster, key
@@ -43,10 +43,6 @@ NO_KEY = "no token key (--export-key-file): name a Secret in spec.tokenSecretRef
 
 def token(key_: bytes, export_uid: str) -> str:
     return hmac.new(key_, f"vmexport/{export_uid}".encode(), hashlib.sha256).hexdigest()[:32]
-
-
-def _agg(kind: ResourceKind, res: ResourceView) -> Aggregate:
-    return Aggregate(kind=kind, namespace=res.namespace, name=res.name, uid=res.uid)
 
 
 def _links(base_url: str, export: ResourceView, volumes: list[Exported], where: str) -> JSON:
@@ -91,7 +87,11 @@ def reconcile_export(
     expires = export.created_at + ttl
     if ctx.now >= expires:
         gone = ResourceDeleted(
-            meta=emit.meta(ctx, _agg(ResourceKind.EXPORT, export), f"vmexport-ttl/{export.uid}")
+            meta=emit.meta(
+                ctx,
+                emit.resource_aggregate(ResourceKind.EXPORT, export),
+                f"vmexport-ttl/{export.uid}",
+            )
         )
         return [Decision(gone, occ=False)]
     out: list[Decision] = []
@@ -103,7 +103,7 @@ def reconcile_export(
                 "phase": "Pending",
                 "conditions": [_condition("Ready", "False", INITIALIZING, NO_KEY, old, ctx.now)],
             }
-            return _status_decision(export, old, pending, ctx)
+            return emit.status_change(ResourceKind.EXPORT, export, pending, ctx)
         out.append(_create_secret(export, name, token(key_, export.uid), ctx))
     source = export.spec.get("source") or {}
     kind, src = str(source.get("kind") or ""), str(source.get("name") or "")
@@ -132,17 +132,7 @@ def reconcile_export(
             "external": _links(base_url, export, volumes, "external"),
         }
     status["conditions"] = [ready]
-    return _status_decision(export, old, status, ctx) + out
-
-
-def _status_decision(export: ResourceView, old: JSON, status: JSON, ctx: Context) -> list[Decision]:
-    if status == old:
-        return []
-    key_ = f"vmexport-status/{export.uid}/{export.version}"
-    ev = ResourceStatusChanged(
-        meta=emit.meta(ctx, _agg(ResourceKind.EXPORT, export), key_), status=status
-    )
-    return [Decision(ev)]
+    return emit.status_change(ResourceKind.EXPORT, export, status, ctx) + out
 
 
 def _create_secret(export: ResourceView, name: str, value: str, ctx: Context) -> Decision:

@@ -40,7 +40,6 @@ import jsonpatch
 from events.catalog import (
     Event,
     ResourceCreated,
-    ResourceStatusChanged,
     VMCreated,
     VMRunStrategyChanged,
     VMStopRequested,
@@ -106,10 +105,6 @@ def content_name(snapshot: ResourceView) -> str:
     return f"vmsnapshot-content-{snapshot.uid}"
 
 
-def _agg(kind: KindToken, res: ResourceView) -> Aggregate:
-    return Aggregate(kind=kind, namespace=res.namespace, name=res.name, uid=res.uid)
-
-
 def _conditions(old: JSON, new: list[tuple[str, str, str]], now: float) -> list[JSON]:
     """KubeVirt's updateCondition: a condition keeps its lastTransitionTime while its status
     is unchanged, so a pass that changes nothing decides nothing."""
@@ -128,14 +123,6 @@ def _conditions(old: JSON, new: list[tuple[str, str, str]], now: float) -> list[
             }
         )
     return out
-
-
-def _status(kind: KindToken, res: ResourceView, status: JSON, ctx: Context) -> list[Decision]:
-    if status == res.status:
-        return []
-    key_ = f"{kind}-status/{res.uid}/{res.version}"
-    ev = ResourceStatusChanged(meta=emit.meta(ctx, _agg(kind, res), key_), status=status)
-    return [Decision(ev)]
 
 
 def _volume_names(spec: JSON) -> list[str]:
@@ -202,7 +189,9 @@ def _request_copies(
         return []  # no qemu node ready: decided again on the next pass
     running = vmi is not None and not vmi.final and vmi.node == node
     ev = VolumesCopyRequested(
-        meta=emit.meta(ctx, _agg(kind, res), f"volumes-copy/{res.uid}", node=node),
+        meta=emit.meta(
+            ctx, emit.resource_aggregate(kind, res), f"volumes-copy/{res.uid}", node=node
+        ),
         copies=tuple(copies),
         restore=restore,
         vmi=f"{vmi.namespace}/{vmi.name}" if running and vmi is not None else "",
@@ -288,7 +277,7 @@ def reconcile_snapshot(cluster: Cluster, snap: ResourceView, ctx: Context) -> li
     ready = status["readyToUse"]
     conds.append(("Ready", "True", "Ready") if ready else ("Ready", "False", "Not ready"))
     status["conditions"] = _conditions(old, conds, ctx.now)
-    return _status(ResourceKind.SNAPSHOT, snap, status, ctx) + out
+    return emit.status_change(ResourceKind.SNAPSHOT, snap, status, ctx) + out
 
 
 def _content_progress(
@@ -307,7 +296,7 @@ def _content_progress(
     if backups and not all(v.get("readyToUse") for v in copied):
         return []  # the handler is copying
     ready = {**cstatus, "creationTime": rfc3339(ctx.now), "readyToUse": True}
-    return _status(ResourceKind.SNAPSHOT_CONTENT, content, ready, ctx)
+    return emit.status_change(ResourceKind.SNAPSHOT_CONTENT, content, ready, ctx)
 
 
 def _create_content(snap: ResourceView, vm: VMView, qemu: bool, ctx: Context) -> Decision:
@@ -422,12 +411,12 @@ def reconcile_restore(cluster: Cluster, restore: ResourceView, ctx: Context) -> 
                 ctx.now,
             ),
         }
-        return _status(ResourceKind.RESTORE, restore, status, ctx)
+        return emit.status_change(ResourceKind.RESTORE, restore, status, ctx)
     status = {k: v for k, v in old.items() if k != "conditions"}
 
     def conditions(*conds: tuple[str, str, str]) -> list[Decision]:
         status["conditions"] = _conditions(old, list(conds), ctx.now)
-        return _status(ResourceKind.RESTORE, restore, status, ctx)
+        return emit.status_change(ResourceKind.RESTORE, restore, status, ctx)
 
     def error(text: str) -> list[Decision]:
         return conditions(("Progressing", "False", text), ("Ready", "False", text))
