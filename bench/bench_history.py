@@ -569,7 +569,7 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
     hstates = [HandlerState() for _ in deciders]
     hversions: list[dict[str, int]] = [{} for _ in deciders]
     hfilters = [list(d.filters()) for d in deciders]
-    views = Cluster()
+    views = Cluster(kube_events=True)  # the api's fold: its Events too
     async for st in store.replay(until_seq=last, raw=True):
         key = subjects.aggregate_key(st.subject)
         cstate = controller.evolve(cstate, st)
