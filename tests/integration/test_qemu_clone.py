@@ -9,17 +9,14 @@ Skipped without the qemu packages or root."""
 from __future__ import annotations
 
 import subprocess
-import tempfile
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ops import guest_images
 from tests.integration.polling import until
 from tests.integration.qemu_support import qemu_marks
-from tests.integration.test_qemu_console import SUB_VM, VMS, Cluster
+from tests.integration.test_qemu_console import SUB_VM, VMS, Cluster, running_cluster
 from tests.integration.test_qemu_snapshots import TOKEN, booted, vm_with_claim
 
 pytestmark = qemu_marks
@@ -29,14 +26,8 @@ CLONES = "/apis/clone.kubevirt.io/v1beta1/namespaces/default/virtualmachineclone
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    guest_images.ensure_images()
-    with tempfile.TemporaryDirectory(prefix="vs-qc-") as d:  # short: socket paths
-        c = Cluster(Path(d), nodes=1)
-        c.start()
-        try:
-            yield c
-        finally:
-            c.stop()
+    with running_cluster("vs-qc-", nodes=1) as c:
+        yield c
 
 
 def claim_bytes(cluster: Cluster, claim: str) -> bytes:

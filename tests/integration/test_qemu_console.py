@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,20 @@ class Cluster:
         )
 
 
+@contextmanager
+def running_cluster(prefix: str, nodes: int = 2) -> Iterator[Cluster]:
+    """`up --hypervisor qemu` in a temporary data dir (a short `prefix`: socket paths),
+    stopped at the end."""
+    guest_images.ensure_images()  # a no-op after `ops/install.sh --qemu`
+    with tempfile.TemporaryDirectory(prefix=prefix) as d:
+        c = Cluster(Path(d), nodes=nodes)
+        c.start()
+        try:
+            yield c
+        finally:
+            c.stop()
+
+
 def read_for(ws: ClientConnection, seconds: float) -> str:
     out, end = b"", time.monotonic() + seconds
     while (left := end - time.monotonic()) > 0:
@@ -125,22 +140,16 @@ def read_for(ws: ClientConnection, seconds: float) -> str:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    guest_images.ensure_images()
-    with tempfile.TemporaryDirectory(prefix="vs-qc-") as d:  # short: socket paths
-        c = Cluster(Path(d))
-        c.start()
-        try:
-            assert c.http.post(VMS, json=yaml.safe_load(CIRROS.read_text())).is_success
-            assert c.http.put(f"{SUB_VM}/vm-cirros/start", json={}).is_success
-            until(lambda: c.vmi("vm-cirros")["status"].get("phase") == "Running",
-                  timeout=BOOT_TIMEOUT, what="vm-cirros Running")  # fmt: skip
-            node = c.vmi("vm-cirros")["status"]["nodeName"]
-            log = guest_console_log(c.data_dir / "run", node, "default", "vm-cirros")
-            until(lambda: log.exists() and "vm-cirros:~# " in log.read_text(errors="replace"),
-                  timeout=BOOT_TIMEOUT, what="the guest's prompt")  # fmt: skip
-            yield c
-        finally:
-            c.stop()
+    with running_cluster("vs-qc-") as c:
+        assert c.http.post(VMS, json=yaml.safe_load(CIRROS.read_text())).is_success
+        assert c.http.put(f"{SUB_VM}/vm-cirros/start", json={}).is_success
+        until(lambda: c.vmi("vm-cirros")["status"].get("phase") == "Running",
+              timeout=BOOT_TIMEOUT, what="vm-cirros Running")  # fmt: skip
+        node = c.vmi("vm-cirros")["status"]["nodeName"]
+        log = guest_console_log(c.data_dir / "run", node, "default", "vm-cirros")
+        until(lambda: log.exists() and "vm-cirros:~# " in log.read_text(errors="replace"),
+              timeout=BOOT_TIMEOUT, what="the guest's prompt")  # fmt: skip
+        yield c
 
 
 def test_console_answers_a_command_typed_through_the_cli(cluster: Cluster) -> None:

@@ -13,19 +13,16 @@ from __future__ import annotations
 import base64
 import os
 import subprocess
-import tempfile
 import zlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ops import guest_images
 from tests.integration.polling import until
 from tests.integration.qemu_support import qemu_marks
 from tests.integration.test_kubectl import KUBECTL
-from tests.integration.test_qemu_console import SUB_VM, VMS, Cluster
+from tests.integration.test_qemu_console import SUB_VM, VMS, Cluster, running_cluster
 from tests.integration.test_qemu_snapshots import TOKEN, booted, vm_with_claim
 
 pytestmark = qemu_marks
@@ -58,14 +55,8 @@ GIB = 1 << 30
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    guest_images.ensure_images()
-    with tempfile.TemporaryDirectory(prefix="vs-qx-") as d:  # short: socket paths
-        c = Cluster(Path(d), nodes=1)
-        c.start()
-        try:
-            yield c
-        finally:
-            c.stop()
+    with running_cluster("vs-qx-", nodes=1) as c:
+        yield c
 
 
 def kubectl(cluster: Cluster, *args: str) -> str:

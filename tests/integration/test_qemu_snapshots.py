@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import re
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,11 +17,17 @@ from typing import Any
 import pytest
 import yaml
 
-from ops import guest_images
 from services.launcher.rundir import guest_console_log
 from tests.integration.polling import until
 from tests.integration.qemu_support import CIRROS, qemu_marks
-from tests.integration.test_qemu_console import BOOT_TIMEOUT, SUB_VM, VMS, Cluster, read_for
+from tests.integration.test_qemu_console import (
+    BOOT_TIMEOUT,
+    SUB_VM,
+    VMS,
+    Cluster,
+    read_for,
+    running_cluster,
+)
 
 pytestmark = qemu_marks
 
@@ -70,14 +75,8 @@ def booted(cluster: Cluster) -> Guest:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    guest_images.ensure_images()
-    with tempfile.TemporaryDirectory(prefix="vs-qs-") as d:  # short: socket paths
-        c = Cluster(Path(d), nodes=1)
-        c.start()
-        try:
-            yield c
-        finally:
-            c.stop()
+    with running_cluster("vs-qs-", nodes=1) as c:
+        yield c
 
 
 def test_a_restored_claim_has_the_data_of_its_snapshot(cluster: Cluster) -> None:
