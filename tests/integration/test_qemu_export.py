@@ -22,6 +22,7 @@ import pytest
 from tests.integration.polling import until
 from tests.integration.qemu_support import qemu_marks
 from tests.integration.test_kubectl import KUBECTL
+from tests.integration.test_kubectl_clone import EXPORT_GUIDE
 from tests.integration.test_qemu_console import SUB_VM, VMS, Cluster, running_cluster
 from tests.integration.test_qemu_snapshots import TOKEN, booted, vm_with_claim
 
@@ -30,26 +31,8 @@ pytestmark = qemu_marks
 EXPORTS = "/apis/export.kubevirt.io/v1beta1/namespaces/default/virtualmachineexports"
 SECRETS = "/api/v1/namespaces/default/secrets"
 HEADER = "x-kubevirt-export-token"
-# the user guide's token Secret and export (storage/export_api.md), in the served version
-USER_GUIDE = """\
-apiVersion: v1
-kind: Secret
-metadata:
-  name: example-token
-stringData:
-  token: 1234567890ab
----
-apiVersion: export.kubevirt.io/v1beta1
-kind: VirtualMachineExport
-metadata:
-  name: example-export
-spec:
-  tokenSecretRef: example-token
-  source:
-    apiGroup: "kubevirt.io"
-    kind: VirtualMachine
-    name: vm-cirros
-"""
+# the user guide's token Secret and export, of the VM this module boots
+USER_GUIDE = EXPORT_GUIDE.replace("name: example-vm", "name: vm-cirros")
 GIB = 1 << 30
 
 
