@@ -81,7 +81,7 @@ from events.catalog import Event, Resources
 from events.codec import decode, encode, event_type
 from events.envelope import Stored
 from events.meta import Aggregate, Kind
-from eventstore import archive, checkpoints
+from eventstore import archive, checkpoints, index
 from eventstore.connection import ConnectOptions
 from eventstore.index import Indexer
 from eventstore.jetstream import JetStreamStore
@@ -292,18 +292,25 @@ async def fill(js_nc: NATS, stream: str, t: Template, total: int) -> tuple[int, 
     """Append `total` copied events; returns the last seq, events/s, the first copy's name
     and the last kept copy's (complete, Halted) name."""
     js = js_nc.jetstream()
+    # and the index the api kept as the events came: its entries written alongside (the
+    # same entries, subjects and ids its indexer writes; reading the year back to index it
+    # would cost the set-up more than the fill)
+    indexed = await index.ensure(JetStreamStore(js_nc, StreamSettings(name=stream)))
     first = int((await js.stream_info(stream)).state.last_seq) + 1
     started = time.perf_counter()
     pending = 0
     first_name = kept = ""
-    for c, ev in copies(t, first, total, time.time()):
+    for seq, (c, ev) in enumerate(copies(t, first, total, time.time()), start=first):
         first_name = first_name or c.name
         if c.length < len(t) and len(c.seqs) == c.length:
             kept = c.name
         subject = subjects.event_subject(ev.meta.aggregate, event_type(ev), ev.meta.node)
+        data = encode(ev)
         await js.publish_async(
-            subject, encode(ev), stream=stream, headers={"Nats-Msg-Id": ev.meta.event_id}
+            subject, data, stream=stream, headers={"Nats-Msg-Id": ev.meta.event_id}
         )
+        for n, (entry, body) in enumerate(index.entries(subject, data)):
+            await js.publish_async(entry, body, stream=indexed, headers=index.entry_headers(seq, n))
         pending += 1
         if pending >= 4000:
             await js.publish_async_completed()
@@ -579,6 +586,8 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
             if any(subjects.matches(f, st.subject) for f in hfilters[i]):
                 hstates[i] = d.evolve(hstates[i], st)
                 hversions[i][key] = st.seq
+    folded = time.perf_counter()
+    print(f"year folded in {folded - started:.1f} s", flush=True)
     cp = Checkpointer(store, controller.name, ControllerCodec())
     cp.take(last, cversions, cstate)
     await cp.settle()
@@ -589,11 +598,19 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
     await view_checkpoints.save(store, checkpoints.API_VIEWS, views)
     # and the hot log as the api's retirer would have kept it all year: the year's ended
     # aggregates out of it, below the floor (the archive mirrored the fill as it came)
+    saved = time.perf_counter()
+    print(f"checkpoints saved in {saved - folded:.1f} s", flush=True)
     while await archive.archived_upto(nc.jetstream(), "VIRT") < last:  # noqa: ASYNC110
         await asyncio.sleep(0.5)
+    mirrored = time.perf_counter()
+    print(f"archive caught up {mirrored - saved:.1f} s later", flush=True)
     retirer = retire.Retirer(store, lambda: views, pace=0.0)
     await retirer.round()
-    print(f"year's hot log: {retirer.retired} ended aggregates purged", flush=True)
+    retired = time.perf_counter()
+    print(
+        f"year's hot log: {retirer.retired} ended aggregates purged in {retired - mirrored:.1f} s",
+        flush=True,
+    )
     # and the index the api kept as the events came
     indexer = Indexer(store, pace=0.0)
     await indexer.start()
@@ -602,6 +619,7 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
             await asyncio.sleep(0.5)
     finally:
         await indexer.stop()
+    print(f"index caught up in {time.perf_counter() - retired:.1f} s", flush=True)
     return time.perf_counter() - started
 
 

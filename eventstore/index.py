@@ -77,6 +77,12 @@ def seq_hint(event_id: str) -> int | None:
     return None
 
 
+def entry_headers(seq: int, n: int) -> dict[str, str]:
+    """The `n`th entry of the event at `seq`: its sequence, and an id that makes a repeat
+    a duplicate."""
+    return {SEQ_HEADER: str(seq), "Nats-Msg-Id": f"vidx/{seq}/{n}"}
+
+
 def id_subject(event_id: str) -> str:
     return f"{PREFIX}.id.{subjects.token(event_id)}"
 
@@ -261,7 +267,7 @@ class Indexer:
             async for msg in msgs:
                 seq = int(msg.metadata.sequence.stream)
                 for n, (subject, body) in enumerate(entries(msg.subject, msg.data)):
-                    headers = {SEQ_HEADER: str(seq), "Nats-Msg-Id": f"vidx/{seq}/{n}"}
+                    headers = entry_headers(seq, n)
                     await js.publish_async(subject, body, stream=name, headers=headers)
                     pending += 1
                 self.upto = seq
