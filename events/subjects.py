@@ -83,6 +83,13 @@ def aggregate_key(subject: str) -> str:
     return f"{parts[1]}/{parts[2]}/{parts[3]}"
 
 
+def parse_key(key: str) -> tuple[str, str, str]:
+    """``vm/ns/name`` (an `aggregate_key`) → (kind, namespace, name), untokened ("" for
+    cluster scope)."""
+    kind, ns, name = key.split("/", 2)
+    return kind, untoken(ns), untoken(name)
+
+
 def parse(subject: str) -> tuple[str, str, str, str, str]:
     """→ (kind, namespace, name, event type, node), untokened ("" for cluster scope)."""
     _, kind, ns, name, etype, node = subject.split(".", 5)

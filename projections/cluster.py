@@ -228,6 +228,8 @@ class Cluster:
         new = evolve_vmi(old, s)
         touched = self._swap(self.vmis, k, new, Kind.VMI)
         self._index(k, old, new)
+        if new is None and old is not None:
+            self._release_migration(old)
         # the VM that owned it (an orphaned VMI's VM is no longer its owner)
         owner_uid = (old.owner_vm_uid if old else "") or (new.owner_vm_uid if new else "")
         vm = self.vms.get(k)
@@ -247,6 +249,13 @@ class Cluster:
             touched.append((Kind.VM, k))
         return touched
 
+    def _release_migration(self, vmi: VMIView) -> None:
+        """The VMI no longer shows its migration: a gone one leaves the views."""
+        mk = key(vmi.namespace, vmi.migration) if vmi.migration else ""
+        mig = self.migrations.get(mk)
+        if mig is not None and mig.gone:
+            del self.migrations[mk]
+
     def _index(self, k: str, old: VMIView | None, new: VMIView | None) -> None:
         if old is not None and old.node and (new is None or new.node != old.node):
             self.vmis_by_node.get(old.node, set()).discard(k)
@@ -256,13 +265,20 @@ class Cluster:
     def _apply_migration(self, s: Stored, k: str) -> list[Touched]:
         old = self.migrations.get(k)
         new = evolve_migration(old, s)
-        touched = self._swap(self.migrations, k, new, Kind.MIGRATION)
-        if new is None:
-            return touched
-        vk = key(new.namespace, new.vmi_name)
+        vk = key(new.namespace, new.vmi_name) if new is not None else ""
         vmi = self.vmis.get(vk)
-        if vmi is None or (new.vmi_uid and vmi.uid != new.vmi_uid):
+        if vmi is not None and new is not None and new.vmi_uid and vmi.uid != new.vmi_uid:
+            vmi = None  # a newer VMI of the name: not this migration's
+        # deleted and finished: gone, as Kubernetes deletes it; the view stays only while
+        # its VMI lives and shows it (status.migrationState), so the views hold what
+        # exists and not every migration ever run
+        shown = vmi is not None and new is not None and vmi.migration == new.name
+        kept = None if new is not None and new.gone and not shown else new
+        touched = self._swap(self.migrations, k, kept, Kind.MIGRATION)
+        if new is None or vmi is None:
             return touched
+        if vmi.migration and vmi.migration != new.name:
+            self._release_migration(vmi)  # the VMI shows this one from now on
         ev = s.event
         if isinstance(ev, MigrationScheduled):
             pods = (*vmi.active_pods, (ev.target_pod_uid, ev.target_node))

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from events import subjects
 from events.catalog import Event
 from events.envelope import Context, Decision, Stored
-from events.meta import Kind, ResourceKind
-from projections.cluster import key
+from events.meta import Aggregate, Kind, ResourceKind
+from projections.cluster import key, view_key
 from services.controller import (
     backoff,
     clone,
@@ -80,6 +80,10 @@ class ControllerReactor:
 
     def evolve(self, state: ControllerState, stored: Stored) -> ControllerState:
         return evolve_state(state, stored)
+
+    def holds(self, state: ControllerState, key: str) -> bool:
+        kind, ns, name = subjects.parse_key(key)
+        return view_key(Aggregate(kind=kind, namespace=ns, name=name)) in state.cluster.table(kind)
 
     # ------------------------------------------------ observations (heartbeats)
     def observe(self, state: ControllerState, obs: node_health.Observation) -> ControllerState:

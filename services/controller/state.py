@@ -42,8 +42,9 @@ from events.catalog import (
     VolumeDetached,
 )
 from events.envelope import Stored
-from events.meta import Kind
-from projections.cluster import Cluster, key
+from events.meta import Kind, KindToken
+from projections.cluster import Cluster, key, view_key
+from projections.views import MigrationView, VMIView, VMView
 from services.controller.placement_index import PlacementIndex
 
 
@@ -119,5 +120,31 @@ def evolve(state: ControllerState, s: Stored) -> ControllerState:
             state.abort_routed[mig.uid] = ev.meta.node
     elif isinstance(ev, NodeUncordoned):  # a later drain reports blocked VMIs afresh
         state.eviction_blocked = {b for b in state.eviction_blocked if b[1] != agg.name}
+    # the event's object, and a VMI's VM (its removal may let a deleted VM go)
+    k = view_key(agg)
+    kinds = (agg.kind, Kind.VM) if agg.kind == Kind.VMI else (agg.kind,)
+    before = [(kind, state.cluster.table(kind).get(k)) for kind in kinds]
     state.index.touched(state.cluster, state.cluster.apply(s))
+    for kind, view in before:
+        if view is not None:
+            _forget_ended(state, kind, k, view)
     return state
+
+
+def _forget_ended(state: ControllerState, kind: KindToken, k: str, before: object) -> None:
+    """An object gone from the views takes its bookkeeping with it: the state holds what
+    exists, not every object there ever was (a restart loads it whatever the log's age)."""
+    uid = getattr(before, "uid", "")
+    if not uid or getattr(state.cluster.table(kind).get(k), "uid", None) == uid:
+        return
+    match before:
+        case VMView():
+            state.last_outcome.pop(uid, None)
+        case VMIView():
+            state.phase_at_delete.pop(uid, None)
+            if state.eviction_blocked:
+                state.eviction_blocked = {b for b in state.eviction_blocked if b[0] != uid}
+        case MigrationView():
+            state.abort_routed.pop(uid, None)
+        case _:
+            pass  # no bookkeeping of its own

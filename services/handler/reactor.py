@@ -116,6 +116,23 @@ class HandlerReactor:
         return HandlerState()
 
     # ------------------------------------------------------------------ folding
+    def holds(self, state: HandlerState, key: str) -> bool:
+        kind, ns, name = subjects.parse_key(key)
+        k = f"{ns}/{name}"
+        if kind == Kind.VMI:
+            ms = state.migrations
+            return (
+                k in state.records
+                or k in state.observed
+                or k in ms.targets
+                or any(j.vmi_key == k for j in ms.sources.values())
+            )
+        if kind == Kind.MIGRATION:
+            return k in state.migrations.sources
+        if kind in _COPY_KINDS:
+            return any(j.startswith(f"{kind}/{ns}/{name}/") for j in state.copies)
+        return True  # its node, and anything else it folds: few, kept
+
     def evolve(self, state: HandlerState, stored: Stored) -> HandlerState:
         if stored.event.meta.aggregate.kind in _COPY_KINDS:
             volumes.fold(state.copies, stored.event)

@@ -50,6 +50,9 @@ class Folding(Generic[S]):
         self.state = state
         self.log = log
         self.versions: dict[str, int] = {}  # aggregate key → last folded sequence
+        # every event up to this sequence is folded: an aggregate whose version was
+        # forgotten (`forget`) is never folded twice below it
+        self.covered = 0
         self.ahead: dict[str, Ahead] = {}  # aggregate key → own appends not yet delivered
         self.last_folded = 0
         # event ids appended without a concurrency check that the consumer has not
@@ -59,15 +62,23 @@ class Folding(Generic[S]):
         self.log_only: S | None = None
 
     def start_from(
-        self, state: S, last_seq: int, versions: Mapping[str, int], log_only: S | None = None
+        self,
+        state: S,
+        last_seq: int,
+        versions: Mapping[str, int],
+        log_only: S | None = None,
+        *,
+        covered: int = 0,
     ) -> None:
         """Begin from a state that covers the stream up to `last_seq`, with the last
-        sequence of each aggregate it folded (a checkpoint); a catch-up goes on from
-        `last_seq + 1`."""
+        sequence of each aggregate it folded (a checkpoint: every event up to `covered`
+        is in it, and the versions of the aggregates it forgot are not); a catch-up goes
+        on from `last_seq + 1`."""
         assert self.last_folded == 0 and not self.ahead, "a state is handed in before folding"
         self.state = state
         self.last_folded = last_seq
         self.versions = dict(versions)
+        self.covered = covered
         if log_only is not None:
             self.log_only = log_only
 
@@ -79,11 +90,11 @@ class Folding(Generic[S]):
             self.unconfirmed.discard(stored.event.meta.event_id)
         if own:
             if key not in self.ahead:  # all earlier own appends are back: the stream's version
-                self.ahead[key] = Ahead(self.versions.get(key, 0))
+                self.ahead[key] = Ahead(self.versions.get(key, self.covered))
             self.ahead[key].seqs.add(stored.seq)
         else:
             self._in_order(key, stored)
-        if stored.seq <= self.versions.get(key, 0):
+        if stored.seq <= self.versions.get(key, self.covered):
             return False
         if stored.redelivery_of:
             # a retried dead letter: its original was folded; only the version moves
@@ -117,6 +128,14 @@ class Folding(Generic[S]):
         ahead.seqs = {s for s in ahead.seqs if s > stored.seq}
         if not ahead.seqs:
             del self.ahead[key]
+
+    def forget(self, upto: int, holds: Callable[[str], bool]) -> None:
+        """Every event up to `upto` is folded: the versions of aggregates the state no
+        longer holds (ended) and that ended by then are forgotten, so the bookkeeping
+        grows with what exists, not with every aggregate the log ever named."""
+        assert not self.ahead, "only a fold in stream order covers a sequence"
+        self.covered = max(self.covered, upto)
+        self.versions = {k: v for k, v in self.versions.items() if v > upto or holds(k)}
 
     def skip(self, seq: int, subject: str) -> None:
         """An event no fold can read: every fold skips it the same way, moving its

@@ -52,6 +52,12 @@ class Reactor(Protocol[S, A_co, Ob_co]):
 
     def tick(self, state: S, ctx: Context) -> Sequence[Decision | A_co | Note[Ob_co]]: ...
 
+    def holds(self, state: S, key: str) -> bool:
+        """Whether the state still holds the aggregate `key` (`kind/ns/name` as stored):
+        while it does the shell keeps the aggregate's version (an append expects it); once
+        it does not, a checkpoint covering its last event forgets it. Pure."""
+        ...
+
 
 class Observer(Protocol[S, A_co, Ob]):
     """The second input of a reactor: observations that do not come from the bus.

@@ -347,6 +347,7 @@ class ServiceShell(Generic[S, A, Ob]):
             max([loaded.upto, *loaded.versions.values()]),
             loaded.versions,
             loaded.again,
+            covered=loaded.upto,
         )
         self.upto = loaded.upto
         self.log.info("checkpoint loaded", seq=loaded.upto, aggregates=len(loaded.versions))
@@ -364,7 +365,13 @@ class ServiceShell(Generic[S, A, Ob]):
         if force and self.upto <= cp.saved_upto:
             return
         f = self.folding
-        cp.take(self.upto, dict(f.versions), f.log_only if f.log_only is not None else f.state)
+        saved = f.log_only if f.log_only is not None else f.state
+
+        def holds(key: str) -> bool:
+            return self.reactor.holds(f.state, key) or self.reactor.holds(saved, key)
+
+        f.forget(self.upto, holds)
+        cp.take(self.upto, dict(f.versions), saved)
 
     def _fail(self, e: BaseException) -> None:
         """Stop the process after the message in hand: its restart starts afresh."""

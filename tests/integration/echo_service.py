@@ -31,6 +31,9 @@ class Echo:
     def initial_state(self) -> int:
         return 0
 
+    def holds(self, state: int, key: str) -> bool:
+        return True  # keeps every version
+
     def evolve(self, state: int, stored: Stored) -> int:
         return state + 1
 

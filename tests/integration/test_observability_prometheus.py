@@ -138,6 +138,9 @@ class MiniChoreography:
     def initial_state(self) -> Cluster:
         return Cluster()
 
+    def holds(self, state: Cluster, key: str) -> bool:
+        return True  # keeps every version
+
     def evolve(self, state: Cluster, stored: Stored) -> Cluster:
         state.apply(stored)
         return state
