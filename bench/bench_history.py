@@ -588,6 +588,10 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
                 hversions[i][key] = st.seq
     folded = time.perf_counter()
     print(f"year folded in {folded - started:.1f} s", flush=True)
+    # as each shell's checkpoints kept them: the versions of what its state still holds
+    cversions = {k: v for k, v in cversions.items() if controller.holds(cstate, k)}
+    for i, d in enumerate(deciders):
+        hversions[i] = {k: v for k, v in hversions[i].items() if d.holds(hstates[i], k)}
     cp = Checkpointer(store, controller.name, ControllerCodec())
     cp.take(last, cversions, cstate)
     await cp.settle()
