@@ -65,12 +65,34 @@ def live_uids(cluster: Cluster) -> set[str]:
     return {v.uid for _, v in _views(cluster) if getattr(v, "uid", "")}
 
 
+#: KubeVirt's migration controller keeps a VMI's newest five finalized migrations and
+#: deletes the older ones (defaultFinalizedMigrationGarbageCollectionBuffer): a VMI that
+#: migrates every night does not keep a year of migration objects
+FINALIZED_MIGRATIONS_KEPT = 5
+
+
+def finalized_surplus(cluster: Cluster) -> list[MigrationView]:
+    """Each VMI's finalized, undeleted migrations beyond its newest five, oldest first."""
+    by_vmi: dict[tuple[str, str], list[MigrationView]] = {}
+    for mig in cluster.migrations.values():
+        if mig.final and not mig.deleted:
+            by_vmi.setdefault((mig.namespace, mig.vmi_name), []).append(mig)
+    out: list[MigrationView] = []
+    for migs in by_vmi.values():
+        if len(migs) > FINALIZED_MIGRATIONS_KEPT:
+            migs.sort(key=lambda m: (m.created_at, m.name))
+            out += migs[:-FINALIZED_MIGRATIONS_KEPT]
+    return out
+
+
 def collect(cluster: Cluster, ctx: Context) -> list[Event]:
     live = live_uids(cluster)
     out: list[Event] = []
     for kind, view in cluster.owned():
         if not any(u in live for u in view.owners):
             out += _delete(kind, view, ctx)
+    for mig in finalized_surplus(cluster):
+        out += _delete(Kind.MIGRATION, mig, ctx)
     for kind, view in _views(cluster):
         if view.marked:
             out += _finalize(cluster, kind, view, ctx)

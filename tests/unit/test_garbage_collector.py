@@ -8,21 +8,28 @@ from __future__ import annotations
 import itertools
 import json
 
+import msgspec
+
+from bench.bench_replay import generate
 from core import commands
 from core.commands import Request, Verb
 from core.context import RequestContext
+from events import subjects
 from events.catalog import (
     Event,
     MetadataChanged,
+    MigrationAbortRequested,
     ResourceCreated,
     ResourceDeleted,
     VMDeleted,
     VMIDeleteRequested,
     VMIRemoved,
 )
-from events.envelope import Context
+from events.codec import event_type
+from events.envelope import Context, Stored
 from events.meta import Kind, ResourceKind
 from kinds.registry import REGISTRY
+from projections.cluster import Cluster
 from services.controller import gc
 from tests.factories import meta
 from tests.unit.test_controller_world import World
@@ -151,3 +158,25 @@ def test_a_finalizer_blocks_the_deletion_until_it_is_removed() -> None:
     assert _delete(w, "vmirs", "web") == []
     w.run(MetadataChanged(meta=meta(ResourceKind.VMIRS, "web"), metadata={}))
     assert "default/web" not in c.resources[ResourceKind.VMIRS]
+
+
+def test_a_vmis_finalized_migrations_beyond_its_newest_five_are_deleted() -> None:
+    """KubeVirt's buffer: a VMI keeps its newest five finalized migrations; older ones are
+    deleted, oldest first; deleted or unfinished ones do not count."""
+    cluster = Cluster()
+    for seq, ev in enumerate(generate(1500), 1):
+        subject = subjects.event_subject(ev.meta.aggregate, event_type(ev), ev.meta.node)
+        cluster.apply(Stored(seq=seq, subject=subject, time=float(seq), event=ev))
+    done = next(m for m in cluster.migrations.values() if m.final)
+    cluster.migrations.clear()
+    for i in range(8):
+        mig = msgspec.structs.replace(
+            done, name=f"m{i}", uid=f"u{i}", created_at=done.created_at + i, deleted=i == 7
+        )
+        cluster.migrations[f"{mig.namespace}/{mig.name}"] = mig
+    running = msgspec.structs.replace(done, name="m8", uid="u8", phase="Running")
+    cluster.migrations[f"{running.namespace}/m8"] = running
+    assert [m.name for m in gc.finalized_surplus(cluster)] == ["m0", "m1"]
+    events = gc.collect(cluster, Context("virt-controller", "", 0.0, None))
+    deletions = [e for e in events if isinstance(e, MigrationAbortRequested)]
+    assert sorted(e.meta.aggregate.name for e in deletions) == ["m0", "m1"]
