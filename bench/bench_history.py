@@ -447,21 +447,22 @@ async def debug_figures(up: Up, early: str, late: str) -> dict[str, float]:
             admin = await connect(up.nats_url, up.data_dir)
             try:
                 writer = JetStreamStore(admin, StreamSettings())
-                out["verify_full_s"], report = await timed(
-                    lambda: verify.verify(writer, http, full=True, save=True), rounds=1
-                )
-                if report is not None and not report.ok:  # recorded, and the run goes on
-                    out["verify_full_differences"] = len(report.differences)
-                    print(f"verify --full found {len(report.differences)} differences:")
-                    for d in report.differences[:10]:
-                        print(f"  {d}", flush=True)
-                # the default: from the checkpoint the full run saved, to the live views
-                out["verify_s"], report = await timed(
-                    lambda: verify.verify(writer, http, full=False, save=True), rounds=1
-                )
-                if report is not None and not report.ok:
-                    out["verify_differences"] = len(report.differences)
-                    print(f"verify found {len(report.differences)} differences", flush=True)
+                if FULL_VERIFY:
+                    out["verify_full_s"], report = await timed(
+                        lambda: verify.verify(writer, http, full=True, save=True), rounds=1
+                    )
+                    if report is not None and not report.ok:  # recorded, and the run goes on
+                        out["verify_full_differences"] = len(report.differences)
+                        print(f"verify --full found {len(report.differences)} differences:")
+                        for d in report.differences[:10]:
+                            print(f"  {d}", flush=True)
+                    # the default: from the checkpoint the full run saved, to the live views
+                    out["verify_s"], report = await timed(
+                        lambda: verify.verify(writer, http, full=False, save=True), rounds=1
+                    )
+                    if report is not None and not report.ok:
+                        out["verify_differences"] = len(report.differences)
+                        print(f"verify found {len(report.differences)} differences", flush=True)
                 out.update(await storage_figures(admin))
             finally:
                 await admin.close()
@@ -471,6 +472,7 @@ async def debug_figures(up: Up, early: str, late: str) -> dict[str, float]:
 
 
 COMPRESSION_COST = True  # --no-compression-cost: skip the two scratch mirrors (long at 1M)
+FULL_VERIFY = True  # --no-verify: skip `verify` (its first run folds the whole archive)
 
 
 async def storage_figures(nc: NATS) -> dict[str, float]:
@@ -943,13 +945,19 @@ def main() -> None:
         help="skip what S2 costs (two scratch mirrors of the whole archive)",
     )
     ap.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip `verify` (its first run folds the whole archive: ~12 min at 5M here)",
+    )
+    ap.add_argument(
         "--reuse",
         type=Path,
         help="measure again on the year a --keep run left in this dir (no fill; kept)",
     )
     a = ap.parse_args()
-    global COMPRESSION_COST
+    global COMPRESSION_COST, FULL_VERIFY
     COMPRESSION_COST = not a.no_compression_cost
+    FULL_VERIFY = not a.no_verify
     results: dict[str, dict[str, float]] = {}
     with contextlib.suppress(OSError, ValueError):
         results = json.loads(a.results.read_text())

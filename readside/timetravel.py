@@ -31,7 +31,14 @@ async def read(
 ) -> list[Stored]:
     if until_seq is not None and until_seq <= 0:
         return []
-    return [s async for s in store.replay(filters, until_seq=until_seq, raw=True)]
+    if filters is None or len(filters) == 1:
+        return [s async for s in store.replay(filters, until_seq=until_seq, raw=True)]
+    # one reader per filter, at once, merged: JetStream finds the next event of one
+    # aggregate's subjects through its subject index, but a consumer of several filters
+    # walks the stream past the last match, a cost that grows with the log (at 1,000,000
+    # events: ~40 ms against ~3 ms per filter)
+    parts = await asyncio.gather(*(read(store, [f], until_seq) for f in filters))
+    return sorted({s.seq: s for part in parts for s in part}.values(), key=lambda s: s.seq)
 
 
 async def related(store: EventLog, agg: Aggregate, until_seq: int | None = None) -> list[Stored]:
