@@ -813,11 +813,13 @@ async def measure(
         result["disk_bytes_per_event"] = result["disk_bytes"] / last
     finally:
         up.stop()
-    # the whole cluster: up again, a new VM to Running
+    # the whole cluster: up again, a new VM to Running (a name of its own: an earlier
+    # measurement's VM was stopped, Halted, by `up`'s Ctrl-C)
     started = time.monotonic()
     up = start_again(up)
     try:
-        result["cluster_restart_vm_running_s"] = await new_vm_running(up, "after-restart", started)
+        name = f"after-restart-{uuid.uuid4().hex[:6]}"
+        result["cluster_restart_vm_running_s"] = await new_vm_running(up, name, started)
     except SystemExit as e:
         print(f"whole-cluster restart: {e}")
         result["cluster_restart_vm_running_s"] = RESTART_TIMEOUT
