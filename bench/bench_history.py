@@ -742,17 +742,27 @@ FILL_KEYS = (
 )  # fmt: skip
 
 
+RESTART_ROUNDS = 3  # kills of each service; the median is the figure (one is noise here)
+
+
 async def restarts(up: Up, result: dict[str, float], prefix: str = "") -> None:
-    """kill -9 of each service in turn, to ready again."""
+    """kill -9 of each service in turn, to ready again, `RESTART_ROUNDS` times."""
     for name, key in RESTARTED:
-        await asyncio.sleep(2)
-        took = await restart_to_ready(up, name)
-        if took is None:  # recorded as the timeout, marked as not reached
+        rounds = []
+        for _ in range(RESTART_ROUNDS):
+            await asyncio.sleep(2)
+            took = await restart_to_ready(up, name)
+            if took is None:
+                break
+            rounds.append(took)
+        if len(rounds) < RESTART_ROUNDS:  # recorded as the timeout, marked as not reached
             result[f"{prefix}restart_{key}_s"] = RESTART_TIMEOUT
             result[f"{prefix}restart_{key}_timeout"] = 1
             print(f"{prefix}restart {name}: not ready {RESTART_TIMEOUT:.0f}s after kill -9")
             continue
-        since_kill, since_start = took
+        # from the kill: the first round's (the supervisor backs off on the next ones)
+        since_kill = rounds[0][0]
+        since_start = sorted(r[1] for r in rounds)[RESTART_ROUNDS // 2]
         result[f"{prefix}restart_{key}_s"] = since_start
         result[f"{prefix}restart_{key}_from_kill_s"] = since_kill
         print(
