@@ -236,8 +236,8 @@ class Indexer:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
-        await ensure(self.store)
-        self.upto = await last_indexed(self.store)
+        """The follower starts in the background: a server slow to answer (loading a long
+        log after its own restart) delays the index, not the process that keeps it."""
         self._task = asyncio.create_task(self._run(), name="indexer")
 
     async def stop(self) -> None:
@@ -248,8 +248,13 @@ class Indexer:
 
     async def _run(self) -> None:
         delay = 0.1
+        started = False
         while True:
             try:
+                if not started:
+                    await ensure(self.store)
+                    self.upto = await last_indexed(self.store)
+                    started = True
                 await self._follow()
             except asyncio.CancelledError:
                 raise
