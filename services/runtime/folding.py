@@ -94,7 +94,12 @@ class Folding(Generic[S]):
             self.ahead[key].seqs.add(stored.seq)
         else:
             self._in_order(key, stored)
-        if stored.seq <= self.versions.get(key, self.covered):
+        version = self.versions.get(key, 0)
+        if stored.seq <= max(version, self.covered):
+            # folded already; an aggregate whose version was forgotten learns it again (a
+            # conflict's catch-up reads its events: the next append expects the last)
+            if stored.seq > version:
+                self.versions[key] = stored.seq
             return False
         if stored.redelivery_of:
             # a retried dead letter: its original was folded; only the version moves

@@ -199,3 +199,21 @@ def test_a_handler_forgets_the_versions_of_what_ended_on_its_node() -> None:
     targets = {f"vmi/{k}" for k in folding.state.migrations.targets}
     assert held - targets <= {"node/_/node-1"}
     assert len(held) < named / 4
+
+
+def test_a_forgotten_aggregate_learns_its_version_again_from_its_events() -> None:
+    """An append to an aggregate whose version was forgotten expects it new and conflicts
+    while the hot log still holds its events; the conflict's catch-up reads them: they are
+    not folded again, and the version they carry is what the next append expects."""
+    controller = ControllerReactor()
+    events = ended_history(600)
+    folding = _folding(controller)
+    for s in events:
+        folding.fold(s)
+    folding.forget(len(events), lambda agg: controller.holds(folding.state, agg))
+    vmi = next(s for s in events if s.event.meta.aggregate.kind == Kind.VMI)
+    key = subjects.aggregate_key(vmi.subject)
+    assert folding.version_of(vmi.subject) == 0
+    mine = [s for s in events if subjects.aggregate_key(s.subject) == key]
+    assert not any(folding.fold(s) for s in mine)
+    assert folding.version_of(vmi.subject) == mine[-1].seq
