@@ -42,7 +42,7 @@ from eventstore.settings import StreamSettings
 from services.runtime import metrics as m
 from services.runtime.acks import INFRASTRUCTURE, Acks
 from services.runtime.append_window import AppendWindow
-from services.runtime.appends import Appends
+from services.runtime.appends import Appends, GaveUp
 from services.runtime.checkpointing import Checkpointer
 from services.runtime.folding import Ahead, Folding, Unordered
 from services.runtime.metrics_access import MetricsAccess
@@ -250,8 +250,25 @@ class ServiceShell(Generic[S, A, Ob]):
                 wait = failures.failed()
                 next_tick = time.monotonic() + wait
                 self.log.error("tick failed", error=repr(e), failed=failures.streak, next_in=wait)
+                if isinstance(e, GaveUp):
+                    await self._record_give_up(e)
             else:
                 failures.succeeded()
+
+    async def _record_give_up(self, e: GaveUp) -> None:
+        """A tick that gave up, where the user looks (`virtstream dead-letters`, the
+        dead-letter alert), once per streak of failed ticks: a tick has no delivery, so
+        the dead letter holds the error alone, and a retry has nothing to send (the next
+        tick decides again anyway)."""
+        kind = str(e)
+        if not self.tick_failures.news(kind):
+            return
+        try:
+            await self.acks.dead_letter(None, f"{type(e).__name__} on a tick: {e}")
+        except Exception as err:  # recorded at a later failure of the streak, then
+            self.log.warning("give-up not recorded", error=repr(err))
+            return
+        self.tick_failures.told(kind)
 
     async def _observations(self) -> None:
         """Decides on each observation, in the order they were folded."""

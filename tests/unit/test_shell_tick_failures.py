@@ -17,8 +17,10 @@ from events.catalog import VMIPauseRequested
 from events.envelope import Context, Decision, Stored
 from events.meta import Aggregate, Kind
 from eventstore.memory import MemoryLog
+from services.runtime.appends import MAX_CONFLICT_RETRIES
 from services.runtime.shell import ServiceShell
 from services.runtime.tick_failures import MAX_BACKOFF, TickFailures
+from tests.factories import meta
 
 INTERVAL = 0.01
 STUCK = Aggregate(Kind.VMI, "default", "stuck")
@@ -130,6 +132,30 @@ async def test_a_tick_that_succeeds_brings_the_interval_back() -> None:
         await eventually(lambda: len(reactor.ticks) >= healed + 10)
 
     await running(shell, fail_then_heal)
+
+
+async def test_a_give_up_on_a_tick_is_dead_lettered_once_per_streak() -> None:
+    log = MemoryLog()
+    await log.append(VMIPauseRequested(meta=meta(Kind.VMI, STUCK.name)))
+    reactor = Failing(conflicting=True)
+    shell = ServiceShell(reactor, log, tick_interval=INTERVAL)
+
+    async def streaks() -> None:
+        await eventually(lambda: shell.tick_failures.streak >= 4)
+        (dead,) = log.dead_letters  # four ticks gave up: one record
+        error = dead.headers["Virt-Error"]
+        assert error == (
+            f"GaveUp on a tick: failing: gave up after {MAX_CONFLICT_RETRIES} conflicts"
+            f" on {STUCK.kind}/default/stuck"
+        )
+        assert "Virt-Original-Subject" not in dead.headers and dead.data == b""
+        reactor.healthy = True  # the streak ends
+        await eventually(lambda: shell.tick_failures.streak == 0)
+        reactor.healthy = False  # a new streak: recorded again, once
+        await eventually(lambda: shell.tick_failures.streak >= 3)
+        assert len(log.dead_letters) == 2
+
+    await running(shell, streaks)
 
 
 async def test_a_stop_ends_the_shell_while_its_tick_backs_off() -> None:
