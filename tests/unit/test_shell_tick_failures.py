@@ -70,7 +70,7 @@ async def eventually(cond: Callable[[], bool], timeout: float = 10.0) -> None:
             await asyncio.sleep(0.005)
 
 
-async def running(shell: ServiceShell[Any], body: Callable[[], Awaitable[None]]) -> None:
+async def running(shell: ServiceShell[Any, Any, Any], body: Callable[[], Awaitable[None]]) -> None:
     task = asyncio.create_task(shell.run())
     try:
         await eventually(lambda: shell.ready or task.done())
@@ -116,6 +116,37 @@ async def test_a_tick_that_keeps_failing_comes_later_and_later() -> None:
     for n, gap in enumerate(gaps, start=1):
         assert gap >= 0.9 * INTERVAL * 2**n, (n, gaps)
     assert shell.tick_failures.streak >= 5
+
+
+class Waking(Failing):
+    """A reactor with an observer whose wakeup is always due (the controller's, while a
+    timeout it waits for has passed): a failing tick must not be asked for at once."""
+
+    def observe(self, state: int, obs: None) -> int:
+        return state
+
+    def respond(self, state: int, obs: None, ctx: Context) -> Sequence[Decision]:
+        return []
+
+    def wakeup(self, state: int) -> float | None:
+        return 0.0
+
+
+async def test_a_wakeup_does_not_ask_for_a_failing_tick_sooner() -> None:
+    reactor = Waking()
+    reactor.healthy = True  # the first tick, before the shell is ready, succeeds
+    shell: ServiceShell[int, Any, None] = ServiceShell(
+        reactor, MemoryLog(), tick_interval=INTERVAL, observer=reactor
+    )
+
+    async def five_failures() -> None:
+        reactor.healthy = False
+        await eventually(lambda: len(reactor.failed) >= 5)
+
+    await running(shell, five_failures)
+    gaps = [b - a for a, b in itertools.pairwise(reactor.failed[:5])]
+    for n, gap in enumerate(gaps, start=1):
+        assert gap >= 0.9 * INTERVAL * 2**n, (n, gaps)
 
 
 async def test_a_tick_that_succeeds_brings_the_interval_back() -> None:
