@@ -431,7 +431,8 @@ def dead_letters_cmd(
     nats_url: str = NatsUrl,
     stream: str = StreamName,
 ) -> None:
-    """Messages a service could not handle: error, service, original event; --retry."""
+    """Messages a service could not handle (and ticks it gave up on): error, service,
+    original event; --retry."""
 
     async def body(
         store: JetStreamStore,
@@ -468,7 +469,9 @@ def dead_letters_cmd(
         console.print("no dead letters")
         return
     for d in dls:
-        etype = type(d.event).__name__ if d.event else "(undecodable)"
+        # neither bytes nor an origin: a give-up of no delivery's (a tick's)
+        parked = d.data or d.original_subject
+        etype = type(d.event).__name__ if d.event else "(undecodable)" if parked else "(tick)"
         where = f"{d.original_subject}#{d.original_seq}" if d.original_seq else d.original_subject
         console.print(
             f"[dim]{d.seq:>5}[/] {log_view.iso(d.time)} [cyan]{escape(d.service)}[/] "

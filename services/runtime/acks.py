@@ -41,8 +41,12 @@ class Acks:
         trace = "".join(traceback.format_exception(e))
         await self.dead_letter(msg, f"{type(e).__name__}: {e}\n{trace}")
 
-    async def dead_letter(self, msg: Message, error: str) -> None:
+    async def dead_letter(self, msg: Message | None, error: str) -> None:
+        """Park `msg` with `error`, then ack it; None: a failure no delivery had (a tick's),
+        parked as the error alone."""
         m.DEAD_LETTERS.labels(self.name).inc()
-        self.log.warning("dead letter", subject=msg.subject, error=error.splitlines()[0])
+        subject = msg.subject if msg is not None else None
+        self.log.warning("dead letter", subject=subject, error=error.splitlines()[0])
         await self.store.dead_letter(self.name, msg, error)
-        await msg.ack()
+        if msg is not None:
+            await msg.ack()

@@ -20,6 +20,17 @@ S = TypeVar("S")
 MAX_CONFLICT_RETRIES = 8
 
 
+class GaveUp(RuntimeError):
+    """A decision conflicted MAX_CONFLICT_RETRIES times: on `aggregates` the last time."""
+
+    def __init__(self, service: str, aggregates: Sequence[str]) -> None:
+        self.aggregates = tuple(sorted(set(aggregates)))
+        super().__init__(
+            f"{service}: gave up after {MAX_CONFLICT_RETRIES} conflicts"
+            f" on {', '.join(self.aggregates)}"
+        )
+
+
 class Appends(Generic[S]):
     def __init__(
         self, name: str, store: EventLog, folding: Folding[S], filters: Sequence[str], log: Any
@@ -94,7 +105,8 @@ class Appends(Generic[S]):
         """`attempt` ends a decision's appends and names those that conflicted. After a
         conflict, under `lock` (the news and the new decision together), fold each
         conflicting aggregate's newer events and let `again` decide anew, for the next
-        attempt to end; give up after MAX_CONFLICT_RETRIES attempts."""
+        attempt to end; give up (`GaveUp`) after MAX_CONFLICT_RETRIES attempts."""
+        conflicts: Sequence[ConcurrencyConflict] = ()
         for _attempt in range(MAX_CONFLICT_RETRIES):
             conflicts = await attempt()
             if not conflicts:
@@ -109,4 +121,4 @@ class Appends(Generic[S]):
                     scope = subjects.aggregate_filter(kind, ns, name)
                     await self.catch_up([scope], start_seq=c.expected + 1)
                 await again()
-        raise RuntimeError(f"{self.name}: gave up after {MAX_CONFLICT_RETRIES} conflicts")
+        raise GaveUp(self.name, [c.aggregate for c in conflicts])

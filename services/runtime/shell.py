@@ -42,13 +42,14 @@ from eventstore.settings import StreamSettings
 from services.runtime import metrics as m
 from services.runtime.acks import INFRASTRUCTURE, Acks
 from services.runtime.append_window import AppendWindow
-from services.runtime.appends import Appends
+from services.runtime.appends import Appends, GaveUp
 from services.runtime.checkpointing import Checkpointer
 from services.runtime.folding import Ahead, Folding, Unordered
 from services.runtime.metrics_access import MetricsAccess
 from services.runtime.pipelined import Pipelined
 from services.runtime.reactor import Executor, Inbox, Note, Observer, Reactor
 from services.runtime.sequential import Sequential
+from services.runtime.tick_failures import TickFailures
 
 S = TypeVar("S")
 A = TypeVar("A", default=Never)  # effects for the executor
@@ -95,6 +96,7 @@ class ServiceShell(Generic[S, A, Ob]):
         self.node = node
         self.batch = batch
         self.tick_interval = tick_interval
+        self.tick_failures = TickFailures(tick_interval)  # the timer's backoff after failures
         # how soon a message delivered to a crashed incarnation is delivered again
         self.ack_wait = ack_wait
         self.clock = clock
@@ -215,14 +217,17 @@ class ServiceShell(Generic[S, A, Ob]):
             self._checkpoint()
 
     async def _timer(self) -> None:
-        """Ticks: every `tick_interval`, and sooner when the observer asks for a wakeup."""
+        """Ticks: every `tick_interval`, and sooner when the observer asks for a wakeup;
+        after a failed tick, later and later until one succeeds (`tick_failures.py`)."""
         next_tick = time.monotonic() + (self.tick_interval if self.observer else 0.0)
         last = 0.0
         rearm = self.sequential.rearm
+        failures = self.tick_failures
         while True:
             now = time.monotonic()
             due = next_tick
-            if self.observer is not None:
+            # a wakeup asks for the tick that is failing: not sooner than its backoff
+            if self.observer is not None and not failures.streak:
                 at = self.observer.wakeup(self.state)
                 if at is not None:
                     due = min(due, max(last + MIN_WAKEUP_GAP, now + at - self.clock()))
@@ -241,9 +246,29 @@ class ServiceShell(Generic[S, A, Ob]):
             except Unordered as e:
                 self._fail(e)
                 return
-            except Exception as e:  # the next tick decides again
-                self.log.error("tick failed", error=repr(e))
-                await asyncio.sleep(self.tick_interval)
+            except Exception as e:  # the next tick decides again, after a backoff
+                wait = failures.failed()
+                next_tick = time.monotonic() + wait
+                self.log.error("tick failed", error=repr(e), failed=failures.streak, next_in=wait)
+                if isinstance(e, GaveUp):
+                    await self._record_give_up(e)
+            else:
+                failures.succeeded()
+
+    async def _record_give_up(self, e: GaveUp) -> None:
+        """A tick that gave up, where the user looks (`virtstream dead-letters`, the
+        dead-letter alert), once per streak of failed ticks: a tick has no delivery, so
+        the dead letter holds the error alone, and a retry has nothing to send (the next
+        tick decides again anyway)."""
+        kind = str(e)
+        if not self.tick_failures.news(kind):
+            return
+        try:
+            await self.acks.dead_letter(None, f"{type(e).__name__} on a tick: {e}")
+        except Exception as err:  # recorded at a later failure of the streak, then
+            self.log.warning("give-up not recorded", error=repr(err))
+            return
+        self.tick_failures.told(kind)
 
     async def _observations(self) -> None:
         """Decides on each observation, in the order they were folded."""

@@ -108,6 +108,39 @@ async def test_dead_letter_is_listed_and_retried_after_the_fix(
     assert retried.headers and retried.headers[dead_letters.RETRY_HEADER].endswith("/2")
 
 
+class Stuck(Echo):
+    """Echo whose tick appends to an aggregate that exists expecting it new: it conflicts
+    at every attempt, and every tick gives up."""
+
+    def tick(self, state: int, ctx: Context) -> Sequence[Decision]:
+        stuck = Aggregate(kind=Kind.VMI, namespace="default", name="stuck")
+        return [Decision(VMIPauseRequested(meta=ctx.meta(stuck)), expected=0)]
+
+
+async def test_a_tick_that_keeps_giving_up_is_listed_once(
+    nats_server: NatsServer, stream_settings: StreamSettings, store: JetStreamStore
+) -> None:
+    await store.append(VMIPauseRequested(meta=meta(Kind.VMI, "stuck")))
+    shell = ServiceShell(Stuck(), store, tick_interval=0.02)
+    task = asyncio.create_task(shell.run())
+    try:
+
+        async def failed_thrice() -> bool:
+            assert not task.done()
+            return shell.tick_failures.streak >= 3
+
+        await eventually(failed_thrice)
+        text = await cli(nats_server, stream_settings, "dead-letters")
+        assert text.count("(tick)") == 1, text
+        assert "echo: gave up after 8 conflicts on vmi/default/stuck" in text
+        out = await cli(nats_server, stream_settings, "dead-letters", "--retry")
+        assert "1 without an original subject stay" in out
+    finally:
+        shell.stop()
+        await task
+    assert len(await dead_letters.list_dead_letters(store)) == 1
+
+
 async def test_a_retried_dead_letter_is_not_folded_twice(store: JetStreamStore) -> None:
     """The retry copy re-runs the reaction; views keep the original's single effect and
     move their OCC version past the copy."""
