@@ -9,6 +9,8 @@ same run on the same nats-server.
   empty tail) and a rebuild from a snapshot taken 10% before the end;
 - why: the causal chain of one VM (direct gets per hop) and a full scan of the stream
   (the fallback when an id holds no sequence);
+- correlation: `events --correlation` of that chain's request through the index (the
+  stream indexed first), against the full scan (its fallback without an index);
 - memory per VMI of the folded views, traced in a separate pass (tracemalloc is slow).
 Target: rebuild ≥ 50% of the raw rate.
 
@@ -57,11 +59,12 @@ from events.catalog import (
 )
 from events.codec import decode, encode, event_type
 from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, KindToken, Meta
+from eventstore.index import Indexer, last_indexed
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from ops.nats_server import NatsServer
 from projections.cluster import Cluster
-from readside import view_checkpoints
+from readside import correlation, view_checkpoints
 from readside.causality import why
 
 NS = "bench"
@@ -306,6 +309,19 @@ async def run(n: int, rounds: int) -> dict[str, float]:
             pass
         scan_s = time.perf_counter() - t
 
+        # the request behind that chain, through the index (written first, unpaced)
+        indexer = Indexer(store, pace=0)
+        await indexer.start()
+        try:
+            while await last_indexed(store) < n:  # noqa: ASYNC110  (no event for it)
+                await asyncio.sleep(0.1)
+        finally:
+            await indexer.stop()
+        t = time.perf_counter()
+        caused = await correlation.events_of(store, chain.correlation_id)
+        correlation_s = time.perf_counter() - t
+        assert caused and {s.event.meta.correlation_id for s in caused} == {chain.correlation_id}
+
         tracemalloc.start()
         base = tracemalloc.get_traced_memory()[0]
         traced = Cluster()
@@ -332,6 +348,8 @@ async def run(n: int, rounds: int) -> dict[str, float]:
             "why_s": why_s,
             "why_hops": len(chain.hops),
             "full_scan_s": scan_s,
+            "correlation_s": correlation_s,
+            "correlation_events": len(caused),
             "bytes_per_vmi": held / vmis,
             "bytes_per_object": held / max(1, len(traced.vms) + vmis + len(traced.migrations)),
         }
@@ -363,6 +381,11 @@ def main() -> None:
     print(
         f"why (one VM, {r['why_hops']:.0f} hops): {r['why_s'] * 1000:.0f} ms; "
         f"full stream scan: {r['full_scan_s'] * 1000:.0f} ms"
+    )
+    print(
+        f"events --correlation ({r['correlation_events']:.0f} events): "
+        f"{r['correlation_s'] * 1000:.0f} ms through the index, "
+        f"{r['correlation_s'] / r['full_scan_s']:.1%} of the full scan"
     )
     print(
         f"projection memory:          {r['bytes_per_vmi'] / 1024:9.2f} KiB per VMI "

@@ -34,7 +34,7 @@ from eventstore.settings import StreamSettings
 from kinds.registry import REGISTRY
 from projections import replay as log_view
 from projections.cluster import Cluster
-from readside import causality, timetravel, verify, view_checkpoints
+from readside import causality, correlation, timetravel, verify, view_checkpoints
 
 T = TypeVar("T")
 DEFAULT_NATS = "nats://127.0.0.1:4222"
@@ -133,15 +133,40 @@ def events(
     since: str = typer.Option("", "--since", help=POINT_HELP),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events"),
     limit: int = typer.Option(0, "--limit", help="Stop after this many events (0: no limit)"),
+    correlation_id: str = typer.Option(
+        "",
+        "--correlation",
+        help="Only the events one request caused (its x-correlation-id; `why` prints it)",
+    ),
     output: str = Output,
     nats_url: str = NatsUrl,
     stream: str = StreamName,
 ) -> None:
-    """The raw event log, one line per event (filtered on the server)."""
+    """The raw event log, one line per event (filtered on the server); --correlation: the
+    events one request caused, found through the debugging index."""
     agg = _agg(aggregate) if aggregate else None
     filters = log_view.event_filters(agg, etype or None)
     start = _point(since) if since else None
     console = _console()
+    if correlation_id:
+        if follow:
+            raise _fail("--correlation cannot be combined with --follow")
+        found = _run(
+            nats_url,
+            stream,
+            lambda store: correlation.events_of(
+                store, correlation_id, agg=agg, etype=etype or None, since=start
+            ),
+        )
+        if not found:  # as `replay`: nothing to show is an error the user should notice
+            narrowed = " matching --aggregate/--type/--since" if agg or etype or start else ""
+            raise _fail(f"no events with correlation {correlation_id}{narrowed}")
+        for s in found[:limit] if limit else found:
+            if output == "json":
+                _json_line(log_view.event_json(s))
+            else:
+                _print_line(console, s)
+        return
 
     async def body(store: JetStreamStore) -> None:
         n = 0

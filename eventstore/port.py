@@ -112,6 +112,11 @@ class LogIndex(Protocol):
 
     async def seq_of(self, event_id: str) -> int | None: ...
 
+    async def seqs_of(self, correlation_id: str) -> list[int]:
+        """The sequences of the correlation's events, ascending (entries after `upto()`
+        may be among them: the index is being written)."""
+        ...
+
     async def migrations_of(self, namespace: str, vmi: str) -> list[str]:
         """The names of the migrations that named the VMI, up to `upto()`."""
         ...

@@ -85,8 +85,8 @@ def data_dir() -> Iterator[Path]:
 
 
 def test_up_vm_lifecycle_restart_and_ctrl_c(data_dir: Path) -> None:
-    port = free_port()
-    up = _up(data_dir, port, "--nodes", "2")
+    port, nats_port = free_port(), free_port()
+    up = _up(data_dir, port, "--nodes", "2", nats_port=nats_port)
     try:
         with up_client(port, timeout=5) as http:
             until(lambda: http.get(VMS).is_success)
@@ -97,11 +97,28 @@ def test_up_vm_lifecycle_restart_and_ctrl_c(data_dir: Path) -> None:
                     "domain": {"memory": {"guest": "64Mi"}, "devices": {}},
                     "terminationGracePeriodSeconds": 0}}},
             }  # fmt: skip
-            assert http.post(VMS, json=vm).is_success
+            created = http.post(VMS, json=vm)
+            assert created.is_success
             first = until(
                 lambda: (v := _vmi(http, "vm1")) and v["status"].get("phase") == "Running" and v
             )
             uid1 = first["metadata"]["uid"]
+
+            # what the create caused, by the id its response carried: the api's event, the
+            # controller's and the handler's reactions, up to the domain running
+            cid = created.headers["x-correlation-id"]
+            done = subprocess.run(
+                [sys.executable, "-m", "cli.main", "events", "--correlation", cid, "-o", "json",
+                 "--nats-url", f"nats://127.0.0.1:{nats_port}"],
+                cwd=REPO, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert done.returncode == 0, done.stderr
+            caused = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+            assert {e["correlationId"] for e in caused} == {cid}
+            assert [e["seq"] for e in caused] == sorted(e["seq"] for e in caused)
+            types = [e["type"] for e in caused]
+            assert types[0] == "VMCreated"
+            assert {"VMICreated", "PodScheduled", "DomainStarted"} <= set(types), types
 
             # the kubeconfig `up` writes: kubectl with no flags sees the VM as on KubeVirt
             rows = until(
