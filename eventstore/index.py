@@ -31,13 +31,16 @@ from typing import Protocol
 
 import msgspec
 import structlog
+from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
 from events import subjects
 from events.meta import Kind
+from eventstore import direct
 from eventstore.settings import StreamSettings
 
 log = structlog.get_logger()
@@ -54,6 +57,7 @@ class JetStreamLog(Protocol):
     """What the index needs of JetStream's event log adapter (`eventstore/jetstream.py`,
     which offers this index as its `index()`)."""
 
+    nc: NATS
     js: JetStreamContext
     settings: StreamSettings
 
@@ -186,7 +190,19 @@ class Index:
         return list(dict.fromkeys(names))
 
     async def _all(self, subject: str) -> list[tuple[str, bytes]]:
-        """(Virt-Seq, body) of every entry on one subject."""
+        """(Virt-Seq, body) of every entry on one subject: by direct gets from a stream of
+        one replica (where they cannot lag the leader), else by a consumer."""
+        if self.store.settings.replicas == 1:
+            reader = direct.Reader(self.store.nc, self.stream, subject, start_seq=1)
+            try:
+                few = [
+                    ((msg.headers or {}).get(SEQ_HEADER, ""), msg.data)
+                    async for msg in reader.messages()
+                ]
+            except (APIError, NoRespondersError):  # no index stream (yet)
+                return []
+            if reader.rest is None:  # else many: a consumer reads them all
+                return [(s, b) for s, b in few if s.isdigit()]
         js = self.store.js
         try:
             info = await js.stream_info(self.stream, subjects_filter=subject)
