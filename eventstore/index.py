@@ -39,6 +39,7 @@ from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
 from events import subjects
+from events.envelope import seq_hint
 from events.meta import Kind
 from eventstore import direct
 from eventstore.settings import StreamSettings
@@ -71,14 +72,6 @@ class JetStreamLog(Protocol):
 
 def stream_name(events: str) -> str:
     return f"{events}_INDEX"
-
-
-def seq_hint(event_id: str) -> int | None:
-    """The cause's sequence a service wrote into its event id (`<service>/<seq>/<n>`)."""
-    parts = event_id.rsplit("/", 2)
-    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() and int(parts[1]) > 0:
-        return int(parts[1])
-    return None
 
 
 def entry_headers(seq: int, n: int) -> dict[str, str]:
