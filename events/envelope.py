@@ -46,6 +46,15 @@ class Decision(msgspec.Struct, frozen=True):
     expected: int | None = None
 
 
+def seq_hint(event_id: str) -> int | None:
+    """The cause's stream sequence in an effect's id (`<service>/<seq>/<n>`, as `Context`
+    writes it when no key names the decision), if any."""
+    parts = event_id.rsplit("/", 2)
+    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() and int(parts[1]) > 0:
+        return int(parts[1])
+    return None
+
+
 class Context:
     """Per-reaction context. Event ids derive from the cause (its stream sequence, the
     service, the output index), so a redelivered cause yields the same ids and JetStream

@@ -31,13 +31,17 @@ from typing import Protocol
 
 import msgspec
 import structlog
+from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from nats.errors import NoRespondersError
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
 from events import subjects
+from events.envelope import seq_hint
 from events.meta import Kind
+from eventstore import direct
 from eventstore.settings import StreamSettings
 
 log = structlog.get_logger()
@@ -54,6 +58,7 @@ class JetStreamLog(Protocol):
     """What the index needs of JetStream's event log adapter (`eventstore/jetstream.py`,
     which offers this index as its `index()`)."""
 
+    nc: NATS
     js: JetStreamContext
     settings: StreamSettings
 
@@ -67,14 +72,6 @@ class JetStreamLog(Protocol):
 
 def stream_name(events: str) -> str:
     return f"{events}_INDEX"
-
-
-def seq_hint(event_id: str) -> int | None:
-    """The cause's sequence a service wrote into its event id (`<service>/<seq>/<n>`)."""
-    parts = event_id.rsplit("/", 2)
-    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() and int(parts[1]) > 0:
-        return int(parts[1])
-    return None
 
 
 def entry_headers(seq: int, n: int) -> dict[str, str]:
@@ -186,7 +183,19 @@ class Index:
         return list(dict.fromkeys(names))
 
     async def _all(self, subject: str) -> list[tuple[str, bytes]]:
-        """(Virt-Seq, body) of every entry on one subject."""
+        """(Virt-Seq, body) of every entry on one subject: by direct gets from a stream of
+        one replica (where they cannot lag the leader), else by a consumer."""
+        if self.store.settings.replicas == 1:
+            reader = direct.Reader(self.store.nc, self.stream, subject, start_seq=1)
+            try:
+                few = [
+                    ((msg.headers or {}).get(SEQ_HEADER, ""), msg.data)
+                    async for msg in reader.messages()
+                ]
+            except (APIError, NoRespondersError):  # no index stream (yet)
+                return []
+            if reader.rest is None:  # else many: a consumer reads them all
+                return [(s, b) for s, b in few if s.isdigit()]
         js = self.store.js
         try:
             info = await js.stream_info(self.stream, subjects_filter=subject)

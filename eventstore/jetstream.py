@@ -39,7 +39,7 @@ from events.catalog import Event
 from events.codec import decode, encode, event_type
 from events.envelope import Appended, Stored
 from events.meta import Aggregate
-from eventstore import archive, checkpoints, nats_headers
+from eventstore import archive, checkpoints, direct, nats_headers
 from eventstore.index import Index
 from eventstore.kv import JsBucket, find_bucket, make_bucket
 from eventstore.nats_errors import translated
@@ -375,30 +375,54 @@ class JetStreamStore:
     ) -> AsyncGenerator[Msg, None]:
         """What starts before the hot log's floor is read from the archive (the same
         sequences: a mirror) as far as it holds, then from the hot log: one consumer
-        where the archive has caught up (it usually has), instead of one on each."""
+        where the archive has caught up (it usually has), instead of one on each.
+
+        A bounded read of one filter narrower than the whole log (an aggregate, a
+        namespace's kind: what debugging and appends read) takes batched direct gets
+        instead (`eventstore/direct.py`): a couple of requests, where a consumer's set-up
+        and its search past the last match grow with the stream. From the hot log only
+        with one replica, where a direct get cannot lag the leader."""
+        one = filters[0] if filters and len(filters) == 1 else None
+        narrow = one is not None and one != subjects.ALL and not follow and start_time is None
         floor = await self.floor()
         if floor and (start_seq or 0) < floor:
-            held = int((await self.js.stream_info(self.archive)).state.last_seq)
-            last = 0
-            before = held if until_seq is None else min(held, until_seq)
-            async with contextlib.aclosing(
-                self._stream_msgs(
-                    self.archive,
-                    filters,
-                    start_seq=start_seq,
-                    start_time=start_time,
-                    until_seq=before,
-                    last=held,
-                )
-            ) as old:
-                async for msg in old:
-                    last = int(msg.metadata.sequence.stream)
-                    yield msg
-            if until_seq is not None and until_seq <= held:
-                return
-            start_seq, start_time = max(held, last) + 1, None
-        async with contextlib.aclosing(
-            self._stream_msgs(
+            if narrow and one is not None:
+                last = 0
+                async with contextlib.aclosing(
+                    self._narrow_msgs(self.archive, one, start_seq or 1, until_seq)
+                ) as old:
+                    async for msg in old:
+                        last = int(msg.metadata.sequence.stream)
+                        yield msg
+                # the archive holds every event up to its last: none of this filter's is
+                # left between `last` and it, and the hot log's continue after it
+                start_seq = max(last + 1, start_seq or 1)
+                if until_seq is not None and start_seq > until_seq:
+                    return
+            else:
+                held = int((await self.js.stream_info(self.archive)).state.last_seq)
+                last = 0
+                before = held if until_seq is None else min(held, until_seq)
+                async with contextlib.aclosing(
+                    self._stream_msgs(
+                        self.archive,
+                        filters,
+                        start_seq=start_seq,
+                        start_time=start_time,
+                        until_seq=before,
+                        last=held,
+                    )
+                ) as old:
+                    async for msg in old:
+                        last = int(msg.metadata.sequence.stream)
+                        yield msg
+                if until_seq is not None and until_seq <= held:
+                    return
+                start_seq, start_time = max(held, last) + 1, None
+        if narrow and one is not None and self.settings.replicas == 1:
+            hot = self._narrow_msgs(self.stream, one, start_seq or 1, until_seq)
+        else:
+            hot = self._stream_msgs(
                 self.stream,
                 filters,
                 start_seq=start_seq,
@@ -406,9 +430,23 @@ class JetStreamStore:
                 until_seq=until_seq,
                 follow=follow,
             )
-        ) as hot:
-            async for msg in hot:
+        async with contextlib.aclosing(hot) as msgs:
+            async for msg in msgs:
                 yield msg
+
+    async def _narrow_msgs(
+        self, stream: str, one: str, start_seq: int, until_seq: int | None
+    ) -> AsyncGenerator[Msg, None]:
+        """Direct gets while few are left, a consumer for a long rest."""
+        reader = direct.Reader(self.nc, stream, one, start_seq=start_seq, until_seq=until_seq)
+        async with contextlib.aclosing(reader.messages()) as msgs:
+            async for msg in msgs:
+                yield msg
+        if reader.rest is not None:
+            rest = self._stream_msgs(stream, [one], start_seq=reader.rest, until_seq=until_seq)
+            async with contextlib.aclosing(rest) as msgs:
+                async for msg in msgs:
+                    yield msg
 
     async def _stream_msgs(
         self,

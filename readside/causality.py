@@ -29,7 +29,7 @@ import msgspec
 
 from events import subjects
 from events.catalog import NodeUnresponsive, VMIFailed
-from events.envelope import Stored
+from events.envelope import Stored, seq_hint
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
 from eventstore.port import EventLog
 from projections.cluster import Cluster
@@ -81,14 +81,6 @@ class Chain(msgspec.Struct, frozen=True):
     @property
     def total(self) -> float:
         return self.hops[-1].at - self.hops[0].at if self.hops else 0.0
-
-
-def seq_hint(event_id: str) -> int | None:
-    """The cause's stream sequence a service wrote into an effect's id, if any."""
-    parts = event_id.rsplit("/", 2)
-    if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() and int(parts[1]) > 0:
-        return int(parts[1])
-    return None
 
 
 def _hop(s: Stored, link: str) -> Hop:

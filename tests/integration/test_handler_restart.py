@@ -165,6 +165,9 @@ async def _caught_up(run_dir: Path, times: int) -> None:
             await asyncio.sleep(0.1)
 
 
+READS = ("CONSUMER.CREATE", "CONSUMER.DURABLE.CREATE", "DIRECT.GET")  # JetStream's read APIs
+
+
 async def test_a_restarted_handler_reads_no_ended_migration_again(
     nats_server: NatsServer,
     nc: NATS,
@@ -173,8 +176,8 @@ async def test_a_restarted_handler_reads_no_ended_migration_again(
     run_dir: Path,
 ) -> None:
     """node-1 was the source of many migrations that ended (their end routed to the
-    target) and of one still under way: a start reads the one under way (a consumer on
-    its aggregate) and not one of the ended ones, from the log or from a checkpoint."""
+    target) and of one still under way: a start reads the one under way (a read of its
+    aggregate) and not one of the ended ones, from the log or from a checkpoint."""
     ended = [f"m{i}" for i in range(30)]
     for name in [*ended, "live"]:
         prepared = TargetPrepared(
@@ -191,14 +194,14 @@ async def test_a_restarted_handler_reads_no_ended_migration_again(
             target_pod_uid=f"tpod-{name}",
         )
         await store.append(end)
-    reads: list[str] = []  # the migration aggregates a consumer was created for
+    reads: list[str] = []  # the migration aggregates read (a consumer made, a direct get)
 
     async def seen(msg: Msg) -> None:
-        if ".CONSUMER.CREATE." in msg.subject or ".CONSUMER.DURABLE.CREATE." in msg.subject:
+        if any(f".{api}." in msg.subject for api in READS):
             text = msg.data.decode()
             reads.extend(n for n in [*ended, "live"] if f".migration.default.{n}." in text)
 
-    sub = await nc.subscribe("$JS.API.CONSUMER.>", cb=seen)
+    sub = await nc.subscribe("$JS.API.>", cb=seen)
     try:
         for start in (1, 2):  # from the log, then from the checkpoint its stop saved
             handler = HandlerProcess(nats_server, stream_settings, run_dir)

@@ -12,15 +12,16 @@ from collections.abc import AsyncIterator
 import pytest
 
 from events import subjects
-from events.catalog import MigrationAbortRequested, NodeCordoned, VMDeleted
+from events.catalog import MigrationAbortRequested, NodeCordoned, VMDeleted, VMStartRequested
 from events.meta import Aggregate, Kind
-from eventstore import archive
+from eventstore import archive, direct
 from eventstore.jetstream import JetStreamStore
 from projections.views_codec import encode_views
 from readside import causality, timetravel
 from readside.retire import Retirer
 from readside.runner import ProjectionRunner
 from tests.debug_scenario import NS, lifecycle
+from tests.factories import meta
 
 VM1 = Aggregate(kind=Kind.VM, namespace=NS, name="vm1")
 VMI1 = Aggregate(kind=Kind.VMI, namespace=NS, name="vm1")
@@ -94,3 +95,27 @@ async def test_an_ended_vm_leaves_the_hot_log_and_is_read_from_the_archive(
         "get": await store.get(3),
     }
     assert after == before
+
+
+async def test_a_long_lived_aggregate_reads_whole_across_the_archive_and_the_hot_log(
+    archived: JetStreamStore,
+) -> None:
+    """A live VM with more events than a read takes by direct gets (`direct.MOST`), part
+    of them before the hot log's floor: its read starts in the archive, goes on with a
+    consumer there, and ends in the hot log, each event once, as a whole-log replay has
+    them."""
+    store = archived
+    agg = Aggregate(kind=Kind.VM, namespace=NS, name="long")
+    for _ in range(direct.MOST + 20):
+        await store.append(VMStartRequested(meta=meta(name="long", namespace=NS)))
+    await mirrored(store)
+    floor = (await store.stream_last_seq()) - 10  # the last ten are past the floor
+    await archive.write_floor(store.js, store.stream, floor, store.settings)
+    store._floor = (0.0, 0)  # read the floor now
+    assert await store.floor() == floor
+    everything = [s async for s in store.replay()]
+    assert len(everything) == direct.MOST + 20
+    assert await store.load(agg) == everything
+    scope = [subjects.aggregate_filter(Kind.VM, NS, "long")]
+    got = [s async for s in store.replay(scope, start_seq=everything[5].seq)]
+    assert got == everything[5:]

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from events.catalog import MigrationRequested, NodeCordoned, VMStartRequested
+from events.envelope import seq_hint
 from events.meta import Aggregate, Kind
 from eventstore.index import Index, Indexer, stream_name
 from eventstore.jetstream import JetStreamStore
@@ -63,7 +64,7 @@ async def test_the_index_answers_ids_correlations_and_a_vmis_migrations(
     index = Index(store)
     assert await index.upto() == len(s.events)
     for seq, ev in enumerate(s.events, 1):
-        if causality.seq_hint(ev.meta.event_id) is None:  # the others name their cause
+        if seq_hint(ev.meta.event_id) is None:  # the others name their cause
             assert await index.seq_of(ev.meta.event_id) == seq
     by_corr: dict[str, list[int]] = {}
     for seq, ev in enumerate(s.events, 1):

@@ -20,6 +20,7 @@ import pytest
 
 from events.catalog import VMCreated, VMStartRequested, VMStopRequested
 from events.meta import Aggregate, Kind
+from eventstore import direct
 from eventstore.jetstream import JetStreamStore
 from eventstore.memory import MemoryLog
 from eventstore.port import ConcurrencyConflict, EventLog, Refused, Unavailable, Undecodable
@@ -333,3 +334,24 @@ async def test_the_index_a_log_offers_answers_only_what_it_can_tell(log: EventLo
     assert index is not None
     assert await index.seq_of(unique("never-appended")) is None
     assert await index.migrations_of("default", unique("vmi")) == []
+
+
+async def test_an_aggregates_read_is_what_a_whole_log_replay_holds_of_it(log: EventLog) -> None:
+    """One aggregate's read (few events: direct gets on JetStream; many: a consumer goes
+    on past `direct.MOST`) holds exactly what a replay of the whole log holds of it: the
+    same events, sequences, subjects and times, in order, from a point and up to one."""
+    store = log
+    few, many = unique("vm"), unique("vm")
+    for i in range(direct.MOST + 40):
+        await store.append(VMStartRequested(meta=meta(name=many)))
+        if i % 100 == 0:
+            await store.append(VMStartRequested(meta=meta(name=few)))
+    everything = [s async for s in store.replay()]
+    for name in (few, many):
+        agg = Aggregate(kind=Kind.VM, namespace="default", name=name)
+        mine = [s for s in everything if s.event.meta.aggregate.name == name]
+        assert await store.load(agg) == mine
+        scope = [f"virt.vm.default.{name}.>"]
+        start, until = mine[1].seq, mine[-2].seq
+        got = [s async for s in store.replay(scope, start_seq=start, until_seq=until)]
+        assert got == mine[1:-1]

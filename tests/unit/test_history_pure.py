@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
+from events.envelope import seq_hint
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
 from kinds.registry import REGISTRY
 from projections import replay
 from projections.cluster import Cluster
 from projections.replay import FieldChange, Point, RefError
 from readside import view_checkpoints
-from readside.causality import Chain, Hop, seq_hint, with_latencies
+from readside.causality import Chain, Hop, with_latencies
 from readside.verify import compare
 from tests.debug_scenario import VM_STATUS_AFTER, lifecycle
 
