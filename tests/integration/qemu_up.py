@@ -52,6 +52,7 @@ class Cluster:
         self.http = httpx.Client()  # the api's, once `up` wrote its credentials (start)
         self.proc: subprocess.Popen[str] | None = None
         self.output: list[str] = []  # what `up` printed, read as it goes
+        self._reader: threading.Thread | None = None
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
@@ -61,7 +62,8 @@ class Cluster:
             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "COLUMNS": "200"},
         )  # fmt: skip
-        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
+        self._reader = threading.Thread(target=self._read, args=(self.proc,), daemon=True)
+        self._reader.start()
         self.http = up_client(self.port, timeout=10)
         until(lambda: self.http.get(VMS).is_success, what="the API")
         until(lambda: len(self.http.get("/api/v1/nodes").json()["items"]) == self.nodes,
@@ -86,6 +88,10 @@ class Cluster:
         finally:
             for pid in live_launchers(self.data_dir / "run"):
                 os.kill(pid, signal.SIGKILL)
+            if self._reader is not None and self.proc is not None:
+                self._reader.join(timeout=10)  # up's output to its end, then its pipe closed
+                if not self._reader.is_alive() and self.proc.stdout is not None:
+                    self.proc.stdout.close()
 
     def vmi(self, name: str) -> dict[str, Any]:
         r = self.http.get(f"{VMIS}/{name}")
