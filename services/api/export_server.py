@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response, get
+from litestar.params import FromPath
 from litestar.response import Stream
 
 from events.meta import ResourceKind
@@ -118,14 +119,14 @@ async def _disk(request: Request[Any, Any, Any], namespace: str, name: str, volu
 
 
 @get(BASE + "/volumes/{volume:str}/disk.img", include_in_schema=False, media_type=RAW)
-async def raw_disk(request: Request[Any, Any, Any], namespace: str, name: str,
-                   volume: str) -> Any:  # fmt: skip
+async def raw_disk(request: Request[Any, Any, Any], namespace: FromPath[str],
+                   name: FromPath[str], volume: FromPath[str]) -> Any:  # fmt: skip
     return await _disk(request, namespace, name, volume, False)
 
 
 @get(BASE + "/volumes/{volume:str}/disk.img.gz", include_in_schema=False, media_type=GZIP)
-async def gzip_disk(request: Request[Any, Any, Any], namespace: str, name: str,
-                    volume: str) -> Any:  # fmt: skip
+async def gzip_disk(request: Request[Any, Any, Any], namespace: FromPath[str],
+                    name: FromPath[str], volume: FromPath[str]) -> Any:  # fmt: skip
     return await _disk(request, namespace, name, volume, True)
 
 
@@ -134,8 +135,8 @@ def _yaml_json(obj: Any) -> Response[bytes]:
 
 
 @get(BASE + "/{where:str}/manifests/all", include_in_schema=False)
-async def manifests_all(request: Request[Any, Any, Any], namespace: str, name: str,
-                        where: str) -> Any:  # fmt: skip
+async def manifests_all(request: Request[Any, Any, Any], namespace: FromPath[str],
+                        name: FromPath[str], where: FromPath[str]) -> Any:  # fmt: skip
     cluster, export, refused = _export(request, namespace, name)
     if refused is not None:
         return refused
@@ -159,8 +160,8 @@ async def manifests_all(request: Request[Any, Any, Any], namespace: str, name: s
 
 
 @get(BASE + "/{where:str}/manifests/secret", include_in_schema=False)
-async def manifests_secret(request: Request[Any, Any, Any], namespace: str, name: str,
-                           where: str) -> Any:  # fmt: skip
+async def manifests_secret(request: Request[Any, Any, Any], namespace: FromPath[str],
+                           name: FromPath[str], where: FromPath[str]) -> Any:  # fmt: skip
     _, export, refused = _export(request, namespace, name)
     if refused is not None:
         return refused

@@ -20,6 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from litestar import Request, Response, get
+from litestar.params import FromPath
 
 from core.errors import unknown_resource
 
@@ -114,7 +115,7 @@ async def ui_index(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 
 @get(f"{PREFIX}/{{path:path}}", include_in_schema=False)
-async def ui_file(request: Request[Any, Any, Any], path: str) -> Response[bytes]:
+async def ui_file(request: Request[Any, Any, Any], path: FromPath[str]) -> Response[bytes]:
     asset = ASSETS.find(path)
     if asset is None:
         raise unknown_resource()

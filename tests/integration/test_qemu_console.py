@@ -15,140 +15,41 @@ import signal
 import ssl
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pexpect
 import pytest
 import yaml
 from PIL import Image
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import connect
 
-from cli.up import live_launchers
-from client import credentials
-from ops import guest_images
-from ops.nats_server import free_port
-from ops.node_libvirtd import processes_in_namespace, read_state
-from services.launcher.rundir import guest_console_log
-from tests.integration.polling import until, up_client
+from tests.conftest import REPO
+from tests.integration.polling import until
 from tests.integration.qemu_support import CIRROS, qemu_marks
+from tests.integration.qemu_up import (
+    BOOT_TIMEOUT,
+    SUB_VM,
+    VMS,
+    Cluster,
+    read_for,
+    running_cluster,
+)
 
 pytestmark = qemu_marks
 
-REPO = Path(__file__).resolve().parents[2]
-VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
-VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
-SUB_VM = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines"
-SUB_VMI = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances"
-BOOT_TIMEOUT = 90.0  # a TCG boot takes ~3-5 s alone; the machine is shared
 COUNT = re.compile(r"count (\d+) up (\d+\.\d+)")
-
-
-class Cluster:
-    def __init__(self, data_dir: Path, nodes: int = 2) -> None:
-        self.data_dir = data_dir
-        self.nodes = nodes
-        self.port = free_port()
-        self.server = f"http://127.0.0.1:{self.port}"  # the CLI finds the credentials
-        self.http = httpx.Client()  # the api's client, once `up` wrote its credentials
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "up", "--data-dir", str(self.data_dir),
-             "--port", str(self.port), "--nats-port", str(free_port()),
-             "--hypervisor", "qemu", "--nodes", str(self.nodes)],
-            cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
-        self.http = up_client(self.port, timeout=10)
-        until(lambda: self.http.get(VMS).is_success, what="the API")
-        until(lambda: len(self.http.get("/api/v1/nodes").json()["items"]) == self.nodes,
-              what="the nodes")  # fmt: skip
-
-    def stop(self) -> None:
-        self.http.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            self.proc.communicate(timeout=90)
-        for pid in live_launchers(self.data_dir / "run"):
-            os.kill(pid, signal.SIGKILL)
-
-    def vmi(self, name: str) -> dict[str, Any]:
-        r = self.http.get(f"{VMIS}/{name}")
-        r.raise_for_status()
-        return dict(r.json())
-
-    def qemus(self, node: str) -> list[int]:
-        state = read_state(self.data_dir / "nodes" / node)
-        assert state is not None
-        return [
-            pid
-            for pid in processes_in_namespace(state.mount_namespace)
-            if Path(f"/proc/{pid}/comm").read_text().startswith("qemu")
-        ]
-
-    def cli(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "VIRTSTREAM_SERVER": self.server}
-        return subprocess.run(
-            [sys.executable, "-m", "cli.main", *args],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout,
-        )  # fmt: skip
-
-    def console(self, name: str) -> ClientConnection:
-        creds = credentials.for_api(self.server)
-        url = creds.server.replace("http", "ws", 1) + f"{SUB_VMI}/{name}/console"
-        verify = creds.verify()
-        return connect(
-            url,
-            subprotocols=["plain.kubevirt.io"],  # type: ignore[list-item]
-            max_size=None,
-            additional_headers=creds.headers(),
-            ssl=verify if isinstance(verify, ssl.SSLContext) and url.startswith("wss") else None,
-        )
-
-
-@contextmanager
-def running_cluster(prefix: str, nodes: int = 2) -> Iterator[Cluster]:
-    """`up --hypervisor qemu` in a temporary data dir (a short `prefix`: socket paths),
-    stopped at the end."""
-    guest_images.ensure_images()  # a no-op after `ops/install.sh --qemu`
-    with tempfile.TemporaryDirectory(prefix=prefix) as d:
-        c = Cluster(Path(d), nodes=nodes)
-        c.start()
-        try:
-            yield c
-        finally:
-            c.stop()
-
-
-def read_for(ws: ClientConnection, seconds: float) -> str:
-    out, end = b"", time.monotonic() + seconds
-    while (left := end - time.monotonic()) > 0:
-        try:
-            data = ws.recv(timeout=left)
-        except TimeoutError:
-            break
-        out += data if isinstance(data, bytes) else data.encode()
-    return out.decode(errors="replace")
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    with running_cluster("vs-qc-") as c:
+    with running_cluster("vs-qc-", nodes=2) as c:
         assert c.http.post(VMS, json=yaml.safe_load(CIRROS.read_text())).is_success
         assert c.http.put(f"{SUB_VM}/vm-cirros/start", json={}).is_success
-        until(lambda: c.vmi("vm-cirros")["status"].get("phase") == "Running",
-              timeout=BOOT_TIMEOUT, what="vm-cirros Running")  # fmt: skip
-        node = c.vmi("vm-cirros")["status"]["nodeName"]
-        log = guest_console_log(c.data_dir / "run", node, "default", "vm-cirros")
-        until(lambda: log.exists() and "vm-cirros:~# " in log.read_text(errors="replace"),
-              timeout=BOOT_TIMEOUT, what="the guest's prompt")  # fmt: skip
+        c.phase("vm-cirros", "Running")
+        c.console_shows("vm-cirros", "vm-cirros:~# ")  # the guest's prompt
         yield c
 
 
@@ -245,7 +146,7 @@ def test_live_migration_keeps_the_guest_running_and_the_console_follows(
     source = cluster.vmi("vm-cirros")["status"]["nodeName"]
     source_qemus = cluster.qemus(source)
     assert len(source_qemus) == 1
-    with cluster.console("vm-cirros") as ws:
+    with cluster.console_ws("vm-cirros") as ws:
         ws.send(
             b"\r(i=0; while true; do i=$((i+1)); "
             b"echo \"count $i up $(cut -d' ' -f1 /proc/uptime)\"; sleep 1; done) &\r"

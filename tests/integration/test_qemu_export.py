@@ -21,9 +21,9 @@ import pytest
 
 from tests.integration.polling import until
 from tests.integration.qemu_support import qemu_marks
+from tests.integration.qemu_up import SUB_VM, VMS, Cluster, running_cluster
 from tests.integration.test_kubectl import KUBECTL
 from tests.integration.test_kubectl_clone import EXPORT_GUIDE
-from tests.integration.test_qemu_console import SUB_VM, VMS, Cluster, running_cluster
 from tests.integration.test_qemu_snapshots import TOKEN, booted, vm_with_claim
 
 pytestmark = qemu_marks

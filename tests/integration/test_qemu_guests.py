@@ -9,179 +9,37 @@ Each test stops its guest (two shared cores). Skipped without the qemu packages 
 from __future__ import annotations
 
 import json
-import os
 import random
 import re
 import signal
 import socket
-import ssl
 import subprocess
-import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
-import libvirt
 import pytest
 import yaml
-from websockets.sync.client import ClientConnection, connect
+from websockets.sync.client import ClientConnection
 
-from cli.up import live_launchers
-from client import credentials
-from ops import guest_images
-from ops.nats_server import free_port
-from ops.node_libvirtd import connect_uri, processes_in_namespace, read_state
 from services.handler.planner import MAX_ATTEMPTS
-from services.launcher.rundir import guest_console_log
-from tests.integration.polling import until, up_client
+from tests.conftest import REPO
+from tests.integration.polling import until
 from tests.integration.qemu_support import CIRROS, qemu_marks
+from tests.integration.qemu_up import (
+    BOOT_TIMEOUT,
+    SUB_VM,
+    VMIS,
+    VMS,
+    Cluster,
+    running_cluster,
+)
 
 pytestmark = qemu_marks
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples" / "kubevirt"
-VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
-VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
-SUB_VM = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines"
-SUB_VMI = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachineinstances"
-BOOT_TIMEOUT = 120.0  # a TCG boot takes ~3-5 s alone; the machine is shared (and may be busy)
-
-
-class Cluster:
-    def __init__(self, data_dir: Path, nodes: int = 1) -> None:
-        self.data_dir = data_dir
-        self.nodes = nodes
-        self.port = free_port()
-        self.nats_port = free_port()
-        self.http = httpx.Client()  # the api's, once `up` wrote its credentials (start)
-        self.proc: subprocess.Popen[str] | None = None
-        self.output: list[str] = []  # what `up` printed, read as it goes
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "cli.main", "up", "--data-dir", str(self.data_dir),
-             "--port", str(self.port), "--nats-port", str(self.nats_port),
-             "--hypervisor", "qemu", "--nodes", str(self.nodes)],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-            env={**os.environ, "COLUMNS": "200"},
-        )  # fmt: skip
-        threading.Thread(target=self._read, args=(self.proc,), daemon=True).start()
-        self.http = up_client(self.port, timeout=5)
-        until(lambda: self.http.get(VMS).is_success, what="the API")
-
-    def _read(self, proc: subprocess.Popen[str]) -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            self.output.append(line.rstrip("\n"))
-
-    def stop(self) -> None:
-        self.http.close()
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            self.proc.wait(timeout=90)
-        for pid in live_launchers(self.data_dir / "run"):
-            os.kill(pid, signal.SIGKILL)
-
-    def vmi(self, name: str) -> dict[str, Any]:
-        r = self.http.get(f"{VMIS}/{name}")
-        r.raise_for_status()
-        return dict(r.json())
-
-    def phase(self, name: str, phase: str) -> dict[str, Any]:
-        return until(
-            lambda: (v := self.vmi(name))["status"].get("phase") == phase and v,
-            timeout=BOOT_TIMEOUT,
-            what=f"{name} {phase}",
-        )
-
-    def console(self, name: str) -> Path:
-        node = self.vmi(name)["status"]["nodeName"]
-        return guest_console_log(self.data_dir / "run", node, "default", name)
-
-    def console_shows(self, name: str, *patterns: str) -> str:
-        """The console log once every pattern (a regex) is in it."""
-        log = self.console(name)
-
-        def probe() -> str | None:
-            text = log.read_text(errors="replace") if log.exists() else ""
-            return text if all(re.search(p, text, re.M) for p in patterns) else None
-
-        try:
-            return str(until(probe, timeout=BOOT_TIMEOUT, what=f"{patterns} on the console"))
-        except AssertionError:
-            tail = log.read_text(errors="replace")[-2000:] if log.exists() else "(no log)"
-            raise AssertionError(f"{patterns} not on {name}'s console:\n{tail}") from None
-
-    def domains(self) -> list[str]:
-        conn = libvirt.open(connect_uri(self.data_dir / "nodes" / "node-1" / "sock"))
-        try:
-            return [d.name() for d in conn.listAllDomains()]
-        finally:
-            conn.close()
-
-    def qemus(self) -> list[int]:
-        state = read_state(self.data_dir / "nodes" / "node-1")
-        assert state is not None
-        return [
-            pid
-            for pid in processes_in_namespace(state.mount_namespace)
-            if Path(f"/proc/{pid}/comm").read_text().startswith("qemu")
-        ]
-
-    def events(self, name: str) -> list[dict[str, Any]]:
-        """The VMI's events as `virtstream events -o json` prints them."""
-        done = subprocess.run(
-            [sys.executable, "-m", "cli.main", "events", "-a", f"vmi/default/{name}",
-             "-o", "json", "--nats-url", f"nats://127.0.0.1:{self.nats_port}"],
-            cwd=REPO, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-        return [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
-
-    def why(self, name: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "cli.main", "why", f"vmi/default/{name}",
-             "--nats-url", f"nats://127.0.0.1:{self.nats_port}"],
-            cwd=REPO, capture_output=True, text=True, timeout=60,
-            env={**os.environ, "COLUMNS": "250"},
-        )  # fmt: skip
-        assert done.returncode == 0, done.stdout + done.stderr
-        return done.stdout
-
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {**os.environ, "VIRTSTREAM_SERVER": f"http://127.0.0.1:{self.port}"}
-        return subprocess.run(
-            [sys.executable, "-m", "cli.main", *args],
-            cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-
-    def popen_cli(self, *args: str) -> subprocess.Popen[str]:
-        env = {**os.environ, "VIRTSTREAM_SERVER": f"http://127.0.0.1:{self.port}"}
-        return subprocess.Popen(
-            [sys.executable, "-m", "cli.main", *args], cwd=REPO, env=env, text=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-        )  # fmt: skip
-
-    def console_ws(self, name: str) -> ClientConnection:
-        """The VMI's serial console through the api (as `virtstream console` opens it)."""
-        creds = credentials.for_api(f"http://127.0.0.1:{self.port}")
-        url = creds.server.replace("http", "ws", 1) + f"{SUB_VMI}/{name}/console"
-        verify = creds.verify()
-        return connect(
-            url,
-            subprotocols=["plain.kubevirt.io"],  # type: ignore[list-item]
-            max_size=None,
-            additional_headers=creds.headers(),
-            ssl=verify if isinstance(verify, ssl.SSLContext) and url.startswith("wss") else None,
-        )
-
-    def delete_vmi(self, name: str) -> None:
-        self.http.delete(f"{VMIS}/{name}", params={"gracePeriodSeconds": 0})
-        until(lambda: self.http.get(f"{VMIS}/{name}").status_code == 404, what=f"{name} gone")
 
 
 def shell(ws: ClientConnection, command: str, seconds: float = 20.0) -> str:
@@ -201,14 +59,8 @@ def shell(ws: ClientConnection, command: str, seconds: float = 20.0) -> str:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    guest_images.ensure_images()  # a no-op after `ops/install.sh --qemu`
-    with tempfile.TemporaryDirectory(prefix="vs-qg-") as d:  # short: socket paths
-        c = Cluster(Path(d))
-        c.start()
-        try:
-            yield c
-        finally:
-            c.stop()
+    with running_cluster("vs-qg-") as c:
+        yield c
 
 
 def example(name: str) -> dict[str, Any]:
@@ -397,7 +249,7 @@ def test_a_guest_panic_fails_the_vmi_with_kubevirts_warning(cluster: Cluster) ->
     assert cluster.http.post(VMIS, json=vmi).is_success
     status = cluster.phase("panics", "Failed")["status"]
     assert status["reason"] == "Crashed"
-    console = cluster.console("panics").read_text(errors="replace")
+    console = cluster.console_log("panics").read_text(errors="replace")
     for line in (
         "cloud-init: ConfigDrive seed on ",
         "cloud-init: hostname drive-host",
@@ -536,7 +388,7 @@ def test_volumes_are_sized_as_written_and_hot_plugged_into_the_running_guest(
             timeout=30,
             what="sda gone from the guest",
         )
-    console = cluster.console("volumes")
+    console = cluster.console_log("volumes")
     uid = cluster.vmi("volumes")["metadata"]["uid"]
     assert cluster.http.put(f"{SUB_VM}/volumes/stop", json={"gracePeriod": 20}).is_success
     until(lambda: cluster.http.get(f"{VMIS}/volumes").status_code == 404, what="stopped")

@@ -26,9 +26,11 @@ from typing import Any
 import pytest
 
 from ops import guest_images, pod_network
+from tests.conftest import REPO
 from tests.integration.polling import until
 from tests.integration.qemu_support import qemu_marks
-from tests.integration.test_qemu_guests import BOOT_TIMEOUT, REPO, VMIS, Cluster, example
+from tests.integration.qemu_up import BOOT_TIMEOUT, VMIS, Cluster
+from tests.integration.test_qemu_guests import example
 
 pytestmark = qemu_marks
 
@@ -49,9 +51,9 @@ def cluster() -> Iterator[Cluster]:
     guest_images.ensure_images()
     with tempfile.TemporaryDirectory(prefix="vs-pn-") as d:
         c = Cluster(Path(d), nodes=2)
-        c.start()
         netns = pod_network.netns_name(Path(d))
         try:
+            c.start()
             yield c
         finally:
             c.stop()

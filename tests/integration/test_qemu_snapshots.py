@@ -20,7 +20,7 @@ import yaml
 from services.launcher.rundir import guest_console_log
 from tests.integration.polling import until
 from tests.integration.qemu_support import CIRROS, qemu_marks
-from tests.integration.test_qemu_console import (
+from tests.integration.qemu_up import (
     BOOT_TIMEOUT,
     SUB_VM,
     VMS,
@@ -50,7 +50,7 @@ class Guest:
         self.log = node_log
 
     def run(self, command: str, seconds: float = 6) -> str:
-        with self.cluster.console("vm-cirros") as ws:
+        with self.cluster.console_ws("vm-cirros") as ws:
             ws.send(f"\r{command}\r".encode())
             return read_for(ws, seconds)
 
