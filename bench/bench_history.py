@@ -88,6 +88,7 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.kv import JsBucket
 from eventstore.settings import StreamSettings
 from ops.nats_server import find_binary
+from projections.replay import Step
 from readside import causality, retire, timetravel, verify
 
 NS = "default"
@@ -413,15 +414,55 @@ async def timed(make: Callable[[], Awaitable[Any]], rounds: int = 3) -> tuple[fl
     return sorted(times)[len(times) // 2], result
 
 
+QUIET_CPU = 0.1  # of one core, the cluster's processes together: below it, it is quiet
+DEBUG_ROUNDS = 5
+
+
+async def quiet(up: Up, timeout: float = 60.0) -> float:
+    """Seconds until the cluster's processes (nats-server and the services) use less than
+    `QUIET_CPU` of a core over half a second: after nine kill -9s the services catch up
+    and checkpoint for a while, and a figure of the debugging tools taken meanwhile is a
+    figure of that (`timeout`: measured anyway)."""
+
+    def cpu_seconds() -> float:
+        ticks = 0
+        for pid in up.services().values():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                after_name = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+                ticks += int(after_name[11]) + int(after_name[12])  # utime, stime
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    started = time.monotonic()
+    before = cpu_seconds()
+    while time.monotonic() - started < timeout:
+        await asyncio.sleep(0.5)
+        now = cpu_seconds()
+        if (now - before) / 0.5 < QUIET_CPU:
+            break
+        before = now
+    return time.monotonic() - started
+
+
 async def debug_figures(up: Up, early: str, late: str) -> dict[str, float]:
+    """`why` and `replay` as the CLI runs them once connected (a store of its own each
+    time: the hot log's floor is read again), the first `why` after the server's start
+    (its archive blocks cold) apart from the median of the next `DEBUG_ROUNDS`."""
     nc = await connect(up.nats_url, up.data_dir, "reader")
     out: dict[str, float] = {}
     try:
         store = JetStreamStore(nc, StreamSettings())
         vm = Aggregate(kind=Kind.VM, namespace=NS, name=early)
-        out["why_s"], chain = await timed(lambda: causality.why(store, vm))
+
+        def why() -> Awaitable[causality.Chain]:
+            return causality.why(JetStreamStore(nc, StreamSettings()), vm)
+
+        def replay() -> Awaitable[list[Step]]:
+            return timetravel.aggregate_replay(JetStreamStore(nc, StreamSettings()), vm)
+
+        out["why_first_s"], _ = await timed(why, rounds=1)
+        out["why_s"], chain = await timed(why, rounds=DEBUG_ROUNDS)
         out["why_hops"] = len(chain.hops) if chain else 0
-        out["replay_s"], steps = await timed(lambda: timetravel.aggregate_replay(store, vm))
+        out["replay_s"], steps = await timed(replay, rounds=DEBUG_ROUNDS)
         out["replay_steps"] = len(steps) if steps else 0
         # a point of the early VM's life: its VMI Running
         vmi = subjects.aggregate_filter(Kind.VMI, NS, early)
@@ -818,6 +859,8 @@ async def measure(
         await restarts(up, result)
         with contextlib.suppress(SystemExit):  # a service that never came back: go on
             await wait_ready(up, nodes, timeout=120)
+        result["quiet_s"] = await quiet(up)
+        print(f"quiet {result['quiet_s']:.1f}s after the restarts", flush=True)
         result.update(await debug_figures(up, early, late))
         result["disk_bytes"] = du(data_dir / "nats")
         result["disk_bytes_per_event"] = result["disk_bytes"] / last
@@ -872,6 +915,7 @@ FIGURES = [
     ("floor_restart_controller_s", "floor: controller restart → ready, fresh cluster", "s"),
     ("floor_restart_handler_s", "floor: handler restart → ready, fresh cluster", "s"),
     ("floor_cluster_restart_vm_running_s", "floor: whole cluster restart, fresh cluster", "s"),
+    ("why_first_s", "why (early VM), the first after the server's start", "s"),
     ("why_s", "why (early VM)", "s"),
     ("replay_s", "replay (early VM)", "s"),
     ("get_at_early_s", "get --at (early VM, early point)", "s"),
