@@ -3,12 +3,13 @@
 couple of requests however long the stream is.
 
 Each message of a batch carries `Nats-Num-Pending`: how many matching messages follow it
-in the stream. The first request asks for one message, the second for exactly what is
-left. Asking for more than is left is what makes a read grow with the
-stream: the server then looks for the next match through every block after the last one
-(measured on a 1,000,000-event archive: ~6 ms for an aggregate's ten events with a batch of
-256, ~1.5 ms with ten asked, ~0.5 ms for one); an ephemeral consumer pays the same search
-after its last delivery.
+in the stream. The first request asks for one message, the second, from the same start,
+for it and exactly what is left. Asking for more than is left is what makes a read grow
+with the stream: the server then looks for the next match through every block after the
+last one (measured on a 1,000,000-event archive: ~6 ms for an aggregate's ten events with
+a batch of 256, ~1.5 ms with ten asked, ~0.5 ms for one); an ephemeral consumer pays the
+same search after its last delivery. For the same reason a read should start where its
+first match may be: from a later start the server walks the blocks in between.
 
 A direct get may be answered by any replica of a replicated stream, which may lag the
 leader by what is in flight: the caller uses it where that cannot matter (the archive, or
@@ -51,21 +52,36 @@ class Reader:
         self.rest: int | None = None
 
     async def messages(self) -> AsyncGenerator[Msg, None]:
-        seq, want = self.start_seq, 1
-        while want:
-            left = 0
-            batch = _batch(self.nc, self.stream, self.subject_filter, seq, want)
-            async with contextlib.aclosing(batch) as msgs:
-                async for msg in msgs:
-                    if self.until_seq is not None and msg.metadata.sequence.stream > self.until_seq:
-                        return
-                    yield msg
-                    seq = msg.metadata.sequence.stream + 1
-                    left = msg.metadata.num_pending
-            if left > MOST:
-                self.rest = seq
-                return
-            want = left
+        first: Msg | None = None
+        async with contextlib.aclosing(self._batch(1)) as msgs:
+            async for msg in msgs:
+                first = msg
+        if first is None or self._past(first):
+            return
+        yield first
+        left, seen = first.metadata.num_pending, first.metadata.sequence.stream
+        if left > MOST:
+            self.rest = seen + 1
+            return
+        if left == 0:
+            return
+        # the rest is asked from the same start, the first again with it: the server counts
+        # what matches from the stream's first sequence on through its per-subject index,
+        # but from a later one by loading blocks (from a start in the stream's second half,
+        # every block after it: ~2.6 s at 1,000,000 events with the blocks not in memory)
+        async with contextlib.aclosing(self._batch(left + 1)) as msgs:
+            async for msg in msgs:
+                if msg.metadata.sequence.stream <= seen:
+                    continue
+                if self._past(msg):
+                    return
+                yield msg
+
+    def _batch(self, batch: int) -> AsyncGenerator[Msg, None]:
+        return _batch(self.nc, self.stream, self.subject_filter, self.start_seq, batch)
+
+    def _past(self, msg: Msg) -> bool:
+        return self.until_seq is not None and msg.metadata.sequence.stream > self.until_seq
 
 
 async def _batch(

@@ -12,6 +12,7 @@ nats-py's errors do not pass its public methods: they raise the port's
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
 import time
@@ -387,16 +388,21 @@ class JetStreamStore:
         floor = await self.floor()
         if floor and (start_seq or 0) < floor:
             if narrow and one is not None:
-                last = 0
-                async with contextlib.aclosing(
-                    self._narrow_msgs(self.archive, one, start_seq or 1, until_seq)
-                ) as old:
-                    async for msg in old:
-                        last = int(msg.metadata.sequence.stream)
-                        yield msg
-                # the archive holds every event up to its last: none of this filter's is
-                # left between `last` and it, and the hot log's continue after it
-                start_seq = max(last + 1, start_seq or 1)
+                # what the archive holds, asked meanwhile: the hot log is read after it
+                # (from an earlier start the server would walk its blocks in between)
+                holds = asyncio.ensure_future(self.js.stream_info(self.archive))
+                try:
+                    last = 0
+                    async with contextlib.aclosing(
+                        self._narrow_msgs(self.archive, one, start_seq or 1, until_seq)
+                    ) as old:
+                        async for msg in old:
+                            last = int(msg.metadata.sequence.stream)
+                            yield msg
+                    held = int((await holds).state.last_seq)
+                finally:
+                    holds.cancel()
+                start_seq = max(held, last) + 1
                 if until_seq is not None and start_seq > until_seq:
                     return
             else:
