@@ -13,9 +13,10 @@ Per size, on a fresh data dir under /tmp:
    in waves of interleaved lifecycles, `occurred_at` spread over a year) until the stream
    holds N events. Each copy gets its own names, uids and event ids; an id that names its
    cause's stream sequence (`<service>/<seq>/<n>`) names the copy's cause, and causation and
-   correlation ids follow, so `why` walks a copy as it walks the original. One copy in ten
-   is kept (stopped before its deletion: a Halted VM with a year behind it); the others
-   end (VM deleted, VMIs removed, migrations deleted). What the services would have left
+   correlation ids follow, so `why` walks a copy as it walks the original. `ALIVE` copies
+   are kept at every size, spread over the year (stopped before their deletion: Halted VMs
+   with up to a year behind them): the same cluster, younger or older; the others end (VM
+   deleted, VMIs removed, migrations deleted). What the services would have left
    after a real year is set up too: their durable consumers start after the year (they
    consumed it as it came) and their checkpoints are the year folded with their own folds
    and codecs (they saved one every 10,000 events or minute).
@@ -96,7 +97,9 @@ TEMPLATE = "histtmplvm"  # distinctive: replaced by each copy's name wherever it
 TEMPLATE_MIG = f"{TEMPLATE}-mig"
 YEAR = 365 * 24 * 3600.0
 WAVE = 20  # lifecycles interleaved at a time
-KEEP_EVERY = 10  # one copy in ten stays (Halted)
+# the VMs that stay (Halted), at every size: the same cluster, a day or a year old (a
+# share of the copies would make the larger years larger clusters too)
+ALIVE = 250
 VMS = f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachines"
 VMIS = f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachineinstances"
 VMIMS = f"/apis/kubevirt.io/v1/namespaces/{NS}/virtualmachineinstancemigrations"
@@ -221,7 +224,7 @@ class Template:
 class Copy:
     """One copy's renaming: names, uids, event ids (with the copy's cause sequences)."""
 
-    def __init__(self, t: Template, k: int, base_time: float) -> None:
+    def __init__(self, t: Template, k: int, base_time: float, keep_every: int) -> None:
         self.t = t
         self.k = k
         self.name = f"h{k:07d}"
@@ -230,7 +233,8 @@ class Copy:
             (u, str(uuid.uuid5(uuid.NAMESPACE_OID, f"{k}/{u.decode()}")).encode()) for u in t.uids
         ]
         self.seqs: dict[int, int] = {}  # template index → the copy's stream sequence
-        self.length = len(t) if k % KEEP_EVERY else t.keep_len
+        # the first copy ends (the early VM is a long-deleted one), every `keep_every`th stays
+        self.length = t.keep_len if k % keep_every == keep_every - 1 else len(t)
 
     def rename(self, raw: bytes) -> bytes:
         raw = raw.replace(TEMPLATE.encode(), self.name.encode())
@@ -265,13 +269,14 @@ class Copy:
 
 def copies(t: Template, first_seq: int, total: int, now: float) -> Iterator[tuple[Copy, Event]]:
     """Events until `total` are written: waves of WAVE interleaved copies."""
-    per_copy = (len(t) * (KEEP_EVERY - 1) + t.keep_len) / KEEP_EVERY
+    every = max(1, int(total / len(t)) // ALIVE)  # ALIVE of the copies are kept
+    per_copy = (len(t) * (every - 1) + t.keep_len) / every
     n_copies = max(1, int(total / per_copy) + 1)
     seq = first_seq
     written = 0
     k = 0
     while written < total:
-        wave = [Copy(t, k + j, now - YEAR + (k + j) * YEAR / n_copies) for j in range(WAVE)]
+        wave = [Copy(t, k + j, now - YEAR + (k + j) * YEAR / n_copies, every) for j in range(WAVE)]
         k += WAVE
         step = 0
         while wave and written < total:
