@@ -6,8 +6,7 @@ without an index, the same answer from a scan."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 
 import pytest
 from typer.testing import CliRunner
@@ -15,8 +14,7 @@ from typer.testing import CliRunner
 from events.catalog import MigrationAbortRequested, NodeCordoned, VMDeleted
 from events.envelope import Stored
 from events.meta import Kind
-from eventstore import archive
-from eventstore.index import Index, stream_name
+from eventstore.index import Index
 from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from eventstore.settings import StreamSettings
@@ -30,19 +28,6 @@ from tests.integration.test_history_archive import mirrored
 from tests.integration.test_history_index import index_all
 
 START = [4, 5, 6, 7, 8, 9]  # VMStartRequested (req-2) and what it caused: the VM's, VMI's
-
-
-@pytest.fixture
-async def kept(store: JetStreamStore) -> AsyncIterator[JetStreamStore]:
-    """The event stream with its archive and its index."""
-    name = await archive.ensure(store.js, store.stream, storage="memory")
-    yield store
-    for stream in (name, stream_name(store.stream)):
-        with contextlib.suppress(Exception):
-            await store.js.delete_stream(stream)
-    kv = await store.js.key_value("virt-checkpoints")
-    with contextlib.suppress(Exception):
-        await kv.purge(f"{archive.FLOOR_KEY}.{store.stream}")
 
 
 async def retire_ended(store: JetStreamStore) -> None:
@@ -66,10 +51,10 @@ async def failing(server: NatsServer, settings: StreamSettings, *args: str) -> t
 async def test_events_of_one_correlation_from_the_index_its_tail_and_the_archive(
     nats_server: NatsServer,
     stream_settings: StreamSettings,
-    kept: JetStreamStore,
+    archived: JetStreamStore,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    store = kept
+    store = archived
     s = lifecycle()
     s.emit(VMDeleted, Kind.VM, "vm1", by="api", dt=1.0)  # 27: vm1 and its VMI end
     s.emit(MigrationAbortRequested, Kind.MIGRATION, "mig1", by="api", dt=1.0)

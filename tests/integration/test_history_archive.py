@@ -6,8 +6,6 @@ nats-server: an ended VM's events leave the hot log, the archive keeps them, and
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -25,17 +23,6 @@ from tests.factories import meta
 
 VM1 = Aggregate(kind=Kind.VM, namespace=NS, name="vm1")
 VMI1 = Aggregate(kind=Kind.VMI, namespace=NS, name="vm1")
-
-
-@pytest.fixture
-async def archived(store: JetStreamStore) -> AsyncIterator[JetStreamStore]:
-    name = await archive.ensure(store.js, store.stream, storage="memory")
-    yield store
-    with contextlib.suppress(Exception):
-        await store.js.delete_stream(name)
-    kv = await store.js.key_value("virt-checkpoints")
-    with contextlib.suppress(Exception):
-        await kv.purge(f"{archive.FLOOR_KEY}.{store.stream}")
 
 
 async def mirrored(store: JetStreamStore) -> None:
