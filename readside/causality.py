@@ -8,14 +8,15 @@ From there causation ids lead back to the user's request. Finding a cause:
 2. the cause's stream sequence is written in the effect's own event id
    (`<service>/<cause seq>/<n>`, events/envelope.py: Context): one direct message get,
    checked against the causation id;
-3. otherwise a scan of the stream backwards in widening time windows before the effect
-   (a minute, an hour, everything), indexing every event id it passes.
+3. the index (`eventstore/index.py`): event id → sequence, then that get;
+4. otherwise (no index, or an id past what it covers) a scan of the stream backwards in
+   widening time windows before the effect (a minute, an hour, everything), indexing
+   every event id it passes.
 
-Measured (bench/bench_replay.py, 100k events, shared 2-core machine): a full scan reads
-~24k events/s, i.e. ~4 s, while 2. is one round trip per hop; that is why 3. widens in
-steps instead of starting with everything. A chain whose causes all sit in the object's
-related aggregates (the usual case) needs no lookup at all: `why` on one VM took ~0.35 s,
-most of it reading the namespace's migrations.
+A chain whose causes all sit in the object's related aggregates (the usual case) needs no
+lookup at all: at 1,000,000 events (bench/bench_history.py) `why` of one VM took ~13 ms,
+its aggregates read with two direct gets each (`eventstore/direct.py`). A full scan reads
+~24k events/s (bench/bench_replay.py), which is why 4. widens in steps.
 
 Timer decisions have no causation (a node's silence is not an event). For those the chain
 is linked by what the decision was about: a `VMIFailed(NodeUnresponsive)` to the latest
