@@ -20,26 +20,12 @@ from eventstore.port import EventLog
 from eventstore.settings import StreamSettings
 from ops.nats_server import NatsServer
 from readside import correlation
-from readside.retire import Retirer
-from readside.runner import ProjectionRunner
 from tests.debug_scenario import lifecycle
 from tests.integration.test_debug_cli import app, append, cli, lines
-from tests.integration.test_history_archive import mirrored
+from tests.integration.test_history_archive import mirrored, retire_ended
 from tests.integration.test_history_index import index_all
 
 START = [4, 5, 6, 7, 8, 9]  # VMStartRequested (req-2) and what it caused: the VM's, VMI's
-
-
-async def retire_ended(store: JetStreamStore) -> None:
-    runner = ProjectionRunner(store)
-    await runner.start()
-    try:
-        retirer = Retirer(store, lambda: runner.cluster, window=0, step=1)
-        await retirer.start()
-        await retirer.stop()  # its rounds are driven here
-        assert await retirer.round() == 3  # the VM, its VMI's life, the migration
-    finally:
-        await runner.stop()
 
 
 async def failing(server: NatsServer, settings: StreamSettings, *args: str) -> tuple[int, str]:

@@ -6,6 +6,7 @@ nats-server: an ended VM's events leave the hot log, the archive keeps them, and
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
@@ -14,6 +15,7 @@ from events.catalog import MigrationAbortRequested, NodeCordoned, VMDeleted, VMS
 from events.meta import Aggregate, Kind
 from eventstore import archive, direct
 from eventstore.jetstream import JetStreamStore
+from projections.cluster import Cluster
 from projections.views_codec import encode_views
 from readside import causality, timetravel
 from readside.retire import Retirer
@@ -30,6 +32,23 @@ async def mirrored(store: JetStreamStore) -> None:
     async with asyncio.timeout(10):
         while await archive.archived_upto(store.js, store.stream) < last:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
+
+
+async def retire_ended(
+    store: JetStreamStore, before: Callable[[Cluster], bool] = lambda cluster: True
+) -> None:
+    """The scenario's ended aggregates retired from the hot log by the api's retirer, on
+    the views a projection folds (`before`: what must hold of them first)."""
+    runner = ProjectionRunner(store)
+    await runner.start()
+    try:
+        assert before(runner.cluster)
+        retirer = Retirer(store, lambda: runner.cluster, window=0, step=1)
+        await retirer.start()
+        await retirer.stop()  # its rounds are driven here
+        assert await retirer.round() == 3  # the VM, its VMI's life, the migration
+    finally:
+        await runner.stop()
 
 
 async def test_an_ended_vm_leaves_the_hot_log_and_is_read_from_the_archive(
@@ -51,16 +70,7 @@ async def test_an_ended_vm_leaves_the_hot_log_and_is_read_from_the_archive(
         "at": encode_views(await timetravel.cluster_at(store, seq=15)),
         "get": await store.get(3),
     }
-    runner = ProjectionRunner(store)
-    await runner.start()
-    try:
-        assert "default/vm1" not in runner.cluster.vms  # ended
-        retirer = Retirer(store, lambda: runner.cluster, window=0, step=1)
-        await retirer.start()
-        await retirer.stop()  # its rounds are driven here
-        assert await retirer.round() == 3  # the VM, its VMI's life, the migration
-    finally:
-        await runner.stop()
+    await retire_ended(store, lambda cluster: "default/vm1" not in cluster.vms)  # ended
     hot = await store.js.stream_info(store.stream)
     assert hot.state.messages < len(s.events) // 3  # only the nodes' events are left
     assert (await store.js.stream_info(archive.archive_name(store.stream))).state.messages == len(
