@@ -8,7 +8,7 @@ same run on the same nats-server.
 - snapshot: saving the rebuilt views to the KV bucket, then `load_cluster` (snapshot + an
   empty tail) and a rebuild from a snapshot taken 10% before the end;
 - why: the causal chain of one VM (direct gets per hop) and a full scan of the stream
-  (the fallback when an id holds no sequence);
+  (the fallback for an effect written without its cause's sequence);
 - correlation: `events --correlation` of that chain's request through the index (the
   stream indexed first), against the full scan (its fallback without an index);
 - memory per VMI of the folded views, traced in a separate pass (tracemalloc is slow).
