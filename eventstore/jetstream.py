@@ -65,11 +65,26 @@ def _stored(msg: Msg) -> Stored:
         raise Undecodable(str(e)) from e
     return Stored(
         seq=md.sequence.stream,
-        subject=msg.subject,
+        subject=archive.original_subject(msg.subject, event),
         time=ts,
         event=event,
         redelivery_of=int(again) if again.isdigit() else 0,
     )
+
+
+def _kept(filters: Sequence[str] | None) -> Callable[[Msg], bool]:
+    """Whether an archived message, given its original subject back (computed from its
+    event), matches one of `filters`: an undecodable one cannot tell and is left out."""
+    patterns = list(filters or [subjects.ALL])
+
+    def keep(msg: Msg) -> bool:
+        try:
+            msg.subject = archive.original_subject(msg.subject, decode(msg.data))
+        except (msgspec.DecodeError, msgspec.ValidationError):
+            return False
+        return any(subjects.matches(p, msg.subject) for p in patterns)
+
+    return keep
 
 
 class JsDelivery:
@@ -313,7 +328,8 @@ class JetStreamStore:
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
         ts = msg.time.timestamp() if msg.time else 0.0
-        return Stored(seq=seq, subject=msg.subject or "", time=ts, event=ev)
+        subject = archive.original_subject(msg.subject or "", ev)
+        return Stored(seq=seq, subject=subject, time=ts, event=ev)
 
     async def seq_at_time(self, when: float) -> int:
         """The server seeks to the first message after `when`: one message is read (from
@@ -387,18 +403,22 @@ class JetStreamStore:
         narrow = one is not None and one != subjects.ALL and not follow and start_time is None
         floor = await self.floor()
         if floor and (start_seq or 0) < floor:
-            if narrow and one is not None:
+            # the archive's subjects are its aggregates' (`archive.served`)
+            wide, sift = archive.served(filters)
+            keep = _kept(filters) if sift else None
+            if narrow and wide is not None and len(wide) == 1:
                 # what the archive holds, asked meanwhile: the hot log is read after it
                 # (from an earlier start the server would walk its blocks in between)
                 holds = asyncio.ensure_future(self.js.stream_info(self.archive))
                 try:
                     last = 0
                     async with contextlib.aclosing(
-                        self._narrow_msgs(self.archive, one, start_seq or 1, until_seq)
+                        self._narrow_msgs(self.archive, wide[0], start_seq or 1, until_seq)
                     ) as old:
                         async for msg in old:
                             last = int(msg.metadata.sequence.stream)
-                            yield msg
+                            if keep is None or keep(msg):
+                                yield msg
                     held = int((await holds).state.last_seq)
                 finally:
                     holds.cancel()
@@ -412,7 +432,7 @@ class JetStreamStore:
                 async with contextlib.aclosing(
                     self._stream_msgs(
                         self.archive,
-                        filters,
+                        wide,
                         start_seq=start_seq,
                         start_time=start_time,
                         until_seq=before,
@@ -421,7 +441,8 @@ class JetStreamStore:
                 ) as old:
                     async for msg in old:
                         last = int(msg.metadata.sequence.stream)
-                        yield msg
+                        if keep is None or keep(msg):
+                            yield msg
                 if until_seq is not None and until_seq <= held:
                     return
                 start_seq, start_time = max(held, last) + 1, None
