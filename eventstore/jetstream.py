@@ -465,7 +465,11 @@ class JetStreamStore:
         self, stream: str, one: str, start_seq: int, until_seq: int | None
     ) -> AsyncGenerator[Msg, None]:
         """Direct gets while few are left, a consumer for a long rest."""
-        reader = direct.Reader(self.nc, stream, one, start_seq=start_seq, until_seq=until_seq)
+        # the hot log's direct gets are the archive's to answer too (`direct`)
+        mirrored = stream == self.stream and self.settings.archive
+        reader = direct.Reader(
+            self.nc, stream, one, start_seq=start_seq, until_seq=until_seq, mirrored=mirrored
+        )
         async with contextlib.aclosing(reader.messages()) as msgs:
             async for msg in msgs:
                 yield msg
