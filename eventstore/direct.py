@@ -16,8 +16,9 @@ leader by what is in flight: the caller uses it where that cannot matter (the ar
 a stream of one replica). A mirror that allows direct gets answers its origin's too
 (nats-server turns `mirror_direct` on with `allow_direct`), from its own copy: it may
 lag, and the archive's subjects are not the hot log's (`eventstore/archive.py`). For a
-stream with such a mirror (`mirrored`), a message another stream served, a short batch or
-a "none" the stream itself does not confirm hands the read to a consumer (`rest`)."""
+stream with such a mirror (`mirrored`), a batch another stream served is asked again (up
+to `TRIES` times); a short batch or a "none" the stream itself does not confirm hands the
+read to a consumer (`rest`)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,7 @@ from nats.js.errors import APIError
 
 MOST = 256  # matching messages left past which a consumer reads on (`Reader.rest`)
 TIMEOUT = 5.0  # seconds to wait for each message of a batch
+TRIES = 3  # requests a batch is asked in while a mirror answers it
 
 
 class Reader:
@@ -58,18 +60,15 @@ class Reader:
         self.rest: int | None = None
 
     async def messages(self) -> AsyncGenerator[Msg, None]:
-        first: Msg | None = None
-        try:
-            async with contextlib.aclosing(self._batch(1)) as msgs:
-                async for msg in msgs:
-                    first = msg
-        except _Elsewhere:
+        firsts = await self._ask(1)
+        if firsts is None:  # a mirror answered each time
             self.rest = self.start_seq
             return
-        if first is None:
+        if not firsts:
             if self.mirrored and await self._any():
                 self.rest = self.start_seq
             return
+        first = firsts[0]
         if self._past(first):
             return
         yield first
@@ -84,24 +83,29 @@ class Reader:
         # but from a later one by loading blocks (from a start in the stream's second half,
         # every block after it: ~2.6 s at 1,000,000 events with the blocks not in memory)
         last, got = seen, 0
-        try:
-            async with contextlib.aclosing(self._batch(left + 1)) as msgs:
-                async for msg in msgs:
-                    if msg.metadata.sequence.stream <= seen:
-                        continue
-                    if self._past(msg):
-                        return
-                    yield msg
-                    last, got = msg.metadata.sequence.stream, got + 1
-        except _Elsewhere:
-            got = -1
+        for msg in await self._ask(left + 1) or []:
+            if msg.metadata.sequence.stream <= seen:
+                continue
+            if self._past(msg):
+                return
+            yield msg
+            last, got = msg.metadata.sequence.stream, got + 1
         if self.mirrored and got < left:  # a lagging mirror's answer: a consumer reads on
             self.rest = last + 1
 
-    def _batch(self, batch: int) -> AsyncGenerator[Msg, None]:
-        return _batch(
-            self.nc, self.stream, self.subject_filter, self.start_seq, batch, self.mirrored
-        )
+    async def _ask(self, batch: int) -> list[Msg] | None:
+        """One batch as the stream itself answers it; None when a mirror answered every
+        time (each request goes to one responder, picked anew)."""
+        for _ in range(TRIES):
+            try:
+                msgs = _batch(
+                    self.nc, self.stream, self.subject_filter, self.start_seq, batch, self.mirrored
+                )
+                async with contextlib.aclosing(msgs):
+                    return [msg async for msg in msgs]
+            except _Elsewhere:
+                continue
+        return None
 
     async def _any(self) -> bool:
         """Whether the stream itself (its leader, never a mirror) holds a match."""
