@@ -66,9 +66,14 @@ def original_subject(subject: str, event: Event) -> str:
     """The subject `event` has in the hot log, computed as an append builds it (a dead
     letter's retry republishes to that same subject): the archive's one-per-aggregate
     subject becomes it again; a full subject (the hot log's, an earlier archive's) stays."""
-    if subject.count(".") == 4 and subject.endswith("." + COLLAPSED):
+    if collapsed(subject):
         return subjects.event_subject(event.meta.aggregate, event_type(event), event.meta.node)
     return subject
+
+
+def collapsed(subject: str) -> bool:
+    """An archive's subject of a whole aggregate (not an event's own)."""
+    return subject.count(".") == 4 and subject.endswith("." + COLLAPSED)
 
 
 def served(filters: Sequence[str] | None) -> tuple[list[str] | None, bool]:

@@ -72,17 +72,31 @@ def _stored(msg: Msg) -> Stored:
     )
 
 
+def _own_subject(msg: Msg) -> bool:
+    """An archived message given its subject in the hot log back, computed from its event
+    (`archive.original_subject`); False: undecodable, its subject left as it is."""
+    if not archive.collapsed(msg.subject):
+        return True
+    try:
+        msg.subject = archive.original_subject(msg.subject, decode(msg.data))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    return True
+
+
+def _with_own_subject(msg: Msg) -> bool:
+    _own_subject(msg)
+    return True  # an undecodable one too: its reader skips or refuses it
+
+
 def _kept(filters: Sequence[str] | None) -> Callable[[Msg], bool]:
-    """Whether an archived message, given its original subject back (computed from its
-    event), matches one of `filters`: an undecodable one cannot tell and is left out."""
+    """Whether an archived message, given its own subject back, matches one of `filters`:
+    an undecodable one cannot tell and is left out (an append past it still stands:
+    `_after`'s rule for poison)."""
     patterns = list(filters or [subjects.ALL])
 
     def keep(msg: Msg) -> bool:
-        try:
-            msg.subject = archive.original_subject(msg.subject, decode(msg.data))
-        except (msgspec.DecodeError, msgspec.ValidationError):
-            return False
-        return any(subjects.matches(p, msg.subject) for p in patterns)
+        return _own_subject(msg) and any(subjects.matches(p, msg.subject) for p in patterns)
 
     return keep
 
@@ -365,7 +379,12 @@ class JetStreamStore:
         `on_skip(seq, subject)` hears of each skipped one.
         """
         msgs = self._replay_msgs(
-            filters, start_seq=start_seq, start_time=start_time, until_seq=until_seq, follow=follow
+            filters,
+            start_seq=start_seq,
+            start_time=start_time,
+            until_seq=until_seq,
+            follow=follow,
+            own_subjects=False,
         )
         # a caller that stops early unsubscribes now, not when the generator is collected
         with translated():
@@ -389,6 +408,7 @@ class JetStreamStore:
         start_time: float | dt.datetime | None = None,
         until_seq: int | None = None,
         follow: bool = False,
+        own_subjects: bool = True,
     ) -> AsyncGenerator[Msg, None]:
         """What starts before the hot log's floor is read from the archive (the same
         sequences: a mirror) as far as it holds, then from the hot log: one consumer
@@ -398,7 +418,11 @@ class JetStreamStore:
         namespace's kind: what debugging and appends read) takes batched direct gets
         instead (`eventstore/direct.py`): a couple of requests, where a consumer's set-up
         and its search past the last match grow with the stream. From the hot log only
-        with one replica, where a direct get cannot lag the leader."""
+        with one replica, where a direct get cannot lag the leader.
+
+        The archive's messages come with their subjects in the hot log (`own_subjects`;
+        `replay` gives them in `_stored`, from the event it decodes anyway), and a filter
+        narrower than an aggregate is read wider there and kept by them (`archive.served`)."""
         one = filters[0] if filters and len(filters) == 1 else None
         narrow = one is not None and one != subjects.ALL and not follow and start_time is None
         floor = await self.floor()
@@ -406,6 +430,8 @@ class JetStreamStore:
             # the archive's subjects are its aggregates' (`archive.served`)
             wide, sift = archive.served(filters)
             keep = _kept(filters) if sift else None
+            if keep is None and own_subjects:  # (`replay` decodes anyway: `_stored` does it)
+                keep = _with_own_subject
             if narrow and wide is not None and len(wide) == 1:
                 # what the archive holds, asked meanwhile: the hot log is read after it
                 # (from an earlier start the server would walk its blocks in between)
