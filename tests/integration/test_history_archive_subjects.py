@@ -17,7 +17,6 @@ from events.catalog import MigrationAbortRequested, NodeCordoned, VMDeleted
 from events.codec import event_type
 from events.meta import Kind
 from eventstore import archive
-from eventstore.index import Index
 from eventstore.jetstream import JetStreamStore
 from projections.replay import event_filters
 from projections.views_codec import encode_views
@@ -25,7 +24,6 @@ from readside import causality, timetravel
 from tests.debug_scenario import NS, lifecycle
 from tests.integration.conftest import archiving
 from tests.integration.test_history_archive import VM1, VMI1, mirrored, retire_ended
-from tests.integration.test_history_index import index_all
 
 
 @pytest.fixture(params=["collapsed", "full"])
@@ -61,7 +59,7 @@ async def reads(store: JetStreamStore) -> dict[str, Any]:
     last = await store.stream_last_seq()
     gets = [await store.get(seq) for seq in range(1, last + 1)]
     return {
-        "the indexer's": [  # messages, not events: the indexer reads their subjects
+        "the indexer's": [  # messages, not events: the indexer parses their subjects
             (m.metadata.sequence.stream, m.subject)
             async for m in store._replay_msgs(until_seq=last)
         ],
@@ -123,13 +121,6 @@ async def test_an_archived_vm_reads_with_its_events_subjects_from_either_archive
     after = await reads(store)
     for name, value in before.items():
         assert after[name] == value, name
-
-    # an index first built now reads the ended VM's events from the archive
-    await index_all(store)
-    index = Index(store)
-    assert await index.migrations_of(NS, "vm1") == ["mig1"]
-    started = [seq for seq, e in enumerate(s.events, 1) if e.meta.correlation_id == "req-2"]
-    assert await index.seqs_of("req-2") == started
 
 
 async def test_the_hot_logs_narrow_reads_are_its_own_though_the_archive_answers_direct_gets(
