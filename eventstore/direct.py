@@ -13,7 +13,12 @@ first match may be: from a later start the server walks the blocks in between.
 
 A direct get may be answered by any replica of a replicated stream, which may lag the
 leader by what is in flight: the caller uses it where that cannot matter (the archive, or
-a stream of one replica)."""
+a stream of one replica). A mirror that allows direct gets answers its origin's too
+(nats-server turns `mirror_direct` on with `allow_direct`), from its own copy: it may
+lag, and the archive's subjects are not the hot log's (`eventstore/archive.py`). For a
+stream with such a mirror (`mirrored`), a batch another stream served is asked again (up
+to `TRIES` times); a short batch or a "none" the stream itself does not confirm hands the
+read to a consumer (`rest`)."""
 
 from __future__ import annotations
 
@@ -29,6 +34,7 @@ from nats.js.errors import APIError
 
 MOST = 256  # matching messages left past which a consumer reads on (`Reader.rest`)
 TIMEOUT = 5.0  # seconds to wait for each message of a batch
+TRIES = 3  # requests a batch is asked in while a mirror answers it
 
 
 class Reader:
@@ -46,17 +52,24 @@ class Reader:
         *,
         start_seq: int,
         until_seq: int | None = None,
+        mirrored: bool = False,
     ) -> None:
         self.nc, self.stream, self.subject_filter = nc, stream, subject_filter
         self.start_seq, self.until_seq = max(1, start_seq), until_seq
+        self.mirrored = mirrored  # a mirror may answer the stream's direct gets
         self.rest: int | None = None
 
     async def messages(self) -> AsyncGenerator[Msg, None]:
-        first: Msg | None = None
-        async with contextlib.aclosing(self._batch(1)) as msgs:
-            async for msg in msgs:
-                first = msg
-        if first is None or self._past(first):
+        firsts = await self._ask(1)
+        if firsts is None:  # a mirror answered each time
+            self.rest = self.start_seq
+            return
+        if not firsts:
+            if self.mirrored and await self._any():
+                self.rest = self.start_seq
+            return
+        first = firsts[0]
+        if self._past(first):
             return
         yield first
         left, seen = first.metadata.num_pending, first.metadata.sequence.stream
@@ -69,23 +82,55 @@ class Reader:
         # what matches from the stream's first sequence on through its per-subject index,
         # but from a later one by loading blocks (from a start in the stream's second half,
         # every block after it: ~2.6 s at 1,000,000 events with the blocks not in memory)
-        async with contextlib.aclosing(self._batch(left + 1)) as msgs:
-            async for msg in msgs:
-                if msg.metadata.sequence.stream <= seen:
-                    continue
-                if self._past(msg):
-                    return
-                yield msg
+        last, got = seen, 0
+        for msg in await self._ask(left + 1) or []:
+            if msg.metadata.sequence.stream <= seen:
+                continue
+            if self._past(msg):
+                return
+            yield msg
+            last, got = msg.metadata.sequence.stream, got + 1
+        if self.mirrored and got < left:  # a lagging mirror's answer: a consumer reads on
+            self.rest = last + 1
 
-    def _batch(self, batch: int) -> AsyncGenerator[Msg, None]:
-        return _batch(self.nc, self.stream, self.subject_filter, self.start_seq, batch)
+    async def _ask(self, batch: int) -> list[Msg] | None:
+        """One batch as the stream itself answers it; None when a mirror answered every
+        time (each request goes to one responder, picked anew)."""
+        for _ in range(TRIES):
+            try:
+                msgs = _batch(
+                    self.nc, self.stream, self.subject_filter, self.start_seq, batch, self.mirrored
+                )
+                async with contextlib.aclosing(msgs):
+                    return [msg async for msg in msgs]
+            except _Elsewhere:
+                continue
+        return None
+
+    async def _any(self) -> bool:
+        """Whether the stream itself (its leader, never a mirror) holds a match."""
+        request = {"seq": self.start_seq, "next_by_subj": self.subject_filter}
+        reply = await self.nc.request(
+            f"$JS.API.STREAM.MSG.GET.{self.stream}", json.dumps(request).encode(), timeout=TIMEOUT
+        )
+        answer = json.loads(reply.data or b"{}")
+        error = answer.get("error")
+        if error is not None and error.get("code") == 404:
+            return False
+        if error is not None:
+            raise APIError(code=int(error.get("code", 0)), description=error.get("description"))
+        return "message" in answer
 
     def _past(self, msg: Msg) -> bool:
         return self.until_seq is not None and msg.metadata.sequence.stream > self.until_seq
 
 
+class _Elsewhere(Exception):
+    """A message of the batch was served by another stream (a mirror)."""
+
+
 async def _batch(
-    nc: NATS, stream: str, subject_filter: str, seq: int, batch: int
+    nc: NATS, stream: str, subject_filter: str, seq: int, batch: int, mirrored: bool = False
 ) -> AsyncGenerator[Msg, None]:
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)
@@ -102,6 +147,8 @@ async def _batch(
                 raise NoRespondersError
             if status:
                 raise APIError(code=int(status), description=headers.get("Description", ""))
+            if mirrored and headers.get("Nats-Stream", stream) != stream:
+                raise _Elsewhere
             yield _lifted(reply, headers, stream)
     finally:
         # a read closed after its connection has nothing left to unsubscribe from

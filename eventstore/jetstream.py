@@ -65,11 +65,40 @@ def _stored(msg: Msg) -> Stored:
         raise Undecodable(str(e)) from e
     return Stored(
         seq=md.sequence.stream,
-        subject=msg.subject,
+        subject=archive.original_subject(msg.subject, event),
         time=ts,
         event=event,
         redelivery_of=int(again) if again.isdigit() else 0,
     )
+
+
+def _own_subject(msg: Msg) -> bool:
+    """An archived message given its subject in the hot log back, computed from its event
+    (`archive.original_subject`); False: undecodable, its subject left as it is."""
+    if not archive.collapsed(msg.subject):
+        return True
+    try:
+        msg.subject = archive.original_subject(msg.subject, decode(msg.data))
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return False
+    return True
+
+
+def _with_own_subject(msg: Msg) -> bool:
+    _own_subject(msg)
+    return True  # an undecodable one too: its reader skips or refuses it
+
+
+def _kept(filters: Sequence[str] | None) -> Callable[[Msg], bool]:
+    """Whether an archived message, given its own subject back, matches one of `filters`:
+    an undecodable one cannot tell and is left out (an append past it still stands:
+    `_after`'s rule for poison)."""
+    patterns = list(filters or [subjects.ALL])
+
+    def keep(msg: Msg) -> bool:
+        return _own_subject(msg) and any(subjects.matches(p, msg.subject) for p in patterns)
+
+    return keep
 
 
 class JsDelivery:
@@ -313,7 +342,8 @@ class JetStreamStore:
         except (msgspec.DecodeError, msgspec.ValidationError):
             return None
         ts = msg.time.timestamp() if msg.time else 0.0
-        return Stored(seq=seq, subject=msg.subject or "", time=ts, event=ev)
+        subject = archive.original_subject(msg.subject or "", ev)
+        return Stored(seq=seq, subject=subject, time=ts, event=ev)
 
     async def seq_at_time(self, when: float) -> int:
         """The server seeks to the first message after `when`: one message is read (from
@@ -349,7 +379,12 @@ class JetStreamStore:
         `on_skip(seq, subject)` hears of each skipped one.
         """
         msgs = self._replay_msgs(
-            filters, start_seq=start_seq, start_time=start_time, until_seq=until_seq, follow=follow
+            filters,
+            start_seq=start_seq,
+            start_time=start_time,
+            until_seq=until_seq,
+            follow=follow,
+            own_subjects=False,
         )
         # a caller that stops early unsubscribes now, not when the generator is collected
         with translated():
@@ -373,6 +408,7 @@ class JetStreamStore:
         start_time: float | dt.datetime | None = None,
         until_seq: int | None = None,
         follow: bool = False,
+        own_subjects: bool = True,
     ) -> AsyncGenerator[Msg, None]:
         """What starts before the hot log's floor is read from the archive (the same
         sequences: a mirror) as far as it holds, then from the hot log: one consumer
@@ -382,23 +418,33 @@ class JetStreamStore:
         namespace's kind: what debugging and appends read) takes batched direct gets
         instead (`eventstore/direct.py`): a couple of requests, where a consumer's set-up
         and its search past the last match grow with the stream. From the hot log only
-        with one replica, where a direct get cannot lag the leader."""
+        with one replica, where a direct get cannot lag the leader.
+
+        The archive's messages come with their subjects in the hot log (`own_subjects`;
+        `replay` gives them in `_stored`, from the event it decodes anyway), and a filter
+        narrower than an aggregate is read wider there and kept by them (`archive.served`)."""
         one = filters[0] if filters and len(filters) == 1 else None
         narrow = one is not None and one != subjects.ALL and not follow and start_time is None
         floor = await self.floor()
         if floor and (start_seq or 0) < floor:
-            if narrow and one is not None:
+            # the archive's subjects are its aggregates' (`archive.served`)
+            wide, sift = archive.served(filters)
+            keep = _kept(filters) if sift else None
+            if keep is None and own_subjects:  # (`replay` decodes anyway: `_stored` does it)
+                keep = _with_own_subject
+            if narrow and wide is not None and len(wide) == 1:
                 # what the archive holds, asked meanwhile: the hot log is read after it
                 # (from an earlier start the server would walk its blocks in between)
                 holds = asyncio.ensure_future(self.js.stream_info(self.archive))
                 try:
                     last = 0
                     async with contextlib.aclosing(
-                        self._narrow_msgs(self.archive, one, start_seq or 1, until_seq)
+                        self._narrow_msgs(self.archive, wide[0], start_seq or 1, until_seq)
                     ) as old:
                         async for msg in old:
                             last = int(msg.metadata.sequence.stream)
-                            yield msg
+                            if keep is None or keep(msg):
+                                yield msg
                     held = int((await holds).state.last_seq)
                 finally:
                     holds.cancel()
@@ -412,7 +458,7 @@ class JetStreamStore:
                 async with contextlib.aclosing(
                     self._stream_msgs(
                         self.archive,
-                        filters,
+                        wide,
                         start_seq=start_seq,
                         start_time=start_time,
                         until_seq=before,
@@ -421,7 +467,8 @@ class JetStreamStore:
                 ) as old:
                     async for msg in old:
                         last = int(msg.metadata.sequence.stream)
-                        yield msg
+                        if keep is None or keep(msg):
+                            yield msg
                 if until_seq is not None and until_seq <= held:
                     return
                 start_seq, start_time = max(held, last) + 1, None
@@ -444,7 +491,11 @@ class JetStreamStore:
         self, stream: str, one: str, start_seq: int, until_seq: int | None
     ) -> AsyncGenerator[Msg, None]:
         """Direct gets while few are left, a consumer for a long rest."""
-        reader = direct.Reader(self.nc, stream, one, start_seq=start_seq, until_seq=until_seq)
+        # the hot log's direct gets are the archive's to answer too (`direct`)
+        mirrored = stream == self.stream and self.settings.archive
+        reader = direct.Reader(
+            self.nc, stream, one, start_seq=start_seq, until_seq=until_seq, mirrored=mirrored
+        )
         async with contextlib.aclosing(reader.messages()) as msgs:
             async for msg in msgs:
                 yield msg

@@ -43,11 +43,20 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> pki_.Pki:
 async def archived(store: JetStreamStore) -> AsyncIterator[JetStreamStore]:
     """The test's stream with its archive (and, once a test indexes it, its index): both
     deleted after it, with the hot log's floor."""
+    async with archiving(store):
+        yield store
+
+
+@contextlib.asynccontextmanager
+async def archiving(store: JetStreamStore) -> AsyncIterator[str]:
+    """`archived`'s archive (an archive made before stays as it was made), its name."""
     name = await archive.ensure(store.js, store.stream, storage="memory")
-    yield store
-    for stream in (name, stream_name(store.stream)):
-        with contextlib.suppress(Exception):
-            await store.js.delete_stream(stream)
-    kv = await store.js.key_value("virt-checkpoints")
-    with contextlib.suppress(Exception):
-        await kv.purge(f"{archive.FLOOR_KEY}.{store.stream}")
+    try:
+        yield name
+    finally:
+        for stream in (name, stream_name(store.stream)):
+            with contextlib.suppress(Exception):
+                await store.js.delete_stream(stream)
+        with contextlib.suppress(Exception):  # (no bucket: nothing retired)
+            kv = await store.js.key_value("virt-checkpoints")
+            await kv.purge(f"{archive.FLOOR_KEY}.{store.stream}")
