@@ -13,7 +13,13 @@ first match may be: from a later start the server walks the blocks in between.
 
 A direct get may be answered by any replica of a replicated stream, which may lag the
 leader by what is in flight: the caller uses it where that cannot matter (the archive, or
-a stream of one replica)."""
+a stream of one replica). A mirror answers its origin's direct gets too (the server turns
+`mirror_direct` on for a mirror of a stream that allows them: the archive answers about a
+sixth of the hot log's), and a mirror lags by what it has not copied yet: an event just
+appended, the very one a reader reacts to. An answer that names another stream than the
+one asked is therefore not used (`rest` says where a consumer, which reads the stream
+itself, goes on), nor is a "none" when the stream is `mirrored` (that answer names no
+stream)."""
 
 from __future__ import annotations
 
@@ -35,8 +41,10 @@ class Reader:
     """The stream's messages on `subject_filter` from `start_seq` (up to `until_seq`), in
     order, while what is left is small: when more than `MOST` follow the first, `messages`
     ends after it and `rest` names the sequence a consumer should read on from (a
-    consumer streams a long read faster than requests of batches do). Each message is a
-    `Msg` whose `metadata` names its stream sequence and time."""
+    consumer streams a long read faster than requests of batches do). So it does when an
+    answer may have come from a mirror (`mirrored`: the stream has one that answers its
+    direct gets), which may lag. Each message is a `Msg` whose `metadata` names its stream
+    sequence and time."""
 
     def __init__(
         self,
@@ -46,17 +54,27 @@ class Reader:
         *,
         start_seq: int,
         until_seq: int | None = None,
+        mirrored: bool = False,
     ) -> None:
         self.nc, self.stream, self.subject_filter = nc, stream, subject_filter
         self.start_seq, self.until_seq = max(1, start_seq), until_seq
+        self.mirrored = mirrored
         self.rest: int | None = None
 
     async def messages(self) -> AsyncGenerator[Msg, None]:
         first: Msg | None = None
-        async with contextlib.aclosing(self._batch(1)) as msgs:
-            async for msg in msgs:
-                first = msg
-        if first is None or self._past(first):
+        try:
+            async with contextlib.aclosing(self._batch(1)) as msgs:
+                async for msg in msgs:
+                    first = msg
+        except _Elsewhere:
+            self.rest = self.start_seq
+            return
+        if first is None:
+            if self.mirrored:  # "none" names no stream: perhaps a mirror's, not yet copied
+                self.rest = self.start_seq
+            return
+        if self._past(first):
             return
         yield first
         left, seen = first.metadata.num_pending, first.metadata.sequence.stream
@@ -69,19 +87,27 @@ class Reader:
         # what matches from the stream's first sequence on through its per-subject index,
         # but from a later one by loading blocks (from a start in the stream's second half,
         # every block after it: ~2.6 s at 1,000,000 events with the blocks not in memory)
-        async with contextlib.aclosing(self._batch(left + 1)) as msgs:
-            async for msg in msgs:
-                if msg.metadata.sequence.stream <= seen:
-                    continue
-                if self._past(msg):
-                    return
-                yield msg
+        try:
+            async with contextlib.aclosing(self._batch(left + 1)) as msgs:
+                async for msg in msgs:
+                    if msg.metadata.sequence.stream <= seen:
+                        continue
+                    if self._past(msg):
+                        return
+                    seen = msg.metadata.sequence.stream
+                    yield msg
+        except _Elsewhere:
+            self.rest = seen + 1
 
     def _batch(self, batch: int) -> AsyncGenerator[Msg, None]:
         return _batch(self.nc, self.stream, self.subject_filter, self.start_seq, batch)
 
     def _past(self, msg: Msg) -> bool:
         return self.until_seq is not None and msg.metadata.sequence.stream > self.until_seq
+
+
+class _Elsewhere(Exception):
+    """A direct get was answered by another stream than the one asked: a mirror of it."""
 
 
 async def _batch(
@@ -102,6 +128,8 @@ async def _batch(
                 raise NoRespondersError
             if status:
                 raise APIError(code=int(status), description=headers.get("Description", ""))
+            if headers.get("Nats-Stream", stream) != stream:
+                raise _Elsewhere  # a mirror answered: it may not hold what was just appended
             yield _lifted(reply, headers, stream)
     finally:
         # a read closed after its connection has nothing left to unsubscribe from

@@ -382,7 +382,9 @@ class JetStreamStore:
         namespace's kind: what debugging and appends read) takes batched direct gets
         instead (`eventstore/direct.py`): a couple of requests, where a consumer's set-up
         and its search past the last match grow with the stream. From the hot log only
-        with one replica, where a direct get cannot lag the leader."""
+        with one replica, where a direct get cannot lag the leader; an answer its archive
+        gave (a mirror answers its origin's direct gets, and may lag) is read again through
+        a consumer."""
         one = filters[0] if filters and len(filters) == 1 else None
         narrow = one is not None and one != subjects.ALL and not follow and start_time is None
         floor = await self.floor()
@@ -444,7 +446,11 @@ class JetStreamStore:
         self, stream: str, one: str, start_seq: int, until_seq: int | None
     ) -> AsyncGenerator[Msg, None]:
         """Direct gets while few are left, a consumer for a long rest."""
-        reader = direct.Reader(self.nc, stream, one, start_seq=start_seq, until_seq=until_seq)
+        # the hot log's archive is a mirror, which answers the hot log's direct gets too
+        mirrored = stream == self.stream and self.settings.archive
+        reader = direct.Reader(
+            self.nc, stream, one, start_seq=start_seq, until_seq=until_seq, mirrored=mirrored
+        )
         async with contextlib.aclosing(reader.messages()) as msgs:
             async for msg in msgs:
                 yield msg
