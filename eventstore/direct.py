@@ -14,12 +14,13 @@ first match may be: from a later start the server walks the blocks in between.
 A direct get may be answered by any replica of a replicated stream, which may lag the
 leader by what is in flight: the caller uses it where that cannot matter (the archive, or
 a stream of one replica). A mirror answers its origin's direct gets too (the server turns
-`mirror_direct` on for a mirror of a stream that allows them: the archive answers about a
-sixth of the hot log's), and a mirror lags by what it has not copied yet: an event just
+`mirror_direct` on for a mirror of a stream that allows them: the archive answered a
+sixth to a half of the hot log's here), and a mirror lags by what it has not copied yet: an event just
 appended, the very one a reader reacts to. An answer that names another stream than the
-one asked is therefore not used (`rest` says where a consumer, which reads the stream
-itself, goes on), nor is a "none" when the stream is `mirrored` (that answer names no
-stream)."""
+one asked is therefore not used: the request is sent again, and after `ATTEMPTS` answers
+none of which the stream gave, `rest` says where a consumer (which reads the stream
+itself) goes on. A "none" names no stream: on a `mirrored` stream it is asked again the
+same way."""
 
 from __future__ import annotations
 
@@ -35,6 +36,9 @@ from nats.js.errors import APIError
 
 MOST = 256  # matching messages left past which a consumer reads on (`Reader.rest`)
 TIMEOUT = 5.0  # seconds to wait for each message of a batch
+# a request a mirror answered is asked again, at most this often in all (about one answer
+# in two was the archive's on an idle server), before a consumer reads instead
+ATTEMPTS = 6
 
 
 class Reader:
@@ -62,22 +66,14 @@ class Reader:
         self.rest: int | None = None
 
     async def messages(self) -> AsyncGenerator[Msg, None]:
-        first: Msg | None = None
-        try:
-            async with contextlib.aclosing(self._batch(1)) as msgs:
-                async for msg in msgs:
-                    first = msg
-        except _Elsewhere:
+        first = await self._ask(1)
+        if first is None:
             self.rest = self.start_seq
             return
-        if first is None:
-            if self.mirrored:  # "none" names no stream: perhaps a mirror's, not yet copied
-                self.rest = self.start_seq
+        if not first or self._past(first[0]):
             return
-        if self._past(first):
-            return
-        yield first
-        left, seen = first.metadata.num_pending, first.metadata.sequence.stream
+        yield first[0]
+        left, seen = first[0].metadata.num_pending, first[0].metadata.sequence.stream
         if left > MOST:
             self.rest = seen + 1
             return
@@ -87,17 +83,30 @@ class Reader:
         # what matches from the stream's first sequence on through its per-subject index,
         # but from a later one by loading blocks (from a start in the stream's second half,
         # every block after it: ~2.6 s at 1,000,000 events with the blocks not in memory)
-        try:
-            async with contextlib.aclosing(self._batch(left + 1)) as msgs:
-                async for msg in msgs:
-                    if msg.metadata.sequence.stream <= seen:
-                        continue
-                    if self._past(msg):
-                        return
-                    seen = msg.metadata.sequence.stream
-                    yield msg
-        except _Elsewhere:
+        more = await self._ask(left + 1)
+        if more is None:
             self.rest = seen + 1
+            return
+        for msg in more:
+            if msg.metadata.sequence.stream <= seen:
+                continue
+            if self._past(msg):
+                return
+            yield msg
+
+    async def _ask(self, batch: int) -> list[Msg] | None:
+        """One request's messages as the stream itself gave them, asked again when a mirror
+        answered; None when none of `ATTEMPTS` answers can be trusted (on a `mirrored`
+        stream a "none" may be the mirror's too: it names no stream)."""
+        for _ in range(ATTEMPTS):
+            try:
+                async with contextlib.aclosing(self._batch(batch)) as msgs:
+                    got = [msg async for msg in msgs]
+            except _Elsewhere:
+                continue
+            if got or not self.mirrored:
+                return got
+        return None
 
     def _batch(self, batch: int) -> AsyncGenerator[Msg, None]:
         return _batch(self.nc, self.stream, self.subject_filter, self.start_seq, batch)
