@@ -12,8 +12,9 @@ Per size, on a fresh data dir under /tmp:
    is appended again and again through the JetStream adapter's connection (publish_async,
    in waves of interleaved lifecycles, `occurred_at` spread over a year) until the stream
    holds N events. Each copy gets its own names, uids and event ids; an id that names its
-   cause's stream sequence (`<service>/<seq>/<n>`) names the copy's cause, and causation and
-   correlation ids follow, so `why` walks a copy as it walks the original. `ALIVE` copies
+   cause's stream sequence (`<service>/<seq>/<n>`) names the copy's cause, causation and
+   correlation ids follow, and a cause's sequence (`causationSeq`) is the copy's of that
+   cause, so `why` walks a copy as it walks the original. `ALIVE` copies
    are kept at every size, spread over the year (stopped before their deletion: Halted VMs
    with up to a year behind them): the same cluster, younger or older; the others end (VM
    deleted, VMIs removed, migrations deleted). What the services would have left
@@ -253,6 +254,14 @@ class Copy:
         renamed = self.rename(eid.encode()).decode()
         return renamed if renamed != eid else f"{eid}~{self.k}"
 
+    def cause_seq(self, seq: int) -> int:
+        """The copy's sequence of the template's cause at `seq` (a cause outside the
+        template: the same event, at the same sequence; 0: its copy is not written)."""
+        i = self.t.seq_index.get(seq)
+        if i is None:
+            return seq
+        return self.seqs.get(i, 0)
+
     def event(self, i: int, seq: int) -> Event:
         """The copy of template event `i`, stored at `seq`."""
         self.seqs[i] = seq
@@ -263,6 +272,11 @@ class Copy:
         meta["correlationId"] = self.event_id(cm.correlation_id)
         if cm.causation_id:
             meta["causationId"] = self.event_id(cm.causation_id)
+        if cm.causation_seq:
+            meta.pop("causationSeq", None)
+            seq_of_cause = self.cause_seq(cm.causation_seq)
+            if seq_of_cause:
+                meta["causationSeq"] = seq_of_cause
         meta["occurredAt"] = self.base + (cm.occurred_at - self.t.t0)
         return decode(msgspec.json.encode(d))
 

@@ -8,7 +8,7 @@ same run on the same nats-server.
 - snapshot: saving the rebuilt views to the KV bucket, then `load_cluster` (snapshot + an
   empty tail) and a rebuild from a snapshot taken 10% before the end;
 - why: the causal chain of one VM (direct gets per hop) and a full scan of the stream
-  (the fallback when an id holds no sequence);
+  (the fallback for an effect written without its cause's sequence);
 - correlation: `events --correlation` of that chain's request through the index (the
   stream indexed first), against the full scan (its fallback without an index);
 - memory per VMI of the folded views, traced in a separate pass (tracemalloc is slow).
@@ -97,29 +97,36 @@ def _vm(name: str) -> dict[str, Any]:
 
 
 class _Ids:
-    """Unique event ids; causation chains follow each VM's lifecycle."""
+    """Unique event ids; causation chains follow each VM's lifecycle. `seq` counts the
+    metas made, which are appended in that order to a new stream: it is each event's stream
+    sequence, so a cause's is known when its effect is made (`causation_seq`)."""
 
     def __init__(self) -> None:
         self.seq = 0
+        self._seqs: dict[str, int] = {}  # event id → sequence, of the causes still to come
 
     def meta(self, kind: KindToken, name: str, by: str, cause: Meta | None, node: str = "") -> Meta:
         self.seq += 1
         ns = CLUSTER_SCOPE if kind == Kind.NODE else NS
         eid = f"{by}/e{self.seq}"
-        return Meta(
+        meta = Meta(
             event_id=eid,
             aggregate=Aggregate(kind=kind, namespace=ns, name=name),
             occurred_at=time.time(),
             correlation_id=cause.correlation_id if cause else eid,
             causation_id=cause.event_id if cause else "",
+            causation_seq=self._seqs.pop(cause.event_id, 0) if cause else 0,
             actor=Actor(service=by, node=node),
             node=node,
         )
+        self._seqs[eid] = self.seq
+        return meta
 
 
 def _lifecycle(ids: _Ids, i: int) -> Iterator[list[Event]]:
     """One VM's events, one list per step (the generator interleaves the steps of a wave).
-    Causation points at the previous step's event (sequence hints are not used here)."""
+    Causation points at the previous step's event by id and sequence (the ids name no
+    sequence)."""
     name = f"vm-{i}"
     node = f"node-{i % NODES}"
     target = f"node-{(i + 1) % NODES}"

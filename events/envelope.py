@@ -84,6 +84,7 @@ class Context:
             occurred_at=self.now,
             correlation_id=cm.correlation_id if cm else event_id,
             causation_id=cm.event_id if cm else "",
+            causation_seq=self.cause.seq if self.cause else 0,
             actor=Actor(service=self.service, node=self.node),
             node=node,
         )

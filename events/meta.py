@@ -96,7 +96,9 @@ class Meta(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
 
     `node` routes the event to one node's handler (it becomes the subject's last token),
     so a handler's consumer filters server-side to its own VMIs. `occurred_at` is epoch
-    seconds, set by the shell (deciders get the clock passed in).
+    seconds, set by the shell (deciders get the clock passed in). `causation_seq` is the
+    stream sequence of the event `causation_id` names (0: none, or not known when written):
+    `why` reads that cause with one get, without an index of ids.
     """
 
     event_id: str
@@ -106,3 +108,4 @@ class Meta(msgspec.Struct, frozen=True, rename="camel", omit_defaults=True):
     actor: Actor
     causation_id: str = ""
     node: str = ""
+    causation_seq: int = 0

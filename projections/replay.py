@@ -173,6 +173,7 @@ def event_json(s: Stored) -> JSON:
         "eventId": m.event_id,
         "correlationId": m.correlation_id,
         "causationId": m.causation_id,
+        **({"causationSeq": m.causation_seq} if m.causation_seq else {}),
         "occurredAt": iso(m.occurred_at),
         "aggregate": msgspec.to_builtins(m.aggregate),
         "actor": msgspec.to_builtins(m.actor),

@@ -5,18 +5,20 @@ changes with its VMI's events, so that is usually a handler's or the controller'
 From there causation ids lead back to the user's request. Finding a cause:
 
 1. the events already read for the object (its aggregate and the related ones);
-2. the cause's stream sequence is written in the effect's own event id
-   (`<service>/<cause seq>/<n>`, events/envelope.py: Context): one direct message get,
-   checked against the causation id;
-3. the index (`eventstore/index.py`): event id → sequence, then that get;
-4. otherwise (no index, or an id past what it covers) a scan of the stream backwards in
-   widening time windows before the effect (a minute, an hour, everything), indexing
-   every event id it passes.
+2. the cause's stream sequence the effect carries: its `causation_seq` (every effect
+   written since the field exists: events/envelope.py `Context`, the handler's records),
+   else the one an id names (`<service>/<cause seq>/<n>`, as `Context` writes ids); one
+   direct message get, checked against the causation id;
+3. for an event written before `causation_seq` existed: the id entries an index written
+   by earlier code holds (`eventstore/index.py`: event id → sequence), then that get;
+4. otherwise a scan of the stream backwards in widening time windows before the effect
+   (a minute, an hour, everything), indexing every event id it passes.
 
 A chain whose causes all sit in the object's related aggregates (the usual case) needs no
 lookup at all: at 1,000,000 events (bench/bench_history.py) `why` of one VM took ~13 ms,
-its aggregates read with two direct gets each (`eventstore/direct.py`). A full scan reads
-~24k events/s (bench/bench_replay.py), which is why 4. widens in steps.
+its aggregates read with two direct gets each (`eventstore/direct.py`); any other cause
+written with its sequence is one get more. A full scan reads ~24k events/s
+(bench/bench_replay.py), which is why 4. widens in steps.
 
 Timer decisions have no causation (a node's silence is not an event). For those the chain
 is linked by what the decision was about: a `VMIFailed(NodeUnresponsive)` to the latest
@@ -106,6 +108,14 @@ def with_latencies(hops: list[Hop]) -> list[Hop]:
     return out
 
 
+def cause_seqs(effect: Stored) -> list[int]:
+    """Where the effect says its cause is stored, best first: its `causation_seq`, then the
+    sequence its id names. Only sequences before the effect's own."""
+    meta = effect.event.meta
+    said = [meta.causation_seq, seq_hint(meta.event_id) or 0]
+    return [seq for seq in said if 0 < seq < effect.seq]
+
+
 class EventIndex:
     """Events by id, filled from what was read and from lookups in the stream."""
 
@@ -117,9 +127,8 @@ class EventIndex:
     async def find(self, event_id: str, effect: Stored) -> Stored | None:
         if event_id in self.by_id:
             return self.by_id[event_id]
-        hint = seq_hint(effect.event.meta.event_id)
-        if hint is not None and hint < effect.seq:
-            s = await self._get(hint)
+        for seq in dict.fromkeys(cause_seqs(effect)):
+            s = await self._get(seq)
             if s is not None and s.event.meta.event_id == event_id:
                 self.by_id[event_id] = s
                 return s
@@ -138,8 +147,8 @@ class EventIndex:
         return None
 
     async def _indexed(self, event_id: str) -> Stored | None:
-        """The event id index (`eventstore/index.py`): one get for the sequence, one for
-        the event."""
+        """The id entries an older index holds (`eventstore/index.py`): one get for the
+        sequence, one for the event."""
         index = self.store.index()
         if index is None:
             return None

@@ -67,11 +67,14 @@ def vmi_manifest(name: str, uid: str) -> dict[str, Any]:
 
 
 class Script:
-    """Appends events in order; `emit` returns the new event's position (= its seq)."""
+    """Appends events in order; `emit` returns the new event's position (= its seq). An
+    effect names its cause by id and by sequence (`causation_seq`), as the services write
+    them; `causation_seqs=False` writes them as before that field existed (id only)."""
 
-    def __init__(self, t0: float = T0) -> None:
+    def __init__(self, t0: float = T0, *, causation_seqs: bool = True) -> None:
         self.events: list[Event] = []
         self.t = t0
+        self.causation_seqs = causation_seqs
         self._outputs: dict[tuple[str, int], int] = {}
         self._requests = 0
 
@@ -109,6 +112,7 @@ class Script:
             occurred_at=self.t,
             correlation_id=corr,
             causation_id=causation,
+            causation_seq=cause if cause is not None and self.causation_seqs else 0,
             actor=Actor(service=by, node=on),
             node=route,
         )

@@ -81,6 +81,8 @@ def step_json(step: Step) -> JSON:
         "caused": [],
         "changes": [{"path": c.path, "before": c.before, "after": c.after} for c in step.changes],
     }
+    if m.causation_seq:
+        out["causationSeq"] = m.causation_seq
     if step.changes:
         out["object"] = step.rendered
     return out

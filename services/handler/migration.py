@@ -35,7 +35,6 @@ from typing import assert_never
 import msgspec
 
 from events.catalog import (
-    Event,
     Manifest,
     MetadataChanged,
     MigrationAborted,
@@ -93,6 +92,7 @@ class TargetJob(msgspec.Struct, kw_only=True):
     settings: MigrationSettings
     correlation_id: str = ""
     causation_id: str = ""
+    causation_seq: int = 0
     preparing: bool = False  # TargetPreparing
     outcome: str = ""  # "" | "succeeded" | "failed" (routed here by the source/controller)
     # in memory only (their events are routed away; re-appending them is a duplicate)
@@ -130,6 +130,7 @@ class SourceJob(msgspec.Struct, kw_only=True):
     target_pod_uid: str
     correlation_id: str = ""
     causation_id: str = ""
+    causation_seq: int = 0
     started: bool = False  # MigrationStarted
     progress_events: int = 0
     abort_requested: bool = False
@@ -225,10 +226,11 @@ def source_ended(ms: MigrationState, agg: Aggregate) -> None:
         del ms.sources[mkey]
 
 
-def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str | None:
+def fold(ms: MigrationState, records: NodeState, stored: Stored, node: str) -> str | None:
     """Fold one migration event into the state (mutates). Only events routed to `node`
     count, and the migration's end wherever it is routed. Returns the VMI key of a target
     job it touched, else None."""
+    event = stored.event
     agg = event.meta.aggregate
     if agg.kind != Kind.MIGRATION or not isinstance(event, MigrationEvent):
         return None
@@ -236,7 +238,7 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
         if isinstance(event, ENDS):
             source_ended(ms, agg)
         return None
-    corr, caus = event.meta.correlation_id, event.meta.event_id
+    corr, caus, caus_seq = event.meta.correlation_id, event.meta.event_id, stored.seq
     mkey = _key(agg)
     match event:
         case MigrationScheduled():
@@ -254,6 +256,7 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
                 settings=event.settings,
                 correlation_id=corr,
                 causation_id=caus,
+                causation_seq=caus_seq,
             )
             return vkey
         case TargetPrepared():
@@ -266,6 +269,7 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
                     target_pod_uid=event.target_pod_uid,
                     correlation_id=corr,
                     causation_id=caus,
+                    causation_seq=caus_seq,
                 )
             return None
     target = target_of(ms, agg)
@@ -288,6 +292,7 @@ def fold(ms: MigrationState, records: NodeState, event: Event, node: str) -> str
                         id_scope=target.target_pod_uid,
                         correlation_id=corr,
                         causation_id=caus,
+                        causation_seq=caus_seq,
                     )
             case MigrationFailed() | MigrationAborted():
                 if target.outcome == "":
@@ -445,6 +450,7 @@ def migration_meta(
     correlation_id: str = "",
     causation_id: str = "",
     aggregate: Aggregate | None = None,
+    causation_seq: int = 0,
 ) -> Meta:
     """`virt-handler-<node>/<migration uid>/<what>`, routed to `route`."""
     name = service_name(node)
@@ -454,6 +460,7 @@ def migration_meta(
         occurred_at=now,
         correlation_id=correlation_id or f"{name}/{migration.uid}",
         causation_id=causation_id,
+        causation_seq=causation_seq,
         actor=Actor(service=name, node=node),
         node=route,
     )
@@ -479,7 +486,16 @@ def plan_target(
     key = job.vmi_key
 
     def meta(what: str, route: str) -> Meta:
-        return migration_meta(m, node, what, route, now, job.correlation_id, job.causation_id)
+        return migration_meta(
+            m,
+            node,
+            what,
+            route,
+            now,
+            job.correlation_id,
+            job.causation_id,
+            causation_seq=job.causation_seq,
+        )
 
     if o is not None and o.uid != job.vmi_uid:
         return []  # an older VMI's launcher of the same name: the planner's orphan, not ours

@@ -159,6 +159,7 @@ class _Plan:
             j.correlation_id,
             j.causation_id,
             aggregate=aggregate,
+            causation_seq=j.causation_seq,
         )
 
     def step(self, stage: Stage, transfer: sim.Transfer | None = None) -> Note[MigrationNote]:

@@ -140,6 +140,7 @@ def handler_meta(r: VMIRecord, node: str, what: str, now: float) -> Meta:
         occurred_at=now,
         correlation_id=r.correlation_id or f"{name}/{r.uid}",
         causation_id=r.causation_id,
+        causation_seq=r.causation_seq,
         actor=Actor(service=name, node=node),
         node=node,
     )

@@ -135,11 +135,11 @@ class HandlerReactor:
 
     def evolve(self, state: HandlerState, stored: Stored) -> HandlerState:
         if stored.event.meta.aggregate.kind in _COPY_KINDS:
-            volumes.fold(state.copies, stored.event)
+            volumes.fold(state.copies, stored)
             return state
-        fold_event(state.records, stored.event)
+        fold_event(state.records, stored)
         migration.note_newer(state.migrations, stored)
-        migration.fold(state.migrations, state.records, stored.event, self.node)
+        migration.fold(state.migrations, state.records, stored, self.node)
         migration.note_seen(state.migrations, stored)
         if stored.event.meta.aggregate.kind == Kind.VMI:
             key = vmi_key(stored.event)

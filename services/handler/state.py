@@ -1,7 +1,8 @@
 """What a handler knows from its own node's events: the VMIs assigned to it.
 
-Pure: `fold_event(state, event)` folds one event routed to this node into the state (an
-event, not its stored envelope: the reactor's `evolve` takes that). The state is a plain
+Pure: `fold_event(state, stored)` folds one event routed to this node into the state (its
+stored envelope: a record keeps its cause's sequence, which the handler's appends carry as
+their `causation_seq`). The state is a plain
 dict keyed "ns/name" (a VMI aggregate); a PodScheduled with a new uid replaces the record
 of an earlier VMI of the same name (a VM restart creates a new VMI uid).
 """
@@ -45,6 +46,7 @@ from events.catalog import (
     VolumeAttached,
     VolumeDetached,
 )
+from events.envelope import Stored
 from events.meta import Kind
 
 DEFAULT_GRACE_SECONDS = 30
@@ -65,6 +67,7 @@ class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
     # the intent behind the handler's next events (correlation/causation of its appends)
     correlation_id: str = ""
     causation_id: str = ""
+    causation_seq: int = 0
     launcher_pid: int = 0  # LauncherStarted
     started: bool = False  # DomainStarted
     paused: bool = False  # the domain's pause state per DomainStarted/Paused/Resumed
@@ -152,9 +155,10 @@ def manifest_uid(manifest: Manifest) -> str:
     return str((manifest.get("metadata") or {}).get("uid") or "")
 
 
-def fold_event(state: NodeState, event: Event) -> NodeState:
+def fold_event(state: NodeState, stored: Stored) -> NodeState:
     """Fold one event of this node's stream into the state (mutates and returns `state`:
     the handler owns it alone, and copying per event would be waste)."""
+    event = stored.event
     agg = event.meta.aggregate
     if agg.kind != Kind.VMI or not isinstance(event, VMIEvent):
         return state  # a migration's events are `migration.fold`'s, copies `volumes.fold`'s
@@ -173,12 +177,17 @@ def fold_event(state: NodeState, event: Event) -> NodeState:
             pod_address=event.pod_address,
             correlation_id=event.meta.correlation_id,
             causation_id=event.meta.event_id,
+            causation_seq=stored.seq,
         )
         return state
     r = state.get(key)
     if r is None or (agg.uid and agg.uid != r.uid):
         return state  # an earlier VMI of the same name, or one never scheduled here
-    cause = {"correlation_id": event.meta.correlation_id, "causation_id": event.meta.event_id}
+    cause = {
+        "correlation_id": event.meta.correlation_id,
+        "causation_id": event.meta.event_id,
+        "causation_seq": stored.seq,
+    }
     match event:
         case LauncherStarted(pid=pid):
             r = msgspec.structs.replace(r, launcher_pid=pid)

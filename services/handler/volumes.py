@@ -24,11 +24,13 @@ from events.catalog import (
     VolumesCopied,
     VolumesCopyRequested,
 )
+from events.envelope import Stored
 from events.meta import Actor, Aggregate, Meta
 
 
 class CopyJob(msgspec.Struct, kw_only=True):
     request: VolumesCopyRequested
+    request_seq: int = 0  # its stream sequence: the answer's `causation_seq`
     running: bool = False
     done: bool = False
 
@@ -64,12 +66,14 @@ def job_key(agg: Aggregate) -> str:
     return f"{agg.kind}/{agg.namespace}/{agg.name}/{agg.uid}"
 
 
-def fold(jobs: Jobs, event: Event) -> None:
+def fold(jobs: Jobs, stored: Stored) -> None:
+    event = stored.event
     if not isinstance(event, ResourceEvent):
         return
     match event:
         case VolumesCopyRequested():
-            jobs.setdefault(job_key(event.meta.aggregate), CopyJob(request=event))
+            new = CopyJob(request=event, request_seq=stored.seq)
+            jobs.setdefault(job_key(event.meta.aggregate), new)
         case VolumesCopied():
             key = job_key(event.meta.aggregate)
             job = jobs.get(key)
@@ -121,6 +125,7 @@ def answer(jobs: Jobs, done: VolumesCopyDone, node: str, service: str, now: floa
         occurred_at=now,
         correlation_id=req.meta.correlation_id,
         causation_id=req.meta.event_id,
+        causation_seq=job.request_seq,
         actor=Actor(service=service, node=node),
         node=node,
     )

@@ -6,6 +6,7 @@ from msgspec.structs import replace
 
 from events.catalog import (
     DomainMigratedIn,
+    Event,
     MigrationAborted,
     MigrationFailed,
     MigrationScheduled,
@@ -14,7 +15,7 @@ from events.catalog import (
     TargetPrepared,
     TargetPreparing,
 )
-from events.envelope import Decision
+from events.envelope import Decision, Stored
 from events.meta import Actor, Aggregate, Kind, Meta
 from services.handler.effects import Launch, Observed, Send
 from services.handler.migration import (
@@ -23,11 +24,12 @@ from services.handler.migration import (
     TargetJob,
     TargetNoted,
     TargetOver,
-    fold,
     plan_target,
 )
+from services.handler.migration import fold as fold_stored
 from services.handler.planner import launch_manifest, plan
-from services.handler.state import NodeState, fold_event
+from services.handler.state import NodeState
+from services.handler.state import fold_event as fold_record
 from services.launcher.domain_state import DomainState
 from services.launcher.protocol import DomainStatus, Resume, Shutdown, Start
 from services.runtime.reactor import Note
@@ -47,6 +49,23 @@ def meta(node: str, n: int = 0) -> Meta:
     )
 
 
+SCHEDULED_SEQ = 7  # where scheduled() is stored: the target's appends name it their cause
+
+
+def stored(event: Event, seq: int) -> Stored:
+    return Stored(seq=seq, subject="", time=0.0, event=event)
+
+
+def fold(
+    ms: MigrationState, records: NodeState, event: Event, node: str, seq: int = 20
+) -> str | None:
+    return fold_stored(ms, records, stored(event, seq), node)
+
+
+def fold_event(records: NodeState, event: Event, seq: int = 30) -> NodeState:
+    return fold_record(records, stored(event, seq))
+
+
 def scheduled() -> MigrationScheduled:
     return MigrationScheduled(
         meta=meta("node-2"),
@@ -64,7 +83,7 @@ def scheduled() -> MigrationScheduled:
 
 def target_state() -> tuple[MigrationState, NodeState, TargetJob]:
     ms, records = MigrationState(), NodeState()
-    assert fold(ms, records, scheduled(), "node-2") == "default/vm1"
+    assert fold(ms, records, scheduled(), "node-2", SCHEDULED_SEQ) == "default/vm1"
     return ms, records, ms.targets["default/vm1"]
 
 
@@ -98,6 +117,8 @@ def test_target_prepares_spawns_then_starts_paused_and_reports_ready() -> None:
     assert noted == Note(TargetNoted("default/vm1", prepared=True))
     assert ready.event.meta.node == "node-1"  # routed to the source
     assert ready.event.target_address == "10.0.0.2" and ready.event.target_pod_uid == "tpod"
+    # caused by the MigrationScheduled: its id and its stream sequence (`why` gets it by that)
+    assert (ready.event.meta.causation_id, ready.event.meta.causation_seq) == ("e0", SCHEDULED_SEQ)
 
 
 def test_qemu_target_is_ready_once_its_launcher_waits() -> None:
@@ -126,9 +147,10 @@ def test_success_makes_an_ordinary_record_and_resumes_then_the_planner_takes_ove
     ms, records, job = target_state()
     job.preparing = True
     ok = MigrationSucceeded(meta=meta("node-2", 2), target_node="node-2", target_pod_uid="tpod")
-    fold(ms, records, ok, "node-2")
+    fold(ms, records, ok, "node-2", seq=9)
     r = records["default/vm1"]
     assert r.migrated_in and r.started and r.pod_uid == "tpod" and r.id_scope == "tpod"
+    assert (r.causation_id, r.causation_seq) == ("e2", 9)  # the handler's next appends' cause
     o = Observed(uid="vmi-uid", connected=True, pid=7, status=status(DomainState.PAUSED))
     assert plan_target(job, o, "node-2", False, "a", 5.0) == [Send("default/vm1", Resume())]
     o = replace(o, status=status(DomainState.RUNNING))

@@ -62,6 +62,13 @@ def test_defined_domain_reports_launcher_and_starts() -> None:
     assert [a.command for a in actions if isinstance(a, Send)] == [Start(paused=False)]
 
 
+def test_appends_name_the_records_cause_by_id_and_by_stream_sequence() -> None:
+    r = record(causation_id="virt-controller/pod/u1", causation_seq=17)
+    (started,) = events(plan(KEY, r, observed(DomainState.SHUTOFF), "n1", 0.0))
+    assert isinstance(started, LauncherStarted)
+    assert (started.meta.causation_id, started.meta.causation_seq) == ("virt-controller/pod/u1", 17)
+
+
 def test_running_domain_reported_once() -> None:
     r = record(launcher_pid=42)
     (ev,) = events(plan(KEY, r, observed(DomainState.RUNNING), "n1", 0.0))

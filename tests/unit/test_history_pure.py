@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from events.envelope import seq_hint
+from events.catalog import VMStartRequested
+from events.codec import decode, encode
+from events.envelope import Context, Stored, seq_hint
 from events.meta import CLUSTER_SCOPE, Aggregate, Kind
 from kinds.registry import REGISTRY
 from projections import replay
@@ -147,6 +149,22 @@ def test_seq_hint_reads_the_cause_sequence_from_service_ids() -> None:
     assert seq_hint("handler-node-1/7/2") == 7
     assert seq_hint("api/req-1/0") is None
     assert seq_hint("controller/unresponsive/node-3/180") is None
+
+
+def test_context_meta_names_its_cause_by_id_and_by_stream_sequence() -> None:
+    request = lifecycle().stored()[3]  # VMStartRequested, the api's (a random id)
+    assert isinstance(request.event, VMStartRequested) and request.seq == 4
+    keyed = Context("virt-controller", "", 5.0, request).meta(VMI1, key="create-vmi/u/1")
+    assert keyed.event_id == "virt-controller/create-vmi/u/1"  # names no sequence
+    assert (keyed.causation_id, keyed.causation_seq) == (request.event.meta.event_id, 4)
+    wire = encode(VMStartRequested(meta=keyed))
+    assert b'"causationSeq":4' in wire and decode(wire).meta.causation_seq == 4
+    # a decision no event caused (a timer's): neither, and nothing on the wire
+    timer = Context("virt-controller", "", 5.0, None).meta(VMI1, key="unresponsive/n/1")
+    assert (timer.causation_id, timer.causation_seq) == ("", 0)
+    assert b"causationSeq" not in encode(VMStartRequested(meta=timer))
+    unset = Stored(seq=9, subject="", time=0.0, event=VMStartRequested(meta=timer))
+    assert Context("c", "", 6.0, unset).meta(VMI1).causation_seq == 9
 
 
 def test_latencies_and_slowest_hop() -> None:
