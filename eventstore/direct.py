@@ -12,15 +12,15 @@ same search after its last delivery. For the same reason a read should start whe
 first match may be: from a later start the server walks the blocks in between.
 
 A direct get may be answered by any replica of a replicated stream, which may lag the
-leader by what is in flight: the caller uses it where that cannot matter (the archive, or
-a stream of one replica). A mirror answers its origin's direct gets too (the server turns
-`mirror_direct` on for a mirror of a stream that allows them: the archive answered a
-sixth to a half of the hot log's here), and a mirror lags by what it has not copied yet: an event just
-appended, the very one a reader reacts to. An answer that names another stream than the
-one asked is therefore not used: the request is sent again, and after `ATTEMPTS` answers
-none of which the stream gave, `rest` says where a consumer (which reads the stream
-itself) goes on. A "none" names no stream: on a `mirrored` stream it is asked again the
-same way."""
+leader by what is in flight: the caller uses it where that cannot matter (the archive,
+or a stream of one replica). A mirror answers its origin's direct gets too (the server
+turns `mirror_direct` on for a mirror of a stream that allows them: the archive answered
+a sixth to a half of the hot log's here), and a mirror lags by what it has not copied
+yet: an event just appended, the very one a reader reacts to. An answer that names
+another stream than the one asked is therefore not used: the request is sent again, and
+after `ATTEMPTS` answers none of which the stream gave, `rest` says where a consumer
+(which reads the stream itself) goes on. A "none" names no stream: on a `mirrored`
+stream it is asked again the same way."""
 
 from __future__ import annotations
 
