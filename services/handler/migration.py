@@ -135,6 +135,9 @@ class SourceJob(msgspec.Struct, kw_only=True):
     progress_events: int = 0
     abort_requested: bool = False
     failure: str = ""  # a MigrationFailed routed here while Running: its reason
+    # the last sequence of its migration's events folded here (its TargetPrepared at
+    # least): a read of the aggregate that ends before it is no answer (`observe`)
+    seen: int = 0
     # in memory
     stage: Stage = Stage.READ
     since: float = 0.0  # when the stage began (the waits of the handoff)
@@ -361,6 +364,16 @@ def note_newer(ms: MigrationState, stored: Stored) -> None:
         job.stage, job.view = Stage.READ, None
 
 
+def note_seen(ms: MigrationState, stored: Stored) -> None:
+    """An event of a source job's migration was folded: a read must reach it."""
+    agg = stored.event.meta.aggregate
+    if agg.kind != Kind.MIGRATION:
+        return
+    job = ms.sources.get(_key(agg))
+    if job is not None and (not agg.uid or job.migration.uid in ("", agg.uid)):
+        job.seen = max(job.seen, stored.seq)
+
+
 def observe(ms: MigrationState, obs: MigrationRead | MigrationCalled | MigrationReported) -> None:
     """Fold what the executors report of a source job's migration (mutates)."""
     job = ms.sources.get(obs.key)
@@ -370,7 +383,9 @@ def observe(ms: MigrationState, obs: MigrationRead | MigrationCalled | Migration
         case MigrationRead(view=view, scheduled=scheduled):
             if job.stage not in (Stage.READ, Stage.READING):
                 return
-            if obs.error:
+            # failed, or older than an event folded here (the very one that started the
+            # job, from a store that answered from behind): judged, it would end the job
+            if obs.error or (view is not None and view.version < job.seen):
                 job.stage, job.read_again_at = Stage.READ, obs.at + READ_RETRY
                 return
             job.stage, job.view, job.scheduled = Stage.JUDGE, view, scheduled

@@ -140,6 +140,7 @@ class HandlerReactor:
         fold_event(state.records, stored)
         migration.note_newer(state.migrations, stored)
         migration.fold(state.migrations, state.records, stored, self.node)
+        migration.note_seen(state.migrations, stored)
         if stored.event.meta.aggregate.kind == Kind.VMI:
             key = vmi_key(stored.event)
             target = state.migrations.targets.get(key)

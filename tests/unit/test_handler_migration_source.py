@@ -288,6 +288,27 @@ def test_a_failed_read_is_tried_again_a_second_later() -> None:
     assert settle(d, state, d.tick(state, ctx(6.1, d))) == [ReadMigration(MKEY, MIG)]
 
 
+def test_a_read_without_the_event_that_started_the_job_is_read_again() -> None:
+    """The job reads the migration because its TargetPrepared arrived: a read that ends
+    before it (a store answering from behind) says PreparingTarget, which judged would
+    end the job without a word and leave the migration in TargetReady for good."""
+    d, state = running_vmi()
+    assert deliver(d, state, prepared(), 12, 5.0) == [ReadMigration(MKEY, MIG)]
+    assert read(d, state, "PreparingTarget", 11, 5.1) == []
+    job = state.migrations.sources[MKEY]
+    assert job.stage is Stage.READ  # still there, to read again
+    assert d.wakeup(state) == 5.1 + READ_RETRY
+    assert settle(d, state, d.tick(state, ctx(6.1, d))) == [ReadMigration(MKEY, MIG)]
+    (start,) = read(d, state, "TargetReady", 12, 6.2)
+    assert isinstance(start, Decision) and isinstance(start.event, MigrationStarted)
+    assert start.expected == 12
+    # its MigrationStarted is back: a read without it is no answer either
+    deliver(d, state, MigrationStarted(meta=meta(MIG, NODE, 13)), 13, 6.3)
+    settle(d, state, d.tick(state, ctx(6.3, d)))
+    assert read(d, state, "TargetReady", 12, 6.4) == []  # not started a second time
+    assert state.migrations.sources[MKEY].stage is Stage.READ
+
+
 def succeeded_event(seq: int) -> MigrationSucceeded:
     """The source's own MigrationSucceeded, routed to the target, as the log holds it."""
     return MigrationSucceeded(meta=meta(MIG, TARGET, seq), target_node=TARGET, target_pod_uid="t")
