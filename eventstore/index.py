@@ -48,6 +48,7 @@ from events import subjects
 from events.meta import Kind
 from eventstore import direct
 from eventstore.settings import StreamSettings
+from eventstore.tasks import finish
 
 log = structlog.get_logger()
 PREFIX = "vidx"
@@ -256,9 +257,7 @@ class Indexer:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await finish(self._task)
 
     async def _run(self) -> None:
         delay = 0.1

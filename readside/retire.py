@@ -20,7 +20,6 @@ so."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 
 import structlog
@@ -29,6 +28,7 @@ from events import subjects
 from events.meta import Aggregate, Kind
 from eventstore import archive
 from eventstore.jetstream import JetStreamStore
+from eventstore.tasks import finish
 from projections.cluster import Cluster, view_key
 from projections.replay import gone
 
@@ -105,9 +105,7 @@ class Retirer:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await finish(self._task)
 
     async def _run(self) -> None:
         while True:

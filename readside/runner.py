@@ -23,6 +23,7 @@ from events.envelope import Stored
 from events.meta import Kind, KindToken
 from eventstore.checkpoints import Refused
 from eventstore.port import EventLog
+from eventstore.tasks import finish
 from kinds.registry import REGISTRY, Registry
 from projections import kube_events
 from projections.cluster import Cluster, view_key
@@ -132,9 +133,7 @@ class ProjectionRunner:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await finish(self._task)
         if self._saving is not None:
             with contextlib.suppress(Exception):
                 await self._saving

@@ -12,13 +12,13 @@ it stops at once and its process exits (`LeaseLost`), to come back as a standby.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Never
 
 from eventstore import heartbeats
 from eventstore.jetstream import JetStreamStore
 from eventstore.lease import Lease
 from eventstore.settings import StreamSettings
+from eventstore.tasks import finish
 from services.controller.checkpoint import ControllerCodec
 from services.controller.node_health import HeartbeatSeen, Observation, WatchStarted
 from services.controller.reactor import ControllerReactor
@@ -97,9 +97,7 @@ class ControllerService:
             await self._run_active()
         finally:
             lost = keeping.done() and not keeping.cancelled()
-            keeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await keeping
+            await finish(keeping)
             if not lost:
                 await self.lease.release()
         if lost:
@@ -120,9 +118,7 @@ class ControllerService:
         try:
             await self.shell.run()
         finally:
-            watching.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watching
+            await finish(watching)
 
     async def _watch(self, kv: heartbeats.KeyValue) -> None:
         while True:

@@ -39,6 +39,7 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.port import Delivery as Message
 from eventstore.port import EventLog, Undecodable
 from eventstore.settings import StreamSettings
+from eventstore.tasks import finish
 from services.runtime import metrics as m
 from services.runtime.acks import INFRASTRUCTURE, Acks
 from services.runtime.append_window import AppendWindow
@@ -59,18 +60,6 @@ log = structlog.get_logger()
 MIN_WAKEUP_GAP = 0.01  # a wakeup the decider keeps in the past cannot spin the timer
 
 __all__ = ["ServiceShell", "Unordered", "finish", "run_process", "serve"]
-
-
-async def finish(task: asyncio.Task[None]) -> None:
-    """Cancel `task` and wait until it has ended. Cancelled again while it runs on: on
-    Python 3.11 asyncio.wait_for swallows a cancel that arrives as what it awaits
-    completes (the task goes on as if never cancelled), and a single cancel then waited
-    for good; a handler's stop hung on its timer that way."""
-    while not task.done():
-        task.cancel()
-        await asyncio.wait({task}, timeout=0.1)
-    if not task.cancelled():
-        task.exception()  # retrieved: an error of a companion at stop is not news
 
 
 class ServiceShell(Generic[S, A, Ob]):
