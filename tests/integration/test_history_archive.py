@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from events import subjects
-from events.catalog import MigrationAbortRequested, NodeCordoned, VMDeleted, VMStartRequested
+from events.catalog import Event, MigrationAbortRequested, NodeCordoned, VMDeleted, VMStartRequested
 from events.meta import Aggregate, Kind
 from eventstore import archive, direct
 from eventstore.jetstream import JetStreamStore
@@ -32,6 +32,19 @@ async def mirrored(store: JetStreamStore) -> None:
     async with asyncio.timeout(10):
         while await archive.archived_upto(store.js, store.stream) < last:  # noqa: ASYNC110
             await asyncio.sleep(0.02)
+
+
+async def append_ended(store: JetStreamStore) -> list[Event]:
+    """The scenario's lifecycle with its VM deleted and its migration ended, appended and
+    mirrored into the archive; its events."""
+    s = lifecycle()
+    s.emit(VMDeleted, Kind.VM, "vm1", by="api", dt=1.0)
+    s.emit(MigrationAbortRequested, Kind.MIGRATION, "mig1", by="api", dt=1.0)
+    s.emit(NodeCordoned, Kind.NODE, "node-1", by="api", dt=1.0)  # the floor passes the ends
+    for ev in s.events:
+        await store.append(ev)
+    await mirrored(store)
+    return s.events
 
 
 async def retire_ended(
@@ -55,13 +68,7 @@ async def test_an_ended_vm_leaves_the_hot_log_and_is_read_from_the_archive(
     archived: JetStreamStore,
 ) -> None:
     store = archived
-    s = lifecycle()
-    s.emit(VMDeleted, Kind.VM, "vm1", by="api", dt=1.0)
-    s.emit(MigrationAbortRequested, Kind.MIGRATION, "mig1", by="api", dt=1.0)
-    s.emit(NodeCordoned, Kind.NODE, "node-1", by="api", dt=1.0)  # the floor passes the ends
-    for ev in s.events:
-        await store.append(ev)
-    await mirrored(store)
+    events = await append_ended(store)
     before = {
         "why": await causality.why(store, VM1),
         "replay": await timetravel.aggregate_replay(store, VM1),
@@ -72,9 +79,9 @@ async def test_an_ended_vm_leaves_the_hot_log_and_is_read_from_the_archive(
     }
     await retire_ended(store, lambda cluster: "default/vm1" not in cluster.vms)  # ended
     hot = await store.js.stream_info(store.stream)
-    assert hot.state.messages < len(s.events) // 3  # only the nodes' events are left
+    assert hot.state.messages < len(events) // 3  # only the nodes' events are left
     assert (await store.js.stream_info(archive.archive_name(store.stream))).state.messages == len(
-        s.events
+        events
     )
     for agg in (VM1, VMI1):
         scope = subjects.aggregate_filter(agg.kind, agg.namespace, agg.name)

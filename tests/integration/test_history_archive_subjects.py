@@ -13,7 +13,6 @@ import pytest
 from nats.js.api import StorageType, StreamConfig, StreamSource
 
 from events import subjects
-from events.catalog import MigrationAbortRequested, NodeCordoned, VMDeleted
 from events.codec import event_type
 from events.meta import Kind
 from eventstore import archive
@@ -23,7 +22,13 @@ from projections.views_codec import encode_views
 from readside import causality, timetravel
 from tests.debug_scenario import NS, lifecycle
 from tests.integration.conftest import archiving
-from tests.integration.test_history_archive import VM1, VMI1, mirrored, retire_ended
+from tests.integration.test_history_archive import (
+    VM1,
+    VMI1,
+    append_ended,
+    mirrored,
+    retire_ended,
+)
 
 
 @pytest.fixture(params=["collapsed", "full"])
@@ -92,18 +97,12 @@ async def test_an_archived_vm_reads_with_its_events_subjects_from_either_archive
     either: tuple[JetStreamStore, str],
 ) -> None:
     store, made = either
-    s = lifecycle()
-    s.emit(VMDeleted, Kind.VM, "vm1", by="api", dt=1.0)
-    s.emit(MigrationAbortRequested, Kind.MIGRATION, "mig1", by="api", dt=1.0)
-    s.emit(NodeCordoned, Kind.NODE, "node-1", by="api", dt=1.0)  # the floor passes the ends
-    for ev in s.events:
-        await store.append(ev)
-    await mirrored(store)
+    events = await append_ended(store)
 
-    full = {subjects.event_subject(e.meta.aggregate, event_type(e), e.meta.node) for e in s.events}
+    full = {subjects.event_subject(e.meta.aggregate, event_type(e), e.meta.node) for e in events}
     aggregates = {
         subjects.aggregate_filter(a.kind, a.namespace, a.name)[:-1] + archive.COLLAPSED
-        for a in (e.meta.aggregate for e in s.events)
+        for a in (e.meta.aggregate for e in events)
     }
     info = await store.js.stream_info(archive.archive_name(store.stream), subjects_filter=">")
     assert set(info.state.subjects or {}) == (aggregates if made == "collapsed" else full)
@@ -116,7 +115,7 @@ async def test_an_archived_vm_reads_with_its_events_subjects_from_either_archive
     store._floor = (0.0, 0)  # read the floor now
     assert await store.floor() > 0
     hot = await store.js.stream_info(store.stream)
-    assert hot.state.messages < len(s.events) // 3  # the VM's life is read from the archive
+    assert hot.state.messages < len(events) // 3  # the VM's life is read from the archive
 
     after = await reads(store)
     for name, value in before.items():
