@@ -103,7 +103,7 @@ class _Ids:
 
     def __init__(self) -> None:
         self.seq = 0
-        self._seqs: dict[str, int] = {}  # event id → sequence, of the causes still to come
+        self._seqs: dict[str, int] = {}  # event id → sequence
 
     def meta(self, kind: KindToken, name: str, by: str, cause: Meta | None, node: str = "") -> Meta:
         self.seq += 1
@@ -115,7 +115,7 @@ class _Ids:
             occurred_at=time.time(),
             correlation_id=cause.correlation_id if cause else eid,
             causation_id=cause.event_id if cause else "",
-            causation_seq=self._seqs.pop(cause.event_id, 0) if cause else 0,
+            causation_seq=self._seqs.get(cause.event_id, 0) if cause else 0,
             actor=Actor(service=by, node=node),
             node=node,
         )
