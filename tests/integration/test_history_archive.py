@@ -64,12 +64,9 @@ async def retire_ended(
         await runner.stop()
 
 
-async def test_an_ended_vm_leaves_the_hot_log_and_is_read_from_the_archive(
-    archived: JetStreamStore,
-) -> None:
-    store = archived
-    events = await append_ended(store)
-    before = {
+async def vm1_reads(store: JetStreamStore) -> dict[str, object]:
+    """What the debugging reads say of vm1's life: the same before and after it is archived."""
+    return {
         "why": await causality.why(store, VM1),
         "replay": await timetravel.aggregate_replay(store, VM1),
         "vmi": [x.seq for x in await store.load(VMI1)],
@@ -77,6 +74,14 @@ async def test_an_ended_vm_leaves_the_hot_log_and_is_read_from_the_archive(
         "at": encode_views(await timetravel.cluster_at(store, seq=15)),
         "get": await store.get(3),
     }
+
+
+async def test_an_ended_vm_leaves_the_hot_log_and_is_read_from_the_archive(
+    archived: JetStreamStore,
+) -> None:
+    store = archived
+    events = await append_ended(store)
+    before = await vm1_reads(store)
     await retire_ended(store, lambda cluster: "default/vm1" not in cluster.vms)  # ended
     hot = await store.js.stream_info(store.stream)
     assert hot.state.messages < len(events) // 3  # only the nodes' events are left
@@ -90,14 +95,7 @@ async def test_an_ended_vm_leaves_the_hot_log_and_is_read_from_the_archive(
     assert await store.last_seq(VM1) == 0  # a new VM of that name starts afresh
     store._floor = (0.0, 0)  # read the floor now
     assert await store.floor() > 0
-    after = {
-        "why": await causality.why(store, VM1),
-        "replay": await timetravel.aggregate_replay(store, VM1),
-        "vmi": [x.seq for x in await store.load(VMI1)],
-        "full": encode_views(await timetravel.cluster_at(store)),
-        "at": encode_views(await timetravel.cluster_at(store, seq=15)),
-        "get": await store.get(3),
-    }
+    after = await vm1_reads(store)
     assert after == before
 
 
