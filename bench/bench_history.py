@@ -91,7 +91,8 @@ from eventstore.kv import JsBucket
 from eventstore.settings import StreamSettings
 from ops.nats_server import find_binary
 from projections.replay import Step
-from readside import causality, retire, timetravel, verify
+from readside import causality, timetravel, verify
+from services.upkeep import retire
 
 NS = "default"
 TEMPLATE = "histtmplvm"  # distinctive: replaced by each copy's name wherever it occurs
@@ -681,7 +682,7 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
         await asyncio.sleep(0.5)
     mirrored = time.perf_counter()
     print(f"archive caught up {mirrored - saved:.1f} s later", flush=True)
-    retirer = retire.Retirer(store, lambda: views, pace=0.0)
+    retirer = retire.Retirer(store, retire.ClusterViews(lambda: views), pace=0.0)
     await retirer.round()
     retired = time.perf_counter()
     print(

@@ -298,6 +298,25 @@ def up(
                 env=bus.env("controller") if bus else {},
             )
         )
+    for i in range(1, controllers + 1):  # the log's upkeep: one active, as controllers
+        uport = free_port()
+        specs.append(
+            ServiceSpec(
+                name="upkeep" if i == 1 else f"upkeep-{i}",
+                module="services.upkeep",
+                args=(
+                    "--nats-url",
+                    nats_url,
+                    "--metrics-port",
+                    str(uport),
+                    "--identity",
+                    f"upkeep-{i}",
+                    *metrics_args,
+                ),
+                metrics_url=f"{scheme}://127.0.0.1:{uport}/metrics",
+                env=bus.env("upkeep") if bus else {},
+            )
+        )
     for node in node_names:
         hport = free_port()
         specs.append(

@@ -24,7 +24,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Sequence
 
@@ -44,6 +43,7 @@ from nats.js.kv import KeyValue
 from events import subjects
 from events.catalog import Event
 from events.codec import event_type
+from events.meta import Aggregate
 from eventstore import checkpoints
 from eventstore.kv import make_bucket
 from eventstore.settings import StreamSettings
@@ -133,10 +133,30 @@ def _overlap(p: str, q: str) -> bool:
     return len(a) == len(b)
 
 
+class PendingEnd(msgspec.Struct, frozen=True):
+    """A terminal event below the floor whose aggregate has not left the hot log yet (not
+    ended, or its last events still in the hot window)."""
+
+    aggregate: Aggregate
+    uid: str
+    seq: int
+
+    @classmethod
+    def of(cls, agg: Aggregate, seq: int) -> PendingEnd:
+        return cls(Aggregate(kind=agg.kind, namespace=agg.namespace, name=agg.name), agg.uid, seq)
+
+    @property
+    def scope(self) -> str:
+        a = self.aggregate
+        return subjects.aggregate_filter(a.kind, a.namespace, a.name)
+
+
 class Floor(msgspec.Struct, frozen=True):
     stream: str
     floor: int  # the hot log holds every event from here on; before it, read the archive
     at: float = 0.0
+    # the retirer's work found under the floor and not done yet: a restart resumes it
+    pending: tuple[PendingEnd, ...] = ()
 
 
 async def ensure(
@@ -185,31 +205,46 @@ async def trimmable(js: JetStreamContext, stream: str) -> bool:
 
 async def read_floor(js: JetStreamContext, stream: str) -> int:
     """The hot log's floor (0: never trimmed: the hot log is complete)."""
+    return (await read_floor_record(js, stream)).floor
+
+
+async def read_floor_record(js: JetStreamContext, stream: str) -> Floor:
+    """The floor with the retirer's pending work (floor 0: never trimmed)."""
     try:
         kv = await js.key_value(checkpoints.BUCKET)
     except (BucketNotFoundError, NotFoundError):
-        return 0
-    return await floor_in(kv, stream)
+        return Floor(stream, 0)
+    return await _record_in(kv, stream)
 
 
 async def floor_in(kv: KeyValue, stream: str) -> int:
     """`read_floor` from the bucket's handle (one get)."""
+    return (await _record_in(kv, stream)).floor
+
+
+async def _record_in(kv: KeyValue, stream: str) -> Floor:
     try:
         entry = await kv.get(f"{FLOOR_KEY}.{stream}")
     except (BucketNotFoundError, KeyNotFoundError, NotFoundError):
-        return 0
+        return Floor(stream, 0)
     try:
         f = msgspec.json.decode(entry.value or b"", type=Floor)
     except (msgspec.DecodeError, msgspec.ValidationError):
-        return 0
-    return f.floor if f.stream == stream else 0
+        return Floor(stream, 0)
+    return f if f.stream == stream else Floor(stream, 0)
 
 
 async def write_floor(
-    js: JetStreamContext, stream: str, floor: int, settings: StreamSettings
+    js: JetStreamContext,
+    stream: str,
+    floor: int,
+    settings: StreamSettings,
+    *,
+    pending: Sequence[PendingEnd] = (),
 ) -> None:
     kv = await make_bucket(js, checkpoints.BUCKET, settings, checkpoints.DESCRIPTION)
-    await kv.put(f"{FLOOR_KEY}.{stream}", msgspec.json.encode(Floor(stream, floor, time.time())))
+    record = Floor(stream, floor, time.time(), tuple(pending))
+    await kv.put(f"{FLOOR_KEY}.{stream}", msgspec.json.encode(record))
 
 
 async def retire(js: JetStreamContext, stream: str, aggregate_filter: str, end: int) -> None:
@@ -232,8 +267,10 @@ async def acked_floor(js: JetStreamContext, stream: str) -> int:
 
 
 async def last_of(js: JetStreamContext, stream: str, scope: str, at_least: int) -> int:
-    """The last sequence of the subjects `scope` matches, at least `at_least`."""
-    with contextlib.suppress(Exception):
+    """The last sequence of the subjects `scope` matches, at least `at_least` (a scope with
+    nothing left in the hot log: `at_least`)."""
+    try:
         msg = await js.get_last_msg(stream, scope)
-        return max(int(msg.seq or 0), at_least)
-    return at_least
+    except NotFoundError:
+        return at_least
+    return max(int(msg.seq or 0), at_least)

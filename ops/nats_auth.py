@@ -5,6 +5,8 @@ One user per service (docs/SECURITY.md has the table and how to use it in a real
 - `api`: appends any event (it is where intents become events), serves the NATS intents
   (`virt-api.>`, answering any requester), owns the streams, the snapshot bucket and the
   idempotency keys' bucket;
+- `upkeep`: the debugging index, the archive's creation, the hot log's floor and its
+  purges; no event, no intent;
 - `controller`: appends any event; its consumer, the dead-letter subject, heartbeats read,
   the active/standby lease;
 - `handler-<node>`: appends only VMI events routed to its node, its node's own events,
@@ -30,7 +32,7 @@ from collections.abc import Iterable
 import msgspec
 
 from events.subjects import token
-from eventstore import archive, checkpoints, heartbeats, keyed, lease
+from eventstore import archive, checkpoints, heartbeats, index, keyed, lease
 
 JS = "$JS.API"
 # what no service needs: removing streams, messages or other services' consumers
@@ -92,11 +94,9 @@ def api_user(password: str, stream: str = "VIRT") -> NatsUser:
         Permissions(
             (
                 "virt.>",
-                "vidx.>",  # the debugging indexes it keeps (eventstore/index.py)
                 f"{JS}.>",
                 f"$KV.{keyed.BUCKET}.>",  # the idempotency keys every api replica shares
                 *own_checkpoint(checkpoints.API_VIEWS),
-                *own_checkpoint(archive.FLOOR_KEY),  # the hot log's floor
                 "$JS.FC.>",
                 "$JS.ACK.>",
             )
@@ -123,6 +123,33 @@ def controller_user(password: str) -> NatsUser:
             JS_DESTRUCTIVE,
         ),
         Permissions((_own_inbox("controller"),)),
+    )
+
+
+def upkeep_user(password: str, stream: str = "VIRT") -> NatsUser:
+    """The log's upkeep: writes the index, creates the archive, records the floor and
+    purges the hot log (only it); appends no event and serves no intent."""
+    return NatsUser(
+        "upkeep",
+        password,
+        Permissions(
+            (
+                "vidx.>",  # the debugging index (eventstore/index.py)
+                *JS_READ,
+                f"{JS}.STREAM.CREATE.{index.stream_name(stream)}",
+                f"{JS}.STREAM.CREATE.{archive.archive_name(stream)}",
+                f"{JS}.STREAM.CREATE.KV_{checkpoints.BUCKET}",
+                f"{JS}.STREAM.CREATE.KV_{lease.BUCKET}",
+                f"{JS}.STREAM.CREATE.{stream}",  # whoever starts first creates the streams
+                f"{JS}.STREAM.CREATE.{stream}_DLQ",
+                f"{JS}.STREAM.PURGE.{stream}",  # ended aggregates leave the hot log
+                f"{JS}.CONSUMER.LIST.{stream}",  # the durable consumers' ack floors
+                f"{JS}.STREAM.MSG.GET.>",
+                f"$KV.{lease.BUCKET}.>",  # the active/standby lease
+                *own_checkpoint(archive.FLOOR_KEY),  # the hot log's floor
+            ),
+        ),
+        Permissions((_own_inbox("upkeep"),)),
     )
 
 
@@ -193,6 +220,7 @@ def users(nodes: Iterable[str], passwords: dict[str, str] | None = None) -> list
     out = [
         api_user(pw("api")),
         controller_user(pw("controller")),
+        upkeep_user(pw("upkeep")),
         reader_user(pw("reader")),
         scripts_user(pw("scripts")),
         admin_user(pw("admin")),

@@ -15,14 +15,12 @@ import uvicorn
 from nats.js.api import StorageType
 
 from core.names import SOCKET_NAME_MAX
-from eventstore import archive, checkpoints, connection
+from eventstore import checkpoints, connection
 from eventstore.connection import ConnectOptions, connect_service
-from eventstore.index import Indexer
 from eventstore.jetstream import JetStreamStore
 from eventstore.keyed import JetStreamKeyedRecords
 from eventstore.settings import StreamSettings
 from kinds.registry import REGISTRY
-from readside.retire import Retirer
 from readside.runner import WATCH_HISTORY, ProjectionRunner
 from services.api import prometheus_proxy
 from services.api.app import create_app
@@ -91,17 +89,8 @@ async def serve(
     # the same intents over NATS request-reply (writers only: a replica in the queue
     # group would be handed writes it must refuse)
     over_nats = None if read_only else await serve_intents(nc, api, guard)
-    # the debugging indexes (eventstore/index.py): kept by the writer, not by each replica
-    indexer = None if read_only else Indexer(store)
-    if indexer is not None:
-        await indexer.start()
-    # the complete archive, and ended aggregates out of the hot log (eventstore/archive.py)
-    retirer = None
-    if not read_only and store.settings.archive:
-        s = store.settings
-        await archive.ensure(store.js, s.name, replicas=s.replicas, storage=s.storage)
-        retirer = Retirer(store, lambda: runner.cluster)
-        await retirer.start()
+    # the index, the archive and the hot log's trimming are the upkeep service's
+    # (services/upkeep/): none of it answers a user
     server = uvicorn.Server(
         server_config(app, host=host, port=port, tls=tls, log_level="warning", lifespan="on")
     )
@@ -110,10 +99,6 @@ async def serve(
     finally:
         if over_nats is not None:
             await over_nats.stop()
-        if indexer is not None:
-            await indexer.stop()
-        if retirer is not None:
-            await retirer.stop()
         await runner.stop()
         await nc.drain()
 

@@ -6,6 +6,7 @@ commands' reader appends nothing."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Iterator
 
 import nats
@@ -164,3 +165,41 @@ async def test_a_debug_command_without_credentials_says_so_in_one_line(
     assert result.exit_code == 1
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "refused the credentials" in lines[0], result.output
+
+
+async def test_the_upkeep_user_keeps_the_log_and_appends_nothing(
+    secured: tuple[NatsServer, dict[str, nats_auth.NatsUser]], admin_store: JetStreamStore
+) -> None:
+    """The upkeep service as its own user: it indexes, creates the archive, records the
+    floor and purges ended aggregates from the hot log, and may append no event."""
+    from services.upkeep.service import UpkeepService
+    from tests.integration.test_history_archive import append_ended
+
+    server, users = secured
+    upkeep = await connect(server, users["upkeep"])
+    js = admin_store.js
+    try:
+        store = JetStreamStore(upkeep.nc, admin_store.settings)
+        service = UpkeepService(store, window=0, step=1, interval=0.05)
+        task = asyncio.create_task(service.run())
+        try:
+            async with asyncio.timeout(10):
+                while not service.active:  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+            await append_ended(admin_store)  # mirrored into the archive upkeep made
+            async with asyncio.timeout(15):
+                while service.retirer.retired < 3:  # noqa: ASYNC110
+                    await asyncio.sleep(0.02)
+            assert service.indexer.upto == await admin_store.stream_last_seq()
+        finally:
+            service.stop()
+            await task
+        subject = "virt.vmi.default.x.DomainStarted.node-1"
+        await upkeep.nc.publish(subject, b"{}")
+        await upkeep.nc.flush()
+        assert await upkeep.refused(subject)
+    finally:
+        await upkeep.nc.close()
+        for name in ("VIRT_ARCHIVE", "VIRT_INDEX", "KV_virt-checkpoints"):
+            with contextlib.suppress(Exception):
+                await js.delete_stream(name)

@@ -1,6 +1,6 @@
 """`virtstream events --correlation ID` on a real nats-server: every event one request
 caused, read through the debugging index (eventstore/index.py) up to its `upto`, from the
-log after it, and from the archive for a VM retired from the hot log (readside/retire.py);
+log after it, and from the archive for a VM retired from the hot log (services/upkeep/retire.py);
 without an index, the same answer from a scan."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The archive and the bounded hot log (eventstore/archive.py, readside/retire.py) on a real
+"""The archive and the bounded hot log (eventstore/archive.py, services/upkeep/retire.py) on a real
 nats-server: an ended VM's events leave the hot log, the archive keeps them, and `why`,
 `replay`, `events --aggregate` (load), time travel and a full rebuild (what `verify
 --full` folds) read them transparently and answer as before."""
@@ -18,8 +18,8 @@ from eventstore.jetstream import JetStreamStore
 from projections.cluster import Cluster
 from projections.views_codec import encode_views
 from readside import causality, timetravel
-from readside.retire import Retirer
 from readside.runner import ProjectionRunner
+from services.upkeep.retire import ClusterViews, Retirer
 from tests.debug_scenario import NS, lifecycle
 from tests.factories import meta
 
@@ -56,7 +56,7 @@ async def retire_ended(
     await runner.start()
     try:
         assert before(runner.cluster)
-        retirer = Retirer(store, lambda: runner.cluster, window=0, step=1)
+        retirer = Retirer(store, ClusterViews(lambda: runner.cluster), window=0, step=1)
         await retirer.start()
         await retirer.stop()  # its rounds are driven here
         assert await retirer.round() == 3  # the VM, its VMI's life, the migration

@@ -150,7 +150,7 @@ def test_a_restart_within_half_a_second_waits_for_the_reaper_and_is_left_alone(
             until(lambda: all_running(http, launchers, run_dir), 120, "the VMs running again")
             until(lambda: not pid_alive(reaper), 40, "the reaper done")
             ours = recorded(data_dir)
-            assert set(ours) == {"nats-server", "api", "controller",
+            assert set(ours) == {"nats-server", "api", "controller", "upkeep",
                                  "handler node-1", "handler node-2"}  # fmt: skip
             time.sleep(2)  # whatever the killed run's reaper did, it has done by now
             said = new.said()

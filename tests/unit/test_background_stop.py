@@ -13,8 +13,8 @@ import pytest
 
 from eventstore.index import Indexer
 from projections.cluster import Cluster
-from readside.retire import Retirer
 from readside.runner import ProjectionRunner
+from services.upkeep.retire import ClusterViews, Retirer
 
 
 async def _stubborn() -> None:
@@ -33,7 +33,7 @@ def _runner() -> Any:
 
 
 def _retirer() -> Any:
-    return Retirer(cast(Any, None), Cluster)
+    return Retirer(cast(Any, None), ClusterViews(Cluster))
 
 
 @pytest.mark.parametrize(

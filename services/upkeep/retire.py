@@ -1,0 +1,235 @@
+"""Ended aggregates leave the hot log (`eventstore/archive.py`): a writer of the log's
+upkeep, run by the upkeep service (`services/upkeep/service.py`).
+
+A round, every few seconds:
+1. the new floor: the lowest of the archive's last sequence, what the views the retirer
+   asks have folded and the durable consumers' ack floors, less the hot window (`window`
+   events stay in the hot log whatever they are);
+2. the ended aggregates whose terminal events lie between the old floor and the new one
+   are found, and the floor is recorded with every one of them not yet retired (its
+   `pending`), so a restart resumes them; then those that have ended are purged from the
+   hot log up to their end. "Ended" is read from the subjects, whose last token but one
+   is the event type, so finding them reads only the terminal events between the two
+   floors: a VMI's life ends at `VMIRemoved`; a VM at `VMDeleted` once the VM is gone
+   from the views; a migration, a policy or another resource once its deletion was
+   requested and the object is gone (a migration deleted while it runs ends when it is
+   final: it waits in `pending` until then). Each check asks the views (`Views`), folded
+   past the floor.
+
+A hot log that denies purges (made before the archive) is never trimmed; one line says
+so."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import structlog
+
+from events import subjects
+from events.meta import Aggregate, Kind
+from eventstore import archive
+from eventstore.archive import PendingEnd
+from eventstore.jetstream import JetStreamStore
+from eventstore.port import EventLog
+from eventstore.tasks import finish
+from projections.cluster import Cluster, view_key
+from projections.replay import gone
+
+log = structlog.get_logger()
+WINDOW = 10_000  # events the hot log keeps whatever they are
+INTERVAL = 5.0  # seconds between rounds
+STEP = 1_000  # the floor moves in steps at least this large
+# a pause after each purge: a purge is a write the server fsyncs, and a round after a long
+# time (an upgrade) purges thousands; the services' own requests go first
+PACE = 0.005
+
+# the terminal event types, as subject filters
+TERMINAL = [
+    f"{subjects.PREFIX}.{Kind.VMI}.*.*.VMIRemoved.*",
+    f"{subjects.PREFIX}.{Kind.VM}.*.*.VMDeleted.*",
+    f"{subjects.PREFIX}.{Kind.MIGRATION}.*.*.MigrationAbortRequested.*",
+    f"{subjects.PREFIX}.{Kind.POLICY}.*.*.PolicyDeleted.*",
+    f"{subjects.PREFIX}.*.*.*.ResourceDeleted.*",  # every generic kind's
+]
+
+
+class Views(Protocol):
+    """What the retirer asks of the views: how far they have folded, and one aggregate's
+    view as folded (None: nothing of that name)."""
+
+    def upto(self) -> int: ...
+
+    async def view(self, agg: Aggregate) -> Any: ...
+
+
+class ClusterViews:
+    """The views of a `Cluster` folded in the same process (tests, benchmarks)."""
+
+    def __init__(self, cluster: Callable[[], Cluster]) -> None:
+        self.cluster = cluster
+
+    def upto(self) -> int:
+        return self.cluster().last_seq
+
+    async def view(self, agg: Aggregate) -> Any:
+        return self.cluster().table(agg.kind).get(view_key(agg))
+
+
+class LoadedViews:
+    """One aggregate's view folded from its own events, on demand: the upkeep service folds
+    no cluster (a check costs one aggregate's load, made only for an ended candidate and
+    again only once the aggregate has new events). A VM's view is folded with its VMI's
+    events: the VMI's removal is what lets a deleted VM go; every other kind's end is in
+    its own events."""
+
+    def __init__(self, store: EventLog, upto: Callable[[], int]) -> None:
+        self.store = store
+        self._upto = upto
+
+    def upto(self) -> int:
+        return self._upto()
+
+    async def view(self, agg: Aggregate) -> Any:
+        events = await self.store.load(agg)
+        if agg.kind == Kind.VM:  # a VM's view joins its VMI's life (deleted: gone with it)
+            vmi = Aggregate(kind=Kind.VMI, namespace=agg.namespace, name=agg.name)
+            events = sorted([*events, *await self.store.load(vmi)], key=lambda s: s.seq)
+        c = Cluster()
+        for s in events:
+            c.apply(s)
+        return c.table(agg.kind).get(view_key(agg))
+
+
+def ended(view: Any, agg: Aggregate, uid: str) -> str:
+    """Whether the object whose terminal event was seen has ended: "" (not yet),
+    "replaced" (another of the same name lives: its life ended at the terminal event) or
+    "gone" (nothing of that name: the aggregate's last event ends it; a later one of the
+    same name lands after everything folded so far). A VMI's life ends at its removal (the
+    next VMI of a VM has the same name)."""
+    if agg.kind == Kind.VMI:
+        return "replaced"
+    if view is None or gone(view):
+        return "gone"
+    return "replaced" if uid and getattr(view, "uid", uid) != uid else ""
+
+
+class Retirer:
+    def __init__(
+        self,
+        store: JetStreamStore,
+        views: Views,
+        *,
+        window: int = WINDOW,
+        interval: float = INTERVAL,
+        step: int = STEP,
+        pace: float = PACE,
+    ) -> None:
+        self.store = store
+        self.views = views
+        self.window = window
+        self.interval = interval
+        self.step = step
+        self.pace = pace
+        self.floor = 0
+        self.retired = 0
+        self.pending: dict[str, PendingEnd] = {}  # aggregate filter → its terminal event
+        # aggregate filter → its last sequence when last found not ended: asked again
+        # only once the aggregate has news
+        self._checked: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> bool:
+        """Resume from the recorded floor and its pending work; False when the hot log
+        denies purges (then nothing runs)."""
+        js = self.store.js
+        if not await archive.trimmable(js, self.store.stream):
+            log.warning(
+                "the event stream denies purges (made before the archive): it is archived "
+                "but not trimmed",
+                stream=self.store.stream,
+            )
+            return False
+        recorded = await archive.read_floor_record(js, self.store.stream)
+        self.floor = recorded.floor
+        self.pending = {p.scope: p for p in recorded.pending}
+        self._task = asyncio.create_task(self._run(), name="retirer")
+        return True
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await finish(self._task)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.round()
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # the next round tries again
+                log.warning("retiring ended aggregates failed", error=repr(e))
+            await asyncio.sleep(self.interval)
+
+    async def round(self, folded: int | None = None) -> int:
+        """One round; returns how many aggregates left the hot log."""
+        js, stream = self.store.js, self.store.stream
+        upto = min(
+            await archive.archived_upto(js, stream),
+            self.views.upto(),
+            await archive.acked_floor(js, stream),
+        )
+        if folded is not None:
+            upto = min(upto, folded)
+        new = upto - self.window
+        if new >= self.floor + self.step or (new > self.floor and self.pending):
+            async for s in self.store.replay(
+                TERMINAL, start_seq=max(1, self.floor), until_seq=new - 1, raw=True
+            ):
+                p = PendingEnd.of(s.event.meta.aggregate, s.seq)
+                self.pending[p.scope] = p
+            self.floor = new
+            # the floor and the work under it, before anything under it is purged
+            await archive.write_floor(
+                js, stream, new, self.store.settings, pending=list(self.pending.values())
+            )
+        retired = 0
+        for scope, p in list(self.pending.items()):
+            agg = p.aggregate
+            if agg.kind != Kind.VMI:
+                last = await self._last(scope, p.seq)
+                news = await self._news(agg, last)
+                if self._checked.get(scope) == news:
+                    continue  # not ended when last asked, and nothing new since
+                how = ended(await self.views.view(agg), agg, p.uid)
+            else:
+                last, news, how = p.seq, 0, "replaced"
+            if not how:
+                self._checked[scope] = news
+                continue
+            end = p.seq if how == "replaced" else last
+            if end >= self.floor:
+                continue  # its last events are still in the window: a later round
+            await archive.retire(js, stream, scope, end)
+            del self.pending[scope]
+            self._checked.pop(scope, None)
+            retired += 1
+            await asyncio.sleep(self.pace)
+        if retired:  # the record holds only what is left to do
+            await archive.write_floor(
+                js, stream, self.floor, self.store.settings, pending=list(self.pending.values())
+            )
+        self.retired += retired
+        return retired
+
+    async def _news(self, agg: Aggregate, last: int) -> int:
+        """What changes when the aggregate's view may have: its last sequence, and for a VM
+        its VMI's too (whose removal lets a deleted VM go)."""
+        if agg.kind != Kind.VM:
+            return last
+        vmi = subjects.aggregate_filter(Kind.VMI, agg.namespace, agg.name)
+        return max(last, await self._last(vmi, 0))
+
+    async def _last(self, scope: str, at_least: int) -> int:
+        """The aggregate's last sequence (its deletion's when it is the last)."""
+        return await archive.last_of(self.store.js, self.store.stream, scope, at_least)
