@@ -1,8 +1,8 @@
 """The controller's checkpoint: what it folds from the log, as bytes (pure).
 
 The cluster's views and the bookkeeping folded beside them; not the heartbeats (they come
-from the KV bucket, not the log) nor the placement index (derived from the views on
-load). `SCHEMA` changes with any of these shapes and with `FOLD_VERSION`."""
+from the KV bucket, not the log) nor the placement and dependents indexes (derived from the
+views on load). `SCHEMA` changes with any of these shapes and with `FOLD_VERSION`."""
 
 from __future__ import annotations
 
@@ -51,4 +51,5 @@ class ControllerCodec:
             eviction_blocked={(a, b) for a, b in c.eviction_blocked},
         )
         state.index.rebuild(state.cluster)
+        state.dependents.rebuild(state.cluster)
         return state

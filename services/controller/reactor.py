@@ -17,7 +17,8 @@ from events import subjects
 from events.catalog import Event
 from events.envelope import Context, Decision, Stored
 from events.meta import Aggregate, Kind, ResourceKind
-from projections.cluster import key, view_key
+from projections.cluster import Cluster, key, view_key
+from projections.views import ResourceView
 from services.controller import (
     backoff,
     clone,
@@ -45,6 +46,9 @@ class _Scope:
     vms: set[str] = field(default_factory=set)  # "ns/name"
     vmis: set[str] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
+    # replica sets, pools, snapshots, restores, clones, exports: (kind, "ns/name");
+    # None: all of them (a tick)
+    owned: set[tuple[str, str]] | None = None
 
 
 class ControllerReactor:
@@ -59,6 +63,7 @@ class ControllerReactor:
         cluster_nodes: frozenset[str] | None = None,
         export_key: bytes | None = None,
         export_url: str = "",
+        indexed: bool = True,
     ) -> None:
         self.node_timeout = node_timeout
         #: the nodes the cluster runs, when known (`virtstream up`); None: any may return
@@ -68,6 +73,10 @@ class ControllerReactor:
         #: what export tokens are derived from, and the api's URL its links name
         self.export_key = export_key
         self.export_url = export_url
+        #: an event reconciles only the sets, snapshots, restores, clones and exports it
+        #: concerns (services/controller/dependents.py); False: all of them, the full pass
+        #: the index must agree with (its property test)
+        self.indexed = indexed
 
     def filters(self) -> Sequence[str]:
         # every kind, as the one filter that says so: JetStream walks every subject of
@@ -114,6 +123,8 @@ class ControllerReactor:
                     scope.vms.add(k)
             case _:
                 pass  # migrations and policies: decided cluster-wide in _decide
+        if self.indexed:
+            scope.owned = state.dependents.concerned(state.cluster, agg)
         collect = isinstance(stored.event, gc.TRIGGERS)
         return self._decide(state, scope, ctx, check_nodes=False, collect=collect)
 
@@ -121,6 +132,10 @@ class ControllerReactor:
         c = state.cluster
         scope = _Scope(vms=set(c.vms), vmis=set(c.vmis), nodes=set(c.nodes))
         return self._decide(state, scope, ctx, check_nodes=True, collect=True)
+
+    @staticmethod
+    def _owned(c: Cluster, scope: _Scope, kind: str) -> list[ResourceView]:
+        return _owned_of(c, scope, kind)
 
     def _decide(
         self,
@@ -153,21 +168,20 @@ class ControllerReactor:
             # backoff first: a failed start must be on record before the VMI is replaced
             out += backoff.reconcile(vm, c.vmi_of_vm(vm), ctx, self.backoff)
             out += run_strategy.reconcile(state, vm, ctx)
-        # replica sets and pools are few: every pass looks at all of them
+        # replica sets, pools, snapshots, restores, clones, exports: those the event
+        # concerns (a content whose snapshot is gone is the garbage collector's)
         sets: list[Decision] = []
-        for rs in c.resources[ResourceKind.VMIRS].values():
+        for rs in self._owned(c, scope, ResourceKind.VMIRS):
             sets += replicas.reconcile_replicaset(c, rs, ctx)
-        for pool in c.resources[ResourceKind.VMPOOL].values():
+        for pool in self._owned(c, scope, ResourceKind.VMPOOL):
             sets += replicas.reconcile_pool(c, pool, ctx)
-        # snapshots and restores too (the finished ones decide nothing; a content whose
-        # snapshot is gone is the garbage collector's)
-        for snap in c.resources[ResourceKind.SNAPSHOT].values():
+        for snap in self._owned(c, scope, ResourceKind.SNAPSHOT):
             sets += snapshot.reconcile_snapshot(c, snap, ctx)
-        for restore in c.resources[ResourceKind.RESTORE].values():
+        for restore in self._owned(c, scope, ResourceKind.RESTORE):
             sets += snapshot.reconcile_restore(c, restore, ctx)
-        for vm_clone in c.resources[ResourceKind.CLONE].values():
+        for vm_clone in self._owned(c, scope, ResourceKind.CLONE):
             sets += clone.reconcile_clone(c, vm_clone, ctx)
-        for vm_export in c.resources[ResourceKind.EXPORT].values():
+        for vm_export in self._owned(c, scope, ResourceKind.EXPORT):
             sets += export.reconcile_export(
                 c, vm_export, ctx, key_=self.export_key, base_url=self.export_url
             )
@@ -178,6 +192,16 @@ class ControllerReactor:
         out += evacuation.reconcile(state, ctx, self.migrations)
         out += scheduler.schedule_pending(c, ctx, reserved, state.index)
         return [Decision(ev) for ev in _unique(out)] + sets
+
+
+def _owned_of(c: Cluster, scope: _Scope, kind: str) -> list[ResourceView]:
+    """The objects of `kind` the pass reconciles: all on a tick, else those the event
+    concerns (sorted: a pass is deterministic)."""
+    table = c.resources[kind]
+    if scope.owned is None:
+        return list(table.values())
+    keys = sorted(k for kd, k in scope.owned if kd == kind)
+    return [table[k] for k in keys if k in table]
 
 
 def _unique(events: Iterable[Event]) -> list[Event]:
