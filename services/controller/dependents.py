@@ -74,12 +74,12 @@ class Dependents:
     def touched(self, cluster: Cluster, touched: Iterable[Touched]) -> None:
         for kind, k in touched:
             if kind in OWN:
-                self._object(kind, k, cluster.resources[kind].get(k))
+                self._object(kind, k, cluster.resources.get(kind, {}).get(k))
 
     def rebuild(self, cluster: Cluster) -> None:
         self.__init__()  # type: ignore[misc]
         for kind in OWN:
-            for k, view in cluster.resources[kind].items():
+            for k, view in cluster.resources.get(kind, {}).items():  # (adds no table)
                 self._object(kind, k, view)
 
     def _object(self, kind: str, k: str, view: ResourceView | None) -> None:
