@@ -53,6 +53,9 @@ nats_headers.install()
 
 
 REDELIVERY_HEADER = "Virt-Redelivery-Of"  # the original stream sequence of a retried event
+# an idle ordered consumer hears from the server this often: every beat wakes the reader,
+# so a cluster at rest pays it per follower (the api, the upkeep, the heartbeat watch)
+IDLE_HEARTBEAT = 5.0
 
 
 def _stored(msg: Msg) -> Stored:
@@ -546,7 +549,7 @@ class JetStreamStore:
             stream=stream,
             ordered_consumer=True,
             config=cfg,
-            idle_heartbeat=2.0,
+            idle_heartbeat=IDLE_HEARTBEAT,
             pending_msgs_limit=0,
             pending_bytes_limit=0,
         )

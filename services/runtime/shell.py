@@ -37,7 +37,7 @@ from events.envelope import Context, Decision, Stored
 from eventstore.connection import connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.port import Delivery as Message
-from eventstore.port import EventLog, Undecodable
+from eventstore.port import Consumer, EventLog, Undecodable
 from eventstore.settings import StreamSettings
 from eventstore.tasks import finish
 from services.runtime import metrics as m
@@ -58,6 +58,10 @@ Ob = TypeVar("Ob", default=Never)  # observations from it
 log = structlog.get_logger()
 
 MIN_WAKEUP_GAP = 0.01  # a wakeup the decider keeps in the past cannot spin the timer
+# how long an idle consumer's pull waits at the server: each expiry is a request and a
+# wakeup on both sides, so a cluster at rest costs what its services' polls cost (a stop
+# cancels the wait)
+IDLE_FETCH = 5.0
 
 __all__ = ["ServiceShell", "Unordered", "finish", "run_process", "serve"]
 
@@ -95,6 +99,7 @@ class ServiceShell(Generic[S, A, Ob]):
         self.filters = list(reactor.filters())
         self.ready = False
         self._stop = asyncio.Event()
+        self._waiting: asyncio.Future[list[Message]] | None = None  # an idle fetch
         self._lock = asyncio.Lock()  # one decision at a time
         self.log = log.bind(service=reactor.name, node=node or None)
         self.folding = Folding(reactor.evolve, reactor.initial_state(), self.log)
@@ -320,7 +325,7 @@ class ServiceShell(Generic[S, A, Ob]):
                 started()
             while not self._stop.is_set():
                 try:
-                    msgs = await consumer.fetch(timeout=min(self.tick_interval, 1.0))
+                    msgs = await self._fetch(consumer)
                 except TimeoutError:
                     # nothing deliverable: the backlog is empty (and the series exists
                     # from the first idle poll, not only after the first batch)
@@ -387,13 +392,30 @@ class ServiceShell(Generic[S, A, Ob]):
         f.forget(self.upto, holds)
         cp.take(self.upto, dict(f.versions), saved)
 
+    async def _fetch(self, consumer: Consumer) -> list[Message]:
+        """The next deliveries: at once while there is a backlog; else a long wait, which
+        a stop ends (a message it had pulled is redelivered to the next incarnation)."""
+        if consumer.pending > 0:
+            return await consumer.fetch(timeout=min(self.tick_interval, 1.0))
+        self._waiting = asyncio.ensure_future(consumer.fetch(timeout=IDLE_FETCH))
+        try:
+            return await self._waiting
+        except asyncio.CancelledError:
+            if self._stop.is_set() and self._waiting.cancelled():
+                return []
+            raise
+        finally:
+            self._waiting = None
+
     def _fail(self, e: BaseException) -> None:
         """Stop the process after the message in hand: its restart starts afresh."""
         self.fatal = self.fatal or e
-        self._stop.set()
+        self.stop()
 
     def stop(self) -> None:
         self._stop.set()
+        if self._waiting is not None:
+            self._waiting.cancel()
 
 
 def install_signal_handlers(stop: Callable[[], None]) -> None:
