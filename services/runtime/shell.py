@@ -36,8 +36,8 @@ from events import subjects
 from events.envelope import Context, Decision, Stored
 from eventstore.connection import connect_service
 from eventstore.jetstream import JetStreamStore
-from eventstore.port import Delivery as Message
 from eventstore.port import Consumer, EventLog, Undecodable
+from eventstore.port import Delivery as Message
 from eventstore.settings import StreamSettings
 from eventstore.tasks import finish
 from services.runtime import metrics as m
