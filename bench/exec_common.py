@@ -503,13 +503,13 @@ class Memory:
 
 
 def start_profilers(up: Up, out: Path) -> list[subprocess.Popen[bytes]]:
-    """py-spy (if installed; not a project dependency) on api, controller and node-1's
+    """py-spy (if installed; not a project dependency) on api, controller, upkeep and node-1's
     handler for the create phase: flame graphs in `out`."""
     out.mkdir(parents=True, exist_ok=True)
     spy = Path(sys.executable).parent / "py-spy"
     svcs = up.services()
     procs = []
-    for name in ("api", "controller", "handler node-1"):
+    for name in ("api", "controller", "handler node-1", "upkeep"):
         txt = out / f"{name.replace(' ', '-')}.txt"
         procs.append(
             subprocess.Popen(

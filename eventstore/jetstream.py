@@ -53,9 +53,10 @@ nats_headers.install()
 
 
 REDELIVERY_HEADER = "Virt-Redelivery-Of"  # the original stream sequence of a retried event
-# an idle ordered consumer hears from the server this often: every beat wakes the reader,
-# so a cluster at rest pays it per follower (the api, the upkeep, the heartbeat watch)
-IDLE_HEARTBEAT = 5.0
+# an idle ordered consumer hears from the server this often; missed beats are how its
+# reader learns of a server lost under it (a stream leader killed: the api's fold resumes
+# on another within a request's timeout only at 2 s)
+IDLE_HEARTBEAT = 2.0
 
 
 def _stored(msg: Msg) -> Stored:
