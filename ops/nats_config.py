@@ -83,9 +83,10 @@ def local_cluster(
     host: str = "127.0.0.1",
     sync_interval: str = "always",
     client_ports: list[int] | None = None,
+    monitoring: bool = True,
 ) -> list[ServerSettings]:
-    """`size` servers clustered on this machine: free client, monitoring and route ports,
-    a store dir each under `base_dir/<name>`."""
+    """`size` servers clustered on this machine: free client, monitoring (unless not
+    `monitoring`) and route ports, a store dir each under `base_dir/<name>`."""
     route_ports = [free_port(host) for _ in range(size)]
     routes = tuple(f"nats-route://{host}:{p}" for p in route_ports)
     ports = client_ports or [free_port(host) for _ in range(size)]
@@ -94,7 +95,7 @@ def local_cluster(
             name=f"virtstream-{i + 1}",
             host=host,
             port=ports[i],
-            http_port=free_port(host),
+            http_port=free_port(host) if monitoring else 0,
             store_dir=str(base_dir / f"nats-{i + 1}"),
             sync_interval=sync_interval,
             cluster=ClusterSettings(host=host, port=route_ports[i], routes=routes),
