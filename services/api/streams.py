@@ -173,6 +173,21 @@ async def _refuse(send: Send, err: ApiError) -> None:
     await send({"type": "websocket.http.response.body", "body": body})
 
 
+async def answer_without_upgrade(send: Send, resolve: Callable[[], Target]) -> None:
+    """A request without a WebSocket upgrade hears what KubeVirt checks first, the VMI's
+    refusal ("No serial consoles are present.", "VMI is not running"), else 400: a
+    browser, which cannot read a refused upgrade's answer, asks this way to say why."""
+    try:
+        resolve()
+        err = bad_request("websocket expected")
+    except ApiError as e:
+        err = e
+    body = _json.encode(msgspec.to_builtins(err.status))
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": err.code, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def _subprotocol(scope: Scope) -> str | None:
     offered = [p.strip() for p in scope.get("subprotocols") or []]
     return SUBPROTOCOL if SUBPROTOCOL in offered else (offered[0] if offered else None)

@@ -1,12 +1,24 @@
 // The guest in the page: its serial console (xterm.js) and its screen (noVNC), each over
 // the api's WebSocket (KubeVirt's `console` and `vnc` subresources, the token carried as a
-// subprotocol), and a screenshot (`vnc/screenshot`).
+// subprotocol), and a screenshot (`vnc/screenshot`). A browser cannot read why an upgrade
+// was refused: the same path asked without one answers the api's refusal, shown as worded.
 
 import { ApiError, SUB, request, websocketProtocols, websocketURL } from './api.js';
 import { clear, h } from './dom.js';
 
 function vmiPath(ns, name, what) {
   return `${SUB}/namespaces/${ns}/virtualmachineinstances/${name}/${what}`;
+}
+
+async function refusal(ns, name, what) {
+  // what the api says to this path without an upgrade: KubeVirt's checks of the VMI (its
+  // refusal), else 400 "websocket expected" (then the socket itself failed: not said here)
+  try {
+    await request(vmiPath(ns, name, what));
+  } catch (e) {
+    if (e instanceof ApiError && !(e.code === 400 && e.message === 'websocket expected')) return e.line;
+  }
+  return '';
 }
 
 function socket(ns, name, what) {
@@ -45,13 +57,19 @@ export class SerialConsole {
     this.ws = ws;
     const encoder = new TextEncoder();
     ws.onopen = () => {
+      this.screen.hidden = false;
       this.status.textContent = `Connected to the serial console of ${this.ns}/${this.name}`;
       this.status.dataset.state = 'open';
       this.term.focus();
     };
     ws.onmessage = (ev) => this.term.write(new Uint8Array(ev.data));
-    ws.onclose = (ev) => {
+    let opened = false;
+    ws.addEventListener('open', () => { opened = true; });
+    ws.onclose = async (ev) => {
       if (this.ws !== ws) return;
+      const refused = opened ? '' : await refusal(this.ns, this.name, 'console');
+      if (this.ws !== ws) return;
+      if (refused) { this.refused(refused); return; }
       this.status.dataset.state = 'closed';
       this.status.replaceChildren(`Disconnected${ev.reason ? `: ${ev.reason}` : ''} `,
         h('button', { class: 'link', onclick: () => this.connect() }, 'reconnect'));
@@ -59,6 +77,15 @@ export class SerialConsole {
     this.input = this.input || this.term.onData((data) => {
       if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(encoder.encode(data));
     });
+  }
+
+  refused(line) {
+    // the api's refusal instead of an empty terminal
+    this.status.dataset.state = 'refused';
+    this.status.className = 'error';
+    this.status.setAttribute('role', 'alert');
+    this.status.replaceChildren(line, ' ', h('button', { class: 'link', onclick: () => { this.status.className = 'muted'; this.connect(); } }, 'try again'));
+    this.screen.hidden = true;
   }
 
   stop() {
@@ -85,7 +112,18 @@ export class Vnc {
     this.rfb = new RFB(this.screen, ws, { shared: true });
     this.rfb.scaleViewport = true;
     this.rfb.addEventListener('connect', () => { this.status.textContent = `Connected to the screen of ${this.ns}/${this.name}`; this.status.dataset.state = 'open'; });
-    this.rfb.addEventListener('disconnect', (ev) => {
+    let opened = false;
+    this.rfb.addEventListener('connect', () => { opened = true; });
+    this.rfb.addEventListener('disconnect', async (ev) => {
+      const refused = opened ? '' : await refusal(this.ns, this.name, 'vnc');
+      if (refused) {
+        this.status.dataset.state = 'refused';
+        this.status.className = 'error';
+        this.status.setAttribute('role', 'alert');
+        this.status.textContent = refused;
+        this.screen.hidden = true;
+        return;
+      }
       this.status.dataset.state = 'closed';
       this.status.textContent = ev.detail.clean ? 'Disconnected' : 'The connection to the screen failed or was refused';
     });

@@ -1,7 +1,7 @@
 // The console's entry: the token (login form, or `#token=` taken into this tab's storage),
 // the pages routed in the browser under /ui/, and the navigation between them.
 
-import { ApiError, discovery, getJSON, session } from './api.js';
+import { ApiError, discovery, session } from './api.js';
 import { clear, h, link } from './dom.js';
 
 const main = document.getElementById('main');
@@ -57,13 +57,11 @@ function markNav() {
   }
 }
 
-async function metricsServed() {
-  try {
-    await getJSON('/prometheus/api/v1/status/buildinfo');
-    return true;
-  } catch {
-    return false;
-  }
+function metricsServed() {
+  // the api names its Prometheus relay in the page it serves: none, no Metrics page (and
+  // nothing asked of a Prometheus that is not there)
+  const meta = document.querySelector('meta[name="virtstream-metrics"]');
+  return Boolean(meta && meta.content);
 }
 
 function buildNav() {
@@ -72,7 +70,7 @@ function buildNav() {
   out.hidden = !session.token;
   out.onclick = () => { session.clear(); location.assign('/ui/'); };
   markNav();
-  metricsServed().then((yes) => { if (yes) { nav.append(link('/ui/metrics', 'Metrics')); markNav(); } });
+  if (metricsServed()) { nav.append(link('/ui/metrics', 'Metrics')); markNav(); }
 }
 
 function loginForm(message) {
