@@ -490,6 +490,12 @@ VMI_SUBRESOURCES = "/apis/subresources.kubevirt.io/v1/namespaces/{ns:str}/virtua
 
 def _stream(channel: streams.Channel | Literal["portforward"]) -> Any:
     async def stream(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":  # KubeVirt's answer to a request without an upgrade
+            body = _json.encode(msgspec.to_builtins(bad_request("websocket expected").status))
+            await send({"type": "http.response.start", "status": 400,
+                        "headers": [(b"content-type", b"application/json")]})  # fmt: skip
+            await send({"type": "http.response.body", "body": body})
+            return
         params = scope["path_params"]
         api: ApiService = scope["app"].state["api"]
         tls = scope["app"].state.get("console_tls")
@@ -501,9 +507,6 @@ def _stream(channel: streams.Channel | Literal["portforward"]) -> Any:
                 return streams.forward_target(api.cluster, ns, name, port, protocol, bool(tls))
             return streams.target(api.cluster, ns, name, channel, bool(tls))
 
-        if scope["type"] != "websocket":  # KubeVirt's checks, then its "websocket expected"
-            await streams.answer_without_upgrade(send, resolve)
-            return
         await streams.relay(
             scope,
             receive,

@@ -1,7 +1,8 @@
 // The guest in the page: its serial console (xterm.js) and its screen (noVNC), each over
 // the api's WebSocket (KubeVirt's `console` and `vnc` subresources, the token carried as a
 // subprotocol), and a screenshot (`vnc/screenshot`). A browser cannot read why an upgrade
-// was refused: the same path asked without one answers the api's refusal, shown as worded.
+// was refused: the api tells a browser in the close instead (code 4000 + the HTTP status,
+// the Status's message as the reason), shown as worded.
 
 import { ApiError, SUB, request, websocketProtocols, websocketURL } from './api.js';
 import { clear, h } from './dom.js';
@@ -10,15 +11,21 @@ function vmiPath(ns, name, what) {
   return `${SUB}/namespaces/${ns}/virtualmachineinstances/${name}/${what}`;
 }
 
-async function refusal(ns, name, what) {
-  // what the api says to this path without an upgrade: KubeVirt's checks of the VMI (its
-  // refusal), else 400 "websocket expected" (then the socket itself failed: not said here)
-  try {
-    await request(vmiPath(ns, name, what));
-  } catch (e) {
-    if (e instanceof ApiError && !(e.code === 400 && e.message === 'websocket expected')) return e.line;
-  }
-  return '';
+const REASONS = { 400: 'BadRequest', 403: 'Forbidden', 404: 'NotFound', 409: 'Conflict', 500: 'InternalError', 503: 'ServiceUnavailable' };
+
+function refusal(ev) {
+  // the api's refusal carried by the close ('' for any other end), as its Status line
+  if (ev.code < 4000 || ev.code >= 5000) return '';
+  const code = ev.code - 4000;
+  return `${REASONS[code] || 'Error'} (${code}): ${ev.reason}`;
+}
+
+function refuse(status, screen, line) {
+  status.dataset.state = 'refused';
+  status.className = 'error';
+  status.setAttribute('role', 'alert');
+  status.replaceChildren(line);
+  screen.hidden = true;
 }
 
 function socket(ns, name, what) {
@@ -63,13 +70,14 @@ export class SerialConsole {
       this.term.focus();
     };
     ws.onmessage = (ev) => this.term.write(new Uint8Array(ev.data));
-    let opened = false;
-    ws.addEventListener('open', () => { opened = true; });
-    ws.onclose = async (ev) => {
+    ws.onclose = (ev) => {
       if (this.ws !== ws) return;
-      const refused = opened ? '' : await refusal(this.ns, this.name, 'console');
-      if (this.ws !== ws) return;
-      if (refused) { this.refused(refused); return; }
+      const refused = refusal(ev);
+      if (refused) {
+        refuse(this.status, this.screen, refused);
+        this.status.append(' ', h('button', { class: 'link', onclick: () => { this.status.className = 'muted'; this.connect(); } }, 'try again'));
+        return;
+      }
       this.status.dataset.state = 'closed';
       this.status.replaceChildren(`Disconnected${ev.reason ? `: ${ev.reason}` : ''} `,
         h('button', { class: 'link', onclick: () => this.connect() }, 'reconnect'));
@@ -77,15 +85,6 @@ export class SerialConsole {
     this.input = this.input || this.term.onData((data) => {
       if (this.ws && this.ws.readyState === WebSocket.OPEN) this.ws.send(encoder.encode(data));
     });
-  }
-
-  refused(line) {
-    // the api's refusal instead of an empty terminal
-    this.status.dataset.state = 'refused';
-    this.status.className = 'error';
-    this.status.setAttribute('role', 'alert');
-    this.status.replaceChildren(line, ' ', h('button', { class: 'link', onclick: () => { this.status.className = 'muted'; this.connect(); } }, 'try again'));
-    this.screen.hidden = true;
   }
 
   stop() {
@@ -109,21 +108,13 @@ export class Vnc {
   async start() {
     const { default: RFB } = await import('../vendor/novnc/core/rfb.js');
     const ws = socket(this.ns, this.name, 'vnc');
+    let refused = '';
+    ws.addEventListener('close', (ev) => { refused = refusal(ev); });
     this.rfb = new RFB(this.screen, ws, { shared: true });
     this.rfb.scaleViewport = true;
     this.rfb.addEventListener('connect', () => { this.status.textContent = `Connected to the screen of ${this.ns}/${this.name}`; this.status.dataset.state = 'open'; });
-    let opened = false;
-    this.rfb.addEventListener('connect', () => { opened = true; });
-    this.rfb.addEventListener('disconnect', async (ev) => {
-      const refused = opened ? '' : await refusal(this.ns, this.name, 'vnc');
-      if (refused) {
-        this.status.dataset.state = 'refused';
-        this.status.className = 'error';
-        this.status.setAttribute('role', 'alert');
-        this.status.textContent = refused;
-        this.screen.hidden = true;
-        return;
-      }
+    this.rfb.addEventListener('disconnect', (ev) => {
+      if (refused) { refuse(this.status, this.screen, refused); return; }
       this.status.dataset.state = 'closed';
       this.status.textContent = ev.detail.clean ? 'Disconnected' : 'The connection to the screen failed or was refused';
     });

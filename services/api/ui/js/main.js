@@ -1,7 +1,7 @@
 // The console's entry: the token (login form, or `#token=` taken into this tab's storage),
 // the pages routed in the browser under /ui/, and the navigation between them.
 
-import { ApiError, discovery, session } from './api.js';
+import { ApiError, discovery, metricsServed, session } from './api.js';
 import { clear, h, link } from './dom.js';
 
 const main = document.getElementById('main');
@@ -57,12 +57,6 @@ function markNav() {
   }
 }
 
-function metricsServed() {
-  // the api names its Prometheus relay in the page it serves: none, no Metrics page (and
-  // nothing asked of a Prometheus that is not there)
-  const meta = document.querySelector('meta[name="virtstream-metrics"]');
-  return Boolean(meta && meta.content);
-}
 
 function buildNav() {
   clear(nav).append(link('/ui/', 'Cluster', { 'data-root': 'true' }));
