@@ -31,6 +31,8 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True):
     host: str = "127.0.0.1"
     port: int = 4222
     http_port: int = 8222  # monitoring: /healthz, /jsz (0: none)
+    #: where monitoring listens ("": `host`); it has no authentication of its own
+    http_host: str = ""
     store_dir: str = "/var/lib/nats"
     #: "always" fsyncs every write before the ack (power-loss safe); or a duration, e.g. 2m
     sync_interval: str = "always"
@@ -53,7 +55,7 @@ def render(s: ServerSettings) -> str:
         f"port: {s.port}",
     ]
     if s.http_port:
-        lines.append(f"http: {_q(f'{s.host}:{s.http_port}')}")
+        lines.append(f"http: {_q(f'{s.http_host or s.host}:{s.http_port}')}")
     lines += [
         "jetstream {",
         f"  store_dir: {_q(s.store_dir)}",
@@ -116,6 +118,7 @@ def example_install() -> list[ServerSettings]:
             host="0.0.0.0",
             port=4222,
             http_port=8222,
+            http_host="127.0.0.1",  # unauthenticated: for a local exporter, not the network
             store_dir="/var/lib/nats",
             cluster=ClusterSettings(host="0.0.0.0", port=6222, routes=routes),
         )
