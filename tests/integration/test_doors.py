@@ -43,8 +43,10 @@ from core.idempotency import Idempotency
 from events.catalog import VMCreated
 from events.codec import decode
 from events.meta import Kind
+from eventstore.connection import ConnectOptions, jetstream_answers
 from eventstore.jetstream import JetStreamStore
 from eventstore.keyed import JetStreamKeyedRecords
+from ops import nats_auth
 from ops import pki as pki_
 from ops.nats_server import NatsServer
 from ops.ports import free_port
@@ -438,6 +440,29 @@ def test_an_idempotency_key_is_honoured_by_every_replica_and_is_its_users(
         # and the admin's same request under the same key is still the admin's
         theirs = http.post(f"{up.url}{VMS}", json=vm("idem-1"), headers={**admin, **key})
         assert theirs.json()["metadata"]["uid"] == first.json()["metadata"]["uid"]
+
+
+# ------------------------------------------------ nats-server without monitoring
+def test_a_server_without_monitoring_is_ready_to_its_users_alone(tmp_path: Path) -> None:
+    """`up`'s servers open no monitoring port; whether one serves JetStream is asked over
+    the client port, as a user (an anonymous client learns nothing)."""
+    users = nats_auth.users(["node-1"])
+    reader = next(u for u in users if u.name == "reader")
+    probe = ConnectOptions(user=reader.name, password=reader.password)
+    server = NatsServer(
+        tmp_path / "nats",
+        authorization=nats_auth.authorization_block(users),
+        monitoring=False,
+        client=probe,
+    )
+    assert "http:" not in server.config() and server.monitoring_url == ""
+    server.start_sync()
+    try:
+        assert server.ready() and server.ready(clustered=True)
+        assert not jetstream_answers(server.url, ConnectOptions())  # anonymous: refused
+        assert server.http_port == 0
+    finally:
+        server.stop_sync()
 
 
 # ----------------------------------------------------------- an external NATS
