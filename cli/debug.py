@@ -426,26 +426,42 @@ def verify_cmd(
         raise typer.Exit(1)
 
 
-# --------------------------------------------------------------- snapshot
-def snapshot(
-    name: str = typer.Option(
-        "cluster-views", "--name", help="Projection name (the snapshot's key)"
-    ),
-    bucket: str = typer.Option(view_checkpoints.BUCKET, "--bucket", help="KV bucket"),
+# ------------------------------------------------------------- checkpoint
+CheckpointName = typer.Option(
+    "cluster-views", "--name", help="Projection name (the checkpoint's key)"
+)
+CheckpointBucket = typer.Option(view_checkpoints.BUCKET, "--bucket", help="KV bucket")
+
+
+def checkpoint(
+    name: str = CheckpointName,
+    bucket: str = CheckpointBucket,
     nats_url: str = NatsUrl,
     stream: str = StreamName,
 ) -> None:
-    """Save a snapshot of all views (snapshot + tail replay = a rebuild)."""
+    """Save a checkpoint of all views (checkpoint + tail replay = a rebuild)."""
 
     async def body(store: JetStreamStore) -> checkpoints.Head:
         cluster, _ = await view_checkpoints.load_cluster(store, name, bucket_name=bucket)
         return await view_checkpoints.save(store, name, cluster, bucket_name=bucket)
 
-    head = _run(nats_url, stream, body, user="admin")  # writes the snapshot bucket
+    head = _run(nats_url, stream, body, user="admin")  # writes the checkpoint bucket
     _console().print(
-        f"snapshot {escape(name)}: sequence {head.last_seq}, {head.size} bytes in "
+        f"checkpoint {escape(name)}: sequence {head.last_seq}, {head.size} bytes in "
         f"{head.chunks} chunk(s) of bucket {escape(bucket)}"
     )
+
+
+def snapshot(
+    name: str = CheckpointName,
+    bucket: str = CheckpointBucket,
+    nats_url: str = NatsUrl,
+    stream: str = StreamName,
+) -> None:
+    """Deprecated: `virtstream checkpoint` (a snapshot is a VirtualMachineSnapshot)."""
+    # kubectl's (cobra's) words for a command that was renamed
+    print('Command "snapshot" is deprecated, use "checkpoint" instead', file=sys.stderr)
+    checkpoint(name, bucket, nats_url, stream)
 
 
 # ----------------------------------------------------------- dead letters
@@ -519,7 +535,8 @@ def register(app: typer.Typer) -> None:
     app.command("at")(at)
     app.command("why")(why)
     app.command("verify")(verify_cmd)
-    app.command("snapshot")(snapshot)
+    app.command("checkpoint")(checkpoint)
+    app.command("snapshot", hidden=True)(snapshot)  # the old name, with a deprecation line
     app.command("dead-letters")(dead_letters_cmd)
 
 

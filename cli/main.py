@@ -57,6 +57,7 @@ GRACE_HELP = "Seconds the guest gets to shut down before it is killed (0: at onc
 
 @app.callback()
 def main(
+    ctx: typer.Context,
     server: str = typer.Option(
         DEFAULT_SERVER,
         "--server",
@@ -72,6 +73,8 @@ def main(
 ) -> None:
     """Global options: --server, -n/--namespace and --debug."""
     settings.server = server
+    source = ctx.get_parameter_source("server")
+    settings.server_given = source is not None and source.name != "DEFAULT"
     settings.namespace = namespace
     settings.debug = debug
 

@@ -10,6 +10,7 @@ DEFAULT_SERVER = "https://127.0.0.1:8080"
 
 class Settings:
     server = os.environ.get("VIRTSTREAM_SERVER", DEFAULT_SERVER)
+    server_given = "VIRTSTREAM_SERVER" in os.environ  # --server or the environment
     namespace = "default"
     debug = bool(os.environ.get("VIRTSTREAM_DEBUG"))
 

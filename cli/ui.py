@@ -1,7 +1,9 @@
 """`virtstream ui [--open]`: the web console's address, logged in.
 
 Prints `<api>/ui/#token=<token>` with the credentials every project client finds for the
-server (client/credentials.py). The token travels in the fragment, which a browser never
+server (client/credentials.py); without `--server`, the server is the one the data dir's
+kubeconfig names (`VIRTSTREAM_DATA_DIR`, or `.virtstream/` here), not always :8080. The
+token travels in the fragment, which a browser never
 sends to a server; the console moves it into the tab's session storage and out of the
 address at once. `--open` hands the address to the desktop's browser. An api that does not
 answer, or that wants a token this machine has none for, is one line and exit 1."""
@@ -35,7 +37,9 @@ def ui(
     open_browser: bool = typer.Option(False, "--open", help="Open it in the desktop's browser"),
 ) -> None:
     """Print the web console's address, logged in with this machine's credentials."""
-    creds = credentials.for_api(settings.server)
+    # no --server: the api the data dir names (`up --port` may have put it elsewhere)
+    server = settings.server if settings.server_given else credentials.named_server()
+    creds = credentials.for_api(server or settings.server)
     try:
         with httpx.Client(**creds.httpx_options(), timeout=10) as http:
             answer = http.get("/apis")

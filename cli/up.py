@@ -39,7 +39,7 @@ from cli import external_nats, kubeconfig, security
 from client import credentials
 from eventstore import connection
 from kinds.registry import REGISTRY
-from ops import guest_images, node_libvirtd, pod_network, run_lock, up_reaper
+from ops import guest_images, node_libvirtd, pod_network, prometheus_auth, run_lock, up_reaper
 from ops.nats_config import local_cluster
 from ops.nats_server import NatsServer
 from ops.node_libvirtd import NodeRuntime
@@ -132,6 +132,12 @@ def up(
     nats_tls: bool = typer.Option(
         False, "--nats-tls", help="The embedded nats-server requires TLS from its clients"
     ),
+    nats_monitoring: bool = typer.Option(
+        False,
+        "--nats-monitoring",
+        help="Open the embedded nats-server's monitoring port (/varz, /connz, /jsz: "
+        "unauthenticated, to anyone on this machine)",
+    ),
 ) -> None:
     """Run nats-server, api, controller and N handlers until Ctrl-C."""
     # from the start: a Ctrl-C while starting lets the start finish, then stops in order
@@ -208,6 +214,8 @@ def up(
                 sync_interval,
                 authorization=bus.authorization if bus else "",
                 tls=bus.tls if bus else None,
+                monitoring=nats_monitoring,
+                probe=bus.auth("reader") if bus else None,
             )
         except NatsStartError as e:
             sup.stop()
@@ -248,6 +256,8 @@ def up(
             raise
     api_url = f"{'http' if secured is None else 'https'}://127.0.0.1:{port}"
     export_key = _export_key(data_dir)
+    # Prometheus answers its own user only (the api's proxy and Grafana use it)
+    prom_auth = prometheus_auth.ensure(data_dir) if metrics else None
     specs = [
         ServiceSpec(
             name="api",
@@ -260,6 +270,7 @@ def up(
                 *(secured.api_args() if secured else ()),
                 # the web console's charts ask the api, which relays to Prometheus
                 *(("--prometheus-url", f"http://127.0.0.1:{prometheus_port}") if metrics else ()),
+                *(prometheus_auth.api_args(prom_auth) if prom_auth else ()),
                 # the disks VirtualMachineExports serve (real files in qemu mode only)
                 *(("--disk-dir", str(data_dir / "disks")) if hypervisor == "qemu" else ()),
             ),
@@ -376,6 +387,7 @@ def up(
             scrape_interval,
             ca_file=secured.pki.ca if secured else None,
             token_file=secured.metrics_token_file if secured else None,
+            auth=prom_auth,
         )
         if metrics
         else None
@@ -553,6 +565,7 @@ def _start_prometheus(
     scrape_interval: str = "5s",
     ca_file: Path | None = None,
     token_file: Path | None = None,
+    auth: prometheus_auth.BasicAuth | None = None,
 ) -> PrometheusServer | None:
     """Prometheus on loopback with a config rendered from what this `up` started
     (ops/prometheus/, dashboards in ops/grafana/). A restarted service keeps its port, so
@@ -572,8 +585,14 @@ def _start_prometheus(
             scrape_interval=scrape_interval,
             ca_file=ca_file,
             token_file=token_file,
+            auth=auth,
         )
-    console.print(f"[green]Prometheus[/] {prom.url}  (Grafana data source: Prometheus, {prom.url})")
+    console.print(f"[green]Prometheus[/] {prom.url}")
+    if auth is not None:
+        source = prometheus_auth.grafana_datasource(data_dir, prom.url, auth)
+        console.print(
+            f"  user {auth.user}, password in {auth.password_file}; Grafana data source: {source}"
+        )
     console.print("  dashboards to import: ops/grafana/dashboards/*.json")
     return prom
 
@@ -589,9 +608,9 @@ def _print_urls(
     table.add_column("service")
     table.add_column("url")
     table.add_row("NATS", nats_url)
-    for server in servers:
+    for server in (s for s in servers if s.monitoring_url):  # --nats-monitoring
         label = f"NATS {server.name}" if len(servers) > 1 else "NATS"
-        table.add_row(f"{label} monitoring", server.monitoring_url)
+        table.add_row(f"{label} monitoring (unauthenticated)", server.monitoring_url)
     for spec in specs:
         if spec.name == "api":
             table.add_row("API", api_url)
@@ -615,9 +634,12 @@ def start_nats(
     *,
     authorization: str = "",
     tls: tuple[Path, Path] | None = None,
+    monitoring: bool = False,
+    probe: connection.ConnectOptions | None = None,
 ) -> list[NatsServer]:
     """The embedded nats-server(s) as supervised services (restarted on the same store dir
-    and ports when they exit); returns once JetStream answers on all of them."""
+    and ports when they exit); returns once JetStream answers on all of them (asked as
+    `probe`'s user unless `monitoring` opens the unauthenticated monitoring port)."""
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     if size == 1:
@@ -629,6 +651,8 @@ def start_nats(
                 sync_interval=sync_interval,
                 authorization=authorization,
                 tls=tls,
+                monitoring=monitoring,
+                client=probe,
             )
         ]
     else:
@@ -640,8 +664,15 @@ def start_nats(
                     s, authorization=authorization, tls_cert=str(cert), tls_key=str(key)
                 ),
                 logs / f"{s.name}.log",
+                probe,
             )
-            for s in local_cluster(size, data_dir, sync_interval=sync_interval, client_ports=ports)
+            for s in local_cluster(
+                size,
+                data_dir,
+                sync_interval=sync_interval,
+                client_ports=ports,
+                monitoring=monitoring,
+            )
         ]
     names = ["nats-server"] if size == 1 else [s.name for s in servers]
     supervised = []

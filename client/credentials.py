@@ -142,6 +142,20 @@ def _candidates(server: str) -> list[Path]:
     return out
 
 
+def named_server() -> str | None:
+    """The api's address a data dir names when no server is given: the kubeconfig of
+    `VIRTSTREAM_KUBECONFIG`, `VIRTSTREAM_DATA_DIR`, or a default data dir here."""
+    paths = [Path(p) for p in (os.environ.get("VIRTSTREAM_KUBECONFIG"),) if p]
+    if data_dir := os.environ.get("VIRTSTREAM_DATA_DIR"):
+        paths.append(Path(data_dir) / "kubeconfig")
+    paths.extend(d / "kubeconfig" for d in DEFAULT_DATA_DIRS)
+    for path in paths:
+        found = read_kubeconfig(path) if path.is_file() else None
+        if found is not None and found.server:
+            return found.server
+    return None
+
+
 def for_api(server: str) -> ApiCredentials:
     """The credentials for the api at `server` (see the module's doc); none found: the
     server as given, without credentials."""

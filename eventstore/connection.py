@@ -208,3 +208,24 @@ async def connect_once(
             ) from e
         raise Unreachable(f"no NATS server answered at {urls}") from e
     return nc
+
+
+def jetstream_answers(url: str, options: ConnectOptions, timeout: float = 1.0) -> bool:
+    """Whether the server at `url` serves JetStream to a client with `options`: its account
+    info answered (in a cluster only once there is a meta leader). The readiness probe of a
+    server whose monitoring port is closed; a blocking call, for the processes that start
+    servers."""
+
+    async def probe() -> bool:
+        nc = await connect_once(url, "virtstream-ready", timeout, options)
+        try:
+            async with asyncio.timeout(timeout):
+                await nc.jetstream().account_info()
+            return True
+        finally:
+            await nc.close()
+
+    try:
+        return asyncio.run(probe())
+    except (TimeoutError, OSError, Unreachable, nats.errors.Error):
+        return False

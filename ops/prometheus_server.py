@@ -3,7 +3,9 @@
 
 `render_config(targets)` turns the template ops/prometheus/prometheus.yml into a config for
 the given scrape targets; `PrometheusServer` runs one process; `start_for_cluster` does
-both. `query` answers PromQL through the HTTP API (tests and `up` use it)."""
+both. `query` answers PromQL through the HTTP API (tests and `up` use it). With a
+`BasicAuth` (ops/prometheus_auth.py, what `up` gives it) Prometheus answers nothing, its
+health included, to a client without the user and its password."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from urllib.parse import urlsplit
 import yaml
 
 from ops.nats_server import free_port
+from ops.prometheus_auth import BasicAuth
 
 PROMETHEUS_DIR = Path(__file__).resolve().parent / "prometheus"
 TEMPLATE = PROMETHEUS_DIR / "prometheus.yml"
@@ -62,11 +65,13 @@ def render_config(
     self_url: str | None = None,
     ca_file: Path | None = None,
     token_file: Path | None = None,
+    self_auth: BasicAuth | None = None,
 ) -> str:
     """The template with `scrape_configs` built from `targets` (one job per job name, one
     static config per distinct path/labels) and absolute `rule_files`. `self_url` adds a
     job scraping Prometheus itself; `ca_file` verifies https targets (the api's TLS);
-    `token_file` is the bearer token every target but Prometheus itself is scraped with."""
+    `token_file` is the bearer token every target but Prometheus itself is scraped with;
+    `self_auth` the user Prometheus scrapes itself as."""
     cfg: dict[str, Any] = yaml.safe_load(TEMPLATE.read_text())
     if scrape_interval:
         cfg["global"]["scrape_interval"] = scrape_interval
@@ -112,6 +117,16 @@ def render_config(
                     if token_file and name != SELF_JOB
                     else {}
                 ),
+                **(
+                    {
+                        "basic_auth": {
+                            "username": self_auth.user,
+                            "password_file": str(self_auth.password_file),
+                        }
+                    }
+                    if self_auth and name == SELF_JOB
+                    else {}
+                ),
             }
         )
     cfg["scrape_configs"] = scrape_configs
@@ -141,7 +156,9 @@ class PrometheusServer:
         host: str = "127.0.0.1",
         retention: str = "2d",
         log_file: Path | str | None = None,
+        auth: BasicAuth | None = None,
     ) -> None:
+        self.auth = auth
         self.config_path = Path(config_path)
         self.data_dir = Path(data_dir)
         self.host = host
@@ -167,6 +184,7 @@ class PrometheusServer:
             f"--storage.tsdb.retention.time={self.retention}",
             f"--web.listen-address={self.host}:{self.port}",
             "--web.enable-lifecycle",  # POST /-/reload after the targets change
+            *([f"--web.config.file={self.auth.web_config}"] if self.auth else []),
         ]
 
     def start_sync(self, timeout: float = 30.0) -> None:
@@ -203,14 +221,18 @@ class PrometheusServer:
 
     def reload(self) -> None:
         """Re-read the config file (after rewriting it with new targets)."""
-        req = urllib.request.Request(f"{self.url}/-/reload", method="POST")
+        req = urllib.request.Request(f"{self.url}/-/reload", method="POST", headers=self._auth())
         with urllib.request.urlopen(req, timeout=10) as r:
             r.read()
 
     # ------------------------------------------------------------------ HTTP API
+    def _auth(self) -> dict[str, str]:
+        return self.auth.header() if self.auth else {}
+
     def _get_status(self, path: str) -> int:
+        req = urllib.request.Request(f"{self.url}{path}", headers=self._auth())
         try:
-            with urllib.request.urlopen(f"{self.url}{path}", timeout=1) as r:
+            with urllib.request.urlopen(req, timeout=1) as r:
                 return int(r.status)
         except OSError:
             return 0
@@ -219,7 +241,8 @@ class PrometheusServer:
         qs = urllib.parse.urlencode(params)
         url = f"{self.url}/api/v1/{path}" + (f"?{qs}" if qs else "")
         try:
-            with urllib.request.urlopen(url, timeout=10) as r:
+            req = urllib.request.Request(url, headers=self._auth())
+            with urllib.request.urlopen(req, timeout=10) as r:
                 body = json.loads(r.read())
         except urllib.error.HTTPError as e:
             body = json.loads(e.read() or b"{}")
@@ -260,13 +283,15 @@ def start_for_cluster(
     scrape_interval: str = "5s",
     ca_file: Path | None = None,
     token_file: Path | None = None,
+    auth: BasicAuth | None = None,
 ) -> PrometheusServer:
     """Write `data_dir/prometheus.yml` for `targets` (plus Prometheus itself) and start
-    Prometheus on 127.0.0.1:`port` (0 = a free port). The caller stops it (`stop_sync`)."""
+    Prometheus on 127.0.0.1:`port` (0 = a free port), behind `auth` when given. The caller
+    stops it (`stop_sync`)."""
     data = Path(data_dir)
     data.mkdir(parents=True, exist_ok=True)
     config = data / "prometheus.yml"
-    server = PrometheusServer(config, data, port)
+    server = PrometheusServer(config, data, port, auth=auth)
     config.write_text(
         render_config(
             targets,
@@ -274,6 +299,7 @@ def start_for_cluster(
             self_url=server.url,
             ca_file=ca_file,
             token_file=token_file,
+            self_auth=auth,
         )
     )
     server.start_sync()

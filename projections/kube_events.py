@@ -369,6 +369,13 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             return [Note(owner, NORMAL, f"{what.capitalize()}Created", msg, CONTROLLER)]
         case ResourceStatusChanged(status=status) if agg.kind == ResourceKind.CLONE:
             return _clone(agg, cluster, status)
+        # ------------------------------------------------------- snapshots and restores
+        case ResourceCreated(manifest=manifest) if _by_controller(ev) and (
+            agg.kind == ResourceKind.SNAPSHOT_CONTENT
+        ):
+            return _content_created(agg, cluster, manifest)
+        case ResourceStatusChanged(status=status) if agg.kind == ResourceKind.RESTORE:
+            return _restore(agg, cluster, status)
         # --------------------------------------------------------------------- nodes
         case NodeUnresponsive(message=message):
             it = InvolvedObject("Node", "", agg.name, agg.name, "v1")
@@ -425,6 +432,44 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             return []
         case _:
             assert_never(ev)
+
+
+SNAPSHOT_API = "snapshot.kubevirt.io/v1beta1"
+
+
+def _content_created(agg: Aggregate, cluster: Cluster, manifest: dict[str, Any]) -> list[Note]:
+    """KubeVirt's snapshot controller, having created a snapshot's content, says so on the
+    snapshot (snapshot.go's createContent)."""
+    name = str((manifest.get("spec") or {}).get("virtualMachineSnapshotName") or "")
+    snap = cluster.table(ResourceKind.SNAPSHOT).get(f"{agg.namespace}/{name}")
+    if not name or snap is None:
+        return []
+    me = InvolvedObject("VirtualMachineSnapshot", agg.namespace, name, snap.uid, SNAPSHOT_API)
+    msg = f"Successfully created VirtualMachineSnapshotContent {agg.name}"
+    return [Note(me, NORMAL, "SuccessfulVirtualMachineSnapshotContentCreate", msg, CONTROLLER)]
+
+
+def _failure(status: dict[str, Any]) -> str | None:
+    for c in status.get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == "Failure" and c.get("status") == "True":
+            return str(c.get("reason") or c.get("message") or "")
+    return None
+
+
+def _restore(agg: Aggregate, cluster: Cluster, status: dict[str, Any]) -> list[Note]:
+    """KubeVirt's restore controller on its restore: complete, or failed (restore.go)."""
+    old = cluster.table(ResourceKind.RESTORE).get(f"{agg.namespace}/{agg.name}")
+    if old is None:
+        return []
+    me = _of(agg, "VirtualMachineRestore", SNAPSHOT_API, cluster)
+    if status.get("complete") and not old.status.get("complete"):
+        msg = f"Successfully completed VirtualMachineRestore {agg.name}"
+        return [Note(me, NORMAL, "VirtualMachineRestoreComplete", msg, CONTROLLER)]
+    failed = _failure(status)
+    if failed is not None and _failure(old.status) is None:
+        msg = f"VirtualMachineRestore failed {failed}"
+        return [Note(me, WARNING, "Operation failed", msg, CONTROLLER)]
+    return []
 
 
 _CLONE_STEPS = ("", "SnapshotInProgress", "RestoreInProgress", "CreatingTargetVM", "Succeeded")

@@ -31,6 +31,9 @@ JSON = dict[str, Any]
 
 # Fields a rendered object changes on every event or with the clock: not news in a diff.
 NOISE = ("metadata.resourceVersion", "status.heartbeatAgeSeconds")
+# Bookkeeping of who set which field (server-side apply): each write rewrites its entry's
+# time and field set, so it would outnumber the change itself; `kubectl get` hides it too.
+QUIET_METADATA = ("managedFields",)
 
 
 class RefError(ValueError):
@@ -244,12 +247,23 @@ def _changed_leaves(other: Any, obj: Any, prefix: str, out: dict[str, Any]) -> N
         _flatten(obj, prefix, out)
 
 
+def _quiet(obj: JSON | None) -> JSON | None:
+    """`obj` without the metadata a diff leaves out (a shallow copy, only when it has it)."""
+    md = obj.get("metadata") if obj else None
+    if not isinstance(md, dict) or not any(k in md for k in QUIET_METADATA):
+        return obj
+    assert obj is not None
+    return {**obj, "metadata": {k: v for k, v in md.items() if k not in QUIET_METADATA}}
+
+
 def diff_objects(
     before: JSON | None, after: JSON | None, ignore: Iterable[str] = NOISE
 ) -> list[FieldChange]:
-    """Leaf-level changes between two renderings of an object, in `after`'s field order."""
+    """Leaf-level changes between two renderings of an object, in `after`'s field order
+    (its managed fields left out)."""
     a: dict[str, Any] = {}
     b: dict[str, Any] = {}
+    before, after = _quiet(before), _quiet(after)
     _changed_leaves(after or {}, before or {}, "", a)
     _changed_leaves(before or {}, after or {}, "", b)
     skip = set(ignore)

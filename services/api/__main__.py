@@ -49,7 +49,7 @@ async def serve(
     nats_options: ConnectOptions | None = None,
     console_tls: TlsFiles | None = None,
     metrics: MetricsAccess | None = None,
-    prometheus_url: str = "",
+    prometheus: prometheus_proxy.Upstream | None = None,
     disk_dir: Path | None = None,
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM. With an
@@ -85,7 +85,7 @@ async def serve(
         console_tls=console_tls.client_context() if console_tls else None,
         disk_dir=disk_dir,
     )
-    app.state[prometheus_proxy.STATE_KEY] = prometheus_url  # the web console's charts
+    app.state[prometheus_proxy.STATE_KEY] = prometheus  # the web console's charts
     # the same intents over NATS request-reply (writers only: a replica in the queue
     # group would be handed writes it must refuse)
     over_nats = None if read_only else await serve_intents(nc, api, guard)
@@ -153,6 +153,12 @@ def main(argv: list[str] | None = None) -> None:
         help="a Prometheus whose query API the api relays at /prometheus/api/v1/ (charts)",
     )
     parser.add_argument(
+        "--prometheus-user", default="", help="the basic-auth user the api asks Prometheus as"
+    )
+    parser.add_argument(
+        "--prometheus-password-file", type=Path, help="that user's password (the file's text)"
+    )
+    parser.add_argument(
         "--disk-dir", type=Path, help="the nodes' disk dir: VirtualMachineExports serve it"
     )
     args = parser.parse_args(argv)
@@ -186,7 +192,9 @@ def main(argv: list[str] | None = None) -> None:
             tls=tls,
             console_tls=TlsFiles(*console_files) if all(console_files) else None,
             metrics=metrics,
-            prometheus_url=args.prometheus_url,
+            prometheus=prometheus_proxy.Upstream.of(
+                args.prometheus_url, args.prometheus_user, args.prometheus_password_file
+            ),
             disk_dir=args.disk_dir,
         ),
         "virt-api",

@@ -173,6 +173,23 @@ async def _refuse(send: Send, err: ApiError) -> None:
     await send({"type": "websocket.http.response.body", "body": body})
 
 
+#: A browser cannot read the answer to a refused upgrade (its WebSocket only says it
+#: closed): one that asks (it sends `Origin`) is told in the close instead, with the code
+#: 4000 + the HTTP status and the Status's message as the reason (at most 123 bytes).
+REFUSED_CLOSE = 4000
+CLOSE_REASON_BYTES = 123
+
+
+async def _close_refused(send: Send, scope: Scope, err: ApiError) -> None:
+    reason = err.status.message.encode()[:CLOSE_REASON_BYTES].decode(errors="ignore")
+    await send({"type": "websocket.accept", "subprotocol": _subprotocol(scope)})
+    await send({"type": "websocket.close", "code": REFUSED_CLOSE + err.code, "reason": reason})
+
+
+def _from_browser(scope: Scope) -> bool:
+    return any(name == b"origin" for name, _ in scope.get("headers") or ())
+
+
 def _subprotocol(scope: Scope) -> str | None:
     offered = [p.strip() for p in scope.get("subprotocols") or []]
     return SUBPROTOCOL if SUBPROTOCOL in offered else (offered[0] if offered else None)
@@ -217,7 +234,7 @@ async def relay(
     try:
         upstream = await _dial(resolve, tls)
     except ApiError as err:
-        await _refuse(send, err)
+        await (_close_refused(send, scope, err) if _from_browser(scope) else _refuse(send, err))
         return
     await send({"type": "websocket.accept", "subprotocol": _subprotocol(scope)})
     await _copy(receive, send, upstream, resolve if follow else None, tls)

@@ -9,7 +9,9 @@ api for everything with the token it is given), read once into memory, answered 
 ETag and `Cache-Control: no-cache` (revalidated, so a new install is seen at once; the
 vendored libraries for an hour), and a
 Content-Security-Policy that lets the page load only its own scripts and talk only to
-this api."""
+this api. `index.html` says whether the api relays a Prometheus (`<meta
+name="virtstream-metrics">`, as a console server hands its page its settings), so the page
+offers the Metrics charts without asking a Prometheus that is not there."""
 
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from litestar import Request, Response, get
 from litestar.params import FromPath
 
 from core.errors import unknown_resource
+from services.api import prometheus_proxy
 
 ROOT = Path(__file__).resolve().parent / "ui"
 PREFIX = "/ui"
@@ -41,6 +44,9 @@ CSP = (
     "frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
 )
 VENDOR_MAX_AGE = 3600
+INDEX = "index.html"
+METRICS_META = b'<meta name="virtstream-metrics" content="">'
+METRICS_ON = b'<meta name="virtstream-metrics" content="/prometheus/api/v1">'
 HEADERS = {
     "Cache-Control": "no-cache",
     "Content-Security-Policy": CSP,
@@ -71,18 +77,30 @@ class Assets:
         self.root = root
         self._cache: dict[str, Asset] = {}
 
-    def find(self, relative: str) -> Asset | None:
+    def find(self, relative: str, metrics: bool = False) -> Asset | None:
         """The file at `relative` (a URL path below /ui/); else the console's page for a
-        path without an extension (`vms/default/x`); else None."""
+        path without an extension (`vms/default/x`); else None. `metrics`: the page says
+        that the api relays a Prometheus."""
         parts = PurePosixPath(relative.lstrip("/")).parts
         if any(p in ("..", ".") or p.startswith(".") for p in parts):
             return None
         name = "/".join(parts)
-        if name and (found := self._get(name)) is not None:
-            return found
-        if not parts or "." not in parts[-1]:
-            return self._get("index.html")
-        return None
+        if name == INDEX or not parts or "." not in parts[-1]:
+            if name and name != INDEX and (found := self._get(name)) is not None:
+                return found  # a file without an extension (LICENSE)
+            return self.page(metrics)
+        return self._get(name)
+
+    def page(self, metrics: bool) -> Asset | None:
+        """index.html, with the Metrics page's address when there is one."""
+        page = self._get(INDEX)
+        if page is None or not metrics:
+            return page
+        key = f"{INDEX}+metrics"
+        if key not in self._cache:
+            body = page.body.replace(METRICS_META, METRICS_ON)
+            self._cache[key] = Asset(body, page.media_type, f'"{hashlib.sha1(body).hexdigest()}"')
+        return self._cache[key]
 
     def _get(self, name: str) -> Asset | None:
         if name not in self._cache:
@@ -94,6 +112,10 @@ class Assets:
 
 
 ASSETS = Assets()
+
+
+def _metrics(request: Request[Any, Any, Any]) -> bool:
+    return request.app.state.get(prometheus_proxy.STATE_KEY) is not None
 
 
 def _answer(request: Request[Any, Any, Any], asset: Asset, vendored: bool) -> Response[bytes]:
@@ -108,7 +130,7 @@ def _answer(request: Request[Any, Any, Any], asset: Asset, vendored: bool) -> Re
 @get(PREFIX, include_in_schema=False)
 async def ui_index(request: Request[Any, Any, Any]) -> Response[bytes]:
     """`/ui` and `/ui/` (the router strips a trailing slash)."""
-    asset = ASSETS.find("")
+    asset = ASSETS.find("", _metrics(request))
     if asset is None:
         raise unknown_resource()
     return _answer(request, asset, False)
@@ -116,7 +138,7 @@ async def ui_index(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 @get(f"{PREFIX}/{{path:path}}", include_in_schema=False)
 async def ui_file(request: Request[Any, Any, Any], path: FromPath[str]) -> Response[bytes]:
-    asset = ASSETS.find(path)
+    asset = ASSETS.find(path, _metrics(request))
     if asset is None:
         raise unknown_resource()
     return _answer(request, asset, path.lstrip("/").startswith("vendor/"))

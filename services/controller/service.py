@@ -54,6 +54,9 @@ class ControllerService:
         self.controller = controller
         self.store = store
         self.bucket = bucket
+        # the timeout its node health applies, on /metrics from the start (a standby's too:
+        # the dashboards and the unresponsive-node alert compare heartbeat ages with it)
+        m.HEARTBEATS.timeout = controller.node_timeout
         self.heartbeats: Inbox[Observation] = Inbox()
         self.shell: ServiceShell[ControllerState, Never, Observation] = ServiceShell(
             controller,
@@ -107,7 +110,6 @@ class ControllerService:
     async def _run_active(self) -> None:
         if self._stopping.is_set():
             return
-        m.HEARTBEATS.timeout = self.controller.node_timeout
         ttl = max(heartbeats.DEFAULT_TTL, 5 * self.controller.node_timeout)
         kv = await heartbeats.ensure_bucket(
             self.store.js, self.bucket, ttl=ttl, replicas=self.store.settings.replicas

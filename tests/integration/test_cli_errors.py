@@ -114,12 +114,25 @@ def test_unexpected_failures_are_one_line_unless_debug(
 ) -> None:
     """A failure no command expects (here NATS refusing a bucket name) is one line; --debug
     shows its traceback."""
-    args = ["snapshot", "--bucket", "no spaces allowed", "--nats-url", nats_server.url,
+    args = ["checkpoint", "--bucket", "no spaces allowed", "--nats-url", nats_server.url,
             "--stream", store.stream]  # fmt: skip
     p = real(*args)
     one_line(p.returncode, p.stdout, p.stderr, "InvalidBucketNameError", "--debug shows")
     p = real("--debug", *args)
     assert p.returncode != 0 and "Traceback" in p.stderr
+
+
+def test_snapshot_is_the_checkpoint_commands_old_name_and_says_so(
+    nats_server: NatsServer, store: JetStreamStore
+) -> None:
+    args = ["--nats-url", nats_server.url, "--stream", store.stream, "--name", "cli-alias"]
+    new = real("checkpoint", *args)
+    assert new.returncode == 0 and new.stderr == "", new.stderr
+    assert new.stdout.startswith("checkpoint cli-alias: sequence "), new.stdout
+    old = real("snapshot", *args)
+    assert old.returncode == 0, old.stderr
+    assert old.stderr == 'Command "snapshot" is deprecated, use "checkpoint" instead\n'
+    assert old.stdout.startswith("checkpoint cli-alias: sequence "), old.stdout
 
 
 def test_a_role_without_nats_or_with_its_port_taken(nowhere: str, nats_server: NatsServer) -> None:

@@ -6,6 +6,9 @@
   `natsIntents` identity under RBAC (the real NATS client);
 - /metrics of the api, the controller and the handlers needs a token (Prometheus's, which
   `up --metrics` scrapes with: `test_observability_up.py`);
+- every port `up --metrics` listens on answers an anonymous local client with health at
+  most: nats-server's monitoring port is closed, Prometheus wants its user (whose password
+  the api's Prometheus proxy reads from the data dir), the NATS port wants a user;
 - an `Idempotency-Key` is honoured by every api replica and is its user's own;
 - `up --nats-url` writes the NATS users for that server and starts nothing until the
   server enforces them."""
@@ -40,8 +43,10 @@ from core.idempotency import Idempotency
 from events.catalog import VMCreated
 from events.codec import decode
 from events.meta import Kind
+from eventstore.connection import ConnectOptions, jetstream_answers
 from eventstore.jetstream import JetStreamStore
 from eventstore.keyed import JetStreamKeyedRecords
+from ops import nats_auth
 from ops import pki as pki_
 from ops.nats_server import NatsServer
 from ops.ports import free_port
@@ -137,7 +142,8 @@ async def test_the_console_server_serves_the_api_alone(pki: pki_.Pki, console: i
 # ------------------------------------------------------------ one `up` for the rest
 @pytest.fixture(scope="module")
 def up() -> Iterator[RunningUp]:
-    with running_up("vs-doors-", 1) as running:
+    metrics = ("--metrics", "--prometheus-port", str(free_port()), "--scrape-interval", "1s")
+    with running_up("vs-doors-", 1, *metrics) as running:
         yield running
 
 
@@ -241,6 +247,129 @@ def test_metrics_need_a_token(up: RunningUp) -> None:
             assert http.get(f"https://127.0.0.1:{port}/healthz").status_code == 200
 
 
+# ------------------------------------------------------------ every open port
+# what an anonymous client may read: health; the rest of what is probed must be refused
+HEALTH = ("/healthz", "/readyz", "/livez", "/-/healthy", "/-/ready")
+PROBED = (
+    "/", "/metrics", "/varz", "/connz?subs=1", "/jsz?streams=1", "/subsz", "/accountz",
+    "/api/v1/query?query=up", "/api/v1/targets", "/api/v1/status/config", "/graph",
+    "/federate?match[]=up", "/apis", "/api/v1/nodes", "/prometheus/api/v1/query?query=up",
+    VMS, "/debug/pprof/",
+)  # fmt: skip
+
+
+def _listening_ports(pids: set[int]) -> set[int]:
+    """The TCP ports these processes listen on (their sockets' inodes in /proc/net/tcp*)."""
+    inodes = set()
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith("socket:["):
+                        inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _processes_of(data_dir: Path) -> set[int]:
+    """Every process whose command line names the data dir (services, nats-server,
+    Prometheus), and their children."""
+    found: set[int] = set()
+    parents: dict[int, int] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit() or int(proc.name) == os.getpid():
+            continue
+        with contextlib.suppress(OSError):
+            if str(data_dir).encode() in (proc / "cmdline").read_bytes():
+                found.add(int(proc.name))
+            stat = (proc / "stat").read_text()
+            parents[int(proc.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    grown = True
+    while grown:
+        more = {pid for pid, parent in parents.items() if parent in found} - found
+        found |= more
+        grown = bool(more)
+    return found
+
+
+def _first_bytes(port: int) -> bytes:
+    """What the port says before it is asked anything (NATS: its INFO line)."""
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+        sock.settimeout(0.5)
+        try:
+            return sock.recv(5)
+        except TimeoutError:
+            return b""
+
+
+def _http_answers(port: int, ca: ssl.SSLContext) -> dict[str, int]:
+    """Each probed path's status, over HTTPS (the cluster's CA, no client certificate)
+    where the port speaks TLS, else plain HTTP."""
+    for scheme, verify in (("https", ca), ("http", False)):
+        try:
+            with httpx.Client(verify=verify, timeout=5) as http:
+                return {p: http.get(f"{scheme}://127.0.0.1:{port}{p}").status_code
+                        for p in (*PROBED, *HEALTH)}  # fmt: skip
+        except httpx.TransportError:
+            continue
+    raise AssertionError(f"port {port} speaks neither HTTP nor HTTPS nor NATS")
+
+
+async def _anonymous_nats_refused(port: int) -> None:
+    with pytest.raises(Exception, match=r"[Aa]uthorization"):
+        await nats.connect(
+            f"nats://127.0.0.1:{port}", allow_reconnect=False, max_reconnect_attempts=0
+        )
+
+
+def test_an_anonymous_local_client_gets_nothing_but_health_from_any_port(
+    up: RunningUp,
+) -> None:
+    ca = ssl.create_default_context(cafile=up.data_dir / "pki" / "ca.crt")
+    ca.check_hostname = False
+    ports = _listening_ports(_processes_of(up.data_dir))
+    recorded = _metrics_ports(up)
+    # the api, NATS, the controller's and the handler's metrics, Prometheus: no more
+    assert {up.port, up.nats_port, *recorded.values()} < ports, ports
+    assert len(ports) == 5, f"ports open under `up --metrics`: {sorted(ports)}"
+    answered: dict[int, dict[str, int]] = {}
+    for port in sorted(ports):
+        if _first_bytes(port) == b"INFO ":
+            assert port == up.nats_port
+            asyncio.run(_anonymous_nats_refused(port))
+            continue
+        answers = _http_answers(port, ca)
+        opened = {p: code for p, code in answers.items() if p not in HEALTH and code < 400}
+        assert not opened, f"port {port} answers an anonymous client: {opened}"
+        answered[port] = answers
+    # Prometheus refuses even its health without its user; with it, it answers
+    prom_port = next(p for p in ports if p not in {up.port, up.nats_port, *recorded.values()})
+    assert answered[prom_port]["/-/ready"] == 401
+    password = (up.data_dir / "credentials" / "prometheus-password").read_text().strip()
+    with httpx.Client(auth=("virtstream", password), timeout=10) as prom:
+        r = prom.get(f"http://127.0.0.1:{prom_port}/api/v1/query", params={"query": "up"})
+        assert r.status_code == 200 and r.json()["status"] == "success"
+    # the console's charts: the api relays as that user
+    relayed = up.http.get("/prometheus/api/v1/query", params={"query": "up"})
+    assert relayed.status_code == 200, relayed.text
+    assert relayed.json()["status"] == "success"
+    web = yaml.safe_load((up.data_dir / "prometheus" / "web.yml").read_text())
+    assert password not in str(web)  # Prometheus keeps the hash only
+    source = up.data_dir / "grafana" / "provisioning" / "datasources" / "prometheus.yaml"
+    ds = yaml.safe_load(source.read_text())["datasources"][0]
+    assert ds["url"] == f"http://127.0.0.1:{prom_port}" and ds["basicAuth"] is True
+    assert ds["secureJsonData"]["basicAuthPassword"] == password
+    assert source.stat().st_mode & 0o777 == 0o600
+
+
 @contextlib.contextmanager
 def second_api(up: RunningUp) -> Iterator[str]:
     """Another api process on the same bus, as `up` runs its own (same user and files)."""
@@ -311,6 +440,29 @@ def test_an_idempotency_key_is_honoured_by_every_replica_and_is_its_users(
         # and the admin's same request under the same key is still the admin's
         theirs = http.post(f"{up.url}{VMS}", json=vm("idem-1"), headers={**admin, **key})
         assert theirs.json()["metadata"]["uid"] == first.json()["metadata"]["uid"]
+
+
+# ------------------------------------------------ nats-server without monitoring
+def test_a_server_without_monitoring_is_ready_to_its_users_alone(tmp_path: Path) -> None:
+    """`up`'s servers open no monitoring port; whether one serves JetStream is asked over
+    the client port, as a user (an anonymous client learns nothing)."""
+    users = nats_auth.users(["node-1"])
+    reader = next(u for u in users if u.name == "reader")
+    probe = ConnectOptions(user=reader.name, password=reader.password)
+    server = NatsServer(
+        tmp_path / "nats",
+        authorization=nats_auth.authorization_block(users),
+        monitoring=False,
+        client=probe,
+    )
+    assert "http:" not in server.config() and server.monitoring_url == ""
+    server.start_sync()
+    try:
+        assert server.ready() and server.ready(clustered=True)
+        assert not jetstream_answers(server.url, ConnectOptions())  # anonymous: refused
+        assert server.http_port == 0
+    finally:
+        server.stop_sync()
 
 
 # ----------------------------------------------------------- an external NATS

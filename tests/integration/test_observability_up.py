@@ -3,6 +3,8 @@ handlers) run a real workload, the Prometheus `up` started scrapes them, and
 
 - every query of every Grafana panel returns at least one series (a failure names the
   dashboard, the panel and the query), every dashboard variable has values;
+- every metric a panel, a variable, an alert rule or the web console's charts name is one
+  a service exposes on its /metrics (read directly, with Prometheus's token);
 - the alert rules load in that Prometheus and evaluate without errors;
 - a handler stopped with SIGSTOP (the supervisor would restart a killed one) makes the
   node-unresponsive alert's expression name its node.
@@ -21,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -31,9 +35,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
 import nats
 import pytest
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from cli.up import live_launchers
 from ops.nats_server import free_port
@@ -151,8 +157,9 @@ async def publish_undecodable(nats_url: str, subject: str) -> None:
 
 
 class Prometheus:
-    def __init__(self, url: str) -> None:
-        self.http = up_client(url, timeout=10)
+    def __init__(self, url: str, password: str) -> None:
+        # Prometheus answers its own user only (ops/prometheus_auth.py)
+        self.http = httpx.Client(base_url=url, auth=("virtstream", password), timeout=10)
 
     def api(self, path: str, **params: str) -> Any:
         body = self.http.get(f"/api/v1/{path}", params=params).json()
@@ -243,12 +250,15 @@ def up() -> Iterator[Up]:
 def test_dashboards_alerts_and_unresponsive_node_under_up(up: Up) -> None:
     up.start()
     api = up_client(up.api_port, timeout=10)
-    prom = Prometheus(f"http://127.0.0.1:{up.prom_port}")
+    password = up.data_dir / "credentials" / "prometheus-password"
+    until(password.exists, f"Prometheus's password\n{up.output()}", 60)
+    prom = Prometheus(f"http://127.0.0.1:{up.prom_port}", password.read_text().strip())
     stopped_pid: int | None = None
     try:
         until(lambda: api.get(VMS).is_success, f"the api\n{up.output()}", timeout=60)
         until(lambda: prom.http.get("/-/ready").is_success, f"Prometheus\n{up.output()}", 60)
         workload(api, up)
+        check_metric_names(up)
         check_panels(prom)
         check_rules(prom)
 
@@ -344,6 +354,64 @@ def workload(api: httpx.Client, up: Up) -> None:
     password = (up.data_dir / "credentials" / "nats-admin").read_text().strip()
     nats_url = f"nats://admin:{password}@127.0.0.1:{up.nats_port}"
     asyncio.run(publish_undecodable(nats_url, f"virt.vm.{NS}.poison.X._"))
+
+
+# the project's metrics (KubeVirt's names and its own); `up` is Prometheus's, per target
+METRIC = re.compile(r"\b(?:kubevirt|virtstream)_[A-Za-z0-9_]+\b")
+PROMETHEUS_OWN = {"up"}
+CONSOLE_CHARTS = REPO / "services" / "api" / "ui" / "js" / "metrics.js"
+
+
+def queried_metrics() -> dict[str, set[str]]:
+    """Every metric name a query names, by where it is asked (dashboard and panel,
+    variable, alert rule, the console's charts)."""
+    out: dict[str, set[str]] = {}
+    for board, panel, expr in panel_queries():
+        names = set(METRIC.findall(expr)) | {w for w in PROMETHEUS_OWN if f"{w}{{" in expr}
+        assert names, f"{board} / {panel}: no metric found in {expr}"
+        out.setdefault(f"{board} / {panel}", set()).update(names)
+    for board, var, metric, _ in variable_queries():
+        out[f"{board} / ${var}"] = {metric}
+    for group in yaml.safe_load(ALERTS.read_text())["groups"]:
+        for rule in group["rules"]:
+            name = rule.get("alert") or rule.get("record")
+            out[f"alert {name}"] = set(METRIC.findall(str(rule["expr"])))
+    out["web console charts"] = set(METRIC.findall(CONSOLE_CHARTS.read_text()))
+    return out
+
+
+def exposed_metrics(up: Up) -> set[str]:
+    """The metric names (families and their samples: _total, _bucket, ...) the api, the
+    controller and the handlers expose on /metrics."""
+    ca = ssl.create_default_context(cafile=up.data_dir / "pki" / "ca.crt")
+    token = (up.data_dir / "credentials" / "prometheus-token").read_text().strip()
+    urls = [f"https://127.0.0.1:{up.api_port}/metrics"]
+    for r in msgspec.json.decode((up.data_dir / "up.json").read_bytes()).values():
+        if "--metrics-port" in r["argv"]:
+            port = r["argv"][r["argv"].index("--metrics-port") + 1]
+            urls.append(f"https://127.0.0.1:{port}/metrics")
+    assert len(urls) == 2 + NODES, urls
+    names: set[str] = set()
+    with httpx.Client(verify=ca, headers={"Authorization": f"Bearer {token}"}) as http:
+        for url in urls:
+            r = http.get(url)
+            assert r.status_code == 200, f"{url}: {r.status_code}"
+            for family in text_string_to_metric_families(r.text):
+                names.add(family.name)
+                names.update(s.name for s in family.samples)
+    return names
+
+
+def check_metric_names(up: Up) -> None:
+    exposed = exposed_metrics(up) | PROMETHEUS_OWN
+    missing = {
+        where: sorted(names - exposed)
+        for where, names in queried_metrics().items()
+        if names - exposed
+    }
+    assert not missing, "queries of metrics no service exposes:\n" + "\n".join(
+        f"{where}: {', '.join(names)}" for where, names in sorted(missing.items())
+    )
 
 
 def check_panels(prom: Prometheus) -> None:

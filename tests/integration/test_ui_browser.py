@@ -2,13 +2,18 @@
 --metrics`: login (the form, and `virtstream ui`'s address), live tables fed by the watch
 API, an action behind its confirmation, a view user offered nothing and shown a 403 as one,
 a VM's page (its events in order with their changes, time travel, `why`, the manifest
-editor's inline errors), a node's page and the metrics charts. Each page's screenshot is
-kept in test-artifacts/ui/ and checked not to be blank.
+editor's inline errors), a node's page and the metrics charts; and what the console does
+not claim: no Console or VNC tab where the test driver's guests have neither, the api's
+refusal instead of an empty terminal, no managed fields in the timeline's changes, no
+Prometheus asked by an api without one, a Running row's actions whole at 1400 px, the
+Events snapshots and restores record, `virtstream ui` on the api its data dir names.
+Each page's screenshot is kept in test-artifacts/ui/ and checked not to be blank.
 
 The tests run in file order on one cluster (~1 min on 2 cores)."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -19,6 +24,7 @@ import pytest
 import yaml
 
 from ops.ports import free_port
+from ops.supervisor import interrupt
 from tests.integration.browser import chromium, screenshot, skip_reason
 from tests.integration.polling import until
 from tests.integration.up_process import REPO, RunningUp, running_up
@@ -313,6 +319,173 @@ def test_the_node_page_and_the_metrics_charts(cluster: RunningUp, browser: Any) 
     chart = page.locator('[data-panel="vmis"] canvas')
     expect(chart.first).to_be_visible(timeout=60_000)
     screenshot(page, "metrics")
+    page.close()
+
+
+VMIS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances"
+
+
+def test_no_guest_tabs_in_test_mode_and_the_apis_refusal_instead_of_a_black_box(
+    cluster: RunningUp, browser: Any
+) -> None:
+    from playwright.sync_api import expect
+
+    # web-1 runs (started above) on a node of libvirt's test driver: no console, no screen
+    until(lambda: cluster.http.get(f"{VMIS}/web-1").json()["status"].get("phase") == "Running",
+          30, "web-1 Running")  # fmt: skip
+    page = logged_in(browser, cluster, "/ui/vms/default/web-1")
+    expect(page.locator(".page-head .status")).to_have_text("Running")
+    expect(page.locator('[data-tab="yaml"]')).to_be_visible()
+    assert page.locator('[data-tab="console"], [data-tab="vnc"]').count() == 0
+
+    # asked for anyway (an old link): the api's words, not a black box and "Disconnected"
+    page.goto(f"{cluster.url}/ui/vms/default/web-1?tab=console")
+    status = page.locator("#console-status")
+    expect(status).to_contain_text("(400): No serial consoles are present.")
+    expect(status).to_have_attribute("data-state", "refused")
+    expect(status).not_to_contain_text("Disconnected")
+    expect(page.locator("#terminal")).to_be_hidden()
+    screenshot(page, "console-refused")
+    page.goto(f"{cluster.url}/ui/vms/default/web-1?tab=vnc")
+    expect(page.locator("#vnc-status")).to_contain_text("(400): No graphics devices are present.")
+    page.close()
+
+
+def test_a_running_rows_actions_are_whole_at_1400_px(cluster: RunningUp, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    page = logged_in(browser, cluster)
+    page.set_viewport_size({"width": 1400, "height": 900})
+    row = page.locator('tr[data-key="default/web-1"]')
+    expect(row.locator("td.status")).to_have_text("Running")
+    expect(row.locator("td.actions[data-checked=true]")).to_have_count(1)
+    buttons = row.locator("td.actions button")
+    labels = buttons.all_inner_texts()
+    assert labels == ["Stop", "Restart", "Pause", "Migrate", "Delete"], labels
+    cut = buttons.evaluate_all(
+        """els => els.filter((b) => {
+             const cell = b.closest('td').getBoundingClientRect(), r = b.getBoundingClientRect();
+             return r.right > cell.right + 0.5 || r.bottom > cell.bottom + 0.5 ||
+                    b.scrollWidth > b.clientWidth; }).map((b) => b.textContent)"""
+    )
+    assert not cut, f"cut at 1400 px: {cut}"
+    screenshot(page, "actions-1400")
+    page.close()
+
+
+def test_the_timelines_changes_leave_managed_fields_out(cluster: RunningUp, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    page = logged_in(browser, cluster, "/ui/vms/default/web-1")
+    expect(page.locator("[data-painted=true]")).to_have_count(1)
+    changes = page.locator("ol.events pre.changes").all_inner_texts()
+    assert changes, "no changes shown"
+    assert not [c for c in changes if "managedFields" in c], changes
+    # the editor's save (above) shows as what it changed
+    assert any("+ metadata.labels.edited: by-the-console" in c for c in changes), changes
+    page.close()
+
+
+SNAPSHOTS = "/apis/snapshot.kubevirt.io/v1beta1/namespaces/default"
+
+
+def test_snapshots_and_restores_show_their_events(cluster: RunningUp, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    source = {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "web-2"}
+    snap = {"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineSnapshot",
+            "metadata": {"name": "web-2-snap"}, "spec": {"source": source}}  # fmt: skip
+    cluster.http.post(f"{SNAPSHOTS}/virtualmachinesnapshots", json=snap).raise_for_status()
+    until(
+        lambda: cluster.http.get(f"{SNAPSHOTS}/virtualmachinesnapshots/web-2-snap")
+        .json().get("status", {}).get("readyToUse"),
+        60, "the snapshot ready",
+    )  # fmt: skip
+    restore = {"apiVersion": "snapshot.kubevirt.io/v1beta1", "kind": "VirtualMachineRestore",
+               "metadata": {"name": "web-2-back"},
+               "spec": {"target": source, "virtualMachineSnapshotName": "web-2-snap"}}  # fmt: skip
+    cluster.http.post(f"{SNAPSHOTS}/virtualmachinerestores", json=restore).raise_for_status()
+    until(
+        lambda: cluster.http.get(f"{SNAPSHOTS}/virtualmachinerestores/web-2-back")
+        .json().get("status", {}).get("complete"),
+        60, "the restore complete",
+    )  # fmt: skip
+
+    page = logged_in(browser, cluster)
+    page.click('[data-tab="events"]')
+    table = page.locator('[data-plural="events"]')
+    expect(table).to_contain_text("SuccessfulVirtualMachineSnapshotContentCreate")
+    expect(table).to_contain_text("Successfully created VirtualMachineSnapshotContent")
+    expect(table).to_contain_text("VirtualMachineRestoreComplete")
+    expect(table).to_contain_text("Successfully completed VirtualMachineRestore web-2-back")
+    screenshot(page, "events-snapshot-restore")
+    page.close()
+
+
+def test_an_api_without_prometheus_is_asked_for_none(cluster: RunningUp, browser: Any) -> None:
+    """No Metrics link, and no request to a Prometheus relay that is not there (no 404 in
+    the browser's console); with one, the pages ask only for what they show."""
+    from playwright.sync_api import expect
+
+    port = free_port()
+    d = cluster.data_dir
+    env = {
+        **os.environ,
+        "VIRTSTREAM_NATS_USER": "api",
+        "VIRTSTREAM_NATS_PASSWORD": (d / "credentials" / "nats-api").read_text().strip(),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.api", "--nats-url", cluster.nats_url, "--read-only",
+         "--port", str(port), "--auth-file", str(d / "auth.yaml"),
+         "--tls-cert", str(d / "pki" / "server.crt"), "--tls-key", str(d / "pki" / "server.key"),
+         "--client-ca", str(d / "pki" / "ca.crt")],
+        cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    plain = f"https://127.0.0.1:{port}"
+    try:
+        until(lambda: cluster.http.get(f"{plain}/readyz").is_success, 60, "the second api")
+        for base, charted in ((plain, False), (cluster.url, True)):
+            page = browser.new_page()
+            asked: list[str] = []
+            errors: list[str] = []
+            page.on("request", lambda r, asked=asked: asked.append(r.url))
+            page.on(
+                "console",
+                lambda m, errors=errors: errors.append(m.text) if m.type == "error" else None,
+            )
+            page.goto(f"{base}/ui/#token={admin_token(cluster)}")
+            expect(status_cell(page, "web-1")).to_be_visible()
+            page.goto(f"{base}/ui/vms/default/web-1")
+            expect(page.locator("[data-painted=true]")).to_have_count(1)
+            page.goto(f"{base}/ui/nodes/node-1")
+            expect(page.locator(".meter").first).to_contain_text("CPU")
+            expect(page.locator("nav a[href='/ui/metrics']")).to_have_count(1 if charted else 0)
+            relayed = [u for u in asked if "/prometheus/" in u]
+            # with one, only the node's live heartbeat age is asked (no buildinfo probe)
+            assert (
+                all("/prometheus/api/v1/query?" in u for u in relayed) if charted else not relayed
+            ), asked
+            assert not [e for e in errors if "404" in e], errors
+            page.close()
+    finally:
+        interrupt(proc, 30)
+
+
+def test_virtstream_ui_asks_the_api_its_data_dir_names(cluster: RunningUp, browser: Any) -> None:
+    from playwright.sync_api import expect
+
+    env = {k: v for k, v in os.environ.items() if k != "VIRTSTREAM_SERVER"}
+    env["VIRTSTREAM_DATA_DIR"] = str(cluster.data_dir)  # no --server: not :8080
+    out = subprocess.run(
+        [sys.executable, "-m", "cli.main", "ui"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    address = out.stdout.strip()
+    assert address == f"{cluster.url}/ui/#token={admin_token(cluster)}", address
+    page = browser.new_page()
+    page.goto(address)
+    expect(status_cell(page, "web-1")).to_be_visible()
     page.close()
 
 

@@ -130,3 +130,36 @@ def test_a_console_whose_guest_does_not_come_back_closes_with_the_reason() -> No
         "the guest's console did not come back within 0s: "
         "the domain default_vm is not running on this node"
     )
+
+
+def _relayed(headers: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
+    """What the api sends a client whose console it refuses (the test driver's guest)."""
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "websocket.connect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "websocket", "headers": headers, "subprotocols": ["plain.kubevirt.io"]}
+    g = running(0)
+    resolve = lambda: target(g.cluster, "default", "vm1", "console")  # noqa: E731
+    asyncio.run(streams.relay(scope, receive, send, resolve))
+    return sent
+
+
+def test_a_refusal_is_kubevirts_http_answer_and_a_browsers_close() -> None:
+    """virtctl, kubectl and the CLI send no Origin: KubeVirt's 400 before the upgrade. A
+    browser, which cannot read that answer, gets it in the close: 4000 + the status."""
+    plain = _relayed([])
+    assert [m["type"] for m in plain] == [
+        "websocket.http.response.start",
+        "websocket.http.response.body",
+    ]
+    assert plain[0]["status"] == 400 and b"No serial consoles are present." in plain[1]["body"]
+    browser = _relayed([(b"origin", b"https://127.0.0.1:8443")])
+    assert browser == [
+        {"type": "websocket.accept", "subprotocol": "plain.kubevirt.io"},
+        {"type": "websocket.close", "code": 4400, "reason": "No serial consoles are present."},
+    ]

@@ -84,6 +84,21 @@ def test_diff_is_readable_and_keys_conditions_by_type() -> None:
     assert str(FieldChange("a", 1, None)) == "- a: 1"
 
 
+def test_a_diff_leaves_the_managed_fields_out() -> None:
+    """Each write rewrites its manager's entry (time, fields): the change is the rest."""
+    entry = {"manager": "kubectl", "operation": "Update", "time": "2026-01-01T00:00:00Z"}
+    before = {"metadata": {"labels": {"a": "1"}, "managedFields": [entry]}}
+    after = {
+        "metadata": {
+            "labels": {"a": "2"},
+            "managedFields": [{**entry, "time": "2026-01-01T00:01:00Z"}, {"manager": "x"}],
+        }
+    }
+    assert [str(c) for c in replay.diff_objects(before, after)] == ["  metadata.labels.a: 1 → 2"]
+    assert replay.diff_objects(None, after) == [FieldChange("metadata.labels.a", None, "2")]
+    assert before["metadata"]["managedFields"] == [entry]  # the renderings are not touched
+
+
 def test_replay_shows_the_vm_status_after_each_event_including_its_vmis() -> None:
     steps = list(replay.replay_steps(lifecycle().stored(), VM1))
     status = {

@@ -22,6 +22,8 @@ from events.catalog import (
     MigrationStarted,
     MigrationSucceeded,
     PodScheduled,
+    ResourceCreated,
+    ResourceStatusChanged,
     StopReason,
     Unschedulable,
     VMCreated,
@@ -31,11 +33,11 @@ from events.catalog import (
     VMIWarning,
 )
 from events.envelope import Stored
-from events.meta import Actor, Aggregate, Kind, KindToken, Meta
+from events.meta import Actor, Aggregate, Kind, KindToken, Meta, ResourceKind
 from kinds.event import render_core, render_v1, to_v1
 from projections import kube_events
 from projections.cluster import Cluster
-from projections.kube_events import KubeEventView
+from projections.kube_events import SNAPSHOT_API, KubeEventView
 from readside import view_checkpoints
 from readside.runner import ProjectionRunner
 from readside.watch import Selector, SelectorError
@@ -159,6 +161,72 @@ def test_a_started_vm_has_kubevirts_events_on_the_vm_and_its_vmi() -> None:
         "component": "virt-handler",
         "host": "node-1",
     }
+
+
+def _snapshot_kind(kind: str, name: str, spec: dict[str, Any], uid: str = "") -> dict[str, Any]:
+    metadata = {"name": name, "namespace": "default", "uid": uid}
+    return {"apiVersion": SNAPSHOT_API, "kind": kind, "metadata": metadata, "spec": spec}
+
+
+def test_snapshots_and_restores_record_what_kubevirts_snapshot_controller_does() -> None:
+    log = Log()
+    ctl = "virt-controller"
+    source = {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "vm1"}
+    done = {"type": "Ready", "status": "True", "reason": "Operation complete"}
+    failed = {"type": "Failure", "status": "True", "reason": "VirtualMachineSnapshot nope does not exist"}  # fmt: skip  # noqa: E501
+    log(
+        ResourceCreated(
+            meta=log.meta(ResourceKind.SNAPSHOT, "snap1", uid="snap-uid"),
+            manifest=_snapshot_kind(
+                "VirtualMachineSnapshot", "snap1", {"source": source}, "snap-uid"
+            ),
+        ),
+        ResourceCreated(
+            meta=log.meta(
+                ResourceKind.SNAPSHOT_CONTENT, "vmsnapshot-content-snap-uid", service=ctl
+            ),
+            manifest=_snapshot_kind(
+                "VirtualMachineSnapshotContent",
+                "vmsnapshot-content-snap-uid",
+                {"virtualMachineSnapshotName": "snap1", "source": {}},
+            ),
+        ),
+    )
+    for name, snapshot in (("restore1", "snap1"), ("restore2", "nope")):
+        spec = {"target": source, "virtualMachineSnapshotName": snapshot}
+        log(
+            ResourceCreated(
+                meta=log.meta(ResourceKind.RESTORE, name, uid=f"{name}-uid"),
+                manifest=_snapshot_kind("VirtualMachineRestore", name, spec, f"{name}-uid"),
+            ),
+            ResourceStatusChanged(
+                meta=log.meta(ResourceKind.RESTORE, name, service=ctl), status={"complete": False}
+            ),
+        )
+    log(
+        ResourceStatusChanged(
+            meta=log.meta(ResourceKind.RESTORE, "restore1", service=ctl),
+            status={"complete": True, "conditions": [done]},
+        ),
+        ResourceStatusChanged(  # said once: the same status again records nothing
+            meta=log.meta(ResourceKind.RESTORE, "restore1", service=ctl),
+            status={"complete": True, "conditions": [done]},
+        ),
+        ResourceStatusChanged(
+            meta=log.meta(ResourceKind.RESTORE, "restore2", service=ctl),
+            status={"complete": False, "conditions": [failed]},
+        ),
+    )
+    c = "virt-controller/"
+    assert log.shown() == [
+        ("VirtualMachineSnapshot", "Normal", "SuccessfulVirtualMachineSnapshotContentCreate",
+         "Successfully created VirtualMachineSnapshotContent vmsnapshot-content-snap-uid", c),
+        ("VirtualMachineRestore", "Normal", "VirtualMachineRestoreComplete",
+         "Successfully completed VirtualMachineRestore restore1", c),
+        ("VirtualMachineRestore", "Warning", "Operation failed",
+         "VirtualMachineRestore failed VirtualMachineSnapshot nope does not exist", c),
+    ]  # fmt: skip
+    assert [r.involved.uid for r in log.records] == ["snap-uid", "restore1-uid", "restore2-uid"]
 
 
 def test_a_handler_warning_is_a_warning_event_on_the_vmi_from_its_node() -> None:

@@ -46,6 +46,16 @@ def test_the_files_are_served_and_console_paths_get_the_page() -> None:
         assert assets.find(outside) is None, outside
 
 
+def test_the_page_names_the_metrics_relay_only_when_there_is_a_prometheus() -> None:
+    """Without one the console offers no Metrics page and asks no Prometheus (no 404)."""
+    assets = ui_assets.Assets()
+    plain, charted = assets.find(""), assets.find("vms/default/x", metrics=True)
+    assert plain is not None and charted is not None
+    assert ui_assets.METRICS_META in plain.body and ui_assets.METRICS_ON not in plain.body
+    assert ui_assets.METRICS_ON in charted.body and charted.etag != plain.etag
+    assert assets.find("index.html", metrics=True) is charted
+
+
 def test_the_history_document_links_causes_and_carries_objects_where_they_changed() -> None:
     events = lifecycle().stored()
     steps = list(replay.replay_steps(events, VM1))

@@ -184,6 +184,13 @@ export async function discovery() {
   return { versions, coreResources };
 }
 
+export function metricsServed() {
+  // the api names its Prometheus relay in the page it serves: none, no Metrics page and
+  // nothing asked of a Prometheus that is not there
+  const meta = document.querySelector('meta[name="virtstream-metrics"]');
+  return Boolean(meta && meta.content);
+}
+
 export function websocketProtocols() {
   // Kubernetes' way to carry a bearer token on a browser's WebSocket (no headers there)
   const out = ['plain.kubevirt.io'];

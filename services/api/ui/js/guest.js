@@ -1,12 +1,31 @@
 // The guest in the page: its serial console (xterm.js) and its screen (noVNC), each over
 // the api's WebSocket (KubeVirt's `console` and `vnc` subresources, the token carried as a
-// subprotocol), and a screenshot (`vnc/screenshot`).
+// subprotocol), and a screenshot (`vnc/screenshot`). A browser cannot read why an upgrade
+// was refused: the api tells a browser in the close instead (code 4000 + the HTTP status,
+// the Status's message as the reason), shown as worded.
 
 import { ApiError, SUB, request, websocketProtocols, websocketURL } from './api.js';
 import { clear, h } from './dom.js';
 
 function vmiPath(ns, name, what) {
   return `${SUB}/namespaces/${ns}/virtualmachineinstances/${name}/${what}`;
+}
+
+const REASONS = { 400: 'BadRequest', 403: 'Forbidden', 404: 'NotFound', 409: 'Conflict', 500: 'InternalError', 503: 'ServiceUnavailable' };
+
+function refusal(ev) {
+  // the api's refusal carried by the close ('' for any other end), as its Status line
+  if (ev.code < 4000 || ev.code >= 5000) return '';
+  const code = ev.code - 4000;
+  return `${REASONS[code] || 'Error'} (${code}): ${ev.reason}`;
+}
+
+function refuse(status, screen, line) {
+  status.dataset.state = 'refused';
+  status.className = 'error';
+  status.setAttribute('role', 'alert');
+  status.replaceChildren(line);
+  screen.hidden = true;
 }
 
 function socket(ns, name, what) {
@@ -45,6 +64,7 @@ export class SerialConsole {
     this.ws = ws;
     const encoder = new TextEncoder();
     ws.onopen = () => {
+      this.screen.hidden = false;
       this.status.textContent = `Connected to the serial console of ${this.ns}/${this.name}`;
       this.status.dataset.state = 'open';
       this.term.focus();
@@ -52,6 +72,12 @@ export class SerialConsole {
     ws.onmessage = (ev) => this.term.write(new Uint8Array(ev.data));
     ws.onclose = (ev) => {
       if (this.ws !== ws) return;
+      const refused = refusal(ev);
+      if (refused) {
+        refuse(this.status, this.screen, refused);
+        this.status.append(' ', h('button', { class: 'link', onclick: () => { this.status.className = 'muted'; this.connect(); } }, 'try again'));
+        return;
+      }
       this.status.dataset.state = 'closed';
       this.status.replaceChildren(`Disconnected${ev.reason ? `: ${ev.reason}` : ''} `,
         h('button', { class: 'link', onclick: () => this.connect() }, 'reconnect'));
@@ -82,10 +108,13 @@ export class Vnc {
   async start() {
     const { default: RFB } = await import('../vendor/novnc/core/rfb.js');
     const ws = socket(this.ns, this.name, 'vnc');
+    let refused = '';
+    ws.addEventListener('close', (ev) => { refused = refusal(ev); });
     this.rfb = new RFB(this.screen, ws, { shared: true });
     this.rfb.scaleViewport = true;
     this.rfb.addEventListener('connect', () => { this.status.textContent = `Connected to the screen of ${this.ns}/${this.name}`; this.status.dataset.state = 'open'; });
     this.rfb.addEventListener('disconnect', (ev) => {
+      if (refused) { refuse(this.status, this.screen, refused); return; }
       this.status.dataset.state = 'closed';
       this.status.textContent = ev.detail.clean ? 'Disconnected' : 'The connection to the screen failed or was refused';
     });

@@ -1,7 +1,7 @@
 // The console's entry: the token (login form, or `#token=` taken into this tab's storage),
 // the pages routed in the browser under /ui/, and the navigation between them.
 
-import { ApiError, discovery, getJSON, session } from './api.js';
+import { ApiError, discovery, metricsServed, session } from './api.js';
 import { clear, h, link } from './dom.js';
 
 const main = document.getElementById('main');
@@ -57,14 +57,6 @@ function markNav() {
   }
 }
 
-async function metricsServed() {
-  try {
-    await getJSON('/prometheus/api/v1/status/buildinfo');
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 function buildNav() {
   clear(nav).append(link('/ui/', 'Cluster', { 'data-root': 'true' }));
@@ -72,7 +64,7 @@ function buildNav() {
   out.hidden = !session.token;
   out.onclick = () => { session.clear(); location.assign('/ui/'); };
   markNav();
-  metricsServed().then((yes) => { if (yes) { nav.append(link('/ui/metrics', 'Metrics')); markNav(); } });
+  if (metricsServed()) { nav.append(link('/ui/metrics', 'Metrics')); markNav(); }
 }
 
 function loginForm(message) {

@@ -1,7 +1,7 @@
 // A node's page: capacity and allocation, heartbeat age, conditions, and its VMIs (a live
 // table with the field selector `status.nodeName`).
 
-import { getJSON, live, url } from './api.js';
+import { getJSON, live, metricsServed, url } from './api.js';
 import { ago, append, clear, h, link, quantity, since, table } from './dom.js';
 import { LiveTable } from './livetable.js';
 
@@ -77,7 +77,7 @@ export async function nodePage(name) {
     onEvent: (type, obj) => { node = type === 'DELETED' ? null : obj; render(); },
     onError: (e) => clear(facts).append(h('p', { class: 'error', role: 'alert' }, e.line)),
   });
-  let prometheus = await liveHeartbeat();
+  let prometheus = metricsServed() && await liveHeartbeat();
   let n = 0;
   // the heartbeat's age grows with the clock, not with events
   const tick = setInterval(() => {

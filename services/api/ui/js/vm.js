@@ -3,7 +3,7 @@
 // and the guest's console and screen.
 
 import { actionsFor, allowed, buttons } from './actions.js';
-import { can, collection, live } from './api.js';
+import { can, collection, getJSON, live } from './api.js';
 import { append, bytes, clear, h, link, since, table, tabs } from './dom.js';
 import { ManifestEditor } from './editor.js';
 import { SerialConsole, Vnc } from './guest.js';
@@ -22,6 +22,19 @@ function one(path, name, onChange, onError) {
     onEvent: (type, obj) => onChange(type === 'DELETED' ? null : obj),
     onError,
   });
+}
+
+const HYPERVISOR = 'virtstream.io/hypervisor';
+
+async function qemuNodes() {
+  // the nodes whose guests have a serial console and a screen (qemu; the test driver's
+  // have neither); null when this user may not list nodes (then the api's answer tells)
+  try {
+    const list = await getJSON('/api/v1/nodes');
+    return new Set((list.items || []).filter((n) => ((n.metadata.annotations || {})[HYPERVISOR]) === 'qemu').map((n) => n.metadata.name));
+  } catch {
+    return null;
+  }
 }
 
 function conditions(obj, title) {
@@ -74,13 +87,27 @@ export async function objectPage(kind, ns, name) {
     h('div', { class: 'cols' }, h('div', {}, summary, conds), h('div', {}, instance, why.el)), timeline.el);
 
   const loaded = timeline.load(); // the longest read: asked first
-  const [mayConsole, mayUpdate] = await Promise.all([
+  const [mayConsole, mayUpdate, guestNodes] = await Promise.all([
     can('get', 'subresources.kubevirt.io', 'virtualmachineinstances', 'console', ns),
     can('update', 'kubevirt.io', k.plural, '', ns),
+    qemuNodes(),
   ]);
   editor.readOnly = !mayUpdate;
-  const areas = [['overview', 'Overview'], ['yaml', 'YAML']];
-  if (mayConsole) areas.push(['console', 'Console'], ['vnc', 'VNC']);
+
+  function areas() {
+    // Console and VNC where the guest has them: a qemu node (its own, once placed), and
+    // the devices its spec does not leave out
+    const out = [['overview', 'Overview'], ['yaml', 'YAML']];
+    if (!mayConsole) return out;
+    const v = kind === 'vm' ? vmi : obj;
+    const node = v && (v.status || {}).nodeName;
+    if (guestNodes !== null && !(node ? guestNodes.has(node) : guestNodes.size > 0)) return out;
+    const devices = ((((kind === 'vm' ? (obj && obj.spec && obj.spec.template) : obj) || {}).spec || {}).domain || {}).devices || {};
+    if (devices.autoattachSerialConsole !== false) out.push(['console', 'Console']);
+    if (devices.autoattachGraphicsDevice !== false) out.push(['vnc', 'VNC']);
+    return out;
+  }
+  let shownAreas = '';
 
   function statusOf() {
     if (!obj) return { status: 'Gone' };
@@ -145,7 +172,7 @@ export async function objectPage(kind, ns, name) {
   const onError = (e) => clear(summary).append(h('p', { class: 'error', role: 'alert' }, e.line || String(e)));
   watches.push(one(path, name, (o) => {
     obj = o;
-    if (kind === 'vmi') { vmiKnown = true; guestChanged(); }
+    if (kind === 'vmi') { vmiKnown = true; guestChanged(); } else showTabs();
     refreshActions();
     renderSummary();
     if (kind === 'vmi') renderInstance();
@@ -180,11 +207,21 @@ export async function objectPage(kind, ns, name) {
   function guestChanged() {
     // a guest tab opened before the instance was known, or while it was not running
     if ((area === 'console' || area === 'vnc') && !guest && guestRunning()) show();
+    else showTabs();
+  }
+
+  function showTabs() {
+    // again only when the offered areas changed (the instance moved to another node)
+    const now = areas();
+    if (JSON.stringify(now) === shownAreas) return;
+    shownAreas = JSON.stringify(now);
+    clear(tabBar).append(tabs(now, area, (id) => { area = id; const q = id === 'overview' ? '' : `?tab=${id}`; history.replaceState(null, '', location.pathname + q); show(); }));
   }
 
   function show() {
     if (guest) { guest.stop(); guest = null; }
-    clear(tabBar).append(tabs(areas, area, (id) => { area = id; const q = id === 'overview' ? '' : `?tab=${id}`; history.replaceState(null, '', location.pathname + q); show(); }));
+    shownAreas = '';
+    showTabs();
     if (area === 'yaml') clear(body).append(editor.el);
     else if (area === 'console' || area === 'vnc') {
       if (!guestRunning()) {
