@@ -337,9 +337,10 @@ def test_an_anonymous_local_client_gets_nothing_but_health_from_any_port(
     ca.check_hostname = False
     ports = _listening_ports(_processes_of(up.data_dir))
     recorded = _metrics_ports(up)
-    # the api, NATS, the controller's and the handler's metrics, Prometheus: no more
+    # the api, NATS, the controller's, the upkeep's and the handler's metrics, Prometheus:
+    # no more
     assert {up.port, up.nats_port, *recorded.values()} < ports, ports
-    assert len(ports) == 5, f"ports open under `up --metrics`: {sorted(ports)}"
+    assert len(ports) == 6, f"ports open under `up --metrics`: {sorted(ports)}"
     answered: dict[int, dict[str, int]] = {}
     for port in sorted(ports):
         if _first_bytes(port) == b"INFO ":
