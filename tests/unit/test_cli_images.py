@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -44,3 +45,22 @@ def test_an_image_of_another_format_is_refused(tmp_path: Path) -> None:
     )
     assert result.exit_code == 1 and "vmdk" in result.output
     assert not any((tmp_path / "images").glob("x*"))
+
+
+def test_the_groups_image_dir_reaches_its_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`images --image-dir DIR add ...` writes into DIR, not the default image dir."""
+    default, catalogue = tmp_path / "default", tmp_path / "images"
+    monkeypatch.setenv("VIRTSTREAM_IMAGE_DIR", str(default))
+    disk = tmp_path / "disk.img"
+    disk.write_bytes(b"\0" * 4096)
+    runner = CliRunner()
+    added = runner.invoke(app, ["images", "--image-dir", str(catalogue), "add", "g", str(disk)])
+    assert added.exit_code == 0, added.output
+    assert (catalogue / "g.raw").exists() and not default.exists()
+    listed = runner.invoke(
+        app, ["images", "--image-dir", str(catalogue), "list"], env={"COLUMNS": "200"}
+    )
+    assert listed.exit_code == 0, listed.output
+    assert re.search(r"^g\s+disk\s", listed.output, re.M), listed.output  # DIR's image
