@@ -348,13 +348,15 @@ def test_a_resumed_cluster_with_fewer_nodes_places_nothing_on_the_node_it_left(
             until(lambda: len(http.get("/api/v1/nodes").json()["items"]) == 3, 60, "3 nodes")
     finally:
         assert first.stop() == 0, first.text
-    second = Output(_up(data_dir, port, "--nodes", "2"))
+    nats_port = free_port()
+    second = Output(_up(data_dir, port, "--nodes", "2", nats_port=nats_port))
     try:
         second.wait_for("Ctrl-C stops the cluster")
         assert "node-3 of the stored cluster is not started by this run (--nodes 2)" in second.text
         assert "`virtstream delete node node-3` removes it" in second.text
         assert "`virtstream up --nodes 3` runs it again" in second.text
         with up_client(port, timeout=5) as http:
+            until(lambda: http.get("/readyz").is_success, 60, "the api")
             node3 = http.get("/api/v1/nodes/node-3").json()
             assert node3["spec"]["unschedulable"] is True
             for name in ("a", "b", "c"):
@@ -387,6 +389,15 @@ def test_a_resumed_cluster_with_fewer_nodes_places_nothing_on_the_node_it_left(
             )  # fmt: skip
             assert done["status"]["phase"] == "Succeeded", done["status"]
             assert done["status"]["migrationState"]["targetNode"] in ("node-1", "node-2")
+            # nothing was ever placed on node-3, not even before it timed out
+            for kind in ("PodScheduled", "MigrationScheduled"):
+                listed = subprocess.run(
+                    [sys.executable, "-m", "cli.main", "events", "-t", kind, "-o", "json",
+                     "--nats-url", f"nats://127.0.0.1:{nats_port}"],
+                    cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+                )  # fmt: skip
+                placed = [json.loads(line)["node"] for line in listed.stdout.splitlines()]
+                assert placed and "node-3" not in placed, (kind, placed)
             deleted = subprocess.run(
                 [sys.executable, "-m", "cli.main", "--server", f"http://127.0.0.1:{port}",
                  "delete", "node", "node-3"],
