@@ -227,7 +227,7 @@ def test_the_readmes_ssh_lines_run_as_printed(cluster: Cluster, tmp_path: Path) 
     readme = (REPO / "README.md").read_text()
     block = readme[readme.index("A VM that carries your") :]
     block = block[block.index("```sh\n") + 6 :]
-    keygen, create, ssh = (
+    install, keygen, create, ssh = (
         line.split("  #")[0].strip() for line in block[: block.index("```")].splitlines()
     )
     env = {
@@ -236,7 +236,7 @@ def test_the_readmes_ssh_lines_run_as_printed(cluster: Cluster, tmp_path: Path) 
         "VIRTSTREAM_SERVER": cluster.server,
         "HOME": str(tmp_path),
     }
-    for line in (keygen, create):
+    for line in (install, keygen, create):
         done = subprocess.run(
             ["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
             timeout=120,
@@ -254,5 +254,12 @@ def test_the_readmes_ssh_lines_run_as_printed(cluster: Cluster, tmp_path: Path) 
 
     answered = until(shell, timeout=BOOT_TIMEOUT, what="a shell in vm-ssh", every=2)
     assert answered.strip() == "root in vm-ssh", answered
-    assert (tmp_path / ".ssh" / "kubevirt_known_hosts").read_text().startswith("vmi/vm-ssh.default")
+    known_hosts = tmp_path / ".ssh" / "kubevirt_known_hosts"
+    known = known_hosts.read_text().splitlines()
+    assert len(known) == 1 and " ssh-ed25519 " in known[0]  # the guest's key, accepted once
+    forget = subprocess.run(  # what the README says to do after a restart
+        ["ssh-keygen", "-R", "vmi/vm-ssh.default", "-f", str(known_hosts)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert forget.returncode == 0 and "found: line 1" in forget.stdout, forget.stdout
     assert cluster.http.delete(f"{VMS}/vm-ssh").is_success
