@@ -26,6 +26,7 @@ from cli.up import live_launchers
 from ops.nats_server import free_port
 from ops.supervisor import importable
 from tests.integration.polling import until, up_client
+from tests.integration.qemu_support import skip_reason as qemu_skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
@@ -407,5 +408,38 @@ def test_a_resumed_cluster_with_fewer_nodes_places_nothing_on_the_node_it_left(
             assert deleted.stdout.strip() == 'node "node-3" deleted'
             names = [n["metadata"]["name"] for n in http.get("/api/v1/nodes").json()["items"]]
             assert names == ["node-1", "node-2"]
+    finally:
+        assert second.stop() == 0, second.text
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.qemu
+@pytest.mark.skipif(qemu_skip_reason() is not None, reason=qemu_skip_reason() or "")
+def test_a_test_mode_cluster_resumed_in_qemu_mode_says_so(data_dir: Path) -> None:
+    """`up` (test mode), Ctrl-C, then `up --hypervisor qemu` on the same data (as the
+    demo's `.virtstream-demo` is): one line names the mode the stored cluster ran and what
+    changes; the nodes rejoin as QEMU nodes."""
+    port = free_port()
+    first = Output(_up(data_dir, port))
+    try:
+        with up_client(port, timeout=5) as http:
+            until(lambda: len(http.get("/api/v1/nodes").json()["items"]) == 1, 60, "the node")
+    finally:
+        assert first.stop() == 0, first.text
+    assert "the stored cluster ran" not in first.text
+    second = Output(_up(data_dir, port, "--hypervisor", "qemu"))
+    try:
+        second.wait_for("Ctrl-C stops the cluster", timeout=180)
+        assert (
+            "the stored cluster ran --hypervisor test; this run is --hypervisor qemu: its nodes "
+            "rejoin as QEMU nodes and its VMs boot real guests when they start"
+        ) in second.text
+        with up_client(port, timeout=5) as http:
+
+            def rejoined() -> bool:
+                node = http.get("/api/v1/nodes/node-1").json()
+                return node["metadata"]["annotations"]["virtstream.io/hypervisor"] == "qemu"
+
+            until(rejoined, 60, "node-1 a QEMU node")
     finally:
         assert second.stop() == 0, second.text
