@@ -4,7 +4,9 @@ nats-server (embedded unless --nats-url), api, controller and one handler per no
 supervised subprocess logging to `<data-dir>/logs/`. Ctrl-C shuts the VMs down (unless
 --keep-vms), then stops the services, then nats. Starting again on the same data dir
 resumes from the stored events (and says so; with --keep-vms it re-attaches to the running
-VMs). `--demo` runs the tour of `cli/demo.py`, then keeps the cluster up, in its own data
+VMs): the api starts first, then `stored_nodes` says in which mode the stored nodes ran when
+that differs, and cordons those this run does not start, before a controller places
+anything. `--demo` runs the tour of `cli/demo.py`, then keeps the cluster up, in its own data
 dir (`.virtstream-demo`) so that a later plain `up` does not pick its objects up.
 
 `--hypervisor qemu`: before the handlers, one libvirtd per node (ops.node_libvirtd, in
@@ -451,8 +453,12 @@ def stored_nodes(
                 )
                 return
             time.sleep(0.1)
-        listed = http.get(f"{api_url}{node_kind.collection_path()}")
-        nodes = listed.json().get("items", []) if listed.is_success else []
+        try:
+            listed = http.get(f"{api_url}{node_kind.collection_path()}")
+            nodes = listed.json().get("items", []) if listed.is_success else []
+        except (httpx.HTTPError, ValueError) as e:
+            console.print(f"[yellow]warning[/]: the stored nodes were not checked: {e}")
+            return
         ran = sorted(
             {(n["metadata"].get("annotations") or {}).get(HYPERVISOR_ANNOTATION, "test")
              for n in nodes if n["metadata"]["name"] in node_names}
@@ -472,7 +478,11 @@ def stored_nodes(
                     )
                 continue
             if not cordoned:
-                r = http.put(f"{api_url}{node_kind.subresource_path(name, 'cordon', '')}")
+                try:
+                    r = http.put(f"{api_url}{node_kind.subresource_path(name, 'cordon', '')}")
+                except httpx.HTTPError as e:
+                    console.print(f"[yellow]could not cordon {name}[/]: {e}")
+                    continue
                 if not r.is_success:
                     console.print(f"[yellow]could not cordon {name}[/]: {_message(r)}")
                     continue
@@ -488,10 +498,8 @@ def stored_nodes(
 API_WAIT_SECONDS = 60.0
 HYPERVISOR_ANNOTATION = "virtstream.io/hypervisor"
 MODE_CHANGE = {
-    "qemu": "its nodes rejoin as QEMU nodes and its VMs boot real guests when they start "
-    "(a fresh cluster: another --data-dir, or remove this one)",
-    "test": "its nodes rejoin with libvirt's test driver and its VMs run no guest "
-    "(a fresh cluster: another --data-dir, or remove this one)",
+    "qemu": "its nodes rejoin as QEMU nodes and its VMs boot real guests when they start",
+    "test": "its nodes rejoin with libvirt's test driver and its VMs run no guest",
 }
 
 
