@@ -440,6 +440,11 @@ class NodeResponsive(Event, tag="NodeResponsive", frozen=True):
     last_heartbeat: float
 
 
+class NodeDeleted(Event, tag="NodeDeleted", frozen=True):
+    """The Node object is gone (`kubectl delete node`): a handler that starts again for
+    it joins anew."""
+
+
 # -------------------------------------------------------------------- MigrationPolicy
 class PolicyCreated(Event, tag="PolicyCreated", frozen=True):
     manifest: Manifest
@@ -584,6 +589,7 @@ NodeEvent = (
     | NodeTaintsChanged
     | NodeUnresponsive
     | NodeResponsive
+    | NodeDeleted
 )
 PolicyEvent = PolicyCreated | PolicyUpdated | PolicyDeleted | MetadataChanged
 ResourceEvent = (

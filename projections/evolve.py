@@ -39,6 +39,7 @@ from events.catalog import (
     MigrationStarted,
     MigrationSucceeded,
     NodeCordoned,
+    NodeDeleted,
     NodeDrainRequested,
     NodeEvent,
     NodeJoined,
@@ -472,6 +473,8 @@ def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
             return replace(v, unresponsive=True, last_heartbeat=hb)
         case NodeResponsive(last_heartbeat=hb):
             return replace(v, unresponsive=False, last_heartbeat=hb)
+        case NodeDeleted():
+            return None
         case NodeJoined():
             return v  # handled above
         case _:

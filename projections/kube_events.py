@@ -44,6 +44,7 @@ from events.catalog import (
     MigrationStarted,
     MigrationSucceeded,
     NodeCordoned,
+    NodeDeleted,
     NodeDrainRequested,
     NodeJoined,
     NodeResponsive,
@@ -412,6 +413,7 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             | NodeDrainRequested()
             | NodeTaintsChanged()
             | NodeResponsive()
+            | NodeDeleted()
             | PolicyCreated()
             | PolicyUpdated()
             | PolicyDeleted()

@@ -130,7 +130,8 @@ class ControllerReactor:
 
     def tick(self, state: ControllerState, ctx: Context) -> Sequence[Decision]:
         c = state.cluster
-        scope = _Scope(vms=set(c.vms), vmis=set(c.vmis), nodes=set(c.nodes))
+        # the nodes VMIs are on too: one deleted leaves them to fail
+        scope = _Scope(vms=set(c.vms), vmis=set(c.vmis), nodes={*c.nodes, *c.vmis_by_node})
         return self._decide(state, scope, ctx, check_nodes=True, collect=True)
 
     @staticmethod
@@ -153,6 +154,7 @@ class ControllerReactor:
         for name in sorted(scope.nodes):
             node = c.nodes.get(name)
             if node is None:
+                out += node_health.fail_vmis_of_deleted(c, name, ctx)
                 continue
             if check_nodes:
                 out += node_health.check(state, node, ctx, self.node_timeout, self.cluster_nodes)
