@@ -208,7 +208,7 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
         conditions.append(
             _condition("Synchronized", False, SYNC_FAILED_CONDITION, vmi.sync_failure)
         )
-    conditions.append(_condition("LiveMigratable", *live_migratable(obj)))
+    conditions.append(_condition("LiveMigratable", *live_migratable(obj, cluster)))
     if vmi.agent_connected and vmi.phase == "Running":
         conditions.append(_condition("AgentConnected", True, ""))
     if vmi.domain_type == "qemu":

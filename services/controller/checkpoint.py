@@ -51,4 +51,5 @@ class ControllerCodec:
             eviction_blocked={(a, b) for a, b in c.eviction_blocked},
         )
         state.index.rebuild(state.cluster)
+        state.claims.rebuild(state.cluster)
         return state

@@ -14,13 +14,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from events import subjects
-from events.catalog import Event
+from events.catalog import Event, ResourceDeleted
 from events.envelope import Context, Decision, Stored
 from events.meta import Aggregate, Kind, ResourceKind
 from projections.cluster import key, view_key
+from projections.storage import claims_of
 from services.controller import (
     backoff,
     clone,
+    datavolume,
     evacuation,
     export,
     gc,
@@ -31,6 +33,7 @@ from services.controller import (
     run_strategy,
     scheduler,
     snapshot,
+    storage,
 )
 from services.controller.backoff import BackoffConfig
 from services.controller.policy import MigrationConfig
@@ -45,6 +48,8 @@ class _Scope:
     vms: set[str] = field(default_factory=set)  # "ns/name"
     vmis: set[str] = field(default_factory=set)
     nodes: set[str] = field(default_factory=set)
+    claims: set[str] = field(default_factory=set)  # PVCs and DataVolumes, "ns/name"
+    released: set[str] = field(default_factory=set)  # uids of deleted claims
 
 
 class ControllerReactor:
@@ -106,6 +111,11 @@ class ControllerReactor:
                 k = key(agg.namespace, agg.name)
                 scope.vms.add(k)
                 scope.vmis.add(k)
+                scope.claims.update(_claims_of(state, k))
+            case ResourceKind.PVC | ResourceKind.DATA_VOLUME:
+                scope.claims.add(key(agg.namespace, agg.name))
+                if agg.kind == ResourceKind.PVC and isinstance(stored.event, ResourceDeleted):
+                    scope.released.add(agg.uid)
             case Kind.NODE:
                 scope.nodes.add(agg.name)
                 for vmi in state.cluster.vmis_on(agg.name):
@@ -120,6 +130,8 @@ class ControllerReactor:
     def tick(self, state: ControllerState, ctx: Context) -> Sequence[Decision]:
         c = state.cluster
         scope = _Scope(vms=set(c.vms), vmis=set(c.vmis), nodes=set(c.nodes))
+        scope.claims.update(c.resources[ResourceKind.PVC])
+        scope.claims.update(c.resources[ResourceKind.DATA_VOLUME])
         return self._decide(state, scope, ctx, check_nodes=True, collect=True)
 
     def _decide(
@@ -135,6 +147,7 @@ class ControllerReactor:
         after an event that may have left dependents without their owner)."""
         c = state.cluster
         out: list[Event] = []
+        sets: list[Decision] = []
         for name in sorted(scope.nodes):
             node = c.nodes.get(name)
             if node is None:
@@ -153,8 +166,9 @@ class ControllerReactor:
             # backoff first: a failed start must be on record before the VMI is replaced
             out += backoff.reconcile(vm, c.vmi_of_vm(vm), ctx, self.backoff)
             out += run_strategy.reconcile(state, vm, ctx)
+            sets += datavolume.reconcile_templates(c, vm, ctx)
+        sets += _storage(state, scope, ctx)
         # replica sets and pools are few: every pass looks at all of them
-        sets: list[Decision] = []
         for rs in c.resources[ResourceKind.VMIRS].values():
             sets += replicas.reconcile_replicaset(c, rs, ctx)
         for pool in c.resources[ResourceKind.VMPOOL].values():
@@ -178,6 +192,33 @@ class ControllerReactor:
         out += evacuation.reconcile(state, ctx, self.migrations)
         out += scheduler.schedule_pending(c, ctx, reserved, state.index)
         return [Decision(ev) for ev in _unique(out)] + sets
+
+
+def _claims_of(state: ControllerState, vmi_key: str) -> set[str]:
+    """The claims a VMI names: from the index while it lives, from its manifest once it
+    ended (its end may let a claim's deletion finish)."""
+    found = set(state.claims.claims(vmi_key))
+    vmi = state.cluster.vmis.get(vmi_key)
+    if not found and vmi is not None and vmi.final:
+        found = {key(vmi.namespace, c) for c in claims_of(vmi.manifest)}
+    return found
+
+
+def _storage(state: ControllerState, scope: _Scope, ctx: Context) -> list[Decision]:
+    """The claims and DataVolumes the event touched (a claim and its DataVolume share a
+    name), and the volumes of deleted claims."""
+    c = state.cluster
+    out: list[Decision] = []
+    for k in sorted(scope.claims):
+        dv = c.resources[ResourceKind.DATA_VOLUME].get(k)
+        if dv is not None:
+            out += datavolume.reconcile_dv(c, dv, ctx)
+        claim = c.resources[ResourceKind.PVC].get(k)
+        if claim is not None:
+            out += storage.reconcile_claim(c, claim, state.claims.users(k), ctx)
+    for uid in sorted(scope.released):
+        out += storage.released(c, uid, ctx)
+    return out
 
 
 def _unique(events: Iterable[Event]) -> list[Event]:

@@ -45,6 +45,7 @@ from events.envelope import Stored
 from events.meta import Kind, KindToken
 from projections.cluster import Cluster, key, view_key
 from projections.views import MigrationView, VMIView, VMView
+from services.controller.claim_index import ClaimIndex
 from services.controller.placement_index import PlacementIndex
 
 
@@ -68,6 +69,8 @@ class ControllerState:
     eviction_blocked: set[tuple[str, str]] = field(default_factory=set)
     # what the scheduler and the migration pass would otherwise scan every VMI for
     index: PlacementIndex = field(default_factory=PlacementIndex)
+    # which live VMIs name which claims (a claim's protection, a VMI's claims)
+    claims: ClaimIndex = field(default_factory=ClaimIndex)
 
 
 def evolve(state: ControllerState, s: Stored) -> ControllerState:
@@ -124,7 +127,9 @@ def evolve(state: ControllerState, s: Stored) -> ControllerState:
     k = view_key(agg)
     kinds = (agg.kind, Kind.VM) if agg.kind == Kind.VMI else (agg.kind,)
     before = [(kind, state.cluster.table(kind).get(k)) for kind in kinds]
-    state.index.touched(state.cluster, state.cluster.apply(s))
+    touched = state.cluster.apply(s)
+    state.index.touched(state.cluster, touched)
+    state.claims.touched(state.cluster, touched)
     for kind, view in before:
         if view is not None:
             _forget_ended(state, kind, k, view)

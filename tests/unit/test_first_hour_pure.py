@@ -207,5 +207,9 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "vmclones",
         "vmexports",
         "secrets",
+        "storageclasses",
+        "persistentvolumes",
+        "persistentvolumeclaims",
+        "dvs",
         "vmipresets",
     )
