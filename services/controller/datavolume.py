@@ -13,7 +13,10 @@ blank controllers, one importer per DataVolume).
   another claim's disk), registry (a containerDisk of the catalogue). The handler's
   `ImportProgressed` and `ImportFinished` are folded into the status
   (`projections/datavolumes.py`); the controller mirrors the phase onto the claim's
-  annotations (`cdi.kubevirt.io/storage.pod.phase`, `...condition.running.reason`)."""
+  annotations (`cdi.kubevirt.io/storage.pod.phase`, `...condition.running.reason`).
+- A claim of its name it did not make (a restore's, marked
+  `cdi.kubevirt.io/storage.populatedFor`, or one a user made) is adopted as populated:
+  Succeeded, nothing imported over it."""
 
 from __future__ import annotations
 
@@ -82,6 +85,8 @@ def reconcile_dv(cluster: Cluster, dv: ResourceView, ctx: Context) -> list[Decis
         if phase in _DONE:
             return []  # its claim was deleted after: nothing to fill again
         return [_claim(cluster, dv, ctx), *_pending(dv, False, ctx)]
+    if storage.annotations_of(claim).get(dvs.CREATED_FOR) != dv.uid:
+        return _adopt(claim, dv, ctx)
     out = _annotate(claim, dv, phase, ctx)
     if phase in _REQUESTED:
         return out
@@ -99,6 +104,21 @@ def reconcile_dv(cluster: Cluster, dv: ResourceView, ctx: Context) -> list[Decis
     agg = emit.resource_aggregate(ResourceKind.DATA_VOLUME, dv)
     meta = emit.meta(ctx, agg, f"dv-import/{dv.uid}", node=node)
     return [*out, Decision(ImportRequested(meta=meta, claim=claim.name, source=source, size=size))]
+
+
+def _adopt(claim: ResourceView, dv: ResourceView, ctx: Context) -> list[Decision]:
+    """A claim of the DataVolume's name it did not make (a restore's, a user's) is taken
+    as populated: the DataVolume succeeds without importing over it."""
+    running = ("False", "Completed", dvs.COMPLETE)
+    status: JSON = {
+        "phase": dvs.SUCCEEDED,
+        "claimName": dv.name,
+        "progress": "100.0%",
+        "conditions": dvs.conditions(
+            dv.status, dv.name, storage.bound(claim), True, running, ctx.now
+        ),
+    }
+    return emit.status_change(ResourceKind.DATA_VOLUME, dv, status, ctx)
 
 
 def _waits_for_consumer(cluster: Cluster, claim: ResourceView) -> bool:

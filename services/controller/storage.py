@@ -182,3 +182,36 @@ def released(cluster: Cluster, claim_uid: str, ctx: Context) -> list[Decision]:
         return [Decision(ResourceStatusChanged(meta=meta, status={"phase": "Released"}))]
     meta = emit.meta(ctx, agg, f"pv-delete/{pv.uid}")
     return [Decision(ResourceDeleted(meta=meta), occ=False)]
+
+
+def restored_claim(
+    cluster: Cluster, namespace: str, name: str, like: JSON, k: str, ctx: Context
+) -> list[Decision]:
+    """A claim a restore (or a clone) filled, made an object when it is not one yet: the
+    spec of the claim it was copied from (`like`, without its binding), marked populated
+    so a DataVolume of its name adopts it rather than importing over it."""
+    if storage.find_claim(cluster, namespace, name) is not None:
+        return []
+    spec = {k2: v for k2, v in like.items() if k2 != "volumeName"}
+    spec.setdefault("accessModes", ["ReadWriteOnce"])
+    spec.setdefault("volumeMode", "Filesystem")
+    if not storage.requested(spec):
+        spec["resources"] = {"requests": {"storage": "1Gi"}}
+    if not spec.get("storageClassName"):
+        default = storage.default_class(cluster)
+        if default is not None:
+            spec["storageClassName"] = default.name
+    manifest: JSON = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": emit.new_uid(ctx, k),
+            "annotations": {"cdi.kubevirt.io/storage.populatedFor": name},
+            "finalizers": [storage.PVC_PROTECTION],
+        },
+        "spec": spec,
+    }
+    agg = Aggregate(kind=ResourceKind.PVC, namespace=namespace, name=name)
+    return [Decision(ResourceCreated(meta=emit.meta(ctx, agg, k), manifest=manifest), expected=0)]
