@@ -152,6 +152,10 @@ def _get(cluster: Cluster, *args: str) -> Any:
     return json.loads(cluster.kubectl("get", *args, "-o", "json").out)
 
 
+def _phase(cluster: Cluster, kind: str, name: str, phase: str) -> bool:
+    return bool(_get(cluster, kind, name).get("status", {}).get("phase") == phase)
+
+
 def _rows(out: str) -> list[list[str]]:
     return [line.split() for line in out.strip().splitlines()]
 
@@ -161,7 +165,8 @@ def _running(cluster: Cluster, name: str) -> dict[str, Any]:
         vmi = _get(cluster, "vmi", name)
         return vmi if vmi["status"].get("phase") == "Running" else None
 
-    return until(probe, 60, f"{name} running")  # type: ignore[no-any-return]
+    found: dict[str, Any] = until(probe, 60, f"{name} running")
+    return found
 
 
 def _gone(cluster: Cluster, *args: str) -> None:
@@ -222,7 +227,8 @@ def test_a_vm_with_two_local_claims_pins_them_and_is_not_migratable(
     vmi = _running(cluster, "vm-multipvc")
     node = vmi["status"]["nodeName"]
     for name in ("disk-alpine", "disk-custom"):
-        until(lambda n=name: _get(cluster, "pvc", n)["status"]["phase"] == "Bound", 30, name)
+        bound = functools.partial(_phase, cluster, "pvc", name, "Bound")
+        until(bound, 30, name)
         pvc = _get(cluster, "pvc", name)
         assert pvc["metadata"]["annotations"]["volume.kubernetes.io/selected-node"] == node
         pv = _get(cluster, "pv", pvc["spec"]["volumeName"])
