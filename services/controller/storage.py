@@ -13,7 +13,7 @@ StorageObjectInUseProtection, for the classes `kinds/storage.py` declares.
   garbage collector finishes the deletion. Its volume goes with it (reclaim policy Delete;
   Retain keeps it, Released).
 - Expansion. A bound claim whose request grew (its class allows expansion) gets the new
-  capacity; the disk is grown when a VMI next prepares it (qemu-img resize).
+  capacity; the launcher grows the disk when a VMI next prepares it (qemu-img resize).
 
 Each decision is keyed by the claim's uid and the version it was decided on, so a repeat
 is a duplicate."""
