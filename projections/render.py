@@ -12,7 +12,7 @@ from typing import Any, assert_never
 
 from events.catalog import ERR_IMAGE_PULL, SYNC_FAILED_CONDITION, InterfaceStatus, NodeSystemInfo
 from events.meta import Kind, KindToken, own_kind
-from projections import namespaces, volumes
+from projections import namespaces, storage, volumes
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
 from projections.migratability import live_migratable
@@ -77,7 +77,7 @@ def printable_status(cluster: Cluster, vm: VMView, now: float) -> str:
         if vmi.phase == "Running":
             return "Paused" if vmi.paused else "Running"
         if vmi.unschedulable:
-            return "ErrorUnschedulable"
+            return storage.printable(vmi.unschedulable) or "ErrorUnschedulable"
         return "Starting"
     if vmi is not None and vmi.reason == ERR_IMAGE_PULL:
         return ERR_IMAGE_PULL  # KubeVirt ranks it above CrashLoopBackOff

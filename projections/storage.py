@@ -128,6 +128,20 @@ def pv_name(claim: ResourceView) -> str:
 
 
 # ------------------------------------------------------------ what VMIs need
+MISSING = "does not exist, waiting for it to appear"  # KubeVirt's FailedPvcNotFound
+PROVISIONING = "DataVolume"
+
+
+def printable(unschedulable: str) -> str:
+    """The VM's printableStatus a pending VMI's storage gives ("" for none): KubeVirt's
+    ErrorPvcNotFound, or Provisioning while a DataVolume is not ready."""
+    if unschedulable.startswith("PVC ") and unschedulable.endswith(MISSING):
+        return "ErrorPvcNotFound"
+    if unschedulable.startswith(f"{PROVISIONING} "):
+        return "Provisioning"
+    return ""
+
+
 def placement(cluster: Cluster, namespace: str, manifest: JSON) -> tuple[str, str]:
     """(the node the VMI's claims pin it to, "" for any; the reason it cannot be placed
     yet, "" when it can): a missing claim is KubeVirt's "PVC ns/x does not exist, waiting
@@ -137,13 +151,13 @@ def placement(cluster: Cluster, namespace: str, manifest: JSON) -> tuple[str, st
     for name in claims_of(manifest):
         claim = find_claim(cluster, namespace, name)
         if claim is None:
-            return "", f"PVC {namespace}/{name} does not exist, waiting for it to appear"
+            return "", f"PVC {namespace}/{name} {MISSING}"
         if deleting(claim):
             return "", f'persistentvolumeclaim "{name}" is being deleted'
         dv = cluster.resources[ResourceKind.DATA_VOLUME].get(key(namespace, name))
         if dv is not None and dv.status.get("phase") != "Succeeded":
             phase = dv.status.get("phase") or "Pending"
-            return "", f"DataVolume {namespace}/{name} is not ready yet (phase {phase})"
+            return "", f"{PROVISIONING} {namespace}/{name} is not ready yet (phase {phase})"
         if not bound(claim) and not _waits_for_consumer(cluster, claim):
             return "", f'pod has unbound immediate PersistentVolumeClaims (claim "{name}")'
         pinned = claim_node(claim)

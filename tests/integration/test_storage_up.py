@@ -284,6 +284,8 @@ def test_a_missing_claim_keeps_the_vmi_pending_until_it_appears(
     cond = until(waiting, 30, "PodScheduled condition")
     assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
     assert cond["message"] == "PVC default/later does not exist, waiting for it to appear"
+    printable = _get(cluster, "vm", "vm-waits")["status"]["printableStatus"]
+    assert printable == "ErrorPvcNotFound"
     _apply(cluster, tmp_path, _claim("later"))
     _running(cluster, "vm-waits")
 

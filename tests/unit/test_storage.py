@@ -142,6 +142,7 @@ def test_a_missing_claim_keeps_the_vmi_pending_with_kubevirts_message() -> None:
     [unschedulable] = of(out, Unschedulable)
     assert unschedulable.message == "PVC default/nope does not exist, waiting for it to appear"
     assert not of(out, PodScheduled)
+    assert storage.printable(unschedulable.message) == "ErrorPvcNotFound"  # the VM's status
     out = make_claim(w, "nope", RWO, storage.LOCAL)
     assert of(out, PodScheduled)
 
@@ -214,6 +215,7 @@ def test_a_vms_data_volume_is_imported_before_its_vmi_is_scheduled() -> None:
     assert not of(out, PodScheduled)  # the VMI waits for its disk
     vmi = w.vmi()
     assert vmi is not None and "DataVolume default/vm1-root is not ready" in vmi.unschedulable
+    assert storage.printable(vmi.unschedulable) == "Provisioning"
     at = w.m(ResourceKind.DATA_VOLUME, "vm1-root", "node-1")
     w.run(ImportProgressed(meta=at, progress="45.20%"))
     dv = cluster.resources[ResourceKind.DATA_VOLUME]["default/vm1-root"]
