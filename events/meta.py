@@ -42,6 +42,7 @@ class ResourceKind(StrEnum):
     PV = "pv"
     PVC = "pvc"
     DATA_VOLUME = "datavolume"
+    DATA_SOURCE = "datasource"
 
 
 # An aggregate kind as its subject token: a Kind, or a generic kind's (a ResourceKind, or

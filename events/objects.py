@@ -692,6 +692,11 @@ class DataVolume(SpecObject):
     kind: str = _always("DataVolume")
 
 
+class DataSource(SpecObject):
+    api_version: str = _always("cdi.kubevirt.io/v1beta1")
+    kind: str = _always("DataSource")
+
+
 # ---------------------------------------------------------------- Node
 
 

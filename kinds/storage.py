@@ -18,7 +18,13 @@ from core import admission, intents
 from core.context import Outcome, RequestContext
 from core.kind import SpecRefusal
 from events.meta import ResourceKind
-from events.objects import DataVolume, PersistentVolume, PersistentVolumeClaim, StorageClass
+from events.objects import (
+    DataSource,
+    DataVolume,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    StorageClass,
+)
 from events.quantity import parse_quantity
 from kinds.resource import resource_spec
 from kinds.spec import PrinterColumn, Scope
@@ -291,4 +297,29 @@ DATA_VOLUME = resource_spec(
     ),
 )
 
-SPECS = (STORAGE_CLASS, PV, PVC, DATA_VOLUME)
+
+# ---------------------------------------------------------------- DataSource
+def _admit_ds(_: Cluster, typed: Any, __: str) -> tuple[Any, list[Any]]:
+    causes = admission.validate_name(typed.metadata.name, typed.metadata.generate_name)
+    source = typed.spec.get("source") or {}
+    if not (source.get("pvc") or {}).get("name") and not source.get("snapshot"):
+        message = "Required value: a source pvc (name, namespace) or snapshot"
+        causes.append(admission.cause("FieldValueRequired", message, "spec.source"))
+    return typed, causes
+
+
+DATA_SOURCE = resource_spec(
+    group=CDI,
+    version="v1beta1",
+    kind="DataSource",
+    plural="datasources",
+    singular="datasource",
+    short_names=("das",),
+    categories=("all",),
+    event_kind=ResourceKind.DATA_SOURCE,
+    object_type=DataSource,
+    admit=_admit_ds,
+    subresource_group="",
+)
+
+SPECS = (STORAGE_CLASS, PV, PVC, DATA_VOLUME, DATA_SOURCE)

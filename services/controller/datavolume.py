@@ -14,6 +14,8 @@ blank controllers, one importer per DataVolume).
   `ImportProgressed` and `ImportFinished` are folded into the status
   (`projections/datavolumes.py`); the controller mirrors the phase onto the claim's
   annotations (`cdi.kubevirt.io/storage.pod.phase`, `...condition.running.reason`).
+- `sourceRef` names a DataSource: the claim it names is cloned. A DataSource is Ready
+  once that claim holds its data.
 - A claim of its name it did not make (a restore's, marked
   `cdi.kubevirt.io/storage.populatedFor`, or one a user made) is adopted as populated:
   Succeeded, nothing imported over it."""
@@ -81,10 +83,13 @@ def reconcile_templates(cluster: Cluster, vm: VMView, ctx: Context) -> list[Deci
 def reconcile_dv(cluster: Cluster, dv: ResourceView, ctx: Context) -> list[Decision]:
     claim = storage.find_claim(cluster, dv.namespace, dv.name)
     phase = str(dv.status.get("phase") or "")
+    source = source_of(cluster, dv)
     if claim is None:
         if phase in _DONE:
             return []  # its claim was deleted after: nothing to fill again
-        return [_claim(cluster, dv, ctx), *_pending(dv, False, ctx)]
+        if source is None:  # its DataSource is not there (yet)
+            return _pending(dv, False, ctx)
+        return [_claim(cluster, dv, source, ctx), *_pending(dv, False, ctx)]
     if storage.annotations_of(claim).get(dvs.CREATED_FOR) != dv.uid:
         return _adopt(claim, dv, ctx)
     out = _annotate(claim, dv, phase, ctx)
@@ -99,7 +104,8 @@ def reconcile_dv(cluster: Cluster, dv: ResourceView, ctx: Context) -> list[Decis
     node = storage.claim_node(claim) or _importer_node(cluster, claim)
     if not node:
         return out + _pending(dv, True, ctx)
-    source = dict(dv.spec.get("source") or {})
+    if source is None:
+        return out + _pending(dv, True, ctx)
     size = str((claim.status.get("capacity") or {}).get("storage") or "")
     agg = emit.resource_aggregate(ResourceKind.DATA_VOLUME, dv)
     meta = emit.meta(ctx, agg, f"dv-import/{dv.uid}", node=node)
@@ -146,10 +152,45 @@ def _pending(dv: ResourceView, bound: bool, ctx: Context) -> list[Decision]:
     return emit.status_change(ResourceKind.DATA_VOLUME, dv, status, ctx)
 
 
-def _claim(cluster: Cluster, dv: ResourceView, ctx: Context) -> Decision:
+def source_of(cluster: Cluster, dv: ResourceView) -> JSON | None:
+    """The DataVolume's source: `spec.source`, or the claim its `sourceRef` DataSource
+    names (a clone of it); None while that DataSource does not exist."""
+    source = dict(dv.spec.get("source") or {})
+    if source:
+        return source
+    ref = dv.spec.get("sourceRef") or {}
+    if ref.get("kind") != "DataSource":
+        return None
+    ds = cluster.resources[ResourceKind.DATA_SOURCE].get(
+        key(str(ref.get("namespace") or dv.namespace), str(ref.get("name") or ""))
+    )
+    pvc = ((ds.spec.get("source") or {}).get("pvc") or {}) if ds is not None else {}
+    if ds is None or not pvc.get("name"):
+        return None
+    return {"pvc": {"namespace": str(pvc.get("namespace") or ds.namespace), "name": pvc["name"]}}
+
+
+def reconcile_source(cluster: Cluster, ds: ResourceView, ctx: Context) -> list[Decision]:
+    """A DataSource is Ready once the claim it names holds its data (bound, and its
+    DataVolume, if it has one, succeeded)."""
+    pvc = (ds.spec.get("source") or {}).get("pvc") or {}
+    ns, name = str(pvc.get("namespace") or ds.namespace), str(pvc.get("name") or "")
+    claim = storage.find_claim(cluster, ns, name) if name else None
+    dv = cluster.resources[ResourceKind.DATA_VOLUME].get(key(ns, name))
+    ready = claim is not None and (dv is None or dv.status.get("phase") == dvs.SUCCEEDED)
+    reason = "Ready" if ready else ("NotFound" if claim is None else "NotReady")
+    status: JSON = {
+        "source": dict(ds.spec.get("source") or {}),
+        "conditions": [
+            dvs.condition(ds.status, "Ready", "True" if ready else "False", reason, "", ctx.now)
+        ],
+    }
+    return emit.status_change(ResourceKind.DATA_SOURCE, ds, status, ctx)
+
+
+def _claim(cluster: Cluster, dv: ResourceView, source: JSON, ctx: Context) -> Decision:
     """The DataVolume's claim, as CDI renders it from `spec.storage` (or `spec.pvc`)."""
     form = dict(dv.spec.get("storage") or dv.spec.get("pvc") or {})
-    source = dict(dv.spec.get("source") or {})
     spec: JSON = {
         "accessModes": form.get("accessModes") or ["ReadWriteOnce"],
         "resources": form.get("resources") or {},

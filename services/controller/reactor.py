@@ -50,6 +50,7 @@ class _Scope:
     nodes: set[str] = field(default_factory=set)
     claims: set[str] = field(default_factory=set)  # PVCs and DataVolumes, "ns/name"
     released: set[str] = field(default_factory=set)  # uids of deleted claims
+    sources: set[str] = field(default_factory=set)  # DataSources
 
 
 class ControllerReactor:
@@ -112,6 +113,8 @@ class ControllerReactor:
                 scope.vms.add(k)
                 scope.vmis.add(k)
                 scope.claims.update(_claims_of(state, k))
+            case ResourceKind.DATA_SOURCE:
+                scope.sources.add(key(agg.namespace, agg.name))
             case ResourceKind.PVC | ResourceKind.DATA_VOLUME:
                 scope.claims.add(key(agg.namespace, agg.name))
                 if agg.kind == ResourceKind.PVC and isinstance(stored.event, ResourceDeleted):
@@ -132,6 +135,7 @@ class ControllerReactor:
         scope = _Scope(vms=set(c.vms), vmis=set(c.vmis), nodes=set(c.nodes))
         scope.claims.update(c.resources[ResourceKind.PVC])
         scope.claims.update(c.resources[ResourceKind.DATA_VOLUME])
+        scope.sources.update(c.resources[ResourceKind.DATA_SOURCE])
         return self._decide(state, scope, ctx, check_nodes=True, collect=True)
 
     def _decide(
@@ -218,6 +222,10 @@ def _storage(state: ControllerState, scope: _Scope, ctx: Context) -> list[Decisi
             out += storage.reconcile_claim(c, claim, state.claims.users(k), ctx)
     for uid in sorted(scope.released):
         out += storage.released(c, uid, ctx)
+    for k in sorted(scope.sources):
+        ds = c.resources[ResourceKind.DATA_SOURCE].get(k)
+        if ds is not None:
+            out += datavolume.reconcile_source(c, ds, ctx)
     return out
 
 

@@ -211,5 +211,6 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "persistentvolumes",
         "persistentvolumeclaims",
         "dvs",
+        "das",
         "vmipresets",
     )

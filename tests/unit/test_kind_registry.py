@@ -144,6 +144,7 @@ def test_registry_names_are_the_ones_users_type() -> None:
         "storageclasses",
         "persistentvolumes",
         "persistentvolumeclaims",
+        "datasources",
         "virtualmachineinstancepresets",
     )
 

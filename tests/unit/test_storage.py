@@ -286,3 +286,32 @@ def test_a_data_volume_needs_a_source() -> None:
     assert causes[0].message == (
         "Data volume should have either Source or SourceRef, or be externally populated"
     )
+
+
+def test_a_data_volume_from_a_data_source_clones_its_claim() -> None:
+    w = world()
+    make_claim(w, "golden", RWX, storage.SHARED)
+    ds = {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataSource",
+        "metadata": {"name": "fedora", "namespace": "default", "uid": "uid-ds"},
+        "spec": {"source": {"pvc": {"namespace": "default", "name": "golden"}}},
+    }
+    w.run(ResourceCreated(meta=w.m(ResourceKind.DATA_SOURCE, "fedora"), manifest=ds))
+    source = w.state.cluster.resources[ResourceKind.DATA_SOURCE]["default/fedora"]
+    [ready] = source.status["conditions"]
+    assert (ready["type"], ready["status"], ready["reason"]) == ("Ready", "True", "Ready")
+    dv = {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume",
+        "metadata": {"name": "from-ds", "namespace": "default", "uid": "uid-dv"},
+        "spec": {
+            "sourceRef": {"kind": "DataSource", "name": "fedora"},
+            "storage": {"resources": {"requests": {"storage": "2Gi"}}},
+        },
+    }
+    out = w.run(ResourceCreated(meta=w.m(ResourceKind.DATA_VOLUME, "from-ds"), manifest=dv))
+    [request] = of(out, ImportRequested)
+    assert request.source == {"pvc": {"namespace": "default", "name": "golden"}}
+    notes = storage.annotations_of(claim(w, "from-ds"))
+    assert notes["k8s.io/CloneRequest"] == "default/golden"
