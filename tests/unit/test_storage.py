@@ -315,3 +315,26 @@ def test_a_data_volume_from_a_data_source_clones_its_claim() -> None:
     assert request.source == {"pvc": {"namespace": "default", "name": "golden"}}
     notes = storage.annotations_of(claim(w, "from-ds"))
     assert notes["k8s.io/CloneRequest"] == "default/golden"
+
+
+def test_a_bound_claim_grows_and_never_shrinks() -> None:
+    from events.catalog import ResourceUpdated
+
+    w = world()
+    make_claim(w, "data", RWX, storage.SHARED)
+    bigger = copy.deepcopy(claim(w, "data").manifest)
+    bigger["spec"]["resources"]["requests"]["storage"] = "5Gi"
+    w.run(ResourceUpdated(meta=w.m(ResourceKind.PVC, "data"), manifest=bigger))
+    assert claim(w, "data").status["capacity"] == {"storage": "5Gi"}
+    smaller = PersistentVolumeClaim(
+        metadata=ObjectMeta(name="data", namespace="default"),
+        spec={**bigger["spec"], "resources": {"requests": {"storage": "1Gi"}}},
+    )
+    _, causes = storage_kind._admit_claim(w.state.cluster, smaller, "uid-data")
+    assert [c.message for c in causes] == ["Forbidden: field can not be less than previous value"]
+    changed = PersistentVolumeClaim(
+        metadata=ObjectMeta(name="data", namespace="default"),
+        spec={**bigger["spec"], "accessModes": RWO},
+    )
+    _, causes = storage_kind._admit_claim(w.state.cluster, changed, "uid-data")
+    assert causes[0].message.startswith("Forbidden: spec is immutable after creation")
