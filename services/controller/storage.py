@@ -43,7 +43,10 @@ def reconcile_claim(
     cluster: Cluster, claim: ResourceView, users: frozenset[str], ctx: Context
 ) -> list[Decision]:
     if storage.deleting(claim):
-        return _unprotect(claim, users, ctx)
+        # a VMI not placed yet does not hold the claim (it waits for it: Kubernetes'
+        # protection counts only scheduled pods)
+        placed = frozenset(k for k in users if (v := cluster.vmis.get(k)) and v.node)
+        return _unprotect(claim, placed, ctx)
     klass = storage.find_class(cluster, str(claim.spec.get("storageClassName") or ""))
     if klass is None:
         return emit.status_change(ResourceKind.PVC, claim, {"phase": "Pending"}, ctx)

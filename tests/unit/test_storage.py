@@ -338,3 +338,15 @@ def test_a_bound_claim_grows_and_never_shrinks() -> None:
     )
     _, causes = storage_kind._admit_claim(w.state.cluster, changed, "uid-data")
     assert causes[0].message.startswith("Forbidden: spec is immutable after creation")
+
+
+def test_a_vmi_waiting_for_a_claim_being_deleted_does_not_hold_it() -> None:
+    w = world()
+    make_claim(w, "data", RWX, storage.SHARED)
+    fins = {"finalizers": [storage.PVC_PROTECTION]}
+    claim_view = claim(w, "data")
+    w.given(MetadataChanged(meta=w.m(ResourceKind.PVC, "data"), metadata=fins, deletion=True))
+    assert claim_view.uid == claim(w, "data").uid
+    out = w.run(w.vmi_created("a", spec=with_claims("data")))
+    assert not of(out, PodScheduled)
+    assert "default/data" not in w.state.cluster.resources[ResourceKind.PVC]
