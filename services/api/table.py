@@ -226,16 +226,28 @@ def _modes(path: str) -> Callable[[JSON], str]:
     return cell
 
 
+def _claim_status(obj: JSON) -> str:
+    """kubectl's claim STATUS: Terminating once its deletion began, else its phase."""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return "Terminating"
+    return str((obj.get("status") or {}).get("phase") or "")
+
+
+def _claim_column(c: PrinterColumn) -> TableColumn:
+    if c.name == "Access Modes":
+        return Computed(c.name, _modes(".status.accessModes"))
+    if c.name == "Status":
+        return Computed(c.name, _claim_status)
+    return c
+
+
 # the API server's own printers for the storage kinds (core and storage.k8s.io)
 STORAGE_COLUMNS: dict[str, tuple[TableColumn, ...]] = {
     "StorageClass": (
         Computed("Name", _class_name, description=NAME_DESCRIPTION),
         *(c for c in kinds_storage.STORAGE_CLASS.printer_columns),
     ),
-    "PersistentVolumeClaim": tuple(
-        Computed(c.name, _modes(".status.accessModes")) if c.name == "Access Modes" else c
-        for c in kinds_storage.PVC.printer_columns
-    ),
+    "PersistentVolumeClaim": tuple(_claim_column(c) for c in kinds_storage.PVC.printer_columns),
     "PersistentVolume": tuple(
         Computed(c.name, _modes(".spec.accessModes")) if c.name == "Access Modes" else c
         for c in kinds_storage.PV.printer_columns

@@ -298,6 +298,7 @@ def test_a_claim_in_use_goes_only_after_its_vmi(cluster: Cluster, tmp_path: Path
     pvc = _get(cluster, "pvc", "held")
     assert pvc["metadata"]["deletionTimestamp"]
     assert pvc["metadata"]["finalizers"] == ["kubernetes.io/pvc-protection"]
+    assert _rows(cluster.kubectl("get", "pvc", "held").out)[1][1] == "Terminating"
     cluster.kubectl(
         "patch", "vm", "vm-holds", "--type=merge", "-p", '{"spec":{"runStrategy":"Halted"}}'
     )
