@@ -97,3 +97,16 @@ def test_a_failed_import_leaves_no_disk_and_says_why(tmp_path: Path) -> None:
     error = _run({"http": {"url": "ftp://example/disk.img"}}, disks)
     assert error == "unsupported URL 'ftp://example/disk.img': http or https only"
     assert list((disks / "volumes" / "default").iterdir()) == []
+
+
+def test_a_pending_import_survives_the_handlers_checkpoint() -> None:
+    from services.handler.checkpoint import HandlerCodec
+    from services.handler.reactor import HandlerState
+
+    state = HandlerState()
+    imports.fold(state.imports, Stored(seq=3, subject="s", time=1.0, event=request({"blank": {}})))
+    codec = HandlerCodec()
+    again = codec.decode(codec.encode(state))
+    assert list(again.imports) == list(state.imports)
+    [key] = again.imports
+    assert isinstance(imports.plan(again.imports, key)[0], imports.RunImport)
