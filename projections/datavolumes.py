@@ -78,7 +78,7 @@ def imported(
 ) -> JSON:
     """The DataVolume's status after one of its importer's events."""
     name = str(status.get("claimName") or ev.meta.aggregate.name)
-    out: JSON = {**status, "claimName": name}
+    out: JSON = {**status, "claimName": name, "restartCount": 0}
     match ev:
         case ImportRequested(source=source):
             out["phase"] = CLONE_SCHEDULED if is_clone(source) else SCHEDULED

@@ -119,6 +119,7 @@ def _adopt(claim: ResourceView, dv: ResourceView, ctx: Context) -> list[Decision
     status: JSON = {
         "phase": dvs.SUCCEEDED,
         "claimName": dv.name,
+        "restartCount": 0,
         "progress": "100.0%",
         "conditions": dvs.conditions(
             dv.status, dv.name, storage.bound(claim), True, running, ctx.now
@@ -146,6 +147,7 @@ def _pending(dv: ResourceView, bound: bool, ctx: Context) -> list[Decision]:
     status: JSON = {
         "phase": dvs.PENDING,
         "claimName": dv.name,
+        "restartCount": 0,
         "progress": "N/A",
         "conditions": dvs.conditions(old, dv.name, bound, False, ("False", "", ""), ctx.now),
     }

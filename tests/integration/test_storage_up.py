@@ -328,7 +328,7 @@ def test_the_user_guide_data_volume_imports_over_http(
     }
     row = _rows(cluster.kubectl("get", "dv", "alpine-dv").out)
     assert row[0][:3] == ["NAME", "PHASE", "PROGRESS"]
-    assert row[1][:3] == ["alpine-dv", "Succeeded", "100.0%"]
+    assert row[1][:4] == ["alpine-dv", "Succeeded", "100.0%", "0"]
     pvc = _get(cluster, "pvc", "alpine-dv")
     notes = pvc["metadata"]["annotations"]
     assert notes["cdi.kubevirt.io/storage.import.endpoint"] == image_server
