@@ -238,7 +238,10 @@ def up(
     os.environ["VIRTSTREAM_STREAM_DUPLICATE_WINDOW"] = str(duplicate_window)
     os.environ["VIRTSTREAM_SYNC_INTERVAL"] = sync_interval
     runtimes: dict[str, NodeRuntime] = {}
-    handler_extra: dict[str, tuple[str, ...]] = {n: () for n in node_names}
+    # the claims' disks (a DataVolume's import writes one in test mode too): the data dir's
+    handler_extra: dict[str, tuple[str, ...]] = {
+        n: ("--disk-dir", str(data_dir / "disks")) for n in node_names
+    }
     if hypervisor == "qemu":
         try:
             runtimes = start_node_runtimes(data_dir / "nodes", node_names)

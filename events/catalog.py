@@ -506,6 +506,30 @@ class VolumesCopied(Event, tag="VolumesCopied", frozen=True):
     error: str = ""
 
 
+class ImportRequested(Event, tag="ImportRequested", frozen=True):
+    """The DataVolume controller asks a node's handler to fill the DataVolume's claim
+    (CDI's importer pod): from `source` (the DataVolume's `spec.source`: http, blank,
+    pvc, registry) into the claim's disk, of `size`. Routed to the node (meta.node)."""
+
+    claim: str
+    source: dict[str, Any]
+    size: str
+
+
+class ImportProgressed(Event, tag="ImportProgressed", frozen=True):
+    """The importer's progress ("45.20%"), reported at each tenth of the way, not per
+    chunk. Routed to the node that imports."""
+
+    progress: str
+
+
+class ImportFinished(Event, tag="ImportFinished", frozen=True):
+    """The import's end: the claim holds the image, or `error` (the claim's disk is only
+    replaced by a complete one)."""
+
+    error: str = ""
+
+
 # ------------------------------------------------------------------ every kind's metadata
 #: the metadata a user changes without touching spec or status (the rest is the server's)
 USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields")
@@ -599,6 +623,9 @@ ResourceEvent = (
     | ResourceDeleted
     | VolumesCopyRequested
     | VolumesCopied
+    | ImportRequested
+    | ImportProgressed
+    | ImportFinished
     | MetadataChanged
 )
 

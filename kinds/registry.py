@@ -31,6 +31,7 @@ from kinds import (
     preset,
     replicas,
     snapshot,
+    storage,
     vm,
     vmi,
 )
@@ -236,6 +237,7 @@ REGISTRY = Registry(
         namespace.SPEC,
         *clone.SPECS,
         *export.SPECS,
+        *storage.SPECS,
         preset.SPEC,
         *event.SPECS,
     )

@@ -24,6 +24,9 @@ from events.catalog import (
     DomainStopped,
     GuestAgentChanged,
     GuestInterfacesChanged,
+    ImportFinished,
+    ImportProgressed,
+    ImportRequested,
     LauncherExited,
     LauncherStarted,
     MetadataChanged,
@@ -91,7 +94,7 @@ from events.catalog import (
     VolumesCopyRequested,
 )
 from events.envelope import Stored
-from projections import volumes
+from projections import datavolumes, volumes
 from projections.views import (
     MigrationView,
     NodeView,
@@ -574,6 +577,13 @@ def evolve_resource(view: ResourceView | None, s: Stored) -> ResourceView | None
                 return replace(view, version=s.seq)
             pending = [{"volumeSnapshotName": c.backup, "readyToUse": False} for c in copies]
             status = {**view.status, "volumeSnapshotStatus": pending}
+            return replace(
+                view, status_json=pack_manifest(status), version=s.seq, resource_version=s.seq
+            )
+        case ImportRequested() | ImportProgressed() | ImportFinished():
+            if view is None:
+                return None
+            status = datavolumes.imported(view.status, ev, s.event.meta.occurred_at)
             return replace(
                 view, status_json=pack_manifest(status), version=s.seq, resource_version=s.seq
             )

@@ -17,7 +17,7 @@ from typing import Any
 
 from events.catalog import Event, PodScheduled, Taint, Unschedulable
 from events.envelope import Context
-from projections import claims
+from projections import claims, storage
 from projections.allocation import node_allocated, vmi_requests
 from projections.cluster import Cluster, key
 from projections.views import NodeView, VMIView
@@ -340,12 +340,18 @@ def pod_name(vmi_name: str, uid: str) -> str:
 
 
 def pod_manifest(cluster: Cluster, vmi: VMIView, manifest: JSON) -> JSON:
-    """What the VMI's launcher pod is given: the VMI, with the sizes of the claims its VM's
-    dataVolumeTemplates request (`projections/claims.py`)."""
+    """What the VMI's launcher pod is given: the VMI, with the sizes of its claims (the
+    claim objects', else what its VM's dataVolumeTemplates request,
+    `projections/claims.py`)."""
     vm = cluster.vms.get(key(vmi.namespace, vmi.name)) if vmi.owner_vm_uid else None
-    if vm is None or vm.uid != vmi.owner_vm_uid:
-        return manifest
-    return claims.with_claim_sizes(manifest, claims.claim_sizes(manifest, vm.manifest))
+    owned = vm is not None and vm.uid == vmi.owner_vm_uid
+    sizes = claims.claim_sizes(manifest, vm.manifest if vm is not None and owned else None)
+    for name in storage.claims_of(manifest):  # a claim object's size is its disk's
+        claim = storage.find_claim(cluster, vmi.namespace, name)
+        if claim is not None:
+            capacity = (claim.status.get("capacity") or {}).get("storage")
+            sizes[name] = str(capacity or storage.requested(claim.spec) or sizes.get(name, ""))
+    return claims.with_claim_sizes(manifest, {k: v for k, v in sizes.items() if v})
 
 
 def pod_address(cluster: Cluster, node: str, reserved: Reserved) -> str:
@@ -386,7 +392,12 @@ def schedule_pending(
     out: list[Event] = []
     for vmi in pending:
         manifest = vmi.manifest  # decoded once per pass
-        result = place(manifest, cluster, reserved=reserved, index=index)
+        # its claims first: a missing one waits; one on a node's disk pins it there
+        pinned, waiting = storage.placement(cluster, vmi.namespace, manifest)
+        result: Placement | NoFit = NoFit(waiting)
+        if not waiting:
+            pin = {HOSTNAME: pinned} if pinned else None
+            result = place(manifest, cluster, reserved=reserved, index=index, extra_selector=pin)
         agg = emit.vmi_aggregate(vmi)
         if isinstance(result, Placement):
             reserved.add(result.node, manifest)

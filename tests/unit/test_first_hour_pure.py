@@ -207,6 +207,11 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "vmclones",
         "vmexports",
         "secrets",
+        "storageclasses",
+        "persistentvolumes",
+        "persistentvolumeclaims",
+        "dvs",
+        "das",
         "vmipresets",
     )
 

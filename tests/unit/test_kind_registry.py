@@ -141,6 +141,10 @@ def test_registry_names_are_the_ones_users_type() -> None:
         "namespaces",
         "virtualmachineclones",
         "secrets",
+        "storageclasses",
+        "persistentvolumes",
+        "persistentvolumeclaims",
+        "datasources",
         "virtualmachineinstancepresets",
     )
 
