@@ -182,10 +182,14 @@ def _command_request(
 
 
 # ------------------------------------------------------------- read side
-def _selector(request: Request[Any, Any, Any], kind: KindToken, namespace: str) -> Selector:
+def _selector(
+    request: Request[Any, Any, Any], kind: KindToken, namespace: str, fields: tuple[str, ...] = ()
+) -> Selector:
     q = request.query_params
     try:
-        return Selector.parse(kind, namespace, q.get("labelSelector"), q.get("fieldSelector"))
+        return Selector.parse(
+            kind, namespace, q.get("labelSelector"), q.get("fieldSelector"), fields
+        )
     except SelectorError as exc:
         raise bad_request(str(exc)) from None
 
@@ -199,7 +203,7 @@ async def _list_or_watch(
 ) -> Response[Any]:
     api = _api(request)
     kind = spec.event_kind
-    selector = _selector(request, kind, namespace)
+    selector = _selector(request, kind, namespace, spec.field_labels)
     if (past := await _at(request, api)) is not None:
         cluster, now, seq = past
         items = [

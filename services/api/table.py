@@ -194,6 +194,127 @@ EVENT_COLUMNS: tuple[TableColumn, ...] = (
 )
 
 
+def _pod_ready(obj: JSON) -> str:
+    statuses = (obj.get("status") or {}).get("containerStatuses") or []
+    total = len((obj.get("spec") or {}).get("containers") or [])
+    return f"{sum(1 for c in statuses if c.get('ready'))}/{total}"
+
+
+def _pod_status(obj: JSON) -> str:
+    """The API server's pod printer's STATUS: the phase, a container's waiting or
+    terminated reason, Terminating while deleted."""
+    status = obj.get("status") or {}
+    reason = status.get("reason") or status.get("phase") or ""
+    running = False
+    for c in reversed(status.get("containerStatuses") or []):
+        state = c.get("state") or {}
+        if (state.get("waiting") or {}).get("reason"):
+            reason = state["waiting"]["reason"]
+        elif (state.get("terminated") or {}).get("reason"):
+            reason = state["terminated"]["reason"]
+        elif c.get("ready") and state.get("running") is not None:
+            running = True
+    if reason == "Completed" and running:
+        reason = "Running"
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        reason = "Terminating"
+    return str(reason)
+
+
+def _pod_gates(obj: JSON) -> str:
+    gates = [g.get("conditionType") for g in (obj.get("spec") or {}).get("readinessGates") or []]
+    if not gates:
+        return "<none>"
+    true = {c.get("type") for c in (obj.get("status") or {}).get("conditions") or []
+            if c.get("status") == "True"}  # fmt: skip
+    return f"{sum(1 for g in gates if g in true)}/{len(gates)}"
+
+
+# The API server's own pod columns (its printer, pkg/printers/internalversion)
+POD_COLUMNS: tuple[TableColumn, ...] = (
+    Computed("Ready", _pod_ready, description="The aggregate readiness state of this pod"),
+    Computed("Status", _pod_status, description="The aggregate status of the containers"),
+    Computed("Restarts", lambda o: "0", type="string", description="The number of restarts"),
+    PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+    Computed(
+        "IP",
+        lambda o: (o.get("status") or {}).get("podIP") or "<none>",
+        1,
+        description="IP address assigned to the pod",
+    ),
+    Computed(
+        "Node",
+        lambda o: (o.get("spec") or {}).get("nodeName") or "<none>",
+        1,
+        description="Name of the node the pod is assigned to",
+    ),
+    Computed("Nominated Node", lambda o: "<none>", 1, description="The nominated node"),
+    Computed("Readiness Gates", _pod_gates, 1, description="The readiness gates of the pod"),
+)
+
+
+def _service_ports(obj: JSON) -> str:
+    out = []
+    for p in (obj.get("spec") or {}).get("ports") or []:
+        node = f":{p['nodePort']}" if p.get("nodePort") else ""
+        out.append(f"{p.get('port')}{node}/{p.get('protocol') or 'TCP'}")
+    return ",".join(out) or "<none>"
+
+
+def _service_external(obj: JSON) -> str:
+    spec = obj.get("spec") or {}
+    if spec.get("type") == "ExternalName":
+        return str(spec.get("externalName") or "<none>")
+    ips = spec.get("externalIPs") or []
+    if spec.get("type") == "LoadBalancer" and not ips:
+        return "<pending>"
+    return ",".join(ips) or "<none>"
+
+
+def _selector(obj: JSON) -> str:
+    sel = (obj.get("spec") or {}).get("selector") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(sel.items())) or "<none>"
+
+
+def _endpoints(obj: JSON) -> str:
+    """The API server's endpoints printer: up to three ip:port, then `+ N more...`."""
+    shown: list[str] = []
+    for subset in obj.get("subsets") or []:
+        ports = [p.get("port") for p in subset.get("ports") or []] or [None]
+        for a in subset.get("addresses") or []:
+            shown.extend(f"{a['ip']}:{p}" if p else a["ip"] for p in ports)
+    if not shown:
+        return "<none>"
+    more = len(shown) - 3
+    return ",".join(shown[:3]) + (f" + {more} more..." if more > 0 else "")
+
+
+SERVICE_COLUMNS: tuple[TableColumn, ...] = (
+    Computed(
+        "Type", lambda o: (o.get("spec") or {}).get("type", ""), description="The type of service"
+    ),
+    Computed(
+        "Cluster-IP",
+        lambda o: (o.get("spec") or {}).get("clusterIP") or "<none>",
+        description="The cluster IP of the service",
+    ),
+    Computed("External-IP", _service_external, description="The external IP of the service"),
+    Computed("Port(s)", _service_ports, description="The ports of the service"),
+    PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+    Computed("Selector", _selector, 1, description="The selector of the service"),
+)
+ENDPOINTS_COLUMNS: tuple[TableColumn, ...] = (
+    Computed("Endpoints", _endpoints, description="Endpoints of the service"),
+    PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+)
+# the built-in kinds' columns beside nodes' and events'
+CORE_COLUMNS: dict[str, tuple[TableColumn, ...]] = {
+    "Pod": POD_COLUMNS,
+    "Service": SERVICE_COLUMNS,
+    "Endpoints": ENDPOINTS_COLUMNS,
+}
+
+
 def _cell(column: TableColumn, obj: JSON, now: float | None = None) -> Any:
     if isinstance(column, Computed):
         return column.at(obj, now) if column.at is not None else column.value(obj)
@@ -210,6 +331,8 @@ def columns(spec: KindSpec) -> tuple[TableColumn, ...]:
         return NODE_COLUMNS
     if not spec.group and spec.kind == "Event":
         return EVENT_COLUMNS
+    if not spec.group and spec.kind in CORE_COLUMNS:
+        return CORE_COLUMNS[spec.kind]
     return spec.shown_printer_columns
 
 

@@ -208,4 +208,5 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "vmexports",
         "secrets",
         "vmipresets",
+        "services",
     )
