@@ -140,14 +140,16 @@ def test_a_service_from_a_manifest_and_the_python_client(cluster: Cluster) -> No
     )  # fmt: skip
     assert created.returncode == 0, created.stderr
     assert "ClusterIP" in k("get", "svc", "web").out
-    api = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
+    api: Any = client.CoreV1Api(config.new_client_from_config(str(cluster.kubeconfig)))
     pods = api.list_namespaced_pod("default")
     assert [p.metadata.labels["vm.kubevirt.io/name"] for p in pods.items] == ["vm-cirros"]
     assert pods.items[0].status.phase == "Running"
     assert pods.items[0].spec.node_name == "node-1"
     on_node = api.list_pod_for_all_namespaces(field_selector="spec.nodeName=node-1")
     assert len(on_node.items) == 1
-    services = {s.metadata.name: s for s in api.list_namespaced_service("default").items}
+    services: dict[str, Any] = {
+        s.metadata.name: s for s in api.list_namespaced_service("default").items
+    }
     assert services["web"].spec.type == "ClusterIP"
     assert services["web"].spec.ports[0].target_port == 80
     assert services["ssh"].spec.ports[0].node_port >= 30000
