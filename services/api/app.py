@@ -52,6 +52,7 @@ from services.api import (
     export_server,
     openapi_k8s,
     pagination,
+    pod_logs,
     protowire,
     reviews,
     streams,
@@ -829,6 +830,7 @@ def create_app(
             *reviews.routes(guard),
             *WEB_ROUTES,
             *export_server.ROUTES,
+            *pod_logs.ROUTES,
         ],
         middleware=[
             lambda app: observe(app, api),

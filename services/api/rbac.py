@@ -171,6 +171,26 @@ def _events(kinds: Registry) -> list[Rule]:
     ]
 
 
+# the core kinds around the VMIs Kubernetes' `view` reads (and `edit` writes, the writable
+# ones): the launcher pods and their logs, services and their endpoints
+WORKLOAD_KINDS = ("Pod", "Service", "Endpoints")
+
+
+def _workloads(kinds: Registry, verbs: tuple[str, ...]) -> list[Rule]:
+    out = []
+    for spec in kinds:
+        if spec.group or spec.kind not in WORKLOAD_KINDS:
+            continue
+        allowed = tuple(
+            v for v in verbs if v in spec.verbs or (v == "patch" and "update" in spec.verbs)
+        )
+        if allowed:
+            out.append(Rule(allowed, ("",), (spec.plural,)))
+        if verbs == READ and spec.streams:  # `kubectl logs`: a viewer's, as in Kubernetes
+            out.append(Rule(("get",), ("",), tuple(f"{spec.plural}/{n}" for n in spec.streams)))
+    return out
+
+
 def _namespaces(kinds: Registry) -> list[Rule]:
     """Reading namespaces: Kubernetes' `view` role grants it."""
     return [
@@ -234,6 +254,8 @@ def cluster_roles(kinds: Registry) -> dict[str, tuple[Rule, ...]]:
     view.append(Rule(("get",), non_resource_urls=PROMETHEUS_PATHS))
     view.extend(_events(kinds))
     view.extend(_namespaces(kinds))
+    view.extend(_workloads(kinds, READ))
+    edit.extend(_workloads(kinds, WRITE))
     edit = view + edit
     admin = [
         *edit,
