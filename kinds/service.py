@@ -1,4 +1,5 @@
-"""Services (core/v1) and their Endpoints.
+"""Services (core/v1) and their Endpoints and
+EndpointSlices.
 
 A Service is a generic kind (the Resource* events): created, updated, patched and deleted
 as any, with the API server's defaults and checks (`_admit`): type ClusterIP unless said,
@@ -75,6 +76,17 @@ class Endpoints(_Object):
     kind: str = "Endpoints"
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     subsets: list[dict[str, Any]] | None = None
+
+
+class EndpointSlice(_Object):
+    """discovery.k8s.io/v1 EndpointSlice (rendered, never written)."""
+
+    api_version: str = "discovery.k8s.io/v1"
+    kind: str = "EndpointSlice"
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    address_type: str = "IPv4"
+    endpoints: list[dict[str, Any]] | None = None
+    ports: list[dict[str, Any]] | None = None
 
 
 RESOURCE = Resource("services", "", "Service")
@@ -240,4 +252,18 @@ ENDPOINTS = KindSpec(
     render=lambda c, v, _now: services.render_endpoints(c, v),
     evolve=evolve_resource,
 )
-SPECS = (SERVICE, ENDPOINTS)
+ENDPOINT_SLICES = KindSpec(
+    group="discovery.k8s.io",
+    version="v1",
+    kind="EndpointSlice",
+    plural="endpointslices",
+    singular="endpointslice",
+    verbs=("get", "list"),
+    event_kind=KIND,
+    object_type=EndpointSlice,
+    subresource_group="",
+    table=services.services,
+    render=lambda c, v, _now: services.render_endpoint_slice(c, v),
+    evolve=evolve_resource,
+)
+SPECS = (SERVICE, ENDPOINTS, ENDPOINT_SLICES)

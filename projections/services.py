@@ -159,3 +159,46 @@ def render_endpoints(cluster: Cluster, svc: ResourceView) -> JSON:
             subset["notReadyAddresses"] = not_ready
         obj["subsets"] = [subset]
     return obj
+
+
+def render_endpoint_slice(cluster: Cluster, svc: ResourceView) -> JSON:
+    """The Service's discovery.k8s.io/v1 EndpointSlice (one, named as the Service): the
+    Endpoints' addresses with their conditions."""
+    eps = render_endpoints(cluster, svc)
+    subset = (eps.get("subsets") or [{}])[0]
+    endpoints = [
+        {
+            "addresses": [a["ip"]],
+            "conditions": {"ready": ok, "serving": ok, "terminating": False},
+            **({"nodeName": a["nodeName"]} if a.get("nodeName") else {}),
+            "targetRef": a["targetRef"],
+        }
+        for key, ok in (("addresses", True), ("notReadyAddresses", False))
+        for a in subset.get(key) or []
+    ]
+    meta = dict(eps["metadata"])
+    meta["labels"] = {
+        "kubernetes.io/service-name": svc.name,
+        "endpointslice.kubernetes.io/managed-by": "endpointslice-controller.k8s.io",
+    }
+    meta["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "Service", "name": svc.name, "uid": svc.uid,
+         "controller": True, "blockOwnerDeletion": True}
+    ]  # fmt: skip
+    ports = [
+        {
+            "name": p.get("name") or "",
+            "port": target_port(p),
+            "protocol": p.get("protocol") or "TCP",
+        }
+        for p in svc.spec.get("ports") or []
+        if isinstance(target_port(p), int)
+    ]
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": meta,
+        "addressType": "IPv4",
+        "endpoints": endpoints or None,
+        "ports": ports,
+    }

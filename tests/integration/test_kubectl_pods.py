@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client, config
+from kubernetes.dynamic import DynamicClient
 
 from ops.supervisor import importable
 from tests.conftest import REPO
@@ -116,6 +117,9 @@ def test_virtstream_expose_makes_a_node_port_service_with_endpoints(cluster: Clu
     assert "service/ssh   NodePort" in shown
     assert f"22:{port['nodePort']}/TCP" in shown
     assert "endpoints/ssh" in shown  # test mode: the guest has no address, so no endpoint
+    described = k("describe", "svc", "ssh").out
+    assert "Type:                     NodePort" in described, described
+    assert f"NodePort:                 <unset>  {port['nodePort']}/TCP" in described, described
     again = _cli(cluster, "expose", "vm", "vm-cirros", "--port", "22", "--name", "ssh")
     assert again.returncode == 1
     assert 'service creation failed: services "ssh" already exists' in again.stderr
@@ -153,6 +157,16 @@ def test_a_service_from_a_manifest_and_the_python_client(cluster: Cluster) -> No
     assert services["web"].spec.type == "ClusterIP"
     assert services["web"].spec.ports[0].target_port == 80
     assert services["ssh"].spec.ports[0].node_port >= 30000
+    # the dynamic client kubernetes.core (and kubevirt.core's inventory) finds kinds with
+    dynamic = DynamicClient(config.new_client_from_config(str(cluster.kubeconfig)))
+    found = dynamic.resources.get(api_version="v1", kind="Service").get(namespace="default")
+    assert {s.metadata.name for s in found.items} == {"ssh", "web"}
+    pods = dynamic.resources.get(api_version="v1", kind="Pod").get(
+        namespace="default", label_selector="kubevirt.io=virt-launcher"
+    )
+    assert len(pods.items) == 1
+    slices = json.loads(k("get", "endpointslices", "-o", "json").out)["items"]
+    assert {s["metadata"]["labels"]["kubernetes.io/service-name"] for s in slices} == {"ssh", "web"}
     ep = api.read_namespaced_endpoints("web", "default")
     assert ep.metadata.name == "web"
     patched = api.patch_namespaced_service("web", "default", {"metadata": {"labels": {"a": "b"}}})

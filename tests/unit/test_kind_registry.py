@@ -94,7 +94,11 @@ def _paths(kinds: Registry) -> set[str]:
 def test_every_aggregate_kind_has_one_registered_kind() -> None:
     derived = [s for s in REGISTRY if s.event_kind == kube_events.KIND]
     assert [(s.group, s.kind) for s in derived] == [("", "Event"), ("events.k8s.io", "Event")]
-    views = [pod.SPEC, service.ENDPOINTS]  # other kinds' aggregates, rendered on read
+    views = [
+        pod.SPEC,
+        service.ENDPOINTS,
+        service.ENDPOINT_SLICES,
+    ]  # other kinds' aggregates, rendered on read
     assert [s.event_kind for s in REGISTRY if s not in derived and s not in views] == [
         *Kind,
         *ResourceKind,
