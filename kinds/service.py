@@ -18,6 +18,7 @@ import msgspec
 
 from core.errors import Resource, invalid
 from events.objects import ObjectMeta, StatusCause
+from kinds.columns import AGE, NAME, Column
 from kinds.resource import resource_spec
 from kinds.spec import KindSpec
 from projections import services
@@ -87,6 +88,64 @@ class EndpointSlice(_Object):
     address_type: str = "IPv4"
     endpoints: list[dict[str, Any]] | None = None
     ports: list[dict[str, Any]] | None = None
+
+
+# ------------------------------------------------------------------ columns
+# the API server's service and endpoints printers, for kubectl's Table and `virtstream get`
+def ports(obj: JSON) -> str:
+    out = []
+    for p in (obj.get("spec") or {}).get("ports") or []:
+        node = f":{p['nodePort']}" if p.get("nodePort") else ""
+        out.append(f"{p.get('port')}{node}/{p.get('protocol') or 'TCP'}")
+    return ",".join(out) or "<none>"
+
+
+def external(obj: JSON) -> str:
+    spec = obj.get("spec") or {}
+    if spec.get("type") == "ExternalName":
+        return str(spec.get("externalName") or "<none>")
+    ips = spec.get("externalIPs") or []
+    if spec.get("type") == "LoadBalancer" and not ips:
+        return "<pending>"
+    return ",".join(ips) or "<none>"
+
+
+def selector(obj: JSON) -> str:
+    sel = (obj.get("spec") or {}).get("selector") or {}
+    return ",".join(f"{k}={v}" for k, v in sorted(sel.items())) or "<none>"
+
+
+def endpoints(obj: JSON) -> str:
+    """The API server's endpoints printer: up to three ip:port, then `+ N more...`."""
+    shown: list[str] = []
+    for subset in obj.get("subsets") or []:
+        ports = [p.get("port") for p in subset.get("ports") or []] or [None]
+        for a in subset.get("addresses") or []:
+            shown.extend(f"{a['ip']}:{p}" if p else a["ip"] for p in ports)
+    if not shown:
+        return "<none>"
+    more = len(shown) - 3
+    return ",".join(shown[:3]) + (f" + {more} more..." if more > 0 else "")
+
+
+def _type(o: JSON, _now: float = 0.0) -> str:
+    return str((o.get("spec") or {}).get("type", ""))
+
+
+def _cluster_ip(o: JSON, _now: float = 0.0) -> str:
+    return str((o.get("spec") or {}).get("clusterIP") or "<none>")
+
+
+SERVICE_COLUMNS = (
+    NAME,
+    Column("TYPE", _type),
+    Column("CLUSTER-IP", _cluster_ip),
+    Column("EXTERNAL-IP", lambda o, _now: external(o)),
+    Column("PORT(S)", lambda o, _now: ports(o)),
+    AGE,
+    Column("SELECTOR", lambda o, _now: selector(o), wide=True),
+)
+ENDPOINTS_COLUMNS = (NAME, Column("ENDPOINTS", lambda o, _now: endpoints(o)), AGE)
 
 
 RESOURCE = Resource("services", "", "Service")
@@ -235,7 +294,7 @@ SERVICE = resource_spec(
     subresource_group="",
 )
 _generic_render = SERVICE.render
-SERVICE = msgspec.structs.replace(SERVICE, render=_render)
+SERVICE = msgspec.structs.replace(SERVICE, render=_render, columns=SERVICE_COLUMNS)
 
 ENDPOINTS = KindSpec(
     group="",
@@ -248,6 +307,7 @@ ENDPOINTS = KindSpec(
     event_kind=KIND,
     object_type=Endpoints,
     subresource_group="",
+    columns=ENDPOINTS_COLUMNS,
     table=services.services,
     render=lambda c, v, _now: services.render_endpoints(c, v),
     evolve=evolve_resource,

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kinds import pod, service
 from kinds.columns import PrinterColumn, lookup
 from kinds.spec import KindSpec
 
@@ -194,46 +195,10 @@ EVENT_COLUMNS: tuple[TableColumn, ...] = (
 )
 
 
-def _pod_ready(obj: JSON) -> str:
-    statuses = (obj.get("status") or {}).get("containerStatuses") or []
-    total = len((obj.get("spec") or {}).get("containers") or [])
-    return f"{sum(1 for c in statuses if c.get('ready'))}/{total}"
-
-
-def _pod_status(obj: JSON) -> str:
-    """The API server's pod printer's STATUS: the phase, a container's waiting or
-    terminated reason, Terminating while deleted."""
-    status = obj.get("status") or {}
-    reason = status.get("reason") or status.get("phase") or ""
-    running = False
-    for c in reversed(status.get("containerStatuses") or []):
-        state = c.get("state") or {}
-        if (state.get("waiting") or {}).get("reason"):
-            reason = state["waiting"]["reason"]
-        elif (state.get("terminated") or {}).get("reason"):
-            reason = state["terminated"]["reason"]
-        elif c.get("ready") and state.get("running") is not None:
-            running = True
-    if reason == "Completed" and running:
-        reason = "Running"
-    if (obj.get("metadata") or {}).get("deletionTimestamp"):
-        reason = "Terminating"
-    return str(reason)
-
-
-def _pod_gates(obj: JSON) -> str:
-    gates = [g.get("conditionType") for g in (obj.get("spec") or {}).get("readinessGates") or []]
-    if not gates:
-        return "<none>"
-    true = {c.get("type") for c in (obj.get("status") or {}).get("conditions") or []
-            if c.get("status") == "True"}  # fmt: skip
-    return f"{sum(1 for g in gates if g in true)}/{len(gates)}"
-
-
 # The API server's own pod columns (its printer, pkg/printers/internalversion)
 POD_COLUMNS: tuple[TableColumn, ...] = (
-    Computed("Ready", _pod_ready, description="The aggregate readiness state of this pod"),
-    Computed("Status", _pod_status, description="The aggregate status of the containers"),
+    Computed("Ready", pod.ready, description="The aggregate readiness state of this pod"),
+    Computed("Status", pod.status, description="The aggregate status of the containers"),
     Computed("Restarts", lambda o: "0", type="string", description="The number of restarts"),
     PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
     Computed(
@@ -249,44 +214,8 @@ POD_COLUMNS: tuple[TableColumn, ...] = (
         description="Name of the node the pod is assigned to",
     ),
     Computed("Nominated Node", lambda o: "<none>", 1, description="The nominated node"),
-    Computed("Readiness Gates", _pod_gates, 1, description="The readiness gates of the pod"),
+    Computed("Readiness Gates", pod.gates, 1, description="The readiness gates of the pod"),
 )
-
-
-def _service_ports(obj: JSON) -> str:
-    out = []
-    for p in (obj.get("spec") or {}).get("ports") or []:
-        node = f":{p['nodePort']}" if p.get("nodePort") else ""
-        out.append(f"{p.get('port')}{node}/{p.get('protocol') or 'TCP'}")
-    return ",".join(out) or "<none>"
-
-
-def _service_external(obj: JSON) -> str:
-    spec = obj.get("spec") or {}
-    if spec.get("type") == "ExternalName":
-        return str(spec.get("externalName") or "<none>")
-    ips = spec.get("externalIPs") or []
-    if spec.get("type") == "LoadBalancer" and not ips:
-        return "<pending>"
-    return ",".join(ips) or "<none>"
-
-
-def _selector(obj: JSON) -> str:
-    sel = (obj.get("spec") or {}).get("selector") or {}
-    return ",".join(f"{k}={v}" for k, v in sorted(sel.items())) or "<none>"
-
-
-def _endpoints(obj: JSON) -> str:
-    """The API server's endpoints printer: up to three ip:port, then `+ N more...`."""
-    shown: list[str] = []
-    for subset in obj.get("subsets") or []:
-        ports = [p.get("port") for p in subset.get("ports") or []] or [None]
-        for a in subset.get("addresses") or []:
-            shown.extend(f"{a['ip']}:{p}" if p else a["ip"] for p in ports)
-    if not shown:
-        return "<none>"
-    more = len(shown) - 3
-    return ",".join(shown[:3]) + (f" + {more} more..." if more > 0 else "")
 
 
 SERVICE_COLUMNS: tuple[TableColumn, ...] = (
@@ -298,13 +227,13 @@ SERVICE_COLUMNS: tuple[TableColumn, ...] = (
         lambda o: (o.get("spec") or {}).get("clusterIP") or "<none>",
         description="The cluster IP of the service",
     ),
-    Computed("External-IP", _service_external, description="The external IP of the service"),
-    Computed("Port(s)", _service_ports, description="The ports of the service"),
+    Computed("External-IP", service.external, description="The external IP of the service"),
+    Computed("Port(s)", service.ports, description="The ports of the service"),
     PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
-    Computed("Selector", _selector, 1, description="The selector of the service"),
+    Computed("Selector", service.selector, 1, description="The selector of the service"),
 )
 ENDPOINTS_COLUMNS: tuple[TableColumn, ...] = (
-    Computed("Endpoints", _endpoints, description="Endpoints of the service"),
+    Computed("Endpoints", service.endpoints, description="Endpoints of the service"),
     PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
 )
 # the built-in kinds' columns beside nodes' and events'

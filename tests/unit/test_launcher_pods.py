@@ -12,6 +12,7 @@ from typing import Any, cast
 import pytest
 from litestar.testing import TestClient
 
+from cli.tables import header_and_rows
 from events.catalog import (
     DomainStarted,
     DomainStopped,
@@ -179,6 +180,10 @@ def test_the_pod_table_has_the_api_servers_columns(log: Log) -> None:
                      "Nominated Node", "Readiness Gates"]  # fmt: skip
     assert doc["rows"][0]["cells"][:4] == [POD, "2/2", "Running", "0"]
     assert doc["rows"][0]["cells"][6] == "node-1"
+    # `virtstream get pods` prints the same columns
+    lines = header_and_rows("pods", [pod], wide=True, now=T0 + 65)
+    assert lines[0] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
+    assert lines[1][:4] == [POD, "2/2", "Running", "0"] and lines[1][6] == "node-1"
 
 
 def test_a_pod_watch_follows_its_vmi(log: Log) -> None:
