@@ -171,5 +171,7 @@ def test_a_service_from_a_manifest_and_the_python_client(cluster: Cluster) -> No
     assert ep.metadata.name == "web"
     patched = api.patch_namespaced_service("web", "default", {"metadata": {"labels": {"a": "b"}}})
     assert patched.metadata.labels == {"a": "b"}
-    assert k("delete", "svc", "web").out.strip() == 'service "web" deleted from default namespace'
+    deleted = api.delete_namespaced_service("web", "default")  # the Service, as it was
+    assert deleted.metadata.name == "web" and deleted.spec.type == "ClusterIP"
     assert "service/web" not in k("get", "svc", "-o", "name").out
+    assert k("delete", "svc", "ssh").out.strip() == 'service "ssh" deleted from default namespace'
