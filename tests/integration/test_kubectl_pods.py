@@ -96,6 +96,8 @@ def test_kubectl_describes_the_pod_and_its_node(cluster: Cluster) -> None:
     ):
         assert line in described, described
     assert "compute:" in described and "guest-console-log:" in described
+    logs = k("logs", name, check=False)  # the test driver's nodes keep no launcher logs
+    assert logs.code == 1 and "which serves none (the libvirt test driver's nodes)" in logs.err
     node = k("describe", "node", "node-1").out
     assert "Non-terminated Pods:          (1 in total)" in node, node
     assert name in node
