@@ -381,7 +381,7 @@ async def _at(
     except ValueError as exc:
         raise bad_request(f"invalid at: {exc}") from None
     seq = await timetravel.resolve(api.runner.store, point)
-    if spec is not None and spec.event_kind in ONE_OBJECT_AT:
+    if spec is not None and spec.event_kind in ONE_OBJECT_AT and _renders_own(api, spec):
         ns, _, name = k.rpartition("/")
         agg = Aggregate(kind=spec.event_kind, namespace=ns or CLUSTER_SCOPE, name=name)
         cluster = await timetravel.object_at(api.runner.store, agg, seq)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client, config, watch
 from kubernetes.dynamic import DynamicClient
 
 from ops.supervisor import importable
@@ -151,6 +151,11 @@ def test_a_service_from_a_manifest_and_the_python_client(cluster: Cluster) -> No
     assert [p.metadata.labels["vm.kubevirt.io/name"] for p in pods.items] == ["vm-cirros"]
     assert pods.items[0].status.phase == "Running"
     assert pods.items[0].spec.node_name == "node-1"
+    seen = [
+        (e["type"], e["object"].metadata.name)
+        for e in watch.Watch().stream(api.list_namespaced_pod, "default", timeout_seconds=2)
+    ]
+    assert seen == [("ADDED", pods.items[0].metadata.name)]
     on_node = api.list_pod_for_all_namespaces(field_selector="spec.nodeName=node-1")
     assert len(on_node.items) == 1
     services: dict[str, Any] = {
