@@ -62,11 +62,11 @@ class NodePorts:
         self._task = asyncio.create_task(self._follow())
 
     async def stop(self) -> None:
-        if self._watcher is not None:
-            self.runner.unwatch(self._watcher)
-        if self._task is not None:
+        if self._task is not None:  # first: a closed watch is watched again
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._watcher is not None:
+            self.runner.unwatch(self._watcher)
         for port in list(self.listeners):
             await self._close(port)
 

@@ -274,3 +274,54 @@ def test_a_service_is_defaulted_and_a_node_port_allocated() -> None:
     with pytest.raises(ApiError) as no_ports:
         run(svc("c"))
     assert no_ports.value.status.message == 'Service "c" is invalid: spec.ports: Required value'
+
+
+# ------------------------------------------------------------------ node ports
+def _free_node_port() -> int:
+    import socket
+
+    for port in range(31000, 32767):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise AssertionError("no free node port")
+
+
+async def test_node_ports_follow_the_services_and_close_without_an_endpoint(log: Log) -> None:
+    import asyncio
+
+    from services.api.node_ports import NodePorts
+
+    port = _free_node_port()
+    ports = NodePorts(log.runner, "127.0.0.1")
+    await ports.start()
+    try:
+        log(_service("ssh", type="NodePort", selector={"app": "none"},
+                     ports=[{"port": 22, "targetPort": 22, "nodePort": port}]))  # fmt: skip
+        for _ in range(50):
+            if port in ports.listeners:
+                break
+            await asyncio.sleep(0.02)
+        assert ports.listeners[port].service == "default/ssh"
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # no guest: closed at once
+        writer.close()
+        from events.catalog import ResourceDeleted
+
+        log(ResourceDeleted(meta=_m("service", "ssh")))
+        for _ in range(50):
+            if port not in ports.listeners:
+                break
+            await asyncio.sleep(0.02)
+        assert port not in ports.listeners
+        try:
+            await asyncio.open_connection("127.0.0.1", port)
+            raise AssertionError("the node port is still served")
+        except OSError:
+            pass
+    finally:
+        await ports.stop()
+    assert not ports.listeners
