@@ -33,7 +33,7 @@ UNPAUSED_GATE = "kubevirt.io/virtual-machine-unpaused"
 COMPUTE = "compute"
 CONSOLE_LOG = "guest-console-log"
 LAUNCHER_IMAGE = "quay.io/kubevirt/virt-launcher:v1.6.0"
-# the uid namespace of the pods' uids (a pod not yet scheduled has no PodScheduled uid)
+# the uid namespace of the pods' uids
 _POD_UIDS = uuid.UUID("6a1f3c1e-8d2b-4f0e-9a57-1c3b5d7e9f20")
 
 
@@ -56,6 +56,12 @@ def pod_name_of(vmi: JSON) -> str:
     """`view_pod_name` of the rendered VMI (what a watch has)."""
     meta = vmi.get("metadata") or {}
     return pod_name(str(meta.get("name", "")), str(meta.get("uid", "")))
+
+
+def launcher_uid(vmi_uid: str, pod: str) -> str:
+    """The pod's uid: one for its whole life, derived from its VMI's (the scheduler's pod
+    uids, which `status.activePods` lists, come and go with scheduling and migrations)."""
+    return str(uuid.uuid5(_POD_UIDS, f"{vmi_uid}/{pod}"))
 
 
 def vmi_id(name: str) -> str:
@@ -191,8 +197,7 @@ def render_pod(vmi: JSON) -> JSON:
     started = times.get("Scheduled") or times.get("Running") or scheduled_at
     finished = times.get(vmi_phase) if phase in ("Succeeded", "Failed") else None
     pod = pod_name_of(vmi)
-    active = [u for u, n in (status.get("activePods") or {}).items() if n == node]
-    pod_uid = active[0] if active else str(uuid.uuid5(_POD_UIDS, f"{uid}/{pod}"))
+    pod_uid = launcher_uid(uid, pod)
     grace = spec.get("terminationGracePeriodSeconds")
     containers: list[JSON] = [
         {

@@ -11,7 +11,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from projections.cluster import Cluster
-from projections.launcher_pods import pod_labels, view_pod_name
+from projections.launcher_pods import launcher_uid, pod_labels, view_pod_name
 from projections.render import rfc3339
 from projections.views import ResourceView, VMIView
 
@@ -131,10 +131,9 @@ def render_endpoints(cluster: Cluster, svc: ResourceView) -> JSON:
                 "kind": "Pod",
                 "namespace": vmi.namespace,
                 "name": view_pod_name(vmi),
+                "uid": launcher_uid(vmi.uid, view_pod_name(vmi)),
             },
         }
-        if vmi.pod_uid:
-            entry["targetRef"]["uid"] = vmi.pod_uid
         if vmi.node:
             entry["nodeName"] = vmi.node
         (addresses if ready(vmi) else not_ready).append(entry)

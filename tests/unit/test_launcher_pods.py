@@ -115,7 +115,7 @@ def test_a_running_vmi_is_a_running_launcher_pod_with_kubevirt_labels(log: Log) 
     conditions = {c["type"]: c["status"] for c in pod["status"]["conditions"]}
     for ctype in ("PodScheduled", "Initialized", "ContainersReady", "Ready"):
         assert conditions[ctype] == "True", ctype
-    assert pod["metadata"]["uid"] == "pod-uid-1"  # PodScheduled's
+    assert pod["metadata"]["uid"] == launcher_pods.launcher_uid(UID, POD)  # for its whole life
 
 
 def test_the_pod_phase_follows_the_vmi(log: Log) -> None:
@@ -123,10 +123,12 @@ def test_the_pod_phase_follows_the_vmi(log: Log) -> None:
     spec = REGISTRY.resource("pods")
     vmi = log.runner.cluster.vmis["default/vm1"]
 
+    uids = set()
+
     def phase() -> str:
-        return spec.render(log.runner.cluster, log.runner.cluster.vmis["default/vm1"], T0)[
-            "status"
-        ]["phase"]
+        pod = spec.render(log.runner.cluster, log.runner.cluster.vmis["default/vm1"], T0)
+        uids.add((pod["metadata"]["name"], pod["metadata"]["uid"]))
+        return str(pod["status"]["phase"])
 
     assert phase() == "Pending"
     log(Unschedulable(meta=_m(), reason="Unschedulable", message="0/1 nodes are available"))
@@ -138,6 +140,7 @@ def test_the_pod_phase_follows_the_vmi(log: Log) -> None:
     log(DomainStopped(meta=_m(node="node-1"), reason=StopReason.SHUTDOWN))
     assert phase() == "Succeeded"
     assert vmi.uid == UID
+    assert len(uids) == 1  # one pod, one name and uid, through the VMI's life
 
 
 def test_pods_field_selectors_as_kubectl_describe_node_sends_them(log: Log) -> None:
