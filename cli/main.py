@@ -23,6 +23,7 @@ from rich.console import Console
 
 from cli import verbs
 from cli.debug import register as register_debug
+from cli.expose import register as register_expose
 from cli.guest_io import register as register_guest_io
 from cli.help import use_plain_help
 from cli.images import app as images_app
@@ -858,6 +859,7 @@ def instancetypes_install() -> None:
 register_debug(app)
 register_guest_io(app)
 register_port_forward(app)
+register_expose(app, client, error)
 app.command(context_settings=CONTEXT)(ui)
 app.add_typer(images_app, name="images")
 app.add_typer(instancetypes_app, name="instancetypes")

@@ -53,6 +53,7 @@ from services.api import (
     export_server,
     openapi_k8s,
     pagination,
+    pod_logs,
     protowire,
     reviews,
     streams,
@@ -183,10 +184,14 @@ def _command_request(
 
 
 # ------------------------------------------------------------- read side
-def _selector(request: Request[Any, Any, Any], kind: KindToken, namespace: str) -> Selector:
+def _selector(
+    request: Request[Any, Any, Any], kind: KindToken, namespace: str, fields: tuple[str, ...] = ()
+) -> Selector:
     q = request.query_params
     try:
-        return Selector.parse(kind, namespace, q.get("labelSelector"), q.get("fieldSelector"))
+        return Selector.parse(
+            kind, namespace, q.get("labelSelector"), q.get("fieldSelector"), fields
+        )
     except SelectorError as exc:
         raise bad_request(str(exc)) from None
 
@@ -200,7 +205,7 @@ async def _list_or_watch(
 ) -> Response[Any]:
     api = _api(request)
     kind = spec.event_kind
-    selector = _selector(request, kind, namespace)
+    selector = _selector(request, kind, namespace, spec.field_labels)
     if (past := await _at(request, api)) is not None:
         cluster, now, seq = past
         items = [
@@ -399,7 +404,7 @@ async def _at(
         raise bad_request(f"invalid at: {exc}") from None
     seq = await timetravel.resolve(api.runner.store, point)
     when = point.time if point.time is not None else await timetravel.time_of(api.runner.store, seq)
-    if spec is not None and spec.event_kind in ONE_OBJECT_AT:
+    if spec is not None and spec.event_kind in ONE_OBJECT_AT and _renders_own(api, spec):
         ns, _, name = k.rpartition("/")
         agg = Aggregate(kind=spec.event_kind, namespace=ns or CLUSTER_SCOPE, name=name)
         cluster = await timetravel.object_at(api.runner.store, agg, seq)
@@ -848,6 +853,7 @@ def create_app(
             *reviews.routes(guard),
             *WEB_ROUTES,
             *export_server.ROUTES,
+            *pod_logs.ROUTES,
         ],
         middleware=[
             lambda app: observe(app, api),

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kinds import pod, service
 from kinds import storage as kinds_storage
 from kinds.columns import PrinterColumn, lookup
 from kinds.spec import KindSpec
@@ -198,6 +199,55 @@ EVENT_COLUMNS: tuple[TableColumn, ...] = (
 )
 
 
+# The API server's own pod columns (its printer, pkg/printers/internalversion)
+POD_COLUMNS: tuple[TableColumn, ...] = (
+    Computed("Ready", pod.ready, description="The aggregate readiness state of this pod"),
+    Computed("Status", pod.status, description="The aggregate status of the containers"),
+    Computed("Restarts", lambda o: "0", type="string", description="The number of restarts"),
+    PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+    Computed(
+        "IP",
+        lambda o: (o.get("status") or {}).get("podIP") or "<none>",
+        1,
+        description="IP address assigned to the pod",
+    ),
+    Computed(
+        "Node",
+        lambda o: (o.get("spec") or {}).get("nodeName") or "<none>",
+        1,
+        description="Name of the node the pod is assigned to",
+    ),
+    Computed("Nominated Node", lambda o: "<none>", 1, description="The nominated node"),
+    Computed("Readiness Gates", pod.gates, 1, description="The readiness gates of the pod"),
+)
+
+
+SERVICE_COLUMNS: tuple[TableColumn, ...] = (
+    Computed(
+        "Type", lambda o: (o.get("spec") or {}).get("type", ""), description="The type of service"
+    ),
+    Computed(
+        "Cluster-IP",
+        lambda o: (o.get("spec") or {}).get("clusterIP") or "<none>",
+        description="The cluster IP of the service",
+    ),
+    Computed("External-IP", service.external, description="The external IP of the service"),
+    Computed("Port(s)", service.ports, description="The ports of the service"),
+    PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+    Computed("Selector", service.selector, 1, description="The selector of the service"),
+)
+ENDPOINTS_COLUMNS: tuple[TableColumn, ...] = (
+    Computed("Endpoints", service.endpoints, description="Endpoints of the service"),
+    PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+)
+# the built-in kinds' columns beside nodes' and events'
+CORE_COLUMNS: dict[str, tuple[TableColumn, ...]] = {
+    "Pod": POD_COLUMNS,
+    "Service": SERVICE_COLUMNS,
+    "Endpoints": ENDPOINTS_COLUMNS,
+}
+
+
 def _cell(column: TableColumn, obj: JSON, now: float | None = None) -> Any:
     if isinstance(column, Computed):
         return column.at(obj, now) if column.at is not None else column.value(obj)
@@ -262,6 +312,8 @@ def columns(spec: KindSpec) -> tuple[TableColumn, ...]:
         return EVENT_COLUMNS
     if spec.group in ("", "storage.k8s.io") and spec.kind in STORAGE_COLUMNS:
         return STORAGE_COLUMNS[spec.kind]
+    if not spec.group and spec.kind in CORE_COLUMNS:
+        return CORE_COLUMNS[spec.kind]
     return spec.shown_printer_columns
 
 

@@ -9,7 +9,6 @@ When nothing fits it says why, in kube-scheduler's words."""
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from events.envelope import Context
 from projections import claims, storage
 from projections.allocation import node_allocated, vmi_requests
 from projections.cluster import Cluster, key
+from projections.launcher_pods import pod_name as pod_name  # the migration's target pods too
 from projections.views import NodeView, VMIView
 from services.controller import emit, ipam
 from services.controller.placement_index import PlacementIndex
@@ -330,15 +330,6 @@ def unschedulable_message(total: int, reasons: Mapping[str, int]) -> str:
 
 
 # ---------------------------------------------------------------------- decisions
-_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' generateName alphabet
-
-
-def pod_name(vmi_name: str, uid: str) -> str:
-    digest = hashlib.sha256(uid.encode()).digest()
-    suffix = "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:5])
-    return f"virt-launcher-{vmi_name}-{suffix}"
-
-
 def pod_manifest(cluster: Cluster, vmi: VMIView, manifest: JSON) -> JSON:
     """What the VMI's launcher pod is given: the VMI, with the sizes of its claims (the
     claim objects', else what its VM's dataVolumeTemplates request,

@@ -232,6 +232,7 @@ class Handler:
                 node.console_port,
                 cfg.console_tls,
                 pod_network_dir=cfg.launch.pod_network_dir if node.pod_cidr else None,
+                launchers_dir=Path(cfg.run_dir) / cfg.node.name / "launchers",
             )
             node = msgspec.structs.replace(node, console_port=await consoles.start())
         decider = HandlerReactor(

@@ -213,6 +213,7 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "dvs",
         "das",
         "vmipresets",
+        "services",
     )
 
 
