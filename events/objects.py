@@ -664,7 +664,7 @@ class Secret(KubeObject):
 
 class Taint(KubeObject):
     key: str
-    effect: str
+    effect: str = ""  # required: the API server names it missing (422), not the decoder
     value: str | None = None
     time_added: str | None = None
 

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from core.errors import Resource
-from core.kind import Act, SpecRefusal, Subresource
+from core.kind import Act, Replace, SpecRefusal, Subresource
 from core.names import NameRule
 from events.catalog import Event
 from events.envelope import Stored
@@ -107,6 +107,8 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     updated: Callable[[Meta, JSON], Event] | None = None
     # without `updated`: how a changed spec is refused (metadata changes on every kind)
     spec_refusal: SpecRefusal | None = None
+    # a kind with no stored manifest: an update is recorded by this instead (nodes)
+    replace: Replace | None = None
     delete: Delete | None = None
     table: Callable[[Cluster], Mapping[str, Any]]
     render: Render

@@ -46,6 +46,7 @@ from events.catalog import (
     NodeCordoned,
     NodeDrainRequested,
     NodeJoined,
+    NodeMetadataChanged,
     NodeResponsive,
     NodeTaintsChanged,
     NodeUncordoned,
@@ -404,6 +405,7 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             | NodeUncordoned()
             | NodeDrainRequested()
             | NodeTaintsChanged()
+            | NodeMetadataChanged()
             | NodeResponsive()
             | PolicyCreated()
             | PolicyUpdated()
