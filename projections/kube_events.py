@@ -132,7 +132,10 @@ FIELDS = (
     "involvedObject.name",
     "involvedObject.uid",
     "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
     "reason",
+    "source",
     "type",
     "reportingComponent",
     "regarding.kind",
@@ -140,8 +143,12 @@ FIELDS = (
     "regarding.name",
     "regarding.uid",
     "regarding.apiVersion",
+    "regarding.resourceVersion",
+    "regarding.fieldPath",
     "reportingController",
 )
+#: a field label that is no path of the object: where its value is, in either version
+FIELD_PATHS = {"source": ("source.component", "deprecatedSource.component")}
 
 # a record's uid: this prefix and its ordinal (unique in the stream, from the log)
 _UID_PREFIX = "6b756265-6576-4e74-8000"
