@@ -132,6 +132,13 @@ def up(
     nats_tls: bool = typer.Option(
         False, "--nats-tls", help="The embedded nats-server requires TLS from its clients"
     ),
+    common_instancetypes: bool = typer.Option(
+        True,
+        "--common-instancetypes/--no-common-instancetypes",
+        help="Deploy KubeVirt's common instance types and preferences (u1.small, "
+        "centos.stream9, ...) at the start, as its operator does "
+        "(commonInstancetypesDeployment)",
+    ),
 ) -> None:
     """Run nats-server, api, controller and N handlers until Ctrl-C."""
     # from the start: a Ctrl-C while starting lets the start finish, then stops in order
@@ -262,6 +269,7 @@ def up(
                 *(("--prometheus-url", f"http://127.0.0.1:{prometheus_port}") if metrics else ()),
                 # the disks VirtualMachineExports serve (real files in qemu mode only)
                 *(("--disk-dir", str(data_dir / "disks")) if hypervisor == "qemu" else ()),
+                *(() if common_instancetypes else ("--no-common-instancetypes",)),
             ),
             metrics_url=f"{api_url}/metrics",
             env=bus.env("api") if bus else {},
