@@ -59,9 +59,7 @@ def _current(cluster: Cluster, spec: KindSpec, name: str) -> Any:
     return None if found is None or gone(found) else found
 
 
-def deploy(
-    documents: Sequence[JSON], ident: str, cluster: Cluster, ctx: RequestContext
-) -> Outcome:
+def deploy(documents: Sequence[JSON], ident: str, cluster: Cluster, ctx: RequestContext) -> Outcome:
     """Every bundled object created or updated unless it bears `ident` already: one
     outcome, each object's event on its own version (a replica that deployed first leaves
     nothing to do)."""
