@@ -140,6 +140,13 @@ def up(
         help="Open the embedded nats-server's monitoring port (/varz, /connz, /jsz: "
         "unauthenticated, to anyone on this machine)",
     ),
+    common_instancetypes: bool = typer.Option(
+        True,
+        "--common-instancetypes/--no-common-instancetypes",
+        help="Deploy KubeVirt's common instance types and preferences (u1.small, "
+        "centos.stream9, ...) at the start, as its operator does "
+        "(commonInstancetypesDeployment)",
+    ),
 ) -> None:
     """Run nats-server, api, controller and N handlers until Ctrl-C."""
     # from the start: a Ctrl-C while starting lets the start finish, then stops in order
@@ -279,6 +286,7 @@ def up(
                 *(prometheus_auth.api_args(prom_auth) if prom_auth else ()),
                 # the disks VirtualMachineExports serve (real files in qemu mode only)
                 *(("--disk-dir", str(data_dir / "disks")) if hypervisor == "qemu" else ()),
+                *(() if common_instancetypes else ("--no-common-instancetypes",)),
             ),
             metrics_url=f"{api_url}/metrics",
             env=bus.env("api") if bus else {},

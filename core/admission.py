@@ -335,14 +335,32 @@ def _validate_memory(spec: VirtualMachineInstanceSpec, field: str) -> list[Statu
         )
         causes.append(cause(INVALID, msg, guest_path))
     causes += _validate_hugepages(field, hugepages, request or guest or limit or 0, req_raw)
-    if not request and guest is None and hugepages is None and not causes:
-        msg = (
-            f"no memory requested, at least one of '{guest_path}', "
-            f"'{field}.domain.memory.hugepages.pageSize' or '{req_path}' must be set"
-        )
-        # KubeVirt's cause carries no field for this one.
-        causes.append(cause(REQUIRED, msg))
     return causes
+
+
+def validate_vmi_mandatory_fields(
+    spec: VirtualMachineInstanceSpec, field: str = "spec"
+) -> list[StatusCause]:
+    """KubeVirt's `ValidateVirtualMachineInstanceMandatoryFields`
+    (pkg/virt-api/webhooks/validating-webhook/admitters/vmi-create-admitter.go): memory
+    must be asked for. "It is only meant to be used for VMI reviews, not if they are
+    templates on other objects": a VM's template may leave it to an instance type, or
+    lack it and be refused only when its VMI is made. A request that does not parse is
+    reported by the memory rules instead."""
+    domain = spec.domain
+    req_raw = ((domain.resources or ResourceRequirements()).requests or {}).get("memory")
+    if req_raw is not None and not _is_zero(req_raw):
+        return []
+    if domain.memory is not None and (
+        domain.memory.guest is not None or domain.memory.hugepages is not None
+    ):
+        return []
+    msg = (
+        f"no memory requested, at least one of '{field}.domain.memory.guest', "
+        f"'{field}.domain.memory.hugepages.pageSize' or "
+        f"'{field}.domain.resources.requests.memory' must be set"
+    )
+    return [cause(REQUIRED, msg)]  # KubeVirt's cause carries no field for this one
 
 
 def _validate_hugepages(
@@ -704,6 +722,8 @@ def _validate_eviction(spec: VirtualMachineInstanceSpec, field: str) -> list[Sta
 def validate_vmi(vmi: VirtualMachineInstance) -> list[StatusCause]:
     causes = validate_name(vmi.metadata.name, vmi.metadata.generate_name)
     causes += validate_vmi_spec(vmi.spec, "spec")
+    if not _validate_memory(vmi.spec, "spec"):  # one memory message at a time
+        causes += validate_vmi_mandatory_fields(vmi.spec, "spec")
     return causes + validate_vmi_labels(vmi.metadata.labels, "metadata")
 
 

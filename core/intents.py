@@ -225,6 +225,8 @@ def update(
     rv = meta.get("resourceVersion")
     if rv and rv != str(current.resource_version):
         raise stale(res, name)
+    if spec.replace is not None:
+        return spec.replace(cluster, namespace, name, raw, ctx)
     meta_uid = meta.get("uid")
     if meta_uid and meta_uid != current.uid:
         raise conflict(

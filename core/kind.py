@@ -52,6 +52,10 @@ class CallArgs(msgspec.Struct, frozen=True):
 
 
 Act = Callable[[Cluster, str, str, CallArgs, RequestContext], Outcome]
+# A kind whose objects are no stored manifest (nodes): the events an object as written
+# (a PUT's body, what a PATCH or an apply made of the object as served) is recorded as.
+# (cluster, namespace, name, written object, context) → Outcome
+Replace = Callable[[Cluster, str, str, JSON, RequestContext], Outcome]
 
 
 class Subresource(msgspec.Struct, frozen=True):
@@ -113,6 +117,8 @@ class KindRules(Protocol):
     def updated(self) -> Callable[[Meta, JSON], Event] | None: ...
     @property
     def spec_refusal(self) -> SpecRefusal | None: ...
+    @property
+    def replace(self) -> Replace | None: ...
     @property
     def delete(self) -> Act | None: ...
     @property

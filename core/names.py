@@ -60,6 +60,75 @@ def label_errors(value: str) -> list[str]:
     return errors
 
 
+QUALIFIED_NAME_FMT = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+LABEL_VALUE_FMT = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is "
+    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+_QUALIFIED = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
+
+def qualified_name_errors(value: str) -> list[str]:
+    """`validation.IsQualifiedName`: a label key, an annotation key, a taint key."""
+    prefix, slash, name = value.rpartition("/")
+    if value.count("/") > 1:
+        return [
+            "a qualified name must consist of alphanumeric characters, '-', '_' or '.', and "
+            "must start and end with an alphanumeric character (e.g. 'MyName',  or "
+            "'my.name',  or '123-abc', regex used for validation is "
+            "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]') with an optional DNS subdomain "
+            "prefix and '/' (e.g. 'example.com/MyName')"
+        ]
+    errors = []
+    if slash:
+        if not prefix:
+            errors.append("prefix part must be non-empty")
+        else:
+            errors += [f"prefix part {e}" for e in subdomain_errors(prefix)]
+    if not name:
+        return [*errors, "name part must be non-empty"]
+    if len(name) > LABEL_MAX:
+        errors.append(f"name part must be no more than {LABEL_MAX} characters")
+    if not _QUALIFIED.fullmatch(name):
+        errors.append(f"name part {QUALIFIED_NAME_FMT}")
+    return errors
+
+
+def label_value_errors(value: str) -> list[str]:
+    """`validation.IsValidLabelValue`."""
+    errors = []
+    if len(value) > LABEL_MAX:
+        errors.append(f"must be no more than {LABEL_MAX} characters")
+    if value and not _QUALIFIED.fullmatch(value):
+        errors.append(LABEL_VALUE_FMT)
+    return errors
+
+
+def validate_labels(labels: dict[str, str], field: str = "metadata.labels") -> list[StatusCause]:
+    """apimachinery's `ValidateLabels`: each key a qualified name, each value a label value."""
+    causes = []
+    for k, v in labels.items():
+        causes += [invalid(field, k, e) for e in qualified_name_errors(k)]
+        causes += [invalid(field, v, e) for e in label_value_errors(v)]
+    return causes
+
+
+def validate_annotation_keys(
+    annotations: dict[str, str], field: str = "metadata.annotations"
+) -> list[StatusCause]:
+    """apimachinery's `ValidateAnnotations`: each key a qualified name (lower case)."""
+    causes = []
+    for k in annotations:
+        causes += [invalid(field, k, e) for e in qualified_name_errors(k.lower())]
+    return causes
+
+
 def subdomain_errors(value: str) -> list[str]:
     """`validation.IsDNS1123Subdomain`."""
     errors = []

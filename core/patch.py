@@ -6,8 +6,9 @@ optimistic concurrency as a PUT).
 KubeVirt's kinds are custom resources, for which the API server has no patch strategies:
 a strategic merge patch of one is 415, as a CRD's endpoint answers (kubectl then says
 `application/strategic-merge-patch+json is not supported by ...`). A built-in kind's
-endpoint takes it, read here as a JSON merge patch (lists replaced whole); the one
-built-in kind served, nodes, changes through its own subresources, not PATCH.
+endpoint takes it, read here as a JSON merge patch (lists replaced whole: what kubectl
+sends for the built-in kinds served, a node's labels, taints (an atomic list) and
+`spec.unschedulable`, a namespace's metadata).
 
 A JSON patch that does not decode is 400 with Go's words for it; one that does not apply
 (a failed `test`, a path that is not there) is the API server's 422 `the server rejected

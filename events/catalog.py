@@ -390,6 +390,9 @@ class NodeSystemInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel", 
     """What a node reports of its system: Kubernetes' `status.nodeInfo`, which `kubectl
     get nodes` shows (VERSION; with -o wide OS-IMAGE, KERNEL-VERSION, CONTAINER-RUNTIME)."""
 
+    machine_id: str = ""  # the host's /etc/machine-id
+    system_uuid: str = ""  # the node's: derived from the machine and the node's name
+    boot_id: str = ""  # the host's boot id: changes with a reboot
     kubelet_version: str = ""  # the node agent's (virt-handler's) Kubernetes version
     os_image: str = ""  # /etc/os-release's PRETTY_NAME
     kernel_version: str = ""
@@ -429,6 +432,14 @@ class NodeDrainRequested(Event, tag="NodeDrainRequested", frozen=True):
 
 class NodeTaintsChanged(Event, tag="NodeTaintsChanged", frozen=True):
     taints: tuple[Taint, ...] = ()
+
+
+class NodeMetadataChanged(Event, tag="NodeMetadataChanged", frozen=True):
+    """A user wrote a node's labels or annotations (`kubectl label|annotate node`): the
+    whole sets as written; the server's own annotations are not among them."""
+
+    labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}
 
 
 class NodeUnresponsive(Event, tag="NodeUnresponsive", frozen=True):
@@ -611,6 +622,7 @@ NodeEvent = (
     | NodeUncordoned
     | NodeDrainRequested
     | NodeTaintsChanged
+    | NodeMetadataChanged
     | NodeUnresponsive
     | NodeResponsive
     | NodeDeleted

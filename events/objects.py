@@ -702,7 +702,7 @@ class DataSource(SpecObject):
 
 class Taint(KubeObject):
     key: str
-    effect: str
+    effect: str = ""  # required: the API server names it missing (422), not the decoder
     value: str | None = None
     time_added: str | None = None
 

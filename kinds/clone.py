@@ -19,7 +19,7 @@ from projections.cluster import Cluster
 GROUP, VERSION = "clone.kubevirt.io", "v1beta1"
 SOURCE_KINDS = ("VirtualMachine", "VirtualMachineSnapshot")
 TARGET_KINDS = ("VirtualMachine",)
-VOLUME_NAME_POLICIES = ("RandomizeNames",)
+VOLUME_NAME_POLICIES = ("RandomizeNames", "PrefixTargetName")
 _RULES = "%s filter %s is invalid: cannot contain a %s character (%s); FilterRules: %s"
 # what Go's net.ParseMAC takes for the 6-byte addresses a guest NIC has
 _MAC = re.compile(

@@ -57,8 +57,11 @@ def _admit_export(_: Cluster, typed: Any, __: str) -> tuple[Any, list[Any]]:
 
 
 def _admit_secret(_: Cluster, typed: Any, __: str) -> tuple[Any, list[Any]]:
-    """The API server folds `stringData` into `data` (base64) on every write."""
+    """The API server folds `stringData` into `data` (base64) on every write, and a
+    Secret of no type is `Opaque` (its defaulting)."""
     causes = admission.validate_name(typed.metadata.name, typed.metadata.generate_name)
+    if not typed.type:
+        typed.type = "Opaque"
     if typed.string_data:
         data = dict(typed.data or {})
         for k, v in typed.string_data.items():

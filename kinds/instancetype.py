@@ -81,6 +81,7 @@ INSTANCETYPE = resource_spec(
     short_names=("vminstancetype", "vminstancetypes", "vmf", "vmfs"),
     event_kind=ResourceKind.INSTANCETYPE,
     object_type=VirtualMachineInstancetype,
+    status_subresource=False,  # KubeVirt's CRD has none
 )
 CLUSTER_INSTANCETYPE = resource_spec(
     group=GROUP,
@@ -93,6 +94,7 @@ CLUSTER_INSTANCETYPE = resource_spec(
     scope=Scope.CLUSTER,
     event_kind=ResourceKind.CLUSTER_INSTANCETYPE,
     object_type=VirtualMachineClusterInstancetype,
+    status_subresource=False,  # KubeVirt's CRD has none
 )
 PREFERENCE = resource_spec(
     group=GROUP,
@@ -103,6 +105,7 @@ PREFERENCE = resource_spec(
     short_names=("vmpref", "vmprefs", "vmp", "vmps"),
     event_kind=ResourceKind.PREFERENCE,
     object_type=VirtualMachinePreference,
+    status_subresource=False,  # KubeVirt's CRD has none
 )
 CLUSTER_PREFERENCE = resource_spec(
     group=GROUP,
@@ -115,5 +118,6 @@ CLUSTER_PREFERENCE = resource_spec(
     scope=Scope.CLUSTER,
     event_kind=ResourceKind.CLUSTER_PREFERENCE,
     object_type=VirtualMachineClusterPreference,
+    status_subresource=False,  # KubeVirt's CRD has none
 )
 SPECS = (INSTANCETYPE, CLUSTER_INSTANCETYPE, PREFERENCE, CLUSTER_PREFERENCE)

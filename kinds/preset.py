@@ -36,4 +36,5 @@ SPEC = resource_spec(
     event_kind=KIND_TOKEN,
     object_type=VirtualMachineInstancePreset,
     admit=admit_preset,
+    status_subresource=False,  # KubeVirt's CRD has none
 )

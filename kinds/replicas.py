@@ -65,7 +65,7 @@ def admit_replicaset(_: Cluster, typed: Any, uid: str) -> tuple[Any, list[Any]]:
     except msgspec.ValidationError as exc:
         return typed, [*causes, admission.cause("FieldValueInvalid", str(exc), "spec.template")]
     spec = defaulted(lambda s, u: admission.default_vmi_spec(s, u), spec, uid)
-    causes += admission.validate_vmi_spec(spec, "spec.template.spec")
+    causes += admission.validate_vmi_spec(spec, "spec.template.spec", template=True)
     template["spec"] = msgspec.to_builtins(spec)
     return typed, causes
 

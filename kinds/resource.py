@@ -70,6 +70,7 @@ def resource_spec(
     updatable: bool = True,
     spec_refusal: SpecRefusal | None = None,
     versions: tuple[Version, ...] = (),
+    status_subresource: bool = True,
 ) -> KindSpec:
     spec: KindSpec | None = None
 
@@ -100,5 +101,6 @@ def resource_spec(
         render=lambda _c, v, _now: _in_version(render_resource(v), f"{group}/{version}"),
         evolve=evolve_resource,
         versions=versions,
+        status_subresource=status_subresource,
     )
     return spec

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from core.errors import Resource
-from core.kind import Act, SpecRefusal, Subresource
+from core.kind import Act, Replace, SpecRefusal, Subresource
 from core.names import NameRule
 from events.catalog import Event
 from events.envelope import Stored
@@ -107,6 +107,11 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     updated: Callable[[Meta, JSON], Event] | None = None
     # without `updated`: how a changed spec is refused (metadata changes on every kind)
     spec_refusal: SpecRefusal | None = None
+    # a kind with no stored manifest: an update is recorded by this instead (nodes)
+    replace: Replace | None = None
+    # its CRD's `subresources: status` (`.../NAME/status`); only for a kind whose objects
+    # have a status (instance types, preferences and presets have none)
+    status_subresource: bool = True
     delete: Delete | None = None
     table: Callable[[Cluster], Mapping[str, Any]]
     render: Render
@@ -181,6 +186,12 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
             created=hook(self.created),
             updated=hook(self.updated),
         )
+
+    @property
+    def has_status(self) -> bool:
+        """Served with a `status` subresource (GET, PUT, PATCH)."""
+        fields = {f.name for f in msgspec.structs.fields(self.object_type)}
+        return self.status_subresource and "status" in fields
 
     # ----------------------------------------------------------------- names
     @property

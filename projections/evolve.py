@@ -46,6 +46,7 @@ from events.catalog import (
     NodeDrainRequested,
     NodeEvent,
     NodeJoined,
+    NodeMetadataChanged,
     NodeResponsive,
     NodeTaintsChanged,
     NodeUncordoned,
@@ -440,15 +441,17 @@ def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
     ev = s.event
     at = ev.meta.occurred_at
     if isinstance(ev, NodeJoined):
-        # (re)joining updates capacity and labels but keeps the cordon
+        # (re)joining updates capacity and the agent's labels but keeps what users wrote
+        # (other labels, annotations, taints, the cordon), as a kubelet registering again
         return NodeView(
             name=ev.node,
             capacity=ev.capacity,
             created_at=view.created_at if view else at,
             version=s.seq,
             resource_version=s.seq,
-            labels=ev.labels,
-            taints=ev.taints,
+            labels={**view.labels, **ev.labels} if view else ev.labels,
+            annotations=view.annotations if view else {},
+            taints=view.taints if view else ev.taints,
             address=ev.address,
             hypervisor=ev.hypervisor,
             console_port=ev.console_port,
@@ -472,6 +475,8 @@ def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
             return replace(v, cordoned=True, draining=True)
         case NodeTaintsChanged(taints=taints):
             return replace(v, taints=taints)
+        case NodeMetadataChanged(labels=labels, annotations=annotations):
+            return replace(v, labels=labels, annotations=annotations)
         case NodeUnresponsive(last_heartbeat=hb):
             return replace(v, unresponsive=True, last_heartbeat=hb)
         case NodeResponsive(last_heartbeat=hb):

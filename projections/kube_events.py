@@ -50,6 +50,7 @@ from events.catalog import (
     NodeDeleted,
     NodeDrainRequested,
     NodeJoined,
+    NodeMetadataChanged,
     NodeResponsive,
     NodeTaintsChanged,
     NodeUncordoned,
@@ -136,7 +137,10 @@ FIELDS = (
     "involvedObject.name",
     "involvedObject.uid",
     "involvedObject.apiVersion",
+    "involvedObject.resourceVersion",
+    "involvedObject.fieldPath",
     "reason",
+    "source",
     "type",
     "reportingComponent",
     "regarding.kind",
@@ -144,8 +148,12 @@ FIELDS = (
     "regarding.name",
     "regarding.uid",
     "regarding.apiVersion",
+    "regarding.resourceVersion",
+    "regarding.fieldPath",
     "reportingController",
 )
+#: a field label that is no path of the object: where its value is, in either version
+FIELD_PATHS = {"source": ("source.component", "deprecatedSource.component")}
 
 # a record's uid: this prefix and its ordinal (unique in the stream, from the log)
 _UID_PREFIX = "6b756265-6576-4e74-8000"
@@ -431,6 +439,7 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             | NodeUncordoned()
             | NodeDrainRequested()
             | NodeTaintsChanged()
+            | NodeMetadataChanged()
             | NodeResponsive()
             | NodeDeleted()
             | PolicyCreated()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
+from collections.abc import Callable
 from typing import Any, assert_never
 
 from events.catalog import ERR_IMAGE_PULL, SYNC_FAILED_CONDITION, InterfaceStatus, NodeSystemInfo
@@ -323,7 +324,13 @@ def _quantity_mem(n: int) -> str:
 
 
 def _node_info(info: NodeSystemInfo) -> JSON:
+    """Every field of Kubernetes' NodeSystemInfo (the clients' models require each one);
+    kube-proxy is not run, so its version is empty, as a kubelet of 1.31+ reports it."""
     return {
+        "machineID": info.machine_id,
+        "systemUUID": info.system_uuid,
+        "bootID": info.boot_id,
+        "kubeProxyVersion": "",
         "kubeletVersion": info.kubelet_version,
         "osImage": info.os_image,
         "kernelVersion": info.kernel_version,
@@ -345,6 +352,18 @@ def _network_condition(node: NodeView) -> list[JSON]:
     return [_condition("NetworkUnavailable", True, "NoPodNetwork", msg)]
 
 
+#: the annotations the server writes on a node (a user's write of them is not kept)
+NODE_SERVER_ANNOTATIONS: dict[str, Callable[[NodeView], str]] = {
+    "kubevirt.io/heartbeat": lambda n: _rfc3339_second(math.floor(n.last_heartbeat)),
+    "virtstream.io/hypervisor": lambda n: n.hypervisor,
+}
+
+
+def node_labels(node: NodeView) -> JSON:
+    """A node's labels as served: the hostname label is the node's own."""
+    return {**node.labels, "kubernetes.io/hostname": node.name}
+
+
 def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
     cpu, mem, count = node_allocated(cluster, node.name)
     cap = node.capacity
@@ -354,12 +373,12 @@ def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
         "kind": "Node",
         "metadata": {
             "name": node.name,
-            "labels": {**node.labels, "kubernetes.io/hostname": node.name},
+            "labels": node_labels(node),
             "resourceVersion": str(node.resource_version),
             "creationTimestamp": rfc3339(node.created_at),
             "annotations": {
-                "kubevirt.io/heartbeat": rfc3339(node.last_heartbeat),
-                "virtstream.io/hypervisor": node.hypervisor,
+                **node.annotations,
+                **{k: f(node) for k, f in NODE_SERVER_ANNOTATIONS.items()},
             },
         },
         "spec": {
@@ -380,9 +399,11 @@ def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
                 "cpu": _quantity_cpu(cap.cpu_millis),
                 "memory": _quantity_mem(cap.memory_bytes),
             },
+            # what pods may use: the capacity less what the node reserves for its system
+            # (a handler reserves nothing), never less what is allocated (`allocated`)
             "allocatable": {
-                "cpu": _quantity_cpu(max(0, cap.cpu_millis - cpu)),
-                "memory": _quantity_mem(max(0, cap.memory_bytes - mem)),
+                "cpu": _quantity_cpu(cap.cpu_millis),
+                "memory": _quantity_mem(cap.memory_bytes),
             },
             "allocated": {"cpu": _quantity_cpu(cpu), "memory": _quantity_mem(mem), "vmis": count},
             "conditions": [
@@ -395,7 +416,7 @@ def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
                 *_network_condition(node),
             ],
             "addresses": [{"type": "InternalIP", "address": node.address}] if node.address else [],
-            **({"nodeInfo": _node_info(node.info)} if node.info != NodeSystemInfo() else {}),
+            "nodeInfo": _node_info(node.info),
             # as a Node's kubelet endpoint: where the api reaches the node's handler
             **(
                 {"daemonEndpoints": {"consoleEndpoint": {"Port": node.console_port}}}

@@ -190,6 +190,7 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     version: int
     resource_version: int
     labels: dict[str, str] = {}
+    annotations: dict[str, str] = {}  # the users' (the server's are added on render)
     taints: tuple[Taint, ...] = ()
     address: str = ""
     hypervisor: str = "test"

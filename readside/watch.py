@@ -155,6 +155,9 @@ def _unescape(value: str) -> str:
 
 
 def field_value(obj: JSON, path: str) -> str:
+    aliases = kube_events.FIELD_PATHS.get(path)
+    if aliases is not None:
+        return next((v for a in aliases if (v := field_value(obj, a))), "")
     cur: Any = obj
     for part in path.split("."):
         if not isinstance(cur, dict):

@@ -52,9 +52,12 @@ async def serve(
     metrics: MetricsAccess | None = None,
     prometheus: prometheus_proxy.Upstream | None = None,
     disk_dir: Path | None = None,
+    common_instancetypes: bool = True,
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM. With an
-    `auth_file`, every request is authenticated and authorized by it."""
+    `auth_file`, every request is authenticated and authorized by it; without
+    `common_instancetypes`, KubeVirt's common instance types and preferences are not
+    deployed at the start."""
     guard = (
         Guard.of(Authenticator(auth_file, metrics=metrics), REGISTRY)
         if auth_file is not None
@@ -79,7 +82,7 @@ async def serve(
         runner, None if read_only else store, socket_name_max=socket_name_max, keys=keys
     )
     if not read_only:
-        await api.bootstrap()
+        await api.bootstrap(common_instancetypes=common_instancetypes)
     app = create_app(
         api,
         guard,
@@ -168,6 +171,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--disk-dir", type=Path, help="the nodes' disk dir: VirtualMachineExports serve it"
     )
+    parser.add_argument(
+        "--no-common-instancetypes",
+        action="store_true",
+        help="do not deploy KubeVirt's common instance types and preferences at the start "
+        "(KubeVirt's commonInstancetypesDeployment.enabled: false); deployed ones stay",
+    )
     args = parser.parse_args(argv)
     if args.watch_history < 1:
         parser.error("--watch-history must be at least 1")
@@ -203,6 +212,7 @@ def main(argv: list[str] | None = None) -> None:
                 args.prometheus_url, args.prometheus_user, args.prometheus_password_file
             ),
             disk_dir=args.disk_dir,
+            common_instancetypes=not args.no_common_instancetypes,
         ),
         "virt-api",
     )

@@ -26,7 +26,7 @@ from litestar.response import Stream
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from core import bodies, commands, field_validation
+from core import bodies, commands, field_validation, patch, status_writes
 from core.commands import Verb
 from core.errors import (
     ApiError,
@@ -58,6 +58,7 @@ from services.api import (
     reviews,
     streams,
     table,
+    virt_api_info,
     watch_stream,
     writes,
 )
@@ -151,6 +152,10 @@ async def _write(
     return response
 
 
+# the built-in kinds whose protobuf bodies are read (kubectl sends no JSON for them)
+PROTOBUF_KINDS = {"Namespace": protowire.namespace, "Secret": protowire.secret}
+
+
 def _command_request(
     request: Request[Any, Any, Any],
     verb: Verb,
@@ -161,11 +166,11 @@ def _command_request(
     body: bytes,
 ) -> commands.Request:
     content_type = request.headers.get("content-type", "")
-    builtin = (spec.group, spec.kind) == ("", "Namespace")
-    if builtin and bodies.media_type(content_type) == protowire.PROTOBUF:
-        # a built-in kind kubectl writes in protobuf (`kubectl create namespace`)
+    decoder = PROTOBUF_KINDS.get(spec.kind) if not spec.group else None
+    if decoder is not None and bodies.media_type(content_type) == protowire.PROTOBUF:
+        # a built-in kind kubectl writes in protobuf (`kubectl create namespace|secret`)
         try:
-            body = msgspec.json.encode(protowire.namespace(body))
+            body = msgspec.json.encode(decoder(body))
         except (protowire.ProtoError, UnicodeDecodeError):
             raise bad_request("the body of the request was in an unknown format") from None
         content_type = "application/json"
@@ -502,6 +507,33 @@ def _item(spec: KindSpec) -> Any:
     return item
 
 
+def _status(spec: KindSpec) -> Any:
+    """`.../NAME/status`: GET answers the object; a PUT or PATCH is checked against the
+    status as served (`core/status_writes.py`): one that changes nothing answers the
+    object, one that changes it is refused, nothing is appended either way."""
+
+    async def status(request: Request[Any, Any, Any]) -> Response[Any]:
+        ns, name = request.path_params.get("ns", ""), request.path_params["name"]
+        k = spec.key(ns, name)
+        if request.method == "GET":
+            return await _get_one(request, spec, k)
+        api = _api(request)
+        _writable(api)
+        body = await _raw_body(request)
+        current = _render_at(spec, api.cluster, k, api.runner.clock())
+        if current is None:
+            raise not_found(spec.resource, name)
+        content_type = request.headers.get("content-type", "")
+        if request.method == "PATCH":
+            written = patch.apply(current, body, content_type, strategic=not spec.group)
+        else:
+            written = bodies.parse(body, content_type)
+        status_writes.check(spec, name, current, written)
+        return _respond(current)
+
+    return status
+
+
 def _subresource(spec: KindSpec) -> Any:
     async def subresource(request: Request[Any, Any, Any]) -> Response[Any]:
         ns, name = request.path_params.get("ns", ""), request.path_params["name"]
@@ -619,6 +651,13 @@ def kind_routes(spec: KindSpec) -> list[HTTPRouteHandler]:
             include_in_schema=shown,
         )(_warned(spec, _item(spec))),
     ]  # fmt: skip
+    if spec.has_status:
+        routes.append(
+            route(
+                f"{coll}/{{name:str}}/status", http_method=[GET, PUT, PATCH],
+                status_code=200, include_in_schema=False,
+            )(_warned(spec, _status(spec)))
+        )  # fmt: skip
     if spec.namespaced:
         routes.append(
             get(spec.collection_path(), include_in_schema=shown)(
@@ -854,6 +893,7 @@ def create_app(
             *WEB_ROUTES,
             *export_server.ROUTES,
             *pod_logs.ROUTES,
+            *virt_api_info.ROUTES,
         ],
         middleware=[
             lambda app: observe(app, api),

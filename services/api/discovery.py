@@ -31,15 +31,29 @@ VERSION: JSON = {
     "compiler": "gc",
     "platform": "linux/amd64",
 }
+# a `status` subresource (a CRD's `subresources: status`)
+STATUS_VERBS = ("get", "patch", "update")
 _VERBS = {"PUT": "update", "POST": "create", "GET": "get", "DELETE": "delete", "PATCH": "patch"}
-# SelfSubjectAccessReview, so `kubectl auth can-i` has its resource (services/api/guard.py)
-AUTHORIZATION_GROUP = "authorization.k8s.io"
-SSAR: JSON = {
-    "name": "selfsubjectaccessreviews",
-    "singularName": "selfsubjectaccessreview",
-    "namespaced": False,
-    "kind": "SelfSubjectAccessReview",
-    "verbs": ["create"],
+
+
+# The reviews a user asks about themselves (services/api/guard.py, reviews.py), each in
+# its built-in group: `kubectl auth can-i` (access, rules) and `kubectl auth whoami`.
+def _review(kind: str) -> JSON:
+    return {
+        "name": f"{kind.lower()}s",
+        "singularName": kind.lower(),
+        "namespaced": False,
+        "kind": kind,
+        "verbs": ["create"],
+    }
+
+
+REVIEWS: dict[str, list[JSON]] = {
+    "authentication.k8s.io": [_review("SelfSubjectReview")],
+    "authorization.k8s.io": [
+        _review("SelfSubjectAccessReview"),
+        _review("SelfSubjectRulesReview"),
+    ],
 }
 
 
@@ -94,7 +108,18 @@ def group_versions(kinds: Registry) -> dict[str, dict[str, list[JSON]]]:
     """group → version → resources (legacy form), in registry order; the core group is ""."""
     out: dict[str, dict[str, list[JSON]]] = {"": {"v1": []}}  # the core group first
     for spec in kinds.served:
-        out.setdefault(spec.group, {}).setdefault(spec.version, []).append(_resource(spec))
+        listed = out.setdefault(spec.group, {}).setdefault(spec.version, [])
+        listed.append(_resource(spec))
+        if spec.has_status:
+            listed.append(
+                {
+                    "name": f"{spec.plural}/status",
+                    "singularName": "",
+                    "namespaced": spec.namespaced,
+                    "kind": spec.kind,
+                    "verbs": list(STATUS_VERBS),
+                }
+            )
     for spec in kinds.served:
         if not spec.subresources and not spec.streams:
             continue
@@ -110,7 +135,8 @@ def group_versions(kinds: Registry) -> dict[str, dict[str, list[JSON]]]:
             if rk is not None:
                 entry.update(group=rk[0], version=rk[1], kind=rk[2])
             subs.append(entry)
-    out[AUTHORIZATION_GROUP] = {"v1": [dict(SSAR)]}
+    for group, reviews in REVIEWS.items():
+        out[group] = {"v1": [dict(r) for r in reviews]}
     return {g: _preferred_first(vs) for g, vs in out.items()}
 
 
@@ -208,7 +234,11 @@ def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
     for spec in kinds.served:
         if (spec.group == "") != core:
             continue
-        groups.setdefault(spec.group, {}).setdefault(spec.version, []).append(_discovery(spec, []))
+        status = [
+            {"subresource": "status", "responseKind": _gvk(spec), "verbs": list(STATUS_VERBS)}
+        ]
+        entry = _discovery(spec, status if spec.has_status else [])
+        groups.setdefault(spec.group, {}).setdefault(spec.version, []).append(entry)
     # each subresource group lists its parents, verbs only on the subresources (a core
     # kind's, `pods/log`, on the kind itself)
     for spec in kinds.served:
@@ -226,8 +256,8 @@ def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
         ]
         listed = groups.setdefault(spec.subresource_group, {}).setdefault(spec.version, [])
         own = next((r for r in listed if r["resource"] == spec.plural), None)
-        if own is not None:  # served in the kind's own group (`scale`)
-            own["subresources"] = subs
+        if own is not None:  # served in the kind's own group (`scale`, `log`)
+            own["subresources"] = [*own.get("subresources", []), *subs]
             continue
         parent = _discovery(spec, subs)
         parent["verbs"] = []
@@ -235,14 +265,19 @@ def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
         parent.pop("categories", None)
         listed.append(parent)
     if not core:
-        ssar = {
-            "resource": SSAR["name"],
-            "responseKind": {"group": AUTHORIZATION_GROUP, "version": "v1", "kind": SSAR["kind"]},
-            "scope": "Cluster",
-            "singularResource": SSAR["singularName"],
-            "verbs": SSAR["verbs"],
-        }
-        groups[AUTHORIZATION_GROUP] = {"v1": [ssar]}
+        for group, reviews in REVIEWS.items():
+            groups[group] = {
+                "v1": [
+                    {
+                        "resource": r["name"],
+                        "responseKind": {"group": group, "version": "v1", "kind": r["kind"]},
+                        "scope": "Cluster",
+                        "singularResource": r["singularName"],
+                        "verbs": r["verbs"],
+                    }
+                    for r in reviews
+                ]
+            }
     for group, versions in groups.items():
         yield {
             "metadata": {"name": group} if group else {},

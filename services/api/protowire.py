@@ -1,12 +1,14 @@
 """The protobuf bodies the api reads: kubectl sends `SelfSubjectAccessReview`,
-`SelfSubjectRulesReview` and a `Namespace` (`kubectl create namespace`) (built-in
-Kubernetes types) as `application/vnd.kubernetes.protobuf`, with no JSON fallback.
+`SelfSubjectRulesReview`, a `Namespace` (`kubectl create namespace`) and a `Secret`
+(`kubectl create secret`) (built-in Kubernetes types) as
+`application/vnd.kubernetes.protobuf`, with no JSON fallback.
 Kubernetes' generated protobuf types are not packaged for Python, so this reads the wire
 format (varints and length-delimited fields, all this message uses) into the same JSON
 shape the JSON body has."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 MAGIC = b"k8s\x00"  # Kubernetes' protobuf envelope: magic, then runtime.Unknown
@@ -125,6 +127,56 @@ def namespace(body: bytes) -> dict[str, Any]:
     raw = fields(body[len(MAGIC) :]).get(2, b"")
     meta = fields(raw).get(1, b"")
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": object_meta(meta)}
+
+
+def _varints(data: bytes) -> dict[int, int]:
+    """Field number → its last varint value (bools, ints); the other fields skipped."""
+    out: dict[int, int] = {}
+    i = 0
+    while i < len(data):
+        key, i = _varint(data, i)
+        number, wire = key >> 3, key & 7
+        if wire == 0:
+            out[number], i = _varint(data, i)
+        elif wire == 2:
+            size, i = _varint(data, i)
+            i += size
+        elif wire in (1, 5):
+            i += 8 if wire == 1 else 4
+        else:
+            raise ProtoError(f"unsupported wire type {wire}")
+    return out
+
+
+def _bytes_map(entries: list[bytes]) -> dict[str, bytes]:
+    out = {}
+    for entry in entries:
+        f = fields(entry)
+        out[f.get(1, b"").decode()] = f.get(2, b"")
+    return out
+
+
+def secret(body: bytes) -> dict[str, Any]:
+    """A protobuf core/v1 Secret (`kubectl create secret generic|tls|docker-registry`) as
+    its JSON document: metadata = 1, data = 2 (bytes, base64 in JSON), type = 3,
+    stringData = 4, immutable = 5."""
+    if not body.startswith(MAGIC):
+        raise ProtoError("not a Kubernetes protobuf message")
+    raw = fields(body[len(MAGIC) :]).get(2, b"")
+    f = repeated(raw)
+    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret"}
+    out["metadata"] = object_meta(f[1][-1]) if f.get(1) else {}
+    if f.get(2):
+        data = _bytes_map(f[2])
+        out["data"] = {k: base64.b64encode(v).decode() for k, v in data.items()}
+    if f.get(3) and f[3][-1]:
+        out["type"] = f[3][-1].decode()
+    if f.get(4):
+        out["stringData"] = _map(f[4])
+    flags = _varints(raw)
+    if 5 in flags:
+        out["immutable"] = bool(flags[5])
+    return out
 
 
 # --------------------------------------------------------------- writing

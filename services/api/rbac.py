@@ -293,6 +293,10 @@ SYSTEM_ROLES: dict[str, tuple[Rule, ...]] = {
         ),
         Rule(("create",), ("authentication.k8s.io",), ("selfsubjectreviews",)),
     ),
+    # KubeVirt's role for every user: virt-api's version (`virtctl version`)
+    "kubevirt.io:default": (
+        Rule(("get", "list"), ("subresources.kubevirt.io",), ("version", "guestfs")),
+    ),
 }
 SYSTEM_BINDINGS: tuple[Binding, ...] = (
     Binding(
@@ -301,6 +305,7 @@ SYSTEM_BINDINGS: tuple[Binding, ...] = (
     ),
     Binding("system:discovery", (Subject("Group", AUTHENTICATED),)),
     Binding("system:basic-user", (Subject("Group", AUTHENTICATED),)),
+    Binding("kubevirt.io:default", (Subject("Group", AUTHENTICATED),)),
     Binding(CLUSTER_ADMIN, (Subject("Group", MASTERS),)),
     Binding(MONITORING, (Subject("Group", MONITORING),)),
 )

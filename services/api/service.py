@@ -7,13 +7,18 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import re
 import secrets
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
+from pathlib import Path
+from typing import Any
 
 import msgspec
+import yaml
 
+import kinds
 from core.context import Append, Outcome, RequestContext
 from core.errors import (
     internal,
@@ -28,6 +33,7 @@ from events.codec import event_type
 from events.envelope import Appended
 from eventstore.keyed import KeyedRecords, MemoryKeyedRecords
 from eventstore.port import ConcurrencyConflict, EventLog, EventLogError, Unavailable
+from kinds import common_instancetypes as common
 from kinds import namespace, storage
 from kinds.registry import REGISTRY, Registry
 from projections import namespaces
@@ -59,6 +65,29 @@ def request_context(correlation_id: str) -> RequestContext:
         correlation_id=correlation_id,
         new_id=new_id,
         suffix=random_suffix,
+    )
+
+
+BUNDLE = Path(kinds.__file__).parent / "bundled"
+
+
+BUNDLE_FILES = ("instancetypes.yaml", "preferences.yaml")
+_DOCUMENT = re.compile(rb"^kind: ", re.MULTILINE)  # one top-level kind per document
+
+
+def bundle_files() -> list[bytes]:
+    return [(BUNDLE / name).read_bytes() for name in BUNDLE_FILES]
+
+
+def bundled_instancetypes(files: list[bytes] | None = None) -> tuple[dict[str, Any], ...]:
+    """The common instance types and preferences shipped with virtstream (libyaml's
+    loader when there is one: the pure-Python one takes half a second on them)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return tuple(
+        d
+        for raw in (files if files is not None else bundle_files())
+        for d in yaml.load_all(raw.decode(), Loader=loader)
+        if d
     )
 
 
@@ -102,12 +131,14 @@ class ApiService:
         except Exception:  # any failure to answer is "not ready"
             return False
 
-    async def bootstrap(self) -> None:
+    async def bootstrap(self, *, common_instancetypes: bool = True) -> None:
         """The system namespaces, created when missing (as the API server's system
         namespaces controller does at its start): a create into `default` works on a
         new cluster; and the namespaces objects live in, for a log written before
-        namespaces were objects. Every writer may run it; a replica that lost the race
-        finds the namespace there and appends nothing."""
+        namespaces were objects. Then KubeVirt's common instance types and preferences,
+        as its operator deploys them (`kinds/common_instancetypes.py`), unless
+        `common_instancetypes` is off. Every writer may run it; a replica that lost the
+        race finds the objects there and appends nothing."""
         for name in sorted({*namespaces.SYSTEM, *namespaces.in_use(self.cluster)}):
             ensure = functools.partial(namespace.ensure, name)
             await self.execute(ensure, f"bootstrap-namespace-{name}")
@@ -115,6 +146,36 @@ class ApiService:
             name = str(body["metadata"]["name"])
             made = functools.partial(storage.ensure_class, body)
             await self.execute(made, f"bootstrap-storageclass-{name}")
+        if common_instancetypes:
+            await self._deploy_common_instancetypes()
+
+    async def _deploy_common_instancetypes(self) -> None:
+        """One decision for the whole bundle, its appends (one per object, each on its
+        own aggregate) sent together rather than one after the other; nothing when every
+        object bears the bundle's identifier. A replica that deployed first makes an
+        append conflict: decided again on what it wrote, which leaves nothing to do."""
+        files = bundle_files()
+        ident = common.identifier(b"".join(files))
+        count = sum(len(_DOCUMENT.findall(raw)) for raw in files)
+        if common.up_to_date(self.cluster, ident, count):
+            return
+        documents = bundled_instancetypes(files)
+        deploy = functools.partial(common.deploy, documents, ident)
+        for _ in range(2):
+            outcome = deploy(self.cluster, self._context("bootstrap-common-instancetypes", None))
+            if not outcome.appends:
+                return
+            acks = await asyncio.gather(
+                *(self._append_one(a) for a in outcome.appends), return_exceptions=True
+            )
+            failed = [a for a in acks if isinstance(a, BaseException)]
+            if any(not isinstance(a, ConcurrencyConflict) for a in failed):
+                raise next(a for a in failed if not isinstance(a, ConcurrencyConflict))
+            landed = [a.seq for a in acks if isinstance(a, Appended)]
+            await self._folded(max(landed, default=0))
+            if not failed:
+                return
+            await self.runner.wait_for(await self.runner.store.stream_last_seq(), WAIT_SECONDS)
 
     # ------------------------------------------------------------------ writes
     def _context(self, correlation_id: str, idem: Idempotency | None) -> RequestContext:

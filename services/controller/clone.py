@@ -327,6 +327,12 @@ def _create_restore(
             },
             "virtualMachineSnapshotName": snap,
             "patches": patches(vm, clone.spec),
+            # KubeVirt's VolumeNamePolicy.ToVolumeRestorePolicy: the policies share names
+            **(
+                {"volumeRestorePolicy": clone.spec["volumeNamePolicy"]}
+                if clone.spec.get("volumeNamePolicy")
+                else {}
+            ),
         },
     }
     agg = Aggregate(kind=ResourceKind.RESTORE, namespace=clone.namespace, name=name, uid=uid)

@@ -185,7 +185,7 @@ def reconcile(state: ControllerState, vm: VMView, ctx: Context) -> list[Event]:
                 manifest["spec"] = instancetype.apply(
                     it["spec"] if it else None, pref["spec"] if pref else None, manifest["spec"]
                 )
-                if revision != vm.revision:
+                if revision != vm.revision and asks_memory(manifest["spec"]):
                     out.append(
                         VMRevisionRecorded(
                             meta=emit.meta(
@@ -195,11 +195,14 @@ def reconcile(state: ControllerState, vm: VMView, ctx: Context) -> list[Event]:
                             preference=pref,
                         )
                     )
-            out.append(
-                VMICreated(
-                    meta=emit.meta(ctx, agg, create_key), manifest=manifest, owner_vm_uid=vm.uid
+            if asks_memory(manifest["spec"]):
+                out.append(
+                    VMICreated(
+                        meta=emit.meta(ctx, agg, create_key),
+                        manifest=manifest,
+                        owner_vm_uid=vm.uid,
+                    )
                 )
-            )
     if p.clear_requests:
         out.append(
             VMStateChangeRequestsCleared(
@@ -209,6 +212,19 @@ def reconcile(state: ControllerState, vm: VMView, ctx: Context) -> list[Event]:
             )
         )
     return out
+
+
+def asks_memory(spec: dict[str, Any]) -> bool:
+    """KubeVirt's VMI webhook refuses a VMI that asks for no memory (a request, a guest
+    size or hugepages; `ValidateVirtualMachineInstanceMandatoryFields`), a rule its VM
+    webhook leaves out: a VM whose template (with its instance type) asks for none is
+    accepted, and gets no VMI when started, as KubeVirt's create of it is refused."""
+    domain = spec.get("domain") or {}
+    memory = domain.get("memory") or {}
+    if memory.get("guest") is not None or memory.get("hugepages") is not None:
+        return True
+    requested = ((domain.get("resources") or {}).get("requests") or {}).get("memory")
+    return requested not in (None, 0, "0", "")
 
 
 def _revision(cluster: Cluster, vm: VMView) -> dict[str, Any] | None:

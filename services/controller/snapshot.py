@@ -394,7 +394,35 @@ def _restore_key(restore: ResourceView) -> str:
 
 
 def _restore_claim(restore: ResourceView, volume: str) -> str:
+    """KubeVirt's `restoreVolumeName`: `restore-<uid>-<volume>` (RandomizeNames), or with
+    `volumeRestorePolicy: PrefixTargetName` `<target>-<volume>`, within a DNS-1035 label."""
+    if restore.spec.get("volumeRestorePolicy") == PREFIX_TARGET_NAME:
+        target = str((restore.spec.get("target") or {}).get("name") or "")
+        return prefixed_name(target, volume, 63)
     return f"restore-{restore.uid}-{volume}"
+
+
+PREFIX_TARGET_NAME = "PrefixTargetName"
+
+
+def _fnv32a(text: str) -> str:
+    h = 0x811C9DC5
+    for byte in text.encode():
+        h = ((h ^ byte) * 0x01000193) & 0xFFFFFFFF
+    return f"{h:08x}"
+
+
+def prefixed_name(base: str, suffix: str, most: int) -> str:
+    """openshift's `naming.GetName`, which KubeVirt names restored volumes with: `base-suffix`,
+    or, too long, the base cut and a hash of the whole put between them."""
+    name = f"{base}-{suffix}"
+    if len(name) <= most:
+        return name
+    base_length = most - 10 - len(suffix)
+    if base_length <= 0:
+        short = f"{base[: max(0, most - 9)]}-{_fnv32a(name)}"
+        return short[:most]
+    return f"{base[:base_length]}-{_fnv32a(base)}-{suffix}"
 
 
 def _content_of(cluster: Cluster, snap: ResourceView) -> ResourceView | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import platform
 import socket
+import uuid
 from pathlib import Path
 
 from events.catalog import KUBERNETES_VERSION, NodeSystemInfo, Resources
@@ -64,10 +65,26 @@ def _libvirt_version(uri: str) -> str:
     return f"{n // 1_000_000}.{n // 1000 % 1000}.{n % 1000}"
 
 
+def _read(path: str) -> str:
+    with contextlib.suppress(OSError):
+        return Path(path).read_text().strip()
+    return ""
+
+
+def _system_uuid(machine_id: str, node: str) -> str:
+    """A node's SMBIOS-like UUID: several nodes may share one host (and its DMI UUID, which
+    only root reads), so each is derived from the host's machine id and the node's name."""
+    return str(uuid.uuid5(uuid.NAMESPACE_OID, f"virtstream/{machine_id}/{node}"))
+
+
 def system_info(cfg: NodeConfig) -> NodeSystemInfo:
     """What `kubectl get nodes -o wide` shows of a node: the guests' runtime is libvirt."""
     version = _libvirt_version(cfg.libvirt_uri)
+    machine_id = _read("/etc/machine-id") or _read("/var/lib/dbus/machine-id")
     return NodeSystemInfo(
+        machine_id=machine_id,
+        system_uuid=_system_uuid(machine_id, cfg.name),
+        boot_id=_read("/proc/sys/kernel/random/boot_id"),
         kubelet_version=KUBERNETES_VERSION,
         os_image=_os_image(),
         kernel_version=platform.release(),

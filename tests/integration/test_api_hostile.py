@@ -118,7 +118,6 @@ async def test_a_name_whose_launcher_socket_cannot_exist_is_refused(
     [
         {"memory": {"guest": "-1Gi"}},
         {"memory": {"guest": "0"}},
-        {"resources": {"requests": {"memory": "0"}}},
         {"memory": {"guest": "1e100"}},
         {"memory": {"guest": "999999999999Ei"}},
         {"resources": {"requests": {"memory": "-1Gi"}}},
@@ -138,6 +137,21 @@ async def test_quantities_and_counts_are_refused_and_append_nothing(
         'admission webhook "virtualmachine-validator.kubevirt.io" denied the request: '
     )
     assert await api.store.stream_last_seq() == api.base_seq
+
+
+async def test_no_memory_refuses_a_vmi_and_not_a_vms_template(
+    http: httpx.AsyncClient, api: RunningApi
+) -> None:
+    """KubeVirt's mandatory-fields rule is the VMI webhook's alone (vmi-create-admitter.go)."""
+    domain = {"resources": {"requests": {"memory": "0"}}}
+    vmi = {"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstance",
+           "metadata": {"name": "no-memory"}, "spec": {"domain": domain}}  # fmt: skip
+    r = await http.post(VMS.replace("virtualmachines", "virtualmachineinstances"), json=vmi)
+    assert r.status_code == 422, r.text
+    assert "no memory requested, at least one of 'spec.domain.memory.guest'" in r.text
+    assert await api.store.stream_last_seq() == api.base_seq
+    r = await http.post(VMS, json=vm("no-memory", **domain))
+    assert r.status_code == 201, r.text
 
 
 async def test_negative_grace_periods_are_refused(http: httpx.AsyncClient, api: RunningApi) -> None:

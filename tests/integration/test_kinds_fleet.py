@@ -75,9 +75,13 @@ def test_discovery_lists_the_new_kinds_and_scale(up: Up) -> None:
 
 
 def test_instance_types_install_and_size_a_vm(up: Up) -> None:
-    out = up.run("virtstream", "instancetypes", "install").stdout
-    assert "virtualmachineclusterinstancetype.instancetype.kubevirt.io/u1.small created" in out
+    # deployed at the start, as KubeVirt's operator deploys them
+    deployed = up.get("vmcf", "u1.small")
+    assert deployed["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "virt-operator"
     assert len(up.get("vmcf")["items"]) >= 40
+    assert up.get("vmcps", "centos.stream9")["metadata"]["name"] == "centos.stream9"
+    out = up.run("virtstream", "instancetypes", "install").stdout
+    assert "virtualmachineclusterinstancetype.instancetype.kubevirt.io/u1.small " in out
     missing = up.run(
         "virtstream", "create", "vm", "--name", "nope", "--instancetype", "u9.huge", "--apply",
         check=False,

@@ -252,7 +252,7 @@ def test_nodes_and_wide_vmis_show_the_columns_a_kubevirt_cluster_shows(
         "INTERNAL-IP", "EXTERNAL-IP", "OS-IMAGE", "KERNEL-VERSION", "CONTAINER-RUNTIME"
     ]  # fmt: skip
     assert "127.0.0.1" in wide[1] and "<none>" in wide[1]
-    cluster.virtstream("cordon", "node-1")  # nodes take virtstream's subresources, not PATCH
+    cluster.virtstream("cordon", "node-1")  # virtstream's subresource, as `kubectl cordon`
     try:
         assert _rows(k("get", "nodes").out)[1][1] == "Ready,SchedulingDisabled"
     finally:

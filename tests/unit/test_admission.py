@@ -145,16 +145,6 @@ def test_defaulted_example_keeps_unknown_fields() -> None:
 M = "spec.domain"
 RULES: list[tuple[str, dict[str, Any], tuple[str, str, str]]] = [
     (
-        "no memory",
-        {"domain": {"devices": {}}, "volumes": []},
-        (
-            "FieldValueRequired",
-            "no memory requested, at least one of 'spec.domain.memory.guest', "
-            "'spec.domain.memory.hugepages.pageSize' or 'spec.domain.resources.requests.memory' must be set",
-            "",
-        ),
-    ),
-    (
         "memory < 1M",
         {"domain": {"resources": {"requests": {"memory": "512Ki"}}}, "volumes": []},
         (

@@ -272,3 +272,45 @@ def test_a_failed_clone_says_why() -> None:
             "VirtualMachine nope does not exist in namespace default",
         )
     ]
+
+
+def test_prefix_target_name_is_accepted_and_names_the_restored_volumes() -> None:
+    """KubeVirt's clone API (staging/src/kubevirt.io/api/clone/v1beta1/types.go:
+    RandomizeNames and PrefixTargetName; ToVolumeRestorePolicy) and its restore's names
+    (pkg/storage/snapshot/restore.go: restoreVolumeName, openshift's naming.GetName)."""
+    vm = {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "vm1"}
+    assert admit({"source": vm, "volumeNamePolicy": "PrefixTargetName"}) == []
+    assert admit({"source": vm, "volumeNamePolicy": "RandomizeNames"}) == []
+    assert admit({"source": vm, "volumeNamePolicy": "Sideways"}) == [
+        'VolumeNamePolicy "Sideways" is not supported'
+    ]
+    w = world()
+    target = {"apiGroup": "kubevirt.io", "kind": "VirtualMachine", "name": "copy"}
+    appended = make(w, target=target, volumeNamePolicy="PrefixTargetName")
+    restore = next(
+        ev.manifest
+        for ev in appended
+        if isinstance(ev, ResourceCreated) and ev.meta.aggregate.kind == ResourceKind.RESTORE
+    )
+    assert restore["spec"]["volumeRestorePolicy"] == "PrefixTargetName"
+    assert "volumeRestorePolicy" not in next(
+        ev.manifest
+        for ev in make(world())
+        if isinstance(ev, ResourceCreated) and ev.meta.aggregate.kind == ResourceKind.RESTORE
+    )
+
+    def restore_view(**spec: Any) -> ResourceView:
+        manifest = {"metadata": {"name": "r1"}, "spec": {"target": {"name": "copy"}} | spec}
+        return ResourceView(
+            manifest_json=json.dumps(manifest).encode(), namespace="default", name="r1",
+            uid="u1", created_at=0.0, version=1, resource_version=1,
+        )  # fmt: skip
+
+    assert sn._restore_claim(restore_view(), "disk0") == "restore-u1-disk0"
+    prefixed = restore_view(volumeRestorePolicy="PrefixTargetName")
+    assert sn._restore_claim(prefixed, "disk0") == "copy-disk0"
+    # too long for a DNS-1035 label: the base cut, FNV-1a of the base between
+    assert sn.prefixed_name("a", "b", 63) == "a-b"
+    assert sn._fnv32a("a") == "e40c292c"
+    long = sn.prefixed_name("a" * 60, "disk", 63)
+    assert long == "a" * 49 + "-" + sn._fnv32a("a" * 60) + "-disk" and len(long) == 63

@@ -217,6 +217,7 @@ def test_a_registered_kind_gets_routes() -> None:
     assert added == {
         f"/apis/{GROUP}/v1alpha1/namespaces/{{ns:str}}/toys",
         f"/apis/{GROUP}/v1alpha1/namespaces/{{ns:str}}/toys/{{name:str}}",
+        f"/apis/{GROUP}/v1alpha1/namespaces/{{ns:str}}/toys/{{name:str}}/status",
         f"/apis/{GROUP}/v1alpha1/toys",
         f"/apis/subresources.{GROUP}/v1alpha1/namespaces/{{ns:str}}/toys/{{name:str}}/{{action:str}}",
         # Kubernetes discovery and OpenAPI of the new groups
