@@ -100,3 +100,15 @@ def parse(raw: bytes, content_type: str) -> JSON:
         raise bad_request("the body of the request must be an object")
     check_shape(body)
     return body
+
+
+def without_nulls(obj: Any) -> Any:
+    """The object less its fields whose value is null, at every depth: what the API server
+    stores of a create or an update (a typed field left nil is omitted; a custom resource's
+    structural schema prunes nulls), so that a client sending `"field": null` finds the
+    object without it, as a merge patch with that null would leave it."""
+    if isinstance(obj, dict):
+        return {k: without_nulls(v) for k, v in obj.items() if v is not None}
+    if isinstance(obj, list):
+        return [without_nulls(v) for v in obj]
+    return obj

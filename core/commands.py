@@ -192,7 +192,7 @@ def decode(req: Request) -> Command:
     spec, ns, name, p = req.spec, req.namespace, req.name, req.params
     match req.verb:
         case Verb.CREATE:
-            body = bodies.parse(req.body, req.content_type)
+            body = bodies.without_nulls(bodies.parse(req.body, req.content_type))
             if name:
                 body = _with_name(body, name)
             warnings = tuple(field_warnings(spec, body, _validation(p)))
@@ -202,7 +202,7 @@ def decode(req: Request) -> Command:
                 manager=_manager(req), warnings=warnings,
             )  # fmt: skip
         case Verb.UPDATE:
-            body = bodies.parse(req.body, req.content_type)
+            body = bodies.without_nulls(bodies.parse(req.body, req.content_type))
             warnings = tuple(field_warnings(spec, body, _validation(p)))
             dry = dryrun.requested(p)
             return Update(

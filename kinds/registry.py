@@ -25,6 +25,7 @@ from kinds import (
     export,
     instancetype,
     migration,
+    nad,
     namespace,
     node,
     pod,
@@ -249,5 +250,6 @@ REGISTRY = Registry(
         *event.SPECS,
         pod.SPEC,
         *service.SPECS,
+        nad.SPEC,
     )
 )

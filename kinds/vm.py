@@ -56,6 +56,10 @@ def _admit_with_instancetype(cluster: Cluster, typed: Any, uid: str) -> tuple[An
     if causes or applied is None:
         return typed, causes
     typed = defaulted(admission.default_vm, typed, uid)
+    # what the defaults added (the pod network's interface, ...) takes the preference's
+    # values now, not at the next update: a VM applied again is unchanged
+    typed, applied, _ = instancetype.admit_vm(cluster, typed)
+    assert applied is not None  # resolved above
     check = msgspec.convert(msgspec.to_builtins(typed), VirtualMachine)
     check.spec.template.spec = msgspec.convert(applied, VirtualMachineInstanceSpec)
     check.spec.instancetype = None

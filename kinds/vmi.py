@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from core import admission
 from core.context import Append, Outcome, RequestContext
 from core.errors import conflict
@@ -20,7 +22,7 @@ from events.catalog import (
 from events.manifest import load
 from events.meta import Kind
 from events.objects import VirtualMachineInstance
-from kinds import versions, vmi_volumes
+from kinds import nad, versions, vmi_volumes
 from kinds.spec import KindSpec, PrinterColumn
 from projections.cluster import Cluster, key
 from projections.evolve import evolve_vmi
@@ -44,9 +46,14 @@ def typed_vmi(cluster: Cluster, namespace: str, name: str) -> VirtualMachineInst
     return load(render_vmi(cluster, found), VirtualMachineInstance)
 
 
-def admit(_: Cluster, typed: Any, uid: str) -> tuple[Any, list[Any]]:
+def admit(cluster: Cluster, typed: Any, uid: str) -> tuple[Any, list[Any]]:
     typed = defaulted(admission.default_vmi, typed, uid)
-    return typed, admission.validate_vmi(typed)
+    causes = admission.validate_vmi(typed)
+    networks = msgspec.to_builtins(typed.spec.networks or [])
+    for i, missing in enumerate(nad.missing(cluster, typed.metadata.namespace or "", networks)):
+        msg = f"failed to locate network attachment definition {missing}"
+        causes.append(admission.cause("FieldValueNotFound", msg, f"spec.networks[{i}].multus"))
+    return typed, causes
 
 
 def delete(

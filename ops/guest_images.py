@@ -3,7 +3,8 @@
 A small Linux guest: Debian's cloud kernel (`linux-image-cloud-amd64`) and an initramfs
 holding busybox-static, the virtio/ISO 9660 modules the kernel has as modules, and the init
 in `ops/guest/` (serial console on ttyS0 and tty1, NoCloud cloud-init from the `cidata`
-disk, DHCP with udhcpc, the QEMU guest agent, dropbear's SSH server). The packages are
+disk, DHCP with udhcpc, the QEMU guest agent, dropbear's SSH server, Debian's python3 for
+Ansible's modules). The packages are
 fetched with `apt-get download` and unpacked with `dpkg-deb -x` into a scratch dir:
 nothing is installed on the host. Two forms:
 
@@ -103,6 +104,31 @@ AGENT_PACKAGES = (
     "liburing2",
 )
 PROGRAMS = ("usr/sbin/qemu-ga", "usr/sbin/dropbear")
+#: Debian's Python (what Ansible runs its modules with): the interpreter, the standard
+#: library and those of its extension modules whose libraries are among these packages.
+PYTHON = "python3.11"
+PYTHON_PACKAGES = (
+    f"{PYTHON}-minimal",
+    f"lib{PYTHON}-minimal",
+    f"lib{PYTHON}-stdlib",
+    "libexpat1",
+    "libbz2-1.0",
+    "liblzma5",
+    "libuuid1",
+)
+#: What no automation of a guest imports, left out to keep the initramfs (and so the boot
+#: under TCG, which decompresses it) small: tests, IDE, GUI, docs, installers, databases,
+#: terminals, and the extension modules that need OpenSSL, SQLite, ncurses, readline or
+#: Berkeley DB (hashlib falls back to its built-in hashes without OpenSSL).
+PYTHON_LEFT_OUT = frozenset(
+    {
+        "test", "idlelib", "tkinter", "turtledemo", "turtle.py", "ensurepip", "lib2to3",
+        "pydoc_data", "pydoc.py", "distutils", "sqlite3", "curses", "dbm", "venv",
+        "doctest.py", "__phello__", "sitecustomize.py", "EXTERNALLY-MANAGED", "LICENSE.txt",
+        "config-3.11-x86_64-linux-gnu",
+    }
+)  # fmt: skip
+PYTHON_EXTENSIONS_LEFT_OUT = ("_test", "xx", "_ctypes_test", "_codecs_", "audioop", "ossaudiodev")
 LIB_DIRS = ("lib/x86_64-linux-gnu", "usr/lib/x86_64-linux-gnu")
 LOADER = "ld-linux-x86-64.so.2"
 #: What the agent's guest-get-osinfo reads.
@@ -111,7 +137,7 @@ OS_RELEASE = (
     'PRETTY_NAME="virtstream guest 1 (busybox, Debian\'s cloud kernel)"\n'
 )
 KERNEL_META = "linux-image-cloud-amd64"
-DISK_BYTES = 32 * 1024 * 1024
+DISK_BYTES = 48 * 1024 * 1024
 
 Log = Callable[[str], None]
 
@@ -152,8 +178,9 @@ def build(image_dir: Path, log: Log = print) -> None:
     with tempfile.TemporaryDirectory(prefix="vs-guest-") as tmp:
         work = Path(tmp)
         kernel_pkg = _kernel_package()
-        log(f"guest image: fetching {kernel_pkg} {' '.join(PACKAGES + AGENT_PACKAGES)}")
-        debs = _download((kernel_pkg, *PACKAGES, *AGENT_PACKAGES), work / "debs")
+        packages = (*PACKAGES, *AGENT_PACKAGES, *PYTHON_PACKAGES)
+        log(f"guest image: fetching {kernel_pkg} {' '.join(packages)}")
+        debs = _download((kernel_pkg, *packages), work / "debs")
         root = _unpack(debs, work / "root")
         kernel = next((root / "boot").glob("vmlinuz-*"))
         initrd = work / "initrd.img"
@@ -162,10 +189,7 @@ def build(image_dir: Path, log: Log = print) -> None:
         _boot_disk(root, kernel, initrd, disk)
         _install(image_dir, kernel, initrd, disk)
         (image_dir / STAMP).write_text(
-            json.dumps(
-                {"recipe": recipe(), "kernel": kernel_pkg, "packages": PACKAGES + AGENT_PACKAGES}
-            )
-            + "\n"
+            json.dumps({"recipe": recipe(), "kernel": kernel_pkg, "packages": packages}) + "\n"
         )
     log(f"guest image: {image_dir / GUEST}.raw and {image_dir / KERNEL_DIR}/boot/")
 
@@ -294,12 +318,53 @@ def needed(path: Path) -> list[str]:
         return [str(vars(tag)["needed"]) for tag in dynamic.iter_tags("DT_NEEDED")]
 
 
+def _python(root: Path, tree: Path, libs: dict[str, Path]) -> list[Path]:
+    """Debian's python3 into the tree (`/usr/bin/python3`, `/usr/lib/python3.11`), less
+    what PYTHON_LEFT_OUT names; returns the ELF files it runs (their libraries go too)."""
+    (tree / "usr" / "bin").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(root / "usr" / "bin" / PYTHON, tree / "usr" / "bin" / PYTHON)
+    os.symlink(PYTHON, tree / "usr" / "bin" / "python3")
+    stdlib = root / "usr" / "lib" / PYTHON
+    target = tree / "usr" / "lib" / PYTHON
+    for entry in stdlib.iterdir():
+        if entry.name in PYTHON_LEFT_OUT or entry.name == "lib-dynload":
+            continue
+        if entry.is_dir():
+            shutil.copytree(entry, target / entry.name, ignore=shutil.ignore_patterns("test*"))
+        elif entry.exists():  # Debian's links into /etc are not followed
+            target.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(entry, target / entry.name)
+    # Bytecode made now by the guest's own interpreter (run here on the host's C library):
+    # compiling in the guest takes seconds per run under TCG. The library is kept as bytecode
+    # only (`-b`: beside where the source was, which Python imports without the source), half
+    # the initramfs that sources and bytecode would make.
+    _run(
+        str(root / "usr" / "bin" / PYTHON), "-I", "-m", "compileall", "-q", "-b", "-j", "2",
+        "-d", f"/usr/lib/{PYTHON}", str(target),
+        env={"PYTHONHOME": str(tree / "usr"), "PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+    )  # fmt: skip
+    for source in target.rglob("*.py"):
+        if source.with_suffix(".pyc").exists():
+            source.unlink()
+    elfs = [tree / "usr" / "bin" / PYTHON]
+    (target / "lib-dynload").mkdir(parents=True)
+    for ext in sorted((stdlib / "lib-dynload").glob("*.so")):
+        if ext.name.startswith(PYTHON_EXTENSIONS_LEFT_OUT):
+            continue
+        if all(n in libs for n in needed(ext)):  # those needing other libraries stay out
+            elfs.append(target / "lib-dynload" / ext.name)
+            shutil.copy2(ext, elfs[-1])
+    return elfs
+
+
 def _programs(root: Path, tree: Path) -> None:
-    """qemu-ga and dropbear, their libraries (their NEEDED closure, found in the unpacked
-    packages) and the dynamic loader, where the loader looks (/lib64, /lib/x86_64-linux-gnu)."""
+    """qemu-ga, dropbear and python3, their libraries (their NEEDED closure, found in the
+    unpacked packages) and the dynamic loader, where the loader looks (/lib64,
+    /lib/x86_64-linux-gnu)."""
     libs = {p.name: p for d in LIB_DIRS for p in (root / d).glob("*.so*") if p.is_file()}
+    elfs = [root / program for program in PROGRAMS] + _python(root, tree, libs)
     wanted: set[str] = set()
-    todo = [name for program in PROGRAMS for name in needed(root / program)]
+    todo = [name for elf in elfs for name in needed(elf)]
     while todo:
         name = todo.pop()
         if name in wanted:

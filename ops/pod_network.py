@@ -219,6 +219,10 @@ def unplug(net: PodNetwork, node: str, vmi_uid: str) -> None:
     except (OSError, ValueError):
         return
     entry.unlink(missing_ok=True)
+    # dnsmasq keeps a removed file's entries until SIGHUP (which reads the dir afresh):
+    # without it the address stays bound to this MAC and the next guest given it gets none
+    with contextlib.suppress(OSError, ValueError):
+        os.kill(int((Path(net.dir) / f"{node}.pid").read_text().strip()), signal.SIGHUP)
     release = shutil.which("dhcp_release") or shutil.which("dhcp_release", path="/usr/bin")
     if release is not None:
         cmd = ["ip", "netns", "exec", net.netns, release, net.nodes[node].bridge, address, mac]

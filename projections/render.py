@@ -60,6 +60,15 @@ def _condition(ctype: str, ok: bool, reason: str = "", message: str = "") -> JSO
     return c
 
 
+def _vmi_ready(vmi: VMIView) -> JSON:
+    """The VMI's Ready condition (the VM's mirrors it while the VMI exists)."""
+    if vmi.phase == "Running" and not vmi.paused:
+        return _condition("Ready", True)
+    if vmi.deletion_requested_at:
+        return _condition("Ready", False, "PodTerminating")
+    return _condition("Ready", False, "GuestNotRunning" if vmi.pod_uid else "PodNotExists")
+
+
 # ------------------------------------------------------------------------- VM
 def printable_status(cluster: Cluster, vm: VMView, now: float) -> str:
     """KubeVirt's precedence: the first that applies wins."""
@@ -108,11 +117,10 @@ def render_vm(cluster: Cluster, vm: VMView, now: float) -> JSON:
         "ready": ready,
     }
     conditions = [
-        _condition(
-            "Ready",
-            ready,
-            "" if ready else ("PodNotExists" if vmi is None else "GuestNotRunning"),
-        )
+        # KubeVirt's VM controller: VMINotExists without a VMI, else the VMI's Ready
+        _condition("Ready", False, "VMINotExists", "VMI does not exist")
+        if vmi is None
+        else _vmi_ready(vmi)
     ]
     if vmi is not None and (paused := paused_condition(vmi)) is not None:
         conditions.append(_condition("Paused", True, paused[0], paused[1]))
@@ -185,20 +193,7 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
         status["nodeName"] = vmi.node
     if vmi.reason:
         status["reason"] = vmi.reason
-    ready = vmi.phase == "Running" and not vmi.paused
-    conditions = [
-        _condition(
-            "Ready",
-            ready,
-            ""
-            if ready
-            else (
-                "PodTerminating"
-                if vmi.deletion_requested_at
-                else ("GuestNotRunning" if vmi.pod_uid else "PodNotExists")
-            ),
-        )
-    ]
+    conditions = [_vmi_ready(vmi)]
     if (paused := paused_condition(vmi)) is not None:
         conditions.append(_condition("Paused", True, *paused))
     if vmi.unschedulable:

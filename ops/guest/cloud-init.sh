@@ -37,21 +37,23 @@ else
   data=/mnt/cidata/openstack/latest/user_data
 fi
 [ -n "$name" ] && hostname "${name%%.*}"
+# boot.sh: the image's default user (cloud-init makes it whatever the user-data is) and a
+# #cloud-config's boot stage; final.sh its final stage
+if [ -f /mnt/cidata/virtstream/boot.sh ]; then
+  cp /mnt/cidata/virtstream/boot.sh /etc/cloud-boot.sh
+  cp /mnt/cidata/virtstream/final.sh /etc/cloud-final.sh
+  sh /etc/cloud-boot.sh
+  echo "sh /etc/cloud-final.sh" > /etc/user-data.sh
+fi
 case "$(head -n1 "$data" 2>/dev/null)" in
   '#!'*)
     cp "$data" /etc/user-script
     chmod +x /etc/user-script
-    echo "sh /etc/user-script" > /etc/user-data.sh
+    echo "sh /etc/user-script" >> /etc/user-data.sh
     ;;
   '#cloud-config'*)
-    if [ -f /mnt/cidata/virtstream/boot.sh ]; then
-      cp /mnt/cidata/virtstream/boot.sh /etc/cloud-boot.sh
-      cp /mnt/cidata/virtstream/final.sh /etc/cloud-final.sh
-      sh /etc/cloud-boot.sh
-      echo "sh /etc/cloud-final.sh" > /etc/user-data.sh
-    else
-      echo "cloud-init: #cloud-config without its rendered scripts on the seed"
-    fi
+    [ -f /mnt/cidata/virtstream/boot.sh ] \
+      || echo "cloud-init: #cloud-config without its rendered scripts on the seed"
     ;;
 esac
 echo "cloud-init: hostname $(hostname)"

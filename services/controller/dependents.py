@@ -87,7 +87,11 @@ class Dependents:
         if kind in SELECTING:
             ns = k.partition("/")[0]
             if view is None:
-                self._sets.get(ns, set()).discard(ref)
+                sets = self._sets.get(ns)
+                if sets is not None:
+                    sets.discard(ref)
+                    if not sets:
+                        del self._sets[ns]
             else:
                 self._sets.setdefault(ns, set()).add(ref)
             return

@@ -10,12 +10,15 @@ named on the console (`cloud-init: ignored: packages`), never silently dropped.
 
 - `hostname`, `fqdn` (the fqdn wins; its first label is the hostname, the whole name goes
   to /etc/hosts), `preserve_hostname`;
-- `users`: `default` (this guest's default user is root), or entries with `name`, `gecos`,
-  `homedir`, `shell`, `groups`, `sudo` (recorded in /etc/sudoers.d, the guest has no sudo),
-  `passwd`/`hashed_passwd` (a crypt hash), `plain_text_passwd`, `lock_passwd` (cloud-init's
-  default: locked), `ssh_authorized_keys`;
-- `ssh_authorized_keys` (top level) and `password`, `chpasswd` (`list` or `users`): the
-  default user's, root's here;
+- `users` (cloud-init's default: `[default]`): `default`, the image's default user
+  (`images.DEFAULT_USERS`: `cloud-user` for CentOS Stream, `fedora`, `ubuntu`, ...; root for
+  an image of another name), with passwordless sudo and a locked password; or entries with
+  `name`, `gecos`, `homedir`, `shell`, `groups`, `sudo` (recorded in /etc/sudoers.d, the
+  guest has no sudo), `passwd`/`hashed_passwd` (a crypt hash), `plain_text_passwd`,
+  `lock_passwd` (cloud-init's default: locked), `ssh_authorized_keys`;
+- `ssh_authorized_keys` (top level) and `password`: the default user's; the keys are root's
+  too unless `disable_root: true` (the console's and `virtstream ssh root@...`'s way in);
+  `chpasswd` (`list` or `users`);
 - `write_files`: `path`, `content`, `encoding` (b64, base64, gzip, gz, gz+b64, ...; text
   otherwise), `permissions`, `owner`, `append`, `defer`;
 - `bootcmd`, `runcmd`: a string runs with sh, a list is a command with its arguments.
@@ -30,6 +33,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import yaml
+
+from services.launcher.images import ROOT, DefaultUser
 
 HANDLED = frozenset(
     {
@@ -140,9 +145,19 @@ def _password(user: str, *, hashed: str | None = None, plain: str | None = None)
     return [f"set_password {_q(user)} {value}"]
 
 
-def _user(entry: object) -> list[str]:
-    if entry == "default" or not isinstance(entry, dict):
-        return []  # this guest's default user is root
+def _default_user(user: DefaultUser) -> list[str]:
+    if user == ROOT:
+        return []
+    entry = {"name": user.name, "gecos": user.gecos, "homedir": user.homedir,
+             "groups": list(user.groups), "sudo": "ALL=(ALL) NOPASSWD:ALL"}  # fmt: skip
+    return _user(entry, user)
+
+
+def _user(entry: object, default: DefaultUser) -> list[str]:
+    if entry == "default":
+        return _default_user(default)
+    if not isinstance(entry, dict):
+        return []
     name = entry.get("name")
     if not name:
         return ["echo 'cloud-init: users: an entry without a name is skipped'"]
@@ -227,8 +242,9 @@ set_password() {  # set_password USER HASH: the hash field of USER's /etc/shadow
 """
 
 
-def render(config: dict[str, Any]) -> tuple[str, str]:
-    """(boot.sh, final.sh) for a parsed cloud-config."""
+def render(config: dict[str, Any], default: DefaultUser = ROOT) -> tuple[str, str]:
+    """(boot.sh, final.sh) for a parsed cloud-config, on an image whose default user is
+    `default`."""
     boot: list[str] = ["#!/bin/sh", _PRELUDE]
     final: list[str] = ["#!/bin/sh"]
     for key in sorted(set(config) - HANDLED):
@@ -243,11 +259,16 @@ def render(config: dict[str, Any]) -> tuple[str, str]:
             f"echo {_q(short)} > /etc/hostname",
             f"echo '127.0.1.1 {name} {short}' >> /etc/hosts",
         ]
-    for entry in config.get("users") or []:
-        boot += _user(entry)
-    boot += _keys("root", "/root", config.get("ssh_authorized_keys") or [])
+    users = config.get("users", ["default"]) or []
+    for entry in users:
+        boot += _user(entry, default)
+    keys = config.get("ssh_authorized_keys") or []
+    if default != ROOT and "default" in users:
+        boot += _keys(default.name, default.homedir, keys)
+    if default == ROOT or config.get("disable_root") is not True:
+        boot += _keys("root", "/root", keys)
     if password := config.get("password"):
-        boot += _password("root", plain=str(password))
+        boot += _password(default.name if "default" in users else "root", plain=str(password))
     boot += _chpasswd(config.get("chpasswd"))
     for entry in config.get("write_files") or []:
         if isinstance(entry, dict):

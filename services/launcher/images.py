@@ -57,6 +57,53 @@ def _candidates(reference: str) -> tuple[str, ...]:
     return (image_name(reference), reference.replace("/", "_"))
 
 
+@dataclass(frozen=True)
+class DefaultUser:
+    """A cloud image's default user, as its cloud-init config (`system_info.default_user`)
+    names it: `users: [default]` (cloud-init's default) creates it, with passwordless sudo
+    and a locked password, and top-level `ssh_authorized_keys` and `password` are its."""
+
+    name: str
+    gecos: str
+    groups: tuple[str, ...]
+    home: str = ""
+
+    @property
+    def homedir(self) -> str:
+        return self.home or ("/root" if self.name == "root" else f"/home/{self.name}")
+
+
+ROOT = DefaultUser("root", "root", ())
+_FEDORA = DefaultUser("fedora", "fedora Cloud User", ("wheel", "adm", "systemd-journal"))
+_ALPINE = DefaultUser("alpine", "Alpine", ("adm", "wheel"))
+_CIRROS = DefaultUser("cirros", "cirros", ("adm", "wheel"))
+#: The default user of each distribution the catalogue's guest stands in for, from the
+#: distributions' cloud images (an image of another name: root, this guest's own).
+DEFAULT_USERS = {
+    "centos-stream": DefaultUser("cloud-user", "Cloud User", ("adm", "systemd-journal")),
+    "centos": DefaultUser("cloud-user", "Cloud User", ("adm", "systemd-journal")),
+    "fedora": _FEDORA,
+    "fedora-cloud-container-disk-demo": _FEDORA,
+    "fedora-with-test-tooling-container-disk": _FEDORA,
+    "fedora-realtime-container-disk": _FEDORA,
+    "ubuntu": DefaultUser("ubuntu", "Ubuntu", ("adm", "cdrom", "dip", "lxd", "sudo")),
+    "debian": DefaultUser(
+        "debian",
+        "Debian",
+        ("adm", "audio", "cdrom", "dialout", "dip", "floppy", "plugdev", "sudo", "video"),
+    ),
+    "alpine": _ALPINE,
+    "alpine-container-disk-demo": _ALPINE,
+    "cirros": _CIRROS,
+    "cirros-container-disk-demo": _CIRROS,
+}
+
+
+def default_user(reference: str | None) -> DefaultUser:
+    """The default cloud-init user of the image a containerDisk reference names."""
+    return DEFAULT_USERS.get(image_name(reference), ROOT) if reference else ROOT
+
+
 def find_disk_image(image_dir: Path, reference: str) -> Path:
     for candidate in _candidates(reference):
         for suffix in ("", *DISK_SUFFIXES):

@@ -275,11 +275,24 @@ def seed_files(
         }
         if network:
             files["network-config"] = network
+    user = images.default_user(boot_image(vmi))
     if cloud_config.is_cloud_config(user_data):
-        boot, final = cloud_config.render(cloud_config.parse(user_data))
-        files["virtstream/boot.sh"] = boot
-        files["virtstream/final.sh"] = final
+        boot, final = cloud_config.render(cloud_config.parse(user_data), user)
+    elif user != images.ROOT:  # cloud-init makes the image's default user whatever runs
+        boot, final = cloud_config.render({}, user)
+    else:
+        return files
+    files["virtstream/boot.sh"] = boot
+    files["virtstream/final.sh"] = final
     return files
+
+
+def boot_image(vmi: Mapping[str, Any]) -> str | None:
+    """The reference of the VMI's first containerDisk (the image it boots)."""
+    for volume in (vmi.get("spec") or {}).get("volumes") or ():
+        if image := (volume.get("containerDisk") or {}).get("image"):
+            return str(image)
+    return None
 
 
 def _nocloud_iso(

@@ -9,7 +9,7 @@ import json
 import shlex
 import subprocess
 
-from services.launcher import cloud_config, storage
+from services.launcher import cloud_config, images, storage
 
 KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHx0 user@host"
 USER_DATA = f"""#cloud-config
@@ -96,3 +96,42 @@ def test_the_seed_is_nocloud_or_config_drive_with_the_rendered_scripts() -> None
     assert drive["openstack/latest/user_data"] == source["userData"]
     script = storage.seed_files({"userData": "#!/bin/sh\necho x\n"}, vmi, config_drive=False)
     assert "virtstream/boot.sh" not in script  # a script runs as it is
+
+
+def test_the_images_default_user_gets_the_keys_sudo_and_the_password() -> None:
+    # cloud-init's `users: [default]` (its default) on CentOS Stream's cloud image
+    user = images.default_user("quay.io/containerdisks/centos-stream:9")
+    assert user.name == "cloud-user"
+    boot, _ = cloud_config.render(
+        cloud_config.parse(f"#cloud-config\npassword: pw\nssh_authorized_keys: [{KEY}]\n"), user
+    )
+    assert "add_user cloud-user /home/cloud-user /bin/sh 'Cloud User'" in boot
+    assert "add_to_group cloud-user adm" in boot
+    sudo = base64.b64encode(b"cloud-user ALL=(ALL) NOPASSWD:ALL\n").decode()
+    assert f"echo {sudo} | base64 -d > /etc/sudoers.d/cloud-user" in boot
+    encoded = base64.b64encode(f"{KEY}\n".encode()).decode()
+    assert f"echo {encoded} | base64 -d >> /home/cloud-user/.ssh/authorized_keys" in boot
+    assert f"echo {encoded} | base64 -d >> /root/.ssh/authorized_keys" in boot
+    assert """set_password cloud-user "$(mkpasswd -m sha512 pw)\"""" in boot
+    assert subprocess.run(["sh", "-n"], input=boot, text=True).returncode == 0
+    # `disable_root: true` keeps root's keys out; a `users` list without `default` no user
+    boot, _ = cloud_config.render({"ssh_authorized_keys": [KEY], "disable_root": True}, user)
+    assert "/root/.ssh" not in boot and "/home/cloud-user/.ssh" in boot
+    boot, _ = cloud_config.render({"users": [{"name": "bob"}]}, user)
+    assert "cloud-user" not in boot and "add_user bob" in boot
+    for image, name in (("fedora", "fedora"), ("ubuntu:24.04", "ubuntu"), ("x/debian", "debian")):
+        assert images.default_user(image).name == name
+    assert images.default_user("registry/my-own-image") == images.ROOT
+
+
+def test_a_script_seed_still_makes_the_images_default_user() -> None:
+    vmi = {
+        "metadata": {"name": "vm1", "namespace": "ns"},
+        "spec": {
+            "volumes": [
+                {"name": "d", "containerDisk": {"image": "quay.io/containerdisks/fedora:41"}}
+            ]
+        },
+    }
+    files = storage.seed_files({"userData": "#!/bin/sh\necho x\n"}, vmi, config_drive=False)
+    assert "add_user fedora /home/fedora" in files["virtstream/boot.sh"]

@@ -86,6 +86,19 @@ def test_a_create_addressed_by_name_takes_it_and_refuses_another() -> None:
     assert code == 400 and "does not match the name on the subject (named)" in message
 
 
+def test_a_create_or_an_update_stores_no_null_field() -> None:
+    # what Ansible's kubevirt_vm sends (`runStrategy: null` beside `running`): stored without
+    # it, so that its next run's merge patch (null: remove) changes nothing
+    body = vm_manifest("vm1")
+    body["spec"] = {**body["spec"], "runStrategy": None, "running": True}
+    body["metadata"]["labels"] = {"a": None, "b": "1"}
+    for verb in (Verb.CREATE, Verb.UPDATE):
+        cmd = commands.decode(request(verb, "vm1" if verb == Verb.UPDATE else "", body))
+        assert isinstance(cmd, Create | Update)
+        assert "runStrategy" not in cmd.body["spec"] and cmd.body["spec"]["running"] is True
+        assert cmd.body["metadata"]["labels"] == {"b": "1"}
+
+
 def test_an_update_records_its_field_manager_named_by_the_agent() -> None:
     """Without `fieldManager`, the User-Agent up to its first `/` manages what changed; one
     without either is `unknown`, as the API server names it."""

@@ -214,6 +214,7 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "das",
         "vmipresets",
         "services",
+        "network-attachment-definitions",
     )
 
 

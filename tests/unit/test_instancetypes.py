@@ -150,6 +150,16 @@ def test_a_vm_with_instance_type_and_preference_is_admitted_without_cpu_defaults
     assert domain["devices"]["disks"][0]["disk"]["bus"] == "virtio"  # the preference's
 
 
+def test_the_interface_the_defaults_add_takes_the_preferences_model_at_once() -> None:
+    # else the VM's next update adds it: Ansible's kubevirt_vm run again reports a change
+    out = create_vm(cluster_with(small(), fedora()), vm_body(preference={"name": "fedora"}))
+    manifest = out.appends[0].event.manifest  # type: ignore[attr-defined]
+    [iface] = manifest["spec"]["template"]["spec"]["domain"]["devices"]["interfaces"]
+    assert iface == {"name": "default", "masquerade": {}, "model": "virtio"}
+    again = create_vm(cluster_with(small(), fedora()), manifest)
+    assert again.appends[0].event.manifest["spec"] == manifest["spec"]  # type: ignore[attr-defined]
+
+
 def test_apply_sizes_the_vmi_and_preferences_fill_only_what_is_unset() -> None:
     spec = {"domain": {"devices": {"interfaces": [{"name": "a", "model": "e1000"}]}}}
     pref = {

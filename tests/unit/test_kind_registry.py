@@ -22,7 +22,7 @@ from events.envelope import Stored
 from events.meta import CLUSTER_SCOPED, Kind, ResourceKind, own_kind
 from events.objects import VirtualMachineInstance
 from kinds import columns as col
-from kinds import pod, preset, service
+from kinds import nad, pod, preset, service
 from kinds.registry import REGISTRY, Registry
 from kinds.spec import Column, KindSpec, PrinterColumn, Scope
 from projections import kube_events
@@ -104,6 +104,7 @@ def test_every_aggregate_kind_has_one_registered_kind() -> None:
         *ResourceKind,
         preset.KIND_TOKEN,
         service.KIND,
+        nad.KIND_TOKEN,
     ]
     assert REGISTRY.event_kinds == (
         *Kind,
@@ -111,6 +112,7 @@ def test_every_aggregate_kind_has_one_registered_kind() -> None:
         preset.KIND_TOKEN,
         kube_events.KIND,
         service.KIND,
+        nad.KIND_TOKEN,
     )
     assert REGISTRY.of(kube_events.KIND) is derived[0]  # core/v1 is what watches follow
     for spec in REGISTRY:
@@ -159,6 +161,7 @@ def test_registry_names_are_the_ones_users_type() -> None:
         "datasources",
         "virtualmachineinstancepresets",
         "services",
+        "network-attachment-definitions",
     )
 
 

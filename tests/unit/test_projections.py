@@ -319,3 +319,19 @@ def test_vmi_delete_request_then_removal() -> None:
     g(VMIRemoved(meta=g.m(Kind.VMI)))
     assert f"{NS}/vm1" not in g.cluster.vmis
     assert g.cluster.vms[f"{NS}/vm1"].vmi_uid == ""
+
+
+def test_a_vms_ready_condition_is_vmi_not_exists_or_its_vmis() -> None:
+    # KubeVirt's syncReadyConditionFromVMI (pkg/virt-controller/watch/vm/vm.go): what
+    # Ansible's kubevirt_vm waits on for a stopped VM
+    g = Given()
+    g(VMCreated(meta=g.m(Kind.VM), manifest=vm_manifest(run_strategy="Halted")))
+    stopped = render_vm(g.cluster, g.cluster.vms[f"{NS}/vm1"], now=g.t)["status"]
+    assert stopped["conditions"][0] == {
+        "type": "Ready", "status": "False", "reason": "VMINotExists",
+        "message": "VMI does not exist",
+    }  # fmt: skip
+    g = running_vm(Given())
+    vm = render_vm(g.cluster, g.cluster.vms[f"{NS}/vm1"], now=g.t)["status"]["conditions"][0]
+    vmi = render_vmi(g.cluster, g.cluster.vmis[f"{NS}/vm1"])["status"]["conditions"][0]
+    assert vm == vmi == {"type": "Ready", "status": "True"}
