@@ -69,7 +69,7 @@ class Difference(msgspec.Struct, frozen=True):
 class Summary(msgspec.Struct, frozen=True):
     window: list[int]  # first and last sequence decided on
     change: str
-    live_decisions: int  # recorded for a cause in the window
+    live_decisions: int  # recorded for the window's events and ticks
     reproduced: int  # decided alike by both
     ticks_left_out: int  # recorded for a tick, not decided by the sandbox
     placements: dict[str, dict[str, int]]  # "live" / "whatif" → node → VMIs placed
@@ -166,8 +166,7 @@ class WhatIf:
             return
         if self.until is not None and not cause and stored.seq > self.until:
             return
-        if cause:
-            self.live_decisions += 1
+        self.live_decisions += 1
         if isinstance(ev, PodScheduled):
             self.placements["live"][ev.node] += 1
         if eid in self.whatif:
