@@ -91,10 +91,17 @@ def _normal(ev: Event) -> Event:
     return msgspec.structs.replace(ev, meta=m)
 
 
+def _flat(ev: Event) -> dict[str, Any]:
+    """The event's fields, its metadata's as `meta.<field>`."""
+    out: dict[str, Any] = msgspec.to_builtins(ev)
+    out.update({f"meta.{k}": v for k, v in out.pop("meta").items()})
+    return out
+
+
 def _side(ev: Event, seq: int = 0, other: Event | None = None) -> Side:
     fields: list[str] = []
     if other is not None and type(other) is type(ev):
-        a, b = msgspec.to_builtins(_normal(ev)), msgspec.to_builtins(_normal(other))
+        a, b = _flat(_normal(ev)), _flat(_normal(other))
         fields = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
     node = ev.node if isinstance(ev, PodScheduled) else ev.meta.node
     return Side(type=event_type(ev), node=node, seq=seq, fields=fields)

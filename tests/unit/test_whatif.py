@@ -80,7 +80,8 @@ def test_pack_reports_each_placement_that_differs_with_both_nodes() -> None:
     assert moved, "pack places differently"
     for agg, (lv, wi) in moved.items():
         assert lv is not None and wi is not None
-        assert lv.type == wi.type == "PodScheduled" and "node" in lv.fields
+        assert lv.type == wi.type == "PodScheduled"
+        assert lv.fields == wi.fields == ["meta.node", "node"]
         assert lv.node == live[agg.split("/")[-1]] != wi.node
     # each placement is answered on the live cluster (spread 1-1-1 before every third):
     # pack takes the fullest node, node1 (by name on a tie), where spread took another
