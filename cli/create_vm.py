@@ -1,5 +1,5 @@
 """`virtstream create vm`: a VirtualMachine manifest from flags, as `virtctl create vm`
-writes it (instance type and preference by name, containerDisk volumes)."""
+writes it (instance type and preference by name, containerDisk volumes, ssh keys)."""
 
 from __future__ import annotations
 
@@ -57,9 +57,16 @@ def vm_manifest(
     containerdisks: list[str] | None = None,
     run_strategy: str = "Always",
     memory: str | None = None,
+    ssh_keys: list[str] | None = None,
 ) -> JSON:
-    """The manifest; ValueError names what is wrong with a flag."""
+    """The manifest; ValueError names what is wrong with a flag. `ssh_keys`: authorized
+    keys in a NoCloud cloud-config (its volume `cloudinitdisk`), as virtctl's --ssh-key."""
     volumes = [_containerdisk(v, i, name) for i, v in enumerate(containerdisks or [])]
+    if ssh_keys:
+        config = "\n".join(
+            ["#cloud-config", "ssh_authorized_keys:", *(f"  - {k}" for k in ssh_keys)]
+        )
+        volumes.append({"name": "cloudinitdisk", "cloudInitNoCloud": {"userData": config}})
     spec: JSON = {"runStrategy": run_strategy}
     if instancetype:
         spec["instancetype"] = _matcher(instancetype, CLUSTER_INSTANCETYPE)

@@ -29,8 +29,10 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _SUFFIX = {"qcow2": ".qcow2", "raw": ".raw", "iso": ".iso"}
 
 
-def _dir(image_dir: Path | None) -> Path:
-    return image_dir or images.default_image_dir()
+def _dir(ctx: typer.Context, image_dir: Path | None) -> Path:
+    """The command's own --image-dir, else the group's (`images --image-dir DIR add ...`)."""
+    group = ctx.parent.params.get("image_dir") if ctx.parent is not None else None
+    return image_dir or group or images.default_image_dir()
 
 
 @app.callback(invoke_without_command=True)
@@ -41,13 +43,15 @@ def images_(
     """List the images a containerDisk or kernelBoot reference can resolve to."""
     if ctx.invoked_subcommand is not None:
         return
-    list_(image_dir)
+    list_(ctx, image_dir)
 
 
 @app.command("list")
-def list_(image_dir: Path | None = typer.Option(None, help=IMAGE_DIR_HELP)) -> None:
+def list_(
+    ctx: typer.Context, image_dir: Path | None = typer.Option(None, help=IMAGE_DIR_HELP)
+) -> None:
     """List the images a containerDisk or kernelBoot reference can resolve to."""
-    directory = _dir(image_dir)
+    directory = _dir(ctx, image_dir)
     entries = images.catalogue(directory)
     if not entries:
         err.print(f"no images in {directory}: `virtstream images build` makes the guest")
@@ -64,11 +68,12 @@ def list_(image_dir: Path | None = typer.Option(None, help=IMAGE_DIR_HELP)) -> N
 
 @app.command()
 def build(
+    ctx: typer.Context,
     image_dir: Path | None = typer.Option(None, help=IMAGE_DIR_HELP),
     force: bool = typer.Option(False, help="Rebuild even when the build is up to date"),
 ) -> None:
     """Build the guest (Debian's cloud kernel + busybox) into the image dir, once."""
-    directory = _dir(image_dir)
+    directory = _dir(ctx, image_dir)
     if not force and guest_images.is_current(directory):
         console.print(f"guest image up to date in {directory}")
         return
@@ -81,6 +86,7 @@ def build(
 
 @app.command()
 def add(
+    ctx: typer.Context,
     name: str = typer.Argument(..., help="The name references use (the last path segment)"),
     file: Path = typer.Argument(..., exists=True, dir_okay=False, help="A qcow2, raw or iso"),
     image_dir: Path | None = typer.Option(None, help=IMAGE_DIR_HELP),
@@ -97,7 +103,7 @@ def add(
     if fmt not in _SUFFIX:
         err.print(f"[red]error[/]: {file} is not a qcow2, raw or iso image ({fmt or info.stderr})")
         raise typer.Exit(1)
-    directory = _dir(image_dir)
+    directory = _dir(ctx, image_dir)
     directory.mkdir(parents=True, exist_ok=True)
     existing = [
         p for p in (directory / f"{name}{s}" for s in ("", *images.DISK_SUFFIXES)) if p.exists()

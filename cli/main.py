@@ -23,6 +23,7 @@ from rich.console import Console
 
 from cli import verbs
 from cli.debug import register as register_debug
+from cli.expose import register as register_expose
 from cli.guest_io import register as register_guest_io
 from cli.help import use_plain_help
 from cli.images import app as images_app
@@ -311,6 +312,9 @@ def create(
         [], "--volume-containerdisk", metavar="src:IMAGE[,name:N]", help="vm: a containerDisk"
     ),
     run_strategy: str = typer.Option("Always", "--run-strategy", help="vm: its runStrategy"),
+    ssh_key: list[str] = typer.Option(
+        [], "--ssh-key", metavar="KEY", help="vm: a public key cloud-init authorizes (repeatable)"
+    ),
     apply_it: bool = typer.Option(False, "--apply", help="vm: create it instead of printing"),
 ) -> None:
     """Create the objects in the manifests (existing ones are errors); `create vm` writes a
@@ -322,7 +326,9 @@ def create(
     if object_name is not None:
         raise error(f"unexpected argument {object_name!r}: only `create namespace` takes a NAME")
     if what is not None:
-        _create_vm(what, name, instancetype, preference, containerdisk, run_strategy, apply_it)
+        _create_vm(
+            what, name, instancetype, preference, containerdisk, run_strategy, ssh_key, apply_it
+        )
         return
     if not filename:
         raise error("one of -f/--filename or `vm` is required")
@@ -426,10 +432,17 @@ def get(
     with client() as c:
         info = resource(kind)
         ns_col = all_namespaces and info.namespaced
+        if at:  # as it was then, ages too
+            objs, then = c.read_at(
+                kind, name, _ns(namespace), all_namespaces=all_namespaces,
+                label_selector=selector, at=at,
+            )  # fmt: skip
+            _print_objects(info.kind, objs, output, ns_col, single=bool(name), now=then)
+            return
         if name:
-            objs = [c.get(kind, name, _ns(namespace), raw=True, at=at)]
+            objs = [c.get(kind, name, _ns(namespace), raw=True)]
             list_rv = _rv(objs[0])
-        elif watch and not at:
+        elif watch:
             objs, list_rv = c.list_with_version(
                 kind, _ns(namespace), all_namespaces=all_namespaces, label_selector=selector
             )
@@ -440,10 +453,9 @@ def get(
                 all_namespaces=all_namespaces,
                 label_selector=selector,
                 raw=True,
-                at=at,
             )
             list_rv = ""
-        if not watch or at:
+        if not watch:
             _print_objects(info.kind, objs, output, ns_col, single=bool(name))
             return
         _watch(c, info.kind, kind, name, namespace, all_namespaces, selector, output, objs, list_rv)
@@ -488,7 +500,10 @@ def _watch(
             _print_objects(kind_name, [obj], output, ns_col, single=True)
 
 
-def _print_objects(kind: str, objs: list[JSON], output: str, ns_col: bool, single: bool) -> None:
+def _print_objects(
+    kind: str, objs: list[JSON], output: str, ns_col: bool, single: bool, now: float | None = None
+) -> None:
+    """`now`: the time ages are counted to (the clock when None; a time travel's point)."""
     if output == "json":
         body: Any = objs[0] if single else {"apiVersion": "v1", "kind": "List", "items": objs}
         _out(json.dumps(body, indent=2))
@@ -501,7 +516,8 @@ def _print_objects(kind: str, objs: list[JSON], output: str, ns_col: bool, singl
         where = "" if ns_col else f" in {settings.namespace} namespace"
         err.print(f"No resources found{where}.", markup=False)
     elif has_table(kind):
-        _out(render(header_and_rows(kind, objs, namespace_column=ns_col, wide=output == "wide")))
+        rows = header_and_rows(kind, objs, namespace_column=ns_col, wide=output == "wide", now=now)
+        _out(render(rows))
 
 
 # --------------------------------------------------------------- actions
@@ -801,6 +817,7 @@ def _create_vm(
     preference: str | None,
     containerdisk: list[str],
     run_strategy: str,
+    ssh_keys: list[str],
     apply_it: bool,
 ) -> None:
     from cli.create_vm import vm_manifest
@@ -816,6 +833,7 @@ def _create_vm(
             preference=preference,
             containerdisks=containerdisk,
             run_strategy=run_strategy,
+            ssh_keys=[k.strip() for k in ssh_keys if k.strip()],
         )
     except ValueError as exc:
         raise error(str(exc)) from None
@@ -842,6 +860,7 @@ def instancetypes_install() -> None:
 register_debug(app)
 register_guest_io(app)
 register_port_forward(app)
+register_expose(app, client, error)
 register_whatif(app)
 app.command(context_settings=CONTEXT)(ui)
 app.add_typer(images_app, name="images")

@@ -179,7 +179,12 @@ def ssh(
         Path.home() / ".ssh" / "kubevirt_known_hosts", "--known-hosts", help="known hosts file"
     ),
     local_ssh_opts: list[str] = typer.Option(
-        [], "--local-ssh-opts", "-t", help="an option for ssh (repeatable)"
+        [],
+        "--local-ssh-opts",
+        "-t",
+        metavar="OPTION",
+        help='one whole option for ssh, quoted: -t "-o StrictHostKeyChecking=accept-new" '
+        "(repeatable)",
     ),
 ) -> None:
     """SSH into a VMI's guest with the local ssh client, through its portforward."""

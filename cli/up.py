@@ -4,7 +4,9 @@ nats-server (embedded unless --nats-url), api, controller and one handler per no
 supervised subprocess logging to `<data-dir>/logs/`. Ctrl-C shuts the VMs down (unless
 --keep-vms), then stops the services, then nats. Starting again on the same data dir
 resumes from the stored events (and says so; with --keep-vms it re-attaches to the running
-VMs). `--demo` runs the tour of `cli/demo.py`, then keeps the cluster up, in its own data
+VMs): the api starts first, then `stored_nodes` says in which mode the stored nodes ran when
+that differs, and cordons those this run does not start, before a controller places
+anything. `--demo` runs the tour of `cli/demo.py`, then keeps the cluster up, in its own data
 dir (`.virtstream-demo`) so that a later plain `up` does not pick its objects up.
 
 `--hypervisor qemu`: before the handlers, one libvirtd per node (ops.node_libvirtd, in
@@ -154,6 +156,7 @@ def up(
         qemu_preflight()
     data_dir = (data_dir or (DEMO_DATA_DIR if demo else DATA_DIR)).resolve()
     resumed = any(d.is_dir() and any(d.iterdir()) for d in data_dir.glob("nats*"))
+    stored = resumed or bool(nats_url)  # an external bus may hold a cluster already
     data_dir.mkdir(parents=True, exist_ok=True)
     data_dir.chmod(0o700)  # the event log, logs and sockets are the owner's alone
     run_dir = data_dir / "run"
@@ -235,7 +238,10 @@ def up(
     os.environ["VIRTSTREAM_STREAM_DUPLICATE_WINDOW"] = str(duplicate_window)
     os.environ["VIRTSTREAM_SYNC_INTERVAL"] = sync_interval
     runtimes: dict[str, NodeRuntime] = {}
-    handler_extra: dict[str, tuple[str, ...]] = {n: () for n in node_names}
+    # the claims' disks (a DataVolume's import writes one in test mode too): the data dir's
+    handler_extra: dict[str, tuple[str, ...]] = {
+        n: ("--disk-dir", str(data_dir / "disks")) for n in node_names
+    }
     if hypervisor == "qemu":
         try:
             runtimes = start_node_runtimes(data_dir / "nodes", node_names)
@@ -358,9 +364,6 @@ def up(
                 env=bus.env(f"handler-{node}") if bus else {},
             )
         )
-    started = [s for s in (sup.add(spec) for spec in specs) if s is not None]
-    started = [s for s in started if s.spec.module]  # the services (nats-server is not one)
-    _print_urls(servers, nats_url, api_url, [s.spec for s in started], sup.log_dir)
     kube = kubeconfig.write(
         data_dir / "kubeconfig",
         api_url,
@@ -368,6 +371,14 @@ def up(
         ca_pem=secured.pki.ca.read_bytes() if secured else b"",
     )
     credentials.record("api", port, data_dir)
+    # the api first: what the stored cluster was is read, and its nodes this run does not
+    # start are cordoned, before a controller places anything or a handler rejoins
+    api_started = sup.add(specs[0])
+    if stored and api_started is not None:
+        stored_nodes(api_url, node_names, hypervisor, sup, stop)
+    started = [api_started, *(sup.add(spec) for spec in specs[1:])]
+    services = [s for s in started if s is not None and s.spec.module]  # not nats-server
+    _print_urls(servers, nats_url, api_url, [s.spec for s in services], sup.log_dir)
     # the debug commands and scripts find the bus's credentials by its port
     nats_ports = [s.port for s in servers] or [
         urlsplit(u).port or 4222 for u in connection.servers(nats_url)
@@ -382,7 +393,7 @@ def up(
     prom = (
         _start_prometheus(
             data_dir,
-            [s.spec for s in started],
+            [s.spec for s in services],
             prometheus_port,
             scrape_interval,
             ca_file=secured.pki.ca if secured else None,
@@ -419,7 +430,7 @@ def up(
     finally:
         console.print("[bold]stopping[/]")
         if not keep_vms:
-            shutdown_vms(api_url, run_dir, any(s.spec.name == "api" for s in started))
+            shutdown_vms(api_url, run_dir, api_started is not None)
         sup.stop()
         if runtimes and keep_vms:
             console.print("the nodes' libvirtds keep running with the VMs (the next `up` adopts)")
@@ -457,6 +468,86 @@ def _say_previous_vms(reaped: up_reaper.Reaped | None, running: int) -> None:
         console.print(
             f"{running} VM(s) of the previous run kept running: the handlers re-attach to them"
         )
+
+
+def stored_nodes(
+    api_url: str, node_names: list[str], hypervisor: str, sup: Supervisor, stop: threading.Event
+) -> None:
+    """A resumed cluster's nodes, once the api answers: says in which mode they ran when
+    that was another, and cordons each node this run does not start (its handler is not
+    coming back: nothing new may be placed on it), saying so and what to do about it."""
+    node_kind = REGISTRY.resource("node")
+    deadline = time.monotonic() + API_WAIT_SECONDS
+    with httpx.Client(timeout=5.0, **credentials.httpx_options(api_url)) as http:
+        while not _ready(http, f"{api_url}/readyz"):
+            sup.poll()
+            if stop.is_set() or time.monotonic() > deadline:
+                console.print(
+                    "[yellow]warning[/]: the api did not answer: the stored nodes were not checked"
+                )
+                return
+            time.sleep(0.1)
+        try:
+            listed = http.get(f"{api_url}{node_kind.collection_path()}")
+            nodes = listed.json().get("items", []) if listed.is_success else []
+        except (httpx.HTTPError, ValueError) as e:
+            console.print(f"[yellow]warning[/]: the stored nodes were not checked: {e}")
+            return
+        ran = sorted(
+            {(n["metadata"].get("annotations") or {}).get(HYPERVISOR_ANNOTATION, "test")
+             for n in nodes if n["metadata"]["name"] in node_names}
+        )  # fmt: skip
+        if ran and ran != [hypervisor]:
+            console.print(
+                f"the stored cluster ran --hypervisor {' and '.join(ran)}; this run is "
+                f"--hypervisor {hypervisor}: {MODE_CHANGE[hypervisor]}"
+            )
+        for node in nodes:
+            name = node["metadata"]["name"]
+            cordoned = bool((node.get("spec") or {}).get("unschedulable"))
+            if name in node_names:
+                if cordoned:
+                    console.print(
+                        f"{name} is cordoned: `virtstream uncordon {name}` lets work on it"
+                    )
+                continue
+            if not cordoned:
+                try:
+                    r = http.put(f"{api_url}{node_kind.subresource_path(name, 'cordon', '')}")
+                except httpx.HTTPError as e:
+                    console.print(f"[yellow]could not cordon {name}[/]: {e}")
+                    continue
+                if not r.is_success:
+                    console.print(f"[yellow]could not cordon {name}[/]: {_message(r)}")
+                    continue
+            console.print(
+                f"{name} of the stored cluster is not started by this run (--nodes "
+                f"{len(node_names)}): cordoned, nothing new is placed on it, and its VMIs fail "
+                f"over once it is NotReady; `virtstream delete node {name}` removes it, "
+                f"`virtstream up --nodes {_index(name) or 'N'}` runs it again "
+                f"(then `virtstream uncordon {name}`)"
+            )
+
+
+API_WAIT_SECONDS = 60.0
+HYPERVISOR_ANNOTATION = "virtstream.io/hypervisor"
+MODE_CHANGE = {
+    "qemu": "its nodes rejoin as QEMU nodes and its VMs boot real guests when they start",
+    "test": "its nodes rejoin with libvirt's test driver and its VMs run no guest",
+}
+
+
+def _ready(http: httpx.Client, url: str) -> bool:
+    try:
+        return http.get(url).is_success
+    except httpx.HTTPError:
+        return False
+
+
+def _index(node: str) -> int | None:
+    """node-3 → 3: the --nodes that runs it again (None for a name up does not give)."""
+    prefix, _, number = node.rpartition("-")
+    return int(number) if prefix == "node" and number.isdigit() else None
 
 
 def _message(r: httpx.Response) -> str:

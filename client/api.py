@@ -69,6 +69,7 @@ class Req(NamedTuple):
 
 CLIENT_SIDE_MANAGER = "virtstream-client-side-apply"  # kubectl's is kubectl-client-side-apply
 SERVER_SIDE_MANAGER = "virtstream"  # kubectl's is kubectl
+AT_TIME_HEADER = "virtstream-at-time"  # the time a time-travel answer shows
 
 
 class ApiError(Exception):
@@ -397,6 +398,20 @@ class Client:
     ) -> list[Any]:
         body = self._send(self.r.list(kind, namespace, opts))
         return [self._out(i, opts) for i in body["items"]]
+
+    def read_at(
+        self, kind: str, name: str | None, namespace: str | None, **opts: Unpack[ListOptions]
+    ) -> tuple[builtins.list[JSON], float | None]:
+        """Time travel (`opts["at"]`): the raw objects as they were then (the one named, or
+        the list) and the time the api shows them at (`virtstream-at-time`: a sequence's is
+        its event's), for ages as they were then."""
+        req = (
+            self.r.get(kind, name, namespace, opts) if name else self.r.list(kind, namespace, opts)
+        )
+        resp = self.http.request(req.method, req.path, params=req.params)
+        body = _json(resp)
+        when = resp.headers.get(AT_TIME_HEADER)
+        return ([body] if name else list(body["items"])), float(when) if when else None
 
     def list_with_version(
         self,

@@ -440,6 +440,11 @@ class NodeResponsive(Event, tag="NodeResponsive", frozen=True):
     last_heartbeat: float
 
 
+class NodeDeleted(Event, tag="NodeDeleted", frozen=True):
+    """The Node object is gone (`kubectl delete node`): a handler that starts again for
+    it joins anew."""
+
+
 # -------------------------------------------------------------------- MigrationPolicy
 class PolicyCreated(Event, tag="PolicyCreated", frozen=True):
     manifest: Manifest
@@ -498,6 +503,30 @@ class VolumesCopied(Event, tag="VolumesCopied", frozen=True):
 
     copies: tuple[VolumeCopy, ...]
     restore: bool = False
+    error: str = ""
+
+
+class ImportRequested(Event, tag="ImportRequested", frozen=True):
+    """The DataVolume controller asks a node's handler to fill the DataVolume's claim
+    (CDI's importer pod): from `source` (the DataVolume's `spec.source`: http, blank,
+    pvc, registry) into the claim's disk, of `size`. Routed to the node (meta.node)."""
+
+    claim: str
+    source: dict[str, Any]
+    size: str
+
+
+class ImportProgressed(Event, tag="ImportProgressed", frozen=True):
+    """The importer's progress ("45.20%"), reported at each tenth of the way, not per
+    chunk. Routed to the node that imports."""
+
+    progress: str
+
+
+class ImportFinished(Event, tag="ImportFinished", frozen=True):
+    """The import's end: the claim holds the image, or `error` (the claim's disk is only
+    replaced by a complete one)."""
+
     error: str = ""
 
 
@@ -584,6 +613,7 @@ NodeEvent = (
     | NodeTaintsChanged
     | NodeUnresponsive
     | NodeResponsive
+    | NodeDeleted
 )
 PolicyEvent = PolicyCreated | PolicyUpdated | PolicyDeleted | MetadataChanged
 ResourceEvent = (
@@ -593,6 +623,9 @@ ResourceEvent = (
     | ResourceDeleted
     | VolumesCopyRequested
     | VolumesCopied
+    | ImportRequested
+    | ImportProgressed
+    | ImportFinished
     | MetadataChanged
 )
 

@@ -38,6 +38,11 @@ class ResourceKind(StrEnum):
     CLONE = "vmclone"
     EXPORT = "vmexport"
     SECRET = "secret"
+    STORAGE_CLASS = "storageclass"
+    PV = "pv"
+    PVC = "pvc"
+    DATA_VOLUME = "datavolume"
+    DATA_SOURCE = "datasource"
 
 
 # An aggregate kind as its subject token: a Kind, or a generic kind's (a ResourceKind, or

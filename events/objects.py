@@ -659,6 +659,44 @@ class Secret(KubeObject):
     immutable: bool | None = None
 
 
+# ---------------------------------------------------------------- storage
+
+
+class StorageClass(KubeObject):
+    """storage.k8s.io/v1 StorageClass: no spec, its fields are top-level."""
+
+    api_version: str = _always("storage.k8s.io/v1")
+    kind: str = _always("StorageClass")
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    provisioner: str = ""
+    parameters: dict[str, str] | None = None
+    reclaim_policy: str | None = None
+    volume_binding_mode: str | None = None
+    allow_volume_expansion: bool | None = None
+    mount_options: list[str] | None = None
+    allowed_topologies: list[JSONDict] | None = None
+
+
+class PersistentVolumeClaim(SpecObject):
+    api_version: str = _always("v1")
+    kind: str = _always("PersistentVolumeClaim")
+
+
+class PersistentVolume(SpecObject):
+    api_version: str = _always("v1")
+    kind: str = _always("PersistentVolume")
+
+
+class DataVolume(SpecObject):
+    api_version: str = _always("cdi.kubevirt.io/v1beta1")
+    kind: str = _always("DataVolume")
+
+
+class DataSource(SpecObject):
+    api_version: str = _always("cdi.kubevirt.io/v1beta1")
+    kind: str = _always("DataSource")
+
+
 # ---------------------------------------------------------------- Node
 
 

@@ -58,6 +58,9 @@ BATCH = 500  # publishes in flight before waiting for their acks
 # (`sync_interval: always`), and a catch-up over a long log must not starve the services'
 # own requests
 CATCH_UP_PAUSE = 0.1
+# caught up, the indexer waits this long before reading on: events that come meanwhile are
+# indexed as one batch (readers read what the index does not cover yet from the log)
+LINGER = 0.25
 
 
 class JetStreamLog(Protocol):
@@ -244,9 +247,12 @@ async def last_indexed(store: JetStreamLog) -> int:
 class Indexer:
     """Follows the event stream from after the last indexed event and writes its entries."""
 
-    def __init__(self, store: JetStreamLog, *, pace: float = CATCH_UP_PAUSE) -> None:
+    def __init__(
+        self, store: JetStreamLog, *, pace: float = CATCH_UP_PAUSE, linger: float = LINGER
+    ) -> None:
         self.store = store
         self.pace = pace
+        self.linger = linger
         self.upto = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -294,3 +300,7 @@ class Indexer:
                     pending = 0
                     if msg.metadata.num_pending > 0 and self.pace:
                         await asyncio.sleep(self.pace)
+                    elif msg.metadata.num_pending == 0 and self.linger:
+                        # caught up: let the next events gather, to write them as a batch
+                        # (one wakeup and one wait for acks a batch, not an event)
+                        await asyncio.sleep(self.linger)

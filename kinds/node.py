@@ -1,5 +1,6 @@
-"""Node (core group, cluster-scoped, read-only over the api): its registry entry and the
-cordon, uncordon and drain operations (virtstream's subresources)."""
+"""Node (core group, cluster-scoped; made by its handler's join, never by the api): its
+registry entry, delete, and the cordon, uncordon and drain operations (virtstream's
+subresources)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from core.context import Append, Outcome, RequestContext
 from core.errors import not_found
 from core.intents import view
 from core.kind import Answer, CallArgs, Subresource
-from events.catalog import Event, NodeCordoned, NodeDrainRequested, NodeUncordoned
+from events.catalog import Event, NodeCordoned, NodeDeleted, NodeDrainRequested, NodeUncordoned
 from events.meta import Kind
 from events.objects import Node
 from events.quantity import parse_quantity
@@ -47,6 +48,14 @@ def node_action(cluster: Cluster, name: str, action: str, ctx: RequestContext) -
     return Outcome((Append(event, node.version),), Kind.NODE, name, 202)
 
 
+def delete(c: Cluster, _: str, name: str, __: CallArgs, ctx: RequestContext) -> Outcome:
+    """`kubectl delete node`: the Node object goes; VMIs still on it fail (the controller:
+    their node is gone), and a handler that starts again for it joins anew."""
+    node: NodeView = view(c, SPEC, "", name)
+    event = NodeDeleted(meta=ctx.meta(Kind.NODE, "", name))
+    return Outcome((Append(event, node.version),), Kind.NODE, name, 200)
+
+
 def _action(action: str) -> Subresource:
     def act(c: Cluster, _: str, name: str, __: CallArgs, ctx: RequestContext) -> Outcome:
         return node_action(c, name, action, ctx)
@@ -81,11 +90,12 @@ SPEC = KindSpec(
     singular="node",
     short_names=("no",),
     scope=Scope.CLUSTER,
-    verbs=("get", "list", "watch"),
+    verbs=("get", "list", "watch", "delete"),
     event_kind=Kind.NODE,
     object_type=Node,
     subresource_group="subresources.virtstream.io",
     subresources=(_action("cordon"), _action("uncordon"), _action("drain")),
+    delete=delete,
     # KubeVirt has no CRD for nodes: virtstream's table, with kubectl's node STATUS
     columns=(
         col.NAME,

@@ -27,10 +27,13 @@ from kinds import (
     migration,
     namespace,
     node,
+    pod,
     policy,
     preset,
     replicas,
+    service,
     snapshot,
+    storage,
     vm,
     vmi,
 )
@@ -153,15 +156,20 @@ class Registry:
         return tuple(
             next((n for n in s.short_names if n.endswith("s")), s.plural)
             for s in self.specs
-            if s.event_kind != kube_events.KIND
+            if self._refers(s)
         )
+
+    def _refers(self, spec: KindSpec) -> bool:
+        """Whether the kind names aggregates of its own: not the Events (derived), nor a
+        view of another kind's aggregates (pods of the VMIs, endpoints of the Services)."""
+        return spec.event_kind != kube_events.KIND and self._by_event_kind[spec.event_kind] is spec
 
     def parse_kind(self, text: str) -> KindToken:
         return self._ref_spec(text).event_kind
 
     def _ref_spec(self, text: str) -> KindSpec:
         spec = self.get(text)
-        if spec is None or spec.event_kind == kube_events.KIND:
+        if spec is None or not self._refers(spec):
             raise RefError(f"unknown kind {text!r} (one of {', '.join(self.cli_names)})")
         return spec
 
@@ -236,7 +244,10 @@ REGISTRY = Registry(
         namespace.SPEC,
         *clone.SPECS,
         *export.SPECS,
+        *storage.SPECS,
         preset.SPEC,
         *event.SPECS,
+        pod.SPEC,
+        *service.SPECS,
     )
 )

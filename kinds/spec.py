@@ -117,6 +117,9 @@ class KindSpec(msgspec.Struct, frozen=True, kw_only=True):
     # every version the kind is served in, the storage one marked (`version` names it);
     # empty: only `version`. A spec made by `at` serves one of the others.
     versions: tuple[Version, ...] = ()
+    # the field labels its list and watch select on, when they are its own (pods'
+    # `spec.nodeName`); empty: its event kind's (readside/watch.py)
+    field_labels: tuple[str, ...] = ()
 
     # -------------------------------------------------------------- versions
     @property

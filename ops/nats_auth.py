@@ -168,6 +168,9 @@ def handler_user(node: str, password: str, stream: str = "VIRT") -> NatsUser:
                 # the answers to the volume copies of snapshots and restores it ran
                 f"virt.vmsnapshotcontent.*.*.VolumesCopied.{n}",
                 f"virt.vmrestore.*.*.VolumesCopied.{n}",
+                # a DataVolume's import it runs (CDI's importer)
+                f"virt.datavolume.*.*.ImportProgressed.{n}",
+                f"virt.datavolume.*.*.ImportFinished.{n}",
                 f"dlq.{service}",
                 f"$KV.{heartbeats.BUCKET}.{heartbeats.key_of(node)}",
                 *own_checkpoint(service),

@@ -24,6 +24,9 @@ from events.catalog import (
     DomainStopped,
     GuestAgentChanged,
     GuestInterfacesChanged,
+    ImportFinished,
+    ImportProgressed,
+    ImportRequested,
     LauncherExited,
     LauncherStarted,
     MetadataChanged,
@@ -39,6 +42,7 @@ from events.catalog import (
     MigrationStarted,
     MigrationSucceeded,
     NodeCordoned,
+    NodeDeleted,
     NodeDrainRequested,
     NodeEvent,
     NodeJoined,
@@ -90,7 +94,7 @@ from events.catalog import (
     VolumesCopyRequested,
 )
 from events.envelope import Stored
-from projections import volumes
+from projections import datavolumes, volumes
 from projections.views import (
     MigrationView,
     NodeView,
@@ -472,6 +476,8 @@ def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
             return replace(v, unresponsive=True, last_heartbeat=hb)
         case NodeResponsive(last_heartbeat=hb):
             return replace(v, unresponsive=False, last_heartbeat=hb)
+        case NodeDeleted():
+            return None
         case NodeJoined():
             return v  # handled above
         case _:
@@ -571,6 +577,13 @@ def evolve_resource(view: ResourceView | None, s: Stored) -> ResourceView | None
                 return replace(view, version=s.seq)
             pending = [{"volumeSnapshotName": c.backup, "readyToUse": False} for c in copies]
             status = {**view.status, "volumeSnapshotStatus": pending}
+            return replace(
+                view, status_json=pack_manifest(status), version=s.seq, resource_version=s.seq
+            )
+        case ImportRequested() | ImportProgressed() | ImportFinished():
+            if view is None:
+                return None
+            status = datavolumes.imported(view.status, ev, s.event.meta.occurred_at)
             return replace(
                 view, status_json=pack_manifest(status), version=s.seq, resource_version=s.seq
             )

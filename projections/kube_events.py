@@ -30,6 +30,9 @@ from events.catalog import (
     Event,
     GuestAgentChanged,
     GuestInterfacesChanged,
+    ImportFinished,
+    ImportProgressed,
+    ImportRequested,
     LauncherExited,
     LauncherStarted,
     MetadataChanged,
@@ -44,6 +47,7 @@ from events.catalog import (
     MigrationStarted,
     MigrationSucceeded,
     NodeCordoned,
+    NodeDeleted,
     NodeDrainRequested,
     NodeJoined,
     NodeResponsive,
@@ -118,6 +122,7 @@ DEFAULT_NAMESPACE = "default"
 NORMAL, WARNING = "Normal", "Warning"
 CONTROLLER, HANDLER, SCHEDULER = "virt-controller", "virt-handler", "default-scheduler"
 KUBEVIRT = "kubevirt.io/v1"
+CDI_V1BETA1, CDI_CONTROLLER = "cdi.kubevirt.io/v1beta1", "datavolume-import-controller"
 STARTED_BY_CREATING = "Started the virtual machine by creating the new virtual machine instance"
 STOPPED_BY_DELETING = "Stopped the virtual machine by deleting the virtual machine instance"
 
@@ -297,6 +302,21 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
             msg = f"EvictionStrategy is set but vmi is not migratable; {message}"
             return [Note(me, WARNING, "Migrated", msg, HANDLER, node)]
+        # ------------------------------------------------------ CDI's importer
+        case ImportRequested(claim=claim):
+            me = _of(agg, "DataVolume", CDI_V1BETA1, cluster)
+            msg = f"Import into {claim} scheduled"
+            return [Note(me, NORMAL, "ImportScheduled", msg, CDI_CONTROLLER)]
+        case ImportProgressed(progress=progress):
+            me = _of(agg, "DataVolume", CDI_V1BETA1, cluster)
+            msg = f"Import into {agg.name} in progress: {progress}"
+            return [Note(me, NORMAL, "ImportInProgress", msg, CDI_CONTROLLER, ev.meta.node)]
+        case ImportFinished(error=error):
+            me = _of(agg, "DataVolume", CDI_V1BETA1, cluster)
+            if error:
+                return [Note(me, WARNING, "Error", error, CDI_CONTROLLER, ev.meta.node)]
+            msg = f"Successfully imported into PVC {agg.name}"
+            return [Note(me, NORMAL, "ImportSucceeded", msg, CDI_CONTROLLER, ev.meta.node)]
         # ------------------------------------------------------------- the handler
         case DomainStarted(node=node):
             me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
@@ -412,6 +432,7 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             | NodeDrainRequested()
             | NodeTaintsChanged()
             | NodeResponsive()
+            | NodeDeleted()
             | PolicyCreated()
             | PolicyUpdated()
             | PolicyDeleted()

@@ -12,7 +12,7 @@ from typing import Any, assert_never
 
 from events.catalog import ERR_IMAGE_PULL, SYNC_FAILED_CONDITION, InterfaceStatus, NodeSystemInfo
 from events.meta import Kind, KindToken, own_kind
-from projections import namespaces, volumes
+from projections import namespaces, storage, volumes
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
 from projections.migratability import live_migratable
@@ -77,7 +77,7 @@ def printable_status(cluster: Cluster, vm: VMView, now: float) -> str:
         if vmi.phase == "Running":
             return "Paused" if vmi.paused else "Running"
         if vmi.unschedulable:
-            return "ErrorUnschedulable"
+            return storage.printable(vmi.unschedulable) or "ErrorUnschedulable"
         return "Starting"
     if vmi is not None and vmi.reason == ERR_IMAGE_PULL:
         return ERR_IMAGE_PULL  # KubeVirt ranks it above CrashLoopBackOff
@@ -208,7 +208,7 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
         conditions.append(
             _condition("Synchronized", False, SYNC_FAILED_CONDITION, vmi.sync_failure)
         )
-    conditions.append(_condition("LiveMigratable", *live_migratable(obj)))
+    conditions.append(_condition("LiveMigratable", *live_migratable(obj, cluster)))
     if vmi.agent_connected and vmi.phase == "Running":
         conditions.append(_condition("AgentConnected", True, ""))
     if vmi.domain_type == "qemu":

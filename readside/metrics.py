@@ -27,7 +27,8 @@ from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from events.envelope import Stored
-from events.meta import Kind
+from events.meta import Kind, ResourceKind
+from projections import storage
 from projections.allocation import node_allocated
 from projections.cluster import Cluster, Touched
 from projections.render import printable_status
@@ -212,6 +213,7 @@ class ProjectionMetrics:
         yield from self._vm_metrics(now)
         yield from self._migration_metrics()
         yield from self._node_metrics()
+        yield from self._cdi_metrics()
 
     def _vmi_metrics(self) -> Iterator[Metric]:
         info = GaugeMetricFamily(
@@ -395,6 +397,53 @@ class ProjectionMetrics:
             unresponsive,
             cordoned,
         )
+
+    def _cdi_metrics(self) -> Iterator[Metric]:
+        """CDI's operator metrics, for the storage this cluster has (its DataVolume
+        controller always runs; an import is a handler's job, restarted only with it)."""
+        ready = GaugeMetricFamily("kubevirt_cdi_cr_ready", "CDI install ready")
+        ready.add_metric([], 1.0)
+        pending = GaugeMetricFamily(
+            "kubevirt_cdi_datavolume_pending",
+            "Number of DataVolumes pending for default storage class to be configured",
+        )
+        default = storage.default_class(self.cluster)
+        dvs = self.cluster.resources[ResourceKind.DATA_VOLUME].values()
+        waiting = (
+            0
+            if default is not None
+            else sum(1 for dv in dvs if dv.status.get("phase", "Pending") == "Pending")
+        )
+        pending.add_metric([], float(waiting))
+        restarts = GaugeMetricFamily(
+            "kubevirt_cdi_import_pods_high_restart",
+            "The number of CDI import pods with high restart count",
+        )
+        restarts.add_metric([], 0.0)
+        labels = ["storageclass", "provisioner", "complete", "default", "rwx"]
+        profiles = GaugeMetricFamily(
+            "kubevirt_cdi_storageprofile_info",
+            "`StorageProfiles` info labels: `storageclass`, `provisioner`, `complete` "
+            "indicates if all storage profiles recommended PVC settings are complete, "
+            "`default` indicates if it's the Kubernetes default storage class, `rwx` "
+            "indicates if the storage class supports `ReadWriteMany`",
+            labels=labels,
+        )
+        table = self.cluster.resources[ResourceKind.STORAGE_CLASS]
+        for name in sorted(table):
+            klass = table[name]
+            is_default = default is not None and default.name == name
+            profiles.add_metric(
+                [
+                    name,
+                    str(klass.manifest.get("provisioner") or ""),
+                    "true",
+                    str(is_default).lower(),
+                    str(storage.is_shared(klass)).lower(),
+                ],
+                1.0,
+            )
+        yield from (ready, pending, restarts, profiles)
 
 
 def template_meta(vm_manifest: dict[str, Any]) -> dict[str, Any]:

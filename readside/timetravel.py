@@ -26,6 +26,14 @@ async def resolve(store: EventLog, point: Point | None) -> int:
     return min(await store.seq_at_time(point.time), last)
 
 
+async def time_of(store: EventLog, seq: int) -> float | None:
+    """When the event at `seq` was stored (None before the first, or when it is gone)."""
+    if seq <= 0:
+        return None
+    stored = await store.get(seq)
+    return stored.time if stored is not None else None
+
+
 async def read(
     store: EventLog, filters: list[str] | None = None, until_seq: int | None = None
 ) -> list[Stored]:

@@ -178,12 +178,15 @@ class Selector(msgspec.Struct, frozen=True):
         namespace: str = "",
         label_selector: str | None = None,
         field_selector: str | None = None,
+        fields: tuple[str, ...] = (),
     ) -> Selector:
+        """`fields`: the field labels allowed, when not the kind's (another view of its
+        aggregates: pods of the VMIs)."""
         return cls(
             kind,
             namespace,
             parse_label_selector(label_selector),
-            parse_field_selector(field_selector, KIND_FIELDS.get(kind, FIELDS)),
+            parse_field_selector(field_selector, fields or KIND_FIELDS.get(kind, FIELDS)),
         )
 
     def matches(self, kind: KindToken, obj: JSON) -> bool:

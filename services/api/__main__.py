@@ -27,6 +27,7 @@ from services.api.app import create_app
 from services.api.auth import Authenticator, AuthFileError
 from services.api.guard import Guard
 from services.api.nats_endpoints import serve_intents
+from services.api.node_ports import NodePorts
 from services.api.server import Tls
 from services.api.server import config as server_config
 from services.api.service import ApiService
@@ -85,6 +86,10 @@ async def serve(
         console_tls=console_tls.client_context() if console_tls else None,
         disk_dir=disk_dir,
     )
+    # the node ports of NodePort Services, on this host (services/api/node_ports.py)
+    node_ports = None if read_only else NodePorts(runner, host, app.state.get("console_tls"))
+    if node_ports is not None:
+        await node_ports.start()
     app.state[prometheus_proxy.STATE_KEY] = prometheus  # the web console's charts
     # the same intents over NATS request-reply (writers only: a replica in the queue
     # group would be handed writes it must refuse)
@@ -97,6 +102,8 @@ async def serve(
     try:
         await server.serve()  # uvicorn handles SIGINT/SIGTERM
     finally:
+        if node_ports is not None:
+            await node_ports.stop()
         if over_nats is not None:
             await over_nats.stop()
         await runner.stop()

@@ -45,6 +45,7 @@ from kinds.registry import Registry
 from kinds.spec import KindSpec
 from projections import replay
 from projections.cluster import Cluster
+from projections.render import rfc3339
 from readside import timetravel
 from readside.watch import Selector, SelectorError, TooOldResourceVersion
 from services.api import (
@@ -52,6 +53,7 @@ from services.api import (
     export_server,
     openapi_k8s,
     pagination,
+    pod_logs,
     protowire,
     reviews,
     streams,
@@ -182,10 +184,14 @@ def _command_request(
 
 
 # ------------------------------------------------------------- read side
-def _selector(request: Request[Any, Any, Any], kind: KindToken, namespace: str) -> Selector:
+def _selector(
+    request: Request[Any, Any, Any], kind: KindToken, namespace: str, fields: tuple[str, ...] = ()
+) -> Selector:
     q = request.query_params
     try:
-        return Selector.parse(kind, namespace, q.get("labelSelector"), q.get("fieldSelector"))
+        return Selector.parse(
+            kind, namespace, q.get("labelSelector"), q.get("fieldSelector"), fields
+        )
     except SelectorError as exc:
         raise bad_request(str(exc)) from None
 
@@ -199,7 +205,7 @@ async def _list_or_watch(
 ) -> Response[Any]:
     api = _api(request)
     kind = spec.event_kind
-    selector = _selector(request, kind, namespace)
+    selector = _selector(request, kind, namespace, spec.field_labels)
     if (past := await _at(request, api)) is not None:
         cluster, now, seq = past
         items = [
@@ -209,14 +215,8 @@ async def _list_or_watch(
             and selector.matches(kind, obj)
         ]
         meta = {"resourceVersion": str(seq)}
-        return _respond(
-            {
-                "apiVersion": spec.api_version,
-                "kind": spec.list_kind,
-                "metadata": meta,
-                "items": items,
-            }
-        )
+        listed = {"apiVersion": spec.api_version, "kind": spec.list_kind, "metadata": meta}
+        return _at_time(_respond({**listed, "items": items}), now)
     if _is_watch(request):
         if "watch" not in spec.verbs or not (_renders_own(api, spec) or spec.convert):
             raise method_not_allowed()
@@ -309,13 +309,16 @@ async def _get_one(request: Request[Any, Any, Any], spec: KindSpec, k: str) -> R
     api = _api(request)
     if (past := await _at(request, api, spec, k)) is not None:
         cluster, now, _ = past
-        obj = _render_at(spec, cluster, k, now)
+        if (obj := _render_at(spec, cluster, k, now)) is None:
+            raise _not_found_then(api, spec, k, now)
+        if table.wants_table(request.headers.get("accept", "")):  # ages as they were then
+            return _at_time(_respond(table.table(table.columns(spec), [obj], now=now)), now)
+        return _at_time(_respond(obj), now)
+    await _not_older_than(request, api)
+    if _renders_own(api, spec):
+        obj = api.runner.get(spec.event_kind, k)
     else:
-        await _not_older_than(request, api)
-        if _renders_own(api, spec):
-            obj = api.runner.get(spec.event_kind, k)
-        else:
-            obj = _render_at(spec, api.cluster, k, api.runner.clock())
+        obj = _render_at(spec, api.cluster, k, api.runner.clock())
     if obj is None:
         raise not_found(spec.resource, k.rsplit("/", 1)[-1])
     if table.wants_table(request.headers.get("accept", "")):
@@ -323,7 +326,31 @@ async def _get_one(request: Request[Any, Any, Any], spec: KindSpec, k: str) -> R
     return _respond(obj)
 
 
+def _at_time(response: Response[bytes], when: float) -> Response[bytes]:
+    """A time-travel answer says the time it shows (a sequence's is its event's), so that
+    a client shows ages as they were then."""
+    response.headers[AT_TIME_HEADER] = f"{when:.3f}"
+    return response
+
+
+def _not_found_then(api: ApiService, spec: KindSpec, k: str, when: float) -> ApiError:
+    """NotFound at a point in the past; one that exists now did not exist then: it says
+    when it was made."""
+    status = not_found(spec.resource, k.rsplit("/", 1)[-1]).status
+    if _renders_own(api, spec):
+        now = api.runner.get(spec.event_kind, k)
+    else:
+        now = _render_at(spec, api.cluster, k, api.runner.clock())
+    created = ((now or {}).get("metadata") or {}).get("creationTimestamp")
+    then = rfc3339(when)
+    said = f"{status.message} at {then}"
+    if created:
+        said += f": it did not exist then, it was created at {created}"
+    return ApiError(msgspec.structs.replace(status, message=said))
+
+
 SEQUENCE_HEADER = "virtstream-sequence"
+AT_TIME_HEADER = "virtstream-at-time"
 MIN_SEQUENCE_HEADER = "virtstream-min-sequence"
 #: how long a read waits for this api's view to reach the sequence it asks for
 NOT_OLDER_THAN_SECONDS = 5.0
@@ -376,13 +403,14 @@ async def _at(
     except ValueError as exc:
         raise bad_request(f"invalid at: {exc}") from None
     seq = await timetravel.resolve(api.runner.store, point)
-    if spec is not None and spec.event_kind in ONE_OBJECT_AT:
+    when = point.time if point.time is not None else await timetravel.time_of(api.runner.store, seq)
+    if spec is not None and spec.event_kind in ONE_OBJECT_AT and _renders_own(api, spec):
         ns, _, name = k.rpartition("/")
         agg = Aggregate(kind=spec.event_kind, namespace=ns or CLUSTER_SCOPE, name=name)
         cluster = await timetravel.object_at(api.runner.store, agg, seq)
     else:
         cluster = await timetravel.cluster_at(api.runner.store, seq=seq)
-    return cluster, point.time if point.time is not None else time.time(), seq
+    return cluster, when if when is not None else time.time(), seq
 
 
 # ------------------------------------------------------------- kind routes
@@ -825,6 +853,7 @@ def create_app(
             *reviews.routes(guard),
             *WEB_ROUTES,
             *export_server.ROUTES,
+            *pod_logs.ROUTES,
         ],
         middleware=[
             lambda app: observe(app, api),

@@ -209,32 +209,32 @@ def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
         if (spec.group == "") != core:
             continue
         groups.setdefault(spec.group, {}).setdefault(spec.version, []).append(_discovery(spec, []))
-    if not core:  # each subresource group lists its parents, verbs only on the subresources
-        for spec in kinds.served:
-            if not spec.subresources and not spec.streams:
-                continue
-            subs = [
-                {
-                    "subresource": name,
-                    "responseKind": (
-                        dict(zip(("group", "version", "kind"), rk, strict=True))
-                        if rk
-                        else _gvk(spec)
-                    ),
-                    "verbs": verbs,
-                }
-                for name, verbs, rk in _sub_names(spec)
-            ]
-            listed = groups.setdefault(spec.subresource_group, {}).setdefault(spec.version, [])
-            own = next((r for r in listed if r["resource"] == spec.plural), None)
-            if own is not None:  # served in the kind's own group (`scale`)
-                own["subresources"] = subs
-                continue
-            parent = _discovery(spec, subs)
-            parent["verbs"] = []
-            parent.pop("shortNames", None)
-            parent.pop("categories", None)
-            listed.append(parent)
+    # each subresource group lists its parents, verbs only on the subresources (a core
+    # kind's, `pods/log`, on the kind itself)
+    for spec in kinds.served:
+        if (not spec.subresources and not spec.streams) or (spec.subresource_group == "") != core:
+            continue
+        subs = [
+            {
+                "subresource": name,
+                "responseKind": (
+                    dict(zip(("group", "version", "kind"), rk, strict=True)) if rk else _gvk(spec)
+                ),
+                "verbs": verbs,
+            }
+            for name, verbs, rk in _sub_names(spec)
+        ]
+        listed = groups.setdefault(spec.subresource_group, {}).setdefault(spec.version, [])
+        own = next((r for r in listed if r["resource"] == spec.plural), None)
+        if own is not None:  # served in the kind's own group (`scale`)
+            own["subresources"] = subs
+            continue
+        parent = _discovery(spec, subs)
+        parent["verbs"] = []
+        parent.pop("shortNames", None)
+        parent.pop("categories", None)
+        listed.append(parent)
+    if not core:
         ssar = {
             "resource": SSAR["name"],
             "responseKind": {"group": AUTHORIZATION_GROUP, "version": "v1", "kind": SSAR["kind"]},

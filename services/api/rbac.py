@@ -20,7 +20,9 @@ Kinds of the core group (nodes, namespaces) are Kubernetes' and belong to no Kub
 role; Events (core and events.k8s.io) and namespaces are read by `view` and the roles
 above it, as Kubernetes' `view` role, into which KubeVirt's aggregate, grants (bound in a
 namespace, it reads that namespace alone). Creating or deleting a namespace is
-`cluster-admin`'s, as in Kubernetes, where `admin` and `edit` cannot either."""
+`cluster-admin`'s, as in Kubernetes, where `admin` and `edit` cannot either. The launcher
+pods (and `pods/log`), Services, Endpoints and EndpointSlices are read by `view` and the
+roles above it, and Services written by `edit` and `admin`, as Kubernetes' roles grant."""
 
 from __future__ import annotations
 
@@ -158,7 +160,7 @@ def attributes(method: str, path: str, query: str = "") -> Attributes:
 
 # ------------------------------------------------------------------ roles
 def _kubevirt(spec: KindSpec) -> bool:
-    return spec.group != "" and spec.event_kind != kube_events.KIND
+    return spec.group not in ("", DISCOVERY_GROUP) and spec.event_kind != kube_events.KIND
 
 
 def _events(kinds: Registry) -> list[Rule]:
@@ -169,6 +171,27 @@ def _events(kinds: Registry) -> list[Rule]:
         for spec in kinds
         if spec.event_kind == kube_events.KIND
     ]
+
+
+# the core kinds around the VMIs Kubernetes' `view` reads (and `edit` writes, the writable
+# ones): the launcher pods and their logs, services and their endpoints
+WORKLOAD_KINDS = ("Pod", "Service", "Endpoints", "EndpointSlice")
+DISCOVERY_GROUP = "discovery.k8s.io"  # EndpointSlices
+
+
+def _workloads(kinds: Registry, verbs: tuple[str, ...]) -> list[Rule]:
+    out = []
+    for spec in kinds:
+        if spec.group not in ("", DISCOVERY_GROUP) or spec.kind not in WORKLOAD_KINDS:
+            continue
+        allowed = tuple(
+            v for v in verbs if v in spec.verbs or (v == "patch" and "update" in spec.verbs)
+        )
+        if allowed:
+            out.append(Rule(allowed, (spec.group,), (spec.plural,)))
+        if verbs == READ and spec.streams:  # `kubectl logs`: a viewer's, as in Kubernetes
+            out.append(Rule(("get",), ("",), tuple(f"{spec.plural}/{n}" for n in spec.streams)))
+    return out
 
 
 def _namespaces(kinds: Registry) -> list[Rule]:
@@ -234,6 +257,8 @@ def cluster_roles(kinds: Registry) -> dict[str, tuple[Rule, ...]]:
     view.append(Rule(("get",), non_resource_urls=PROMETHEUS_PATHS))
     view.extend(_events(kinds))
     view.extend(_namespaces(kinds))
+    view.extend(_workloads(kinds, READ))
+    edit.extend(_workloads(kinds, WRITE))
     edit = view + edit
     admin = [
         *edit,

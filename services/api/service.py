@@ -28,7 +28,7 @@ from events.codec import event_type
 from events.envelope import Appended
 from eventstore.keyed import KeyedRecords, MemoryKeyedRecords
 from eventstore.port import ConcurrencyConflict, EventLog, EventLogError, Unavailable
-from kinds import namespace
+from kinds import namespace, storage
 from kinds.registry import REGISTRY, Registry
 from projections import namespaces
 from projections.cluster import Cluster
@@ -111,6 +111,10 @@ class ApiService:
         for name in sorted({*namespaces.SYSTEM, *namespaces.in_use(self.cluster)}):
             ensure = functools.partial(namespace.ensure, name)
             await self.execute(ensure, f"bootstrap-namespace-{name}")
+        for body in storage.CLASSES:  # the storage classes every cluster has
+            name = str(body["metadata"]["name"])
+            made = functools.partial(storage.ensure_class, body)
+            await self.execute(made, f"bootstrap-storageclass-{name}")
 
     # ------------------------------------------------------------------ writes
     def _context(self, correlation_id: str, idem: Idempotency | None) -> RequestContext:

@@ -215,6 +215,9 @@ async def _dial(resolve: Callable[[], Target], tls: ssl.SSLContext | None) -> Cl
     return upstream
 
 
+dial = _dial  # a relay of another transport's (node ports: services/api/node_ports.py)
+
+
 async def relay(
     scope: Scope,
     receive: Receive,

@@ -3,7 +3,9 @@ Table with the kind's printer columns, as the API server's CRD table convertor b
 (a Name column, then KubeVirt's additionalPrinterColumns; Name and Age when a kind has
 none), so `kubectl get` prints KubeVirt's columns. Nodes, a built-in kind, get the API
 server's own node columns (Status, Roles, Age, Version; with `-o wide` Internal-IP,
-External-IP, OS-Image, Kernel-Version, Container-Runtime). Pure."""
+External-IP, OS-Image, Kernel-Version, Container-Runtime); storage classes, claims and
+volumes theirs (a default class's NAME marked `(default)`, ACCESS MODES as RWO, RWX).
+Pure."""
 
 from __future__ import annotations
 
@@ -12,8 +14,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from kinds import pod, service
+from kinds import storage as kinds_storage
 from kinds.columns import PrinterColumn, lookup
 from kinds.spec import KindSpec
+from projections.storage import DEFAULT_CLASS, SHORT_MODES
 
 JSON = dict[str, Any]
 NAME_DESCRIPTION = (
@@ -194,6 +199,55 @@ EVENT_COLUMNS: tuple[TableColumn, ...] = (
 )
 
 
+# The API server's own pod columns (its printer, pkg/printers/internalversion)
+POD_COLUMNS: tuple[TableColumn, ...] = (
+    Computed("Ready", pod.ready, description="The aggregate readiness state of this pod"),
+    Computed("Status", pod.status, description="The aggregate status of the containers"),
+    Computed("Restarts", lambda o: "0", type="string", description="The number of restarts"),
+    PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+    Computed(
+        "IP",
+        lambda o: (o.get("status") or {}).get("podIP") or "<none>",
+        1,
+        description="IP address assigned to the pod",
+    ),
+    Computed(
+        "Node",
+        lambda o: (o.get("spec") or {}).get("nodeName") or "<none>",
+        1,
+        description="Name of the node the pod is assigned to",
+    ),
+    Computed("Nominated Node", lambda o: "<none>", 1, description="The nominated node"),
+    Computed("Readiness Gates", pod.gates, 1, description="The readiness gates of the pod"),
+)
+
+
+SERVICE_COLUMNS: tuple[TableColumn, ...] = (
+    Computed(
+        "Type", lambda o: (o.get("spec") or {}).get("type", ""), description="The type of service"
+    ),
+    Computed(
+        "Cluster-IP",
+        lambda o: (o.get("spec") or {}).get("clusterIP") or "<none>",
+        description="The cluster IP of the service",
+    ),
+    Computed("External-IP", service.external, description="The external IP of the service"),
+    Computed("Port(s)", service.ports, description="The ports of the service"),
+    PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+    Computed("Selector", service.selector, 1, description="The selector of the service"),
+)
+ENDPOINTS_COLUMNS: tuple[TableColumn, ...] = (
+    Computed("Endpoints", service.endpoints, description="Endpoints of the service"),
+    PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
+)
+# the built-in kinds' columns beside nodes' and events'
+CORE_COLUMNS: dict[str, tuple[TableColumn, ...]] = {
+    "Pod": POD_COLUMNS,
+    "Service": SERVICE_COLUMNS,
+    "Endpoints": ENDPOINTS_COLUMNS,
+}
+
+
 def _cell(column: TableColumn, obj: JSON, now: float | None = None) -> Any:
     if isinstance(column, Computed):
         return column.at(obj, now) if column.at is not None else column.value(obj)
@@ -205,11 +259,61 @@ def _cell(column: TableColumn, obj: JSON, now: float | None = None) -> Any:
     return value
 
 
+def _class_name(obj: JSON) -> str:
+    """The API server's StorageClass NAME: the default one marked `(default)`."""
+    meta = obj.get("metadata") or {}
+    marked = str((meta.get("annotations") or {}).get(DEFAULT_CLASS, "")).lower() == "true"
+    return f"{meta.get('name', '')} (default)" if marked else str(meta.get("name", ""))
+
+
+def _modes(path: str) -> Callable[[JSON], str]:
+    """ACCESS MODES as kubectl prints them: RWO, RWX, ..."""
+
+    def cell(obj: JSON) -> str:
+        modes = lookup(obj, path) or []
+        return ",".join(SHORT_MODES.get(str(m), str(m)) for m in modes)
+
+    return cell
+
+
+def _claim_status(obj: JSON) -> str:
+    """kubectl's claim STATUS: Terminating once its deletion began, else its phase."""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return "Terminating"
+    return str((obj.get("status") or {}).get("phase") or "")
+
+
+def _claim_column(c: PrinterColumn) -> TableColumn:
+    if c.name == "Access Modes":
+        return Computed(c.name, _modes(".status.accessModes"))
+    if c.name == "Status":
+        return Computed(c.name, _claim_status)
+    return c
+
+
+# the API server's own printers for the storage kinds (core and storage.k8s.io)
+STORAGE_COLUMNS: dict[str, tuple[TableColumn, ...]] = {
+    "StorageClass": (
+        Computed("Name", _class_name, description=NAME_DESCRIPTION),
+        *(c for c in kinds_storage.STORAGE_CLASS.printer_columns),
+    ),
+    "PersistentVolumeClaim": tuple(_claim_column(c) for c in kinds_storage.PVC.printer_columns),
+    "PersistentVolume": tuple(
+        Computed(c.name, _modes(".spec.accessModes")) if c.name == "Access Modes" else c
+        for c in kinds_storage.PV.printer_columns
+    ),
+}
+
+
 def columns(spec: KindSpec) -> tuple[TableColumn, ...]:
     if not spec.group and spec.kind == "Node":
         return NODE_COLUMNS
     if not spec.group and spec.kind == "Event":
         return EVENT_COLUMNS
+    if spec.group in ("", "storage.k8s.io") and spec.kind in STORAGE_COLUMNS:
+        return STORAGE_COLUMNS[spec.kind]
+    if not spec.group and spec.kind in CORE_COLUMNS:
+        return CORE_COLUMNS[spec.kind]
     return spec.shown_printer_columns
 
 
@@ -240,7 +344,7 @@ def table(
             {
                 "name": c.name,
                 "type": c.type,
-                "format": "",
+                "format": "name" if c.name == "Name" and c.priority == 0 else "",
                 "description": c.description,
                 "priority": c.priority,
             }

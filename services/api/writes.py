@@ -12,7 +12,7 @@ from typing import Any, assert_never
 import msgspec
 
 from core import commands, dryrun
-from core.commands import Call, Command, Request
+from core.commands import Call, Command, Delete, Request
 from core.context import Outcome, RequestContext
 from core.errors import not_found, read_replica
 from core.idempotency import Idempotency
@@ -39,9 +39,24 @@ async def perform(api: ApiService, req: Request, correlation_id: str, key: str =
         raise read_replica()
     command = commands.decode(req)
     idem = Idempotency.of(key, req.identity, req.body)
+    before = _deleted(api, command)
     outcome, seq = await decided(api, command, correlation_id, idem)
     code, body = answer(api, command, outcome)
+    if before is not None and api.runner.get(outcome.kind, outcome.key) is None:
+        body = _json.encode(before)  # the Service as it was, as the API server answers
     return Result(code, body, seq, outcome.warnings)
+
+
+# built-in kinds whose delete answers the deleted object, not a Status (the API server's
+# `ReturnDeletedObject` strategies; the typed clients decode a V1Service)
+RETURNS_DELETED = (("", "Service"),)
+
+
+def _deleted(api: ApiService, command: Command) -> JSON | None:
+    spec = command.spec
+    if not isinstance(command, Delete) or (spec.group, spec.kind) not in RETURNS_DELETED:
+        return None
+    return api.runner.get(spec.event_kind, spec.key(command.namespace, command.name))
 
 
 async def decided(

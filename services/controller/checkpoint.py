@@ -52,4 +52,5 @@ class ControllerCodec:
         )
         state.index.rebuild(state.cluster)
         state.dependents.rebuild(state.cluster)
+        state.claims.rebuild(state.cluster)
         return state

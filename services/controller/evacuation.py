@@ -73,7 +73,7 @@ def _evict(
     state: ControllerState, node: NodeView, vmi: VMIView, ctx: Context, config: MigrationConfig
 ) -> list[Event]:
     strategy = eviction_strategy(vmi)
-    migratable, _, _ = live_migratable(vmi.manifest)
+    migratable, _, _ = live_migratable(vmi.manifest, state.cluster)
     vmi_agg = emit.vmi_aggregate(vmi)
     if strategy == "LiveMigrate" and not migratable:
         if (vmi.uid, node.name) in state.eviction_blocked:

@@ -96,7 +96,9 @@ def _route(mig: MigrationView, cluster: Cluster) -> str:
     return ""
 
 
-def _vmi_problem(mig: MigrationView, vmi: VMIView | None, *, pending: bool) -> _Fail | None:
+def _vmi_problem(
+    mig: MigrationView, vmi: VMIView | None, cluster: Cluster, *, pending: bool
+) -> _Fail | None:
     if vmi is None:
         return _Fail("VMIDoesNotExist", f'the VMI "{mig.namespace}/{mig.vmi_name}" does not exist')
     if vmi.final:
@@ -106,7 +108,7 @@ def _vmi_problem(mig: MigrationView, vmi: VMIView | None, *, pending: bool) -> _
     if pending:
         if vmi.phase != "Running":
             return _Fail("VMINotRunning", f"Cannot migrate VMI {vmi.name}: VM is not running")
-        ok, reason, message = live_migratable(vmi.manifest)
+        ok, reason, message = live_migratable(vmi.manifest, cluster)
         if not ok:
             return _Fail(
                 "NotLiveMigratable", f"Cannot migrate VMI, Reason: {reason}, Message: {message}"
@@ -125,7 +127,7 @@ def _failure(
     mig: MigrationView, vmi: VMIView | None, cluster: Cluster, ahead: Iterable[MigrationView]
 ) -> _Fail | None:
     pending = mig.phase == "Pending"
-    problem = _vmi_problem(mig, vmi, pending=pending)
+    problem = _vmi_problem(mig, vmi, cluster, pending=pending)
     if problem is not None:
         return problem
     if pending and any(o.vmi_name == mig.vmi_name and o.namespace == mig.namespace for o in ahead):

@@ -107,3 +107,23 @@ def fail_stranded_vmis(cluster: Cluster, node: NodeView, ctx: Context) -> list[E
                 )
             )
     return out
+
+
+def fail_vmis_of_deleted(cluster: Cluster, name: str, ctx: Context) -> list[Event]:
+    """Non-final VMIs on a node that no longer exists (deleted) fail, as Kubernetes'
+    pod garbage collector removes the pods bound to a node that is gone."""
+    if name in cluster.nodes:
+        return []
+    out: list[Event] = []
+    for vmi in sorted(cluster.vmis_on(name), key=lambda v: (v.namespace, v.name)):
+        if not vmi.final:
+            out.append(
+                VMIFailed(
+                    meta=emit.meta(
+                        ctx, emit.vmi_aggregate(vmi), f"node-failed/{vmi.uid}", node=vmi.node
+                    ),
+                    reason="NodeDeleted",
+                    message=f"node {name} was deleted",
+                )
+            )
+    return out

@@ -14,14 +14,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from events import subjects
-from events.catalog import Event
+from events.catalog import Event, ResourceDeleted
 from events.envelope import Context, Decision, Stored
 from events.meta import Aggregate, Kind, ResourceKind
 from projections.cluster import Cluster, key, view_key
+from projections.storage import claims_of
 from projections.views import ResourceView
 from services.controller import (
     backoff,
     clone,
+    datavolume,
     evacuation,
     export,
     gc,
@@ -32,6 +34,7 @@ from services.controller import (
     run_strategy,
     scheduler,
     snapshot,
+    storage,
 )
 from services.controller.backoff import BackoffConfig
 from services.controller.policy import MigrationConfig
@@ -49,6 +52,9 @@ class _Scope:
     # replica sets, pools, snapshots, restores, clones, exports: (kind, "ns/name");
     # None: all of them (a tick)
     owned: set[tuple[str, str]] | None = None
+    claims: set[str] = field(default_factory=set)  # PVCs and DataVolumes, "ns/name"
+    released: set[str] = field(default_factory=set)  # uids of deleted claims
+    sources: set[str] = field(default_factory=set)  # DataSources
 
 
 class ControllerReactor:
@@ -120,6 +126,13 @@ class ControllerReactor:
                 k = key(agg.namespace, agg.name)
                 scope.vms.add(k)
                 scope.vmis.add(k)
+                scope.claims.update(_claims_of(state, k))
+            case ResourceKind.DATA_SOURCE:
+                scope.sources.add(key(agg.namespace, agg.name))
+            case ResourceKind.PVC | ResourceKind.DATA_VOLUME:
+                scope.claims.add(key(agg.namespace, agg.name))
+                if agg.kind == ResourceKind.PVC and isinstance(stored.event, ResourceDeleted):
+                    scope.released.add(agg.uid)
             case Kind.NODE:
                 scope.nodes.add(agg.name)
                 for vmi in state.cluster.vmis_on(agg.name):
@@ -135,7 +148,11 @@ class ControllerReactor:
 
     def tick(self, state: ControllerState, ctx: Context) -> Sequence[Decision]:
         c = state.cluster
-        scope = _Scope(vms=set(c.vms), vmis=set(c.vmis), nodes=set(c.nodes))
+        # the nodes VMIs are on too: one deleted leaves them to fail
+        scope = _Scope(vms=set(c.vms), vmis=set(c.vmis), nodes={*c.nodes, *c.vmis_by_node})
+        scope.claims.update(c.resources[ResourceKind.PVC])
+        scope.claims.update(c.resources[ResourceKind.DATA_VOLUME])
+        scope.sources.update(c.resources[ResourceKind.DATA_SOURCE])
         return self._decide(state, scope, ctx, check_nodes=True, collect=True)
 
     @staticmethod
@@ -155,9 +172,11 @@ class ControllerReactor:
         after an event that may have left dependents without their owner)."""
         c = state.cluster
         out: list[Event] = []
+        sets: list[Decision] = []
         for name in sorted(scope.nodes):
             node = c.nodes.get(name)
             if node is None:
+                out += node_health.fail_vmis_of_deleted(c, name, ctx)
                 continue
             if check_nodes:
                 out += node_health.check(state, node, ctx, self.node_timeout, self.cluster_nodes)
@@ -173,9 +192,10 @@ class ControllerReactor:
             # backoff first: a failed start must be on record before the VMI is replaced
             out += backoff.reconcile(vm, c.vmi_of_vm(vm), ctx, self.backoff)
             out += run_strategy.reconcile(state, vm, ctx)
+            sets += datavolume.reconcile_templates(c, vm, ctx)
+        sets += _storage(state, scope, ctx)
         # replica sets, pools, snapshots, restores, clones, exports: those the event
         # concerns (a content whose snapshot is gone is the garbage collector's)
-        sets: list[Decision] = []
         for rs in self._owned(c, scope, ResourceKind.VMIRS):
             sets += replicas.reconcile_replicaset(c, rs, ctx)
         for pool in self._owned(c, scope, ResourceKind.VMPOOL):
@@ -207,6 +227,37 @@ def _owned_of(c: Cluster, scope: _Scope, kind: str) -> list[ResourceView]:
         return list(table.values())
     keys = sorted(k for kd, k in scope.owned if kd == kind)
     return [table[k] for k in keys if k in table]
+
+
+def _claims_of(state: ControllerState, vmi_key: str) -> set[str]:
+    """The claims a VMI names: from the index while it lives, from its manifest once it
+    ended (its end may let a claim's deletion finish)."""
+    found = set(state.claims.claims(vmi_key))
+    vmi = state.cluster.vmis.get(vmi_key)
+    if not found and vmi is not None and vmi.final:
+        found = {key(vmi.namespace, c) for c in claims_of(vmi.manifest)}
+    return found
+
+
+def _storage(state: ControllerState, scope: _Scope, ctx: Context) -> list[Decision]:
+    """The claims and DataVolumes the event touched (a claim and its DataVolume share a
+    name), and the volumes of deleted claims."""
+    c = state.cluster
+    out: list[Decision] = []
+    for k in sorted(scope.claims):
+        dv = c.resources[ResourceKind.DATA_VOLUME].get(k)
+        if dv is not None:
+            out += datavolume.reconcile_dv(c, dv, ctx)
+        claim = c.resources[ResourceKind.PVC].get(k)
+        if claim is not None:
+            out += storage.reconcile_claim(c, claim, state.claims.users(k), ctx)
+    for uid in sorted(scope.released):
+        out += storage.released(c, uid, ctx)
+    for k in sorted(scope.sources):
+        ds = c.resources[ResourceKind.DATA_SOURCE].get(k)
+        if ds is not None:
+            out += datavolume.reconcile_source(c, ds, ctx)
+    return out
 
 
 def _unique(events: Iterable[Event]) -> list[Event]:

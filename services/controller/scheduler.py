@@ -10,7 +10,6 @@ When nothing fits it says why, in kube-scheduler's words."""
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -18,9 +17,10 @@ from typing import Any
 
 from events.catalog import Event, PodScheduled, Taint, Unschedulable
 from events.envelope import Context
-from projections import claims
+from projections import claims, storage
 from projections.allocation import node_allocated, vmi_requests
 from projections.cluster import Cluster, key
+from projections.launcher_pods import pod_name as pod_name  # the migration's target pods too
 from projections.views import NodeView, VMIView
 from services.controller import emit, ipam
 from services.controller.placement_index import PlacementIndex
@@ -338,22 +338,19 @@ def unschedulable_message(total: int, reasons: Mapping[str, int]) -> str:
 
 
 # ---------------------------------------------------------------------- decisions
-_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"  # Kubernetes' generateName alphabet
-
-
-def pod_name(vmi_name: str, uid: str) -> str:
-    digest = hashlib.sha256(uid.encode()).digest()
-    suffix = "".join(_SUFFIX_ALPHABET[b % len(_SUFFIX_ALPHABET)] for b in digest[:5])
-    return f"virt-launcher-{vmi_name}-{suffix}"
-
-
 def pod_manifest(cluster: Cluster, vmi: VMIView, manifest: JSON) -> JSON:
-    """What the VMI's launcher pod is given: the VMI, with the sizes of the claims its VM's
-    dataVolumeTemplates request (`projections/claims.py`)."""
+    """What the VMI's launcher pod is given: the VMI, with the sizes of its claims (the
+    claim objects', else what its VM's dataVolumeTemplates request,
+    `projections/claims.py`)."""
     vm = cluster.vms.get(key(vmi.namespace, vmi.name)) if vmi.owner_vm_uid else None
-    if vm is None or vm.uid != vmi.owner_vm_uid:
-        return manifest
-    return claims.with_claim_sizes(manifest, claims.claim_sizes(manifest, vm.manifest))
+    owned = vm is not None and vm.uid == vmi.owner_vm_uid
+    sizes = claims.claim_sizes(manifest, vm.manifest if vm is not None and owned else None)
+    for name in storage.claims_of(manifest):  # a claim object's size is its disk's
+        claim = storage.find_claim(cluster, vmi.namespace, name)
+        if claim is not None:
+            capacity = (claim.status.get("capacity") or {}).get("storage")
+            sizes[name] = str(capacity or storage.requested(claim.spec) or sizes.get(name, ""))
+    return claims.with_claim_sizes(manifest, {k: v for k, v in sizes.items() if v})
 
 
 def pod_address(cluster: Cluster, node: str, reserved: Reserved) -> str:
@@ -396,7 +393,14 @@ def schedule_pending(
     out: list[Event] = []
     for vmi in pending:
         manifest = vmi.manifest  # decoded once per pass
-        result = place(manifest, cluster, reserved=reserved, index=index, policy=policy)
+        # its claims first: a missing one waits; one on a node's disk pins it there
+        pinned, waiting = storage.placement(cluster, vmi.namespace, manifest)
+        result: Placement | NoFit = NoFit(waiting)
+        if not waiting:
+            pin = {HOSTNAME: pinned} if pinned else None
+            result = place(
+                manifest, cluster, reserved=reserved, index=index, extra_selector=pin, policy=policy
+            )
         agg = emit.vmi_aggregate(vmi)
         if isinstance(result, Placement):
             reserved.add(result.node, manifest)

@@ -49,11 +49,13 @@ from events.catalog import (
 )
 from events.envelope import Context, Decision
 from events.meta import Aggregate, Kind, KindToken, ResourceKind
+from projections import storage
 from projections.cluster import Cluster, key
 from projections.render import rfc3339
 from projections.snapshots import failed as _failed
 from projections.views import ResourceView, VMIView, VMView
 from services.controller import emit
+from services.controller import storage as claim_objects
 
 JSON = dict[str, Any]
 GROUP_VERSION = "snapshot.kubevirt.io/v1beta1"
@@ -271,7 +273,7 @@ def reconcile_snapshot(cluster: Cluster, snap: ResourceView, ctx: Context) -> li
                 {"indication": n, "message": INDICATIONS[n]} for n in names
             ]
         if content is None:
-            out.append(_create_content(snap, vm, qemu_mode(cluster), ctx))
+            out.append(_create_content(cluster, snap, vm, qemu_mode(cluster), ctx))
         else:
             out += _content_progress(cluster, content, vmi, ctx)
     ready = status["readyToUse"]
@@ -299,7 +301,9 @@ def _content_progress(
     return emit.status_change(ResourceKind.SNAPSHOT_CONTENT, content, ready, ctx)
 
 
-def _create_content(snap: ResourceView, vm: VMView, qemu: bool, ctx: Context) -> Decision:
+def _create_content(
+    cluster: Cluster, snap: ResourceView, vm: VMView, qemu: bool, ctx: Context
+) -> Decision:
     name = content_name(snap)
     decision_key = f"vmsnapshot-content/{snap.uid}"
     uid = emit.new_uid(ctx, decision_key)
@@ -337,7 +341,7 @@ def _create_content(snap: ResourceView, vm: VMView, qemu: bool, ctx: Context) ->
             "volumeBackups": [
                 {
                     "volumeName": volume,
-                    "persistentVolumeClaim": {"metadata": {"name": claim}},
+                    "persistentVolumeClaim": _claim_copy(cluster, snap.namespace, claim),
                     "volumeSnapshotName": f"vmsnapshot-{snap.uid}-volume-{volume}",
                 }
                 for volume, claim in (
@@ -351,6 +355,37 @@ def _create_content(snap: ResourceView, vm: VMView, qemu: bool, ctx: Context) ->
     )
     ev = ResourceCreated(meta=emit.meta(ctx, agg, decision_key), manifest=content)
     return Decision(ev)  # OCC: the content does not exist yet
+
+
+def _claim_copy(cluster: Cluster, namespace: str, claim: str) -> JSON:
+    """A volume backup's claim: its name, and its spec when the claim is an object (what a
+    restore makes the new claim like)."""
+    found = storage.find_claim(cluster, namespace, claim)
+    out: JSON = {"metadata": {"name": claim}}
+    if found is not None:
+        out["spec"] = {k: v for k, v in found.spec.items() if k != "volumeName"}
+    return out
+
+
+def _restored_claims(
+    cluster: Cluster,
+    restore: ResourceView,
+    content: ResourceView | None,
+    restores: list[JSON],
+    ctx: Context,
+) -> list[Decision]:
+    """The restored claims as objects, each like the claim it was backed up from."""
+    like: dict[str, JSON] = {}
+    for b in (content.spec.get("volumeBackups") or []) if content is not None else []:
+        like[str(b.get("volumeName"))] = (b.get("persistentVolumeClaim") or {}).get("spec") or {}
+    out: list[Decision] = []
+    for r in restores:
+        name, volume = str(r["persistentVolumeClaim"]), str(r["volumeName"])
+        k = f"restore-claim/{restore.uid}/{volume}"
+        out += claim_objects.restored_claim(
+            cluster, restore.namespace, name, like.get(volume, {}), k, ctx
+        )
+    return out
 
 
 # --------------------------------------------------------------------- restore
@@ -456,16 +491,18 @@ def reconcile_restore(cluster: Cluster, restore: ResourceView, ctx: Context) -> 
             _request_copies(cluster, ResourceKind.RESTORE, restore, copies, None, ctx, restore=True)
             + waiting
         )
+    made: list[Decision] = []
     if backups:
         snap_vm = _with_claims(
             snap_vm, {r["volumeName"]: r["persistentVolumeClaim"] for r in old["restores"]}
         )
+        made = _restored_claims(cluster, restore, content, old["restores"], ctx)
     if done:
         status["complete"] = True
         status["restoreTime"] = old.get("restoreTime") or rfc3339(ctx.now)
         return conditions(("Progressing", "False", COMPLETE), ("Ready", "True", COMPLETE))
     try:
-        out = [_restore_target(restore, target, snap_vm, ctx)]
+        out = [*made, _restore_target(restore, target, snap_vm, ctx)]
     except PatchError as e:
         return error(f"error patching VM {target_name}: {e}")
     if target is not None:

@@ -45,6 +45,7 @@ from events.envelope import Stored
 from events.meta import Kind, KindToken
 from projections.cluster import Cluster, key, view_key
 from projections.views import MigrationView, VMIView, VMView
+from services.controller.claim_index import ClaimIndex
 from services.controller.dependents import Dependents
 from services.controller.placement_index import PlacementIndex
 
@@ -71,6 +72,8 @@ class ControllerState:
     index: PlacementIndex = field(default_factory=PlacementIndex)
     # which replica sets, pools, snapshots, restores, clones, exports an event concerns
     dependents: Dependents = field(default_factory=Dependents)
+    # which live VMIs name which claims (a claim's protection, a VMI's claims)
+    claims: ClaimIndex = field(default_factory=ClaimIndex)
 
 
 def evolve(state: ControllerState, s: Stored) -> ControllerState:
@@ -130,6 +133,7 @@ def evolve(state: ControllerState, s: Stored) -> ControllerState:
     touched = state.cluster.apply(s)
     state.index.touched(state.cluster, touched)
     state.dependents.touched(state.cluster, touched)
+    state.claims.touched(state.cluster, touched)
     for kind, view in before:
         if view is not None:
             _forget_ended(state, kind, k, view)

@@ -12,6 +12,9 @@ relays its client's WebSocket to it.
 - `.../portforward/<port>[/tcp]`: WebSocket, binary frames, the bytes of one TCP
   connection to that port of the guest (`port_forward.py`: through a host forward QEMU's
   user-mode network holds only while the connection is made). Any number at once.
+- `.../log/compute`, `.../log/guest-console-log`: plain GET, the end of the launcher's log
+  or of the serial console's log QEMU writes (`services/launcher/rundir.py`), at most
+  `?limitBytes=` (1 MiB) and `?tailLines=` lines: the launcher pod's `kubectl logs`.
 - `.../guestosinfo`, `.../userlist`, `.../filesystemlist`: plain GET, what the guest agent
   says (`virDomainGetGuestInfo`, `guest-info`, `guest-fsfreeze-status`) as KubeVirt's JSON
   (`agent_info.py`); the agent's error (not connected, ...) is a 500 with its message.
@@ -41,6 +44,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from http import HTTPStatus
+from pathlib import Path
 
 import libvirt
 import structlog
@@ -51,6 +55,7 @@ from websockets.http11 import Request, Response
 
 from ops import pod_network
 from services.handler import agent_info, port_forward
+from services.launcher import rundir
 from services.launcher.domain_xml import pod_address_of, pod_ports_of
 from services.runtime.mtls import CLIENT_CN, PeerRefused, TlsFiles, check_peer
 
@@ -59,8 +64,9 @@ log = structlog.get_logger()
 PATH = re.compile(
     r"^/v1/namespaces/(?P<ns>[^/]+)/virtualmachineinstances/(?P<name>[^/]+)/"
     r"(?P<channel>console|vnc|screenshot|guestosinfo|userlist|filesystemlist"
-    r"|portforward/(?P<port>\d{1,5})(?:/tcp)?)$"
+    r"|portforward/(?P<port>\d{1,5})(?:/tcp)?|log/(?P<log>compute|guest-console-log))$"
 )
+LOG_BYTES = 1 << 20  # the most of a log one request reads
 AGENT_CHANNELS = ("guestosinfo", "userlist", "filesystemlist")
 CHUNK = 64 * 1024
 
@@ -177,6 +183,32 @@ def screenshot_png(uri: str, domain: str) -> bytes:
 Streams = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
+def log_tail(path: Path, limit_bytes: int = LOG_BYTES, tail_lines: int | None = None) -> bytes:
+    """The last `limit_bytes` of a log (from a line's start when cut), then its last
+    `tail_lines` lines; b"" when there is none yet."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - limit_bytes))
+            data = f.read(limit_bytes)
+    except FileNotFoundError:
+        return b""
+    if size > limit_bytes and b"\n" in data:
+        data = data.split(b"\n", 1)[1]
+    if tail_lines is not None:
+        lines = data.splitlines(keepends=True)
+        data = b"".join(lines[-tail_lines:]) if tail_lines > 0 else b""
+    return data
+
+
+def _query_int(query: str, name: str) -> int | None:
+    for part in query.split("&"):
+        k, _, v = part.partition("=")
+        if k == name and v.isdigit():
+            return int(v)
+    return None
+
+
 def _not_here(domain: str) -> str:
     return f"the domain {domain} is not running on this node"
 
@@ -199,9 +231,11 @@ class ConsoleServer:
         port: int = 0,
         tls: TlsFiles | None = None,
         pod_network_dir: str | None = None,
+        launchers_dir: Path | None = None,
     ) -> None:
         self.uri = uri
         self.pod_network_dir = pod_network_dir
+        self.launchers_dir = launchers_dir  # the logs of this node's launchers
         self.host = host
         self.port = port
         self.ssl: ssl.SSLContext | None = tls.server_context() if tls else None
@@ -236,6 +270,8 @@ class ConsoleServer:
         if m is None:
             return _text(HTTPStatus.NOT_FOUND, "not found")
         domain = f"{m['ns']}_{m['name']}"
+        if m["log"] is not None:
+            return await self._log(domain, m["log"], request.path.partition("?")[2])
         if m["port"] is not None:
             return await self._connect_guest(conn, domain, int(m["port"]))
         try:
@@ -261,6 +297,18 @@ class ConsoleServer:
             return _text(HTTPStatus.BAD_REQUEST, "No graphics devices are present.")
         self._endpoints[conn] = ends
         return None
+
+    async def _log(self, domain: str, container: str, query: str) -> Response:
+        """The end of the launcher's log (`compute`) or of the guest's serial console."""
+        if self.launchers_dir is None:
+            return _text(HTTPStatus.NOT_FOUND, "this node keeps no launcher logs")
+        sock = rundir.launcher_socket_path(self.launchers_dir, domain)
+        path = rundir.log_path(sock) if container == "compute" else rundir.console_log_path(sock)
+        limit = min(_query_int(query, "limitBytes") or LOG_BYTES, LOG_BYTES)
+        body = await asyncio.to_thread(log_tail, path, limit, _query_int(query, "tailLines"))
+        headers = Headers([("Content-Type", "text/plain; charset=utf-8"),
+                           ("Content-Length", str(len(body)))])  # fmt: skip
+        return Response(200, "OK", headers, body)
 
     async def _connect_guest(
         self, conn: ServerConnection, domain: str, port: int

@@ -16,6 +16,7 @@ from msgspec.structs import replace
 from events.catalog import MigrationScheduled
 from events.meta import Aggregate
 from projections.views import MigrationView
+from services.handler.imports import ImportDone, ImportProgress, RunImport
 from services.handler.volumes import CopyVolumes, VolumesCopyDone
 from services.launcher.protocol import (
     AbortMigration,
@@ -132,7 +133,7 @@ class ReadMigration(msgspec.Struct, frozen=True):
 
 
 FleetAction = Launch | Send | Cleanup | Release | Migrate | Relay
-Action = FleetAction | ReadMigration | CopyVolumes
+Action = FleetAction | ReadMigration | CopyVolumes | RunImport
 
 
 # ------------------------------------------------------------------ observations
@@ -170,4 +171,12 @@ class MigrationReported(msgspec.Struct, frozen=True):
     report: MigrationProgress | MigrationResult | None
 
 
-Observation = LauncherSeen | MigrationRead | MigrationCalled | MigrationReported | VolumesCopyDone
+Observation = (
+    LauncherSeen
+    | MigrationRead
+    | MigrationCalled
+    | MigrationReported
+    | VolumesCopyDone
+    | ImportProgress
+    | ImportDone
+)

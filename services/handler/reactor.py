@@ -24,7 +24,7 @@ from events import subjects
 from events.catalog import MigrationEvent, NodeSystemInfo, Resources, VMIRemoved
 from events.envelope import Context, Decision, Stored
 from events.meta import Kind, ResourceKind
-from services.handler import migration, volumes
+from services.handler import imports, migration, volumes
 from services.handler.effects import (
     Action,
     LauncherSeen,
@@ -35,6 +35,7 @@ from services.handler.effects import (
     Observed,
     Release,
 )
+from services.handler.imports import ImportDone, ImportProgress, Imports, ImportStarted
 from services.handler.migration import (
     MigrationNote,
     MigrationState,
@@ -63,7 +64,7 @@ class Joined(msgspec.Struct, frozen=True):
     """NodeJoined went out (once per incarnation)."""
 
 
-HandlerNote = Joined | MigrationNote | CopyStarted
+HandlerNote = Joined | MigrationNote | CopyStarted | ImportStarted
 Input = Observation | HandlerNote
 Output = Decision | Action | Note[Input]
 
@@ -73,6 +74,7 @@ class HandlerState(msgspec.Struct, kw_only=True):
     observed: dict[str, Observed] = msgspec.field(default_factory=dict)  # by VMI key
     migrations: MigrationState = msgspec.field(default_factory=MigrationState)
     copies: Jobs = msgspec.field(default_factory=dict)  # volume copies, by job key
+    imports: Imports = msgspec.field(default_factory=dict)  # DataVolume imports, by job key
     joined: bool = False
 
 
@@ -110,6 +112,7 @@ class HandlerReactor:
             *(subjects.type_filter(Kind.MIGRATION, t) for t in sorted(ends)),
             subjects.node_filter(ResourceKind.SNAPSHOT_CONTENT, self.node),
             subjects.node_filter(ResourceKind.RESTORE, self.node),
+            subjects.node_filter(ResourceKind.DATA_VOLUME, self.node),
         ]
 
     def initial_state(self) -> HandlerState:
@@ -131,11 +134,16 @@ class HandlerReactor:
             return k in state.migrations.sources
         if kind in _COPY_KINDS:
             return any(j.startswith(f"{kind}/{ns}/{name}/") for j in state.copies)
+        if kind == ResourceKind.DATA_VOLUME:
+            return any(j.startswith(f"{kind}/{ns}/{name}/") for j in state.imports)
         return True  # its node, and anything else it folds: few, kept
 
     def evolve(self, state: HandlerState, stored: Stored) -> HandlerState:
         if stored.event.meta.aggregate.kind in _COPY_KINDS:
             volumes.fold(state.copies, stored)
+            return state
+        if stored.event.meta.aggregate.kind == ResourceKind.DATA_VOLUME:
+            imports.fold(state.imports, stored)
             return state
         fold_event(state.records, stored)
         migration.note_newer(state.migrations, stored)
@@ -172,6 +180,8 @@ class HandlerReactor:
                 state.joined = True
             case CopyStarted() | VolumesCopyDone():
                 volumes.observe(state.copies, obs)
+            case ImportStarted() | ImportProgress() | ImportDone():
+                imports.observe(state.imports, obs)
             case TargetNoted() | TargetOver() | SourceStep() | ProgressSent():
                 migration.note(state.migrations, obs)
             case _:
@@ -186,6 +196,8 @@ class HandlerReactor:
         mkeys: list[str] = []
         if agg.kind in _COPY_KINDS:
             return self._copy(state, volumes.job_key(agg))
+        if agg.kind == ResourceKind.DATA_VOLUME:
+            return self._import(state, imports.job_key(agg))
         if agg.kind == Kind.VMI:
             vkeys.append(vmi_key(event))
         elif agg.kind == Kind.MIGRATION and event.meta.node == self.node:
@@ -206,6 +218,9 @@ class HandlerReactor:
             case VolumesCopyDone():
                 event = volumes.answer(state.copies, obs, self.node, self.name, ctx.now)
                 return [] if event is None else [Decision(event, occ=False)]
+            case ImportProgress() | ImportDone():
+                made = imports.answer(state.imports, obs, self.node, self.name, ctx.now)
+                return [] if made is None else [Decision(made, occ=False)]
             case (
                 Joined()
                 | TargetNoted()
@@ -213,6 +228,7 @@ class HandlerReactor:
                 | SourceStep()
                 | ProgressSent()
                 | CopyStarted()
+                | ImportStarted()
             ):
                 return []  # its own note: decided where it was made
             case _:
@@ -230,6 +246,9 @@ class HandlerReactor:
         for key, job in state.copies.items():
             if not job.done:
                 out += self._copy(state, key)
+        for key, ijob in state.imports.items():
+            if not ijob.done:
+                out += self._import(state, key)
         return out + self._decide(state, vkeys, mkeys, ctx.now)
 
     def wakeup(self, state: HandlerState) -> float | None:
@@ -269,6 +288,12 @@ class HandlerReactor:
         out: list[Output] = []
         for step in volumes.plan(state.copies, key, domain):
             out.append(Note(step) if isinstance(step, CopyStarted) else step)
+        return out
+
+    def _import(self, state: HandlerState, key: str) -> list[Output]:
+        out: list[Output] = []
+        for step in imports.plan(state.imports, key):
+            out.append(Note(step) if isinstance(step, ImportStarted) else step)
         return out
 
     def _source(self, state: HandlerState, mkey: str, now: float) -> list[Output]:

@@ -35,6 +35,8 @@ from services.handler.console_server import ConsoleServer
 from services.handler.effects import Action, MigrationRead, ReadMigration
 from services.handler.fleet import LauncherFleet
 from services.handler.host import capacity, labels, system_info
+from services.handler.importer import run_import
+from services.handler.imports import ImportDone, ImportProgress, RunImport
 from services.handler.migration import MigrationState
 from services.handler.node_info import LaunchSettings, NodeConfig
 from services.handler.planner import service_name
@@ -114,6 +116,9 @@ class HandlerEffects:
         if isinstance(action, CopyVolumes):
             self._spawn(self._copy(action))
             return
+        if isinstance(action, RunImport):
+            self._spawn(self._import(action))
+            return
         if isinstance(action, ReadMigration):
             self._spawn(self._read(action))
             return
@@ -130,6 +135,20 @@ class HandlerEffects:
             copy_volumes, action, launch.disk_dir, launch.hypervisor_uri
         )
         self.inbox.put(VolumesCopyDone(action.key, error))
+
+    async def _import(self, action: RunImport) -> None:
+        """A DataVolume's import in a thread; its progress comes back to the inbox from
+        that thread through the loop."""
+        loop = asyncio.get_running_loop()
+        launch = self.fleet.launch
+
+        def report(percent: float) -> None:
+            loop.call_soon_threadsafe(self.inbox.put, ImportProgress(action.key, percent))
+
+        error = await asyncio.to_thread(
+            run_import, action, launch.disk_dir, launch.image_dir, report
+        )
+        self.inbox.put(ImportDone(action.key, error))
 
     async def _read(self, action: ReadMigration) -> None:
         try:
@@ -213,6 +232,7 @@ class Handler:
                 node.console_port,
                 cfg.console_tls,
                 pod_network_dir=cfg.launch.pod_network_dir if node.pod_cidr else None,
+                launchers_dir=Path(cfg.run_dir) / cfg.node.name / "launchers",
             )
             node = msgspec.structs.replace(node, console_port=await consoles.start())
         decider = HandlerReactor(

@@ -14,6 +14,9 @@ import msgspec
 
 from events.catalog import (
     Event,
+    ImportFinished,
+    ImportProgressed,
+    ImportRequested,
     MetadataChanged,
     ResourceCreated,
     ResourceDeleted,
@@ -85,6 +88,9 @@ def fold(jobs: Jobs, stored: Stored) -> None:
             | ResourceStatusChanged()
             | ResourceDeleted()
             | MetadataChanged()
+            | ImportRequested()
+            | ImportProgressed()
+            | ImportFinished()
         ):
             pass  # the object itself, the snapshot controller's
         case _:

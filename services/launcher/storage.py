@@ -29,6 +29,7 @@ claims).
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 import shutil
@@ -158,8 +159,12 @@ def _prepare_volume(
         namespace = (vmi.get("metadata") or {}).get("namespace") or "default"
         path = claim_path(str(directory.parent), namespace, claim)
         path.parent.mkdir(parents=True, exist_ok=True)
-        # the size its VM's dataVolumeTemplate requests (the pod's annotation), else 1Gi
-        return _blank(path, claims.sizes_of(dict(vmi)).get(claim, default_size))
+        # the claim's size (the pod's annotation: the claim object's, else what its VM's
+        # dataVolumeTemplate requests), else 1Gi; a disk smaller than an expanded claim grows
+        size = claims.sizes_of(dict(vmi)).get(claim)
+        if size and path.exists():
+            _grown(path, size)
+        return _blank(path, size or default_size)
     if "emptyDisk" in volume:
         return _blank(overlay, str((volume["emptyDisk"] or {}).get("capacity") or default_size))
     if "hostDisk" in volume and (volume["hostDisk"] or {}).get("path"):
@@ -216,6 +221,17 @@ def _blank(path: Path, size: str) -> Path:
     if not path.exists():  # a re-run launcher keeps the guest's disk
         _qemu_img("create", "-q", "-f", "qcow2", str(path), str(parse_quantity(size)))
     return path
+
+
+def _grown(path: Path, size: str) -> None:
+    """An existing claim's disk grown to its claim's (expanded) size, never shrunk."""
+    wanted = parse_quantity(size)
+    info = json.loads(_qemu_img("info", "-U", "--output=json", str(path)))
+    if int(info.get("virtual-size") or 0) < wanted:
+        # a disk another running guest holds (a shared claim) cannot grow now: it keeps its
+        # size until a start finds it free
+        with contextlib.suppress(ValueError):
+            _qemu_img("resize", "-q", str(path), str(wanted))
 
 
 def _overlay(image: Path, path: Path) -> Path:

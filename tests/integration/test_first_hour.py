@@ -129,6 +129,16 @@ def iso(ts: float) -> str:
     return dt.datetime.fromtimestamp(ts, dt.UTC).isoformat()
 
 
+def iso_second(ts: float) -> str:
+    return dt.datetime.fromtimestamp(int(ts), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def age_at(c: Cluster, name: str, point: str) -> str:
+    header, row = ok(cli(c, "get", "vms", name, "--at", point)).splitlines()
+    assert header.split()[:2] == ["NAME", "AGE"]
+    return row.split()[1]
+
+
 # ----------------------------------------------------------------- time travel
 def test_time_travel_before_between_and_after(cluster: Cluster) -> None:
     c = cluster
@@ -155,7 +165,19 @@ def test_time_travel_before_between_and_after(cluster: Cluster) -> None:
         listed = cli(c, "get", "vms", "--at", point)
         assert listed.exit_code == 0 and "No resources found" in listed.stderr
         assert listed.stdout == ""
-    fails(cli(c, "get", "vms", "tt", "--at", f"@{before}"), "(NotFound)")  # before its creation
+    # before its creation: it did not exist then, and since when it does
+    line = fails(cli(c, "get", "vms", "tt", "--at", f"@{before}"), "(NotFound)")
+    created_at = c.http.get(f"{VMS}/tt").json()["metadata"]["creationTimestamp"]
+    assert line.endswith(
+        f"at {iso_second(before)}: it did not exist then, it was created at {created_at}"
+    )
+    # a table's AGE is the object's age at that point, not today's
+    assert age_at(c, "tt", f"@{future}") == "60m"
+    assert age_at(c, "tt", str(created)) in ("0s", "1s")
+    then = float(c.http.get(f"{VMS}/tt", params={"at": str(created)}).headers["virtstream-at-time"])
+    assert before <= then <= between  # a sequence's time is its event's
+    listed_at = ok(cli(c, "get", "vms", "--at", f"@{future}")).splitlines()
+    assert [row.split()[1] for row in listed_at[1:] if row.split()[0] == "tt"] == ["60m"]
     # between: as created (Halted, Stopped)
     for point in (str(created), f"@{between}", iso(between)):
         assert status(cli(c, "get", "vms", "tt", "--at", point, "-o", "json")) == "Stopped"
@@ -367,9 +389,12 @@ def test_no_task_noise_after_early_exits(cluster: Cluster) -> None:
 
 
 # ------------------------------------------------------------------ README
+README = (REPO / "README.md").read_text()
+
+
 def _readme_block(after: str, lang: str = "sh") -> list[str]:
-    text = (REPO / "README.md").read_text()
-    block = text[text.index(after) :]
+    """The lines of the first `lang` code block after the text `after` in the README."""
+    block = README[README.index(after) :]
     block = block[block.index(f"```{lang}\n") + len(lang) + 4 :]
     return block[: block.index("```")].splitlines()
 
@@ -420,14 +445,47 @@ def test_readme_commands_run_as_written(cluster: Cluster) -> None:
         if line.startswith("virtstream stop"):
             until(lambda: c.http.get(f"{VMIS}/vm-cirros").status_code == 404, 60)
     assert ran >= 16
-    snippet = "\n".join(_readme_block("From Python:", "python")).replace(
+    # what it says below the block: applying the manifest again after `start` stops the VM
+    assert "Applying the manifest again after `start` stops the VM (`configured`)" in README
+    ok(cli(c, "start", "vm-cirros"))
+    running(c, "vm-cirros")
+    apply_line = lines[0].split("  #")[0].strip()
+    assert apply_line == "virtstream apply -f examples/kubevirt/vm-cirros.yaml"
+    p = subprocess.run(
+        ["bash", "-c", apply_line], cwd=REPO, env=env, capture_output=True, text=True
+    )
+    assert p.stdout.strip() == "virtualmachine.kubevirt.io/vm-cirros configured", p.stdout
+    until(lambda: c.http.get(f"{VMIS}/vm-cirros").status_code == 404, 60, "vm-cirros stopped")
+    assert c.http.get(f"{VMS}/vm-cirros").json()["spec"]["runStrategy"] == "Halted"
+
+    # /openapi.json with the token, as printed (the demo's data dir and port are this test's)
+    (curl,) = _readme_block("needs the token too")
+    base = str(c.http.base_url).rstrip("/")
+    curl = curl.replace(".virtstream-demo", str(c.data_dir)).replace("https://127.0.0.1:8080", base)
+    p = subprocess.run(["bash", "-c", curl], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0 and '"openapi":"3.' in p.stdout, (p.stdout, p.stderr)
+    bare = subprocess.run(
+        ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "--cacert",
+         str(c.data_dir / "pki" / "ca.crt"), f"{base}/openapi.json"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bare.stdout == "401"  # without the token: what the README says
+
+    # the Python example, in the checkout as it says; again: unchanged, and already running
+    snippet = "\n".join(_readme_block("From Python, in the checkout", "python")).replace(
         "https://127.0.0.1:8080", c.url
     )
-    p = subprocess.run(
-        [sys.executable, "-c", snippet], cwd=REPO, capture_output=True, text=True, timeout=60
-    )
-    assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
-    assert re.search(r"MODIFIED vm-cirros (Starting|Running)", p.stdout), p.stdout
+    for again in (False, True):
+        p = subprocess.run(
+            [sys.executable, "-c", snippet], cwd=REPO, capture_output=True, text=True, timeout=60
+        )
+        assert p.returncode == 0 and "Traceback" not in p.stderr, p.stderr
+        assert re.search(r"(ADDED|MODIFIED) vm-python (Starting|Running)", p.stdout), p.stdout
+        assert ("VM is already running" in p.stdout) is again, p.stdout
+        assert "vm-cirros" not in p.stdout  # its watch is of its own VM
+        if not again:
+            running(c, "vm-python")
+    assert c.http.get(f"{VMS}/vm-python").json()["metadata"]["generation"] == 1
 
 
 # ----------------------------------------------------- drain, then examples

@@ -390,7 +390,7 @@ def exposed_metrics(up: Up) -> set[str]:
         if "--metrics-port" in r["argv"]:
             port = r["argv"][r["argv"].index("--metrics-port") + 1]
             urls.append(f"https://127.0.0.1:{port}/metrics")
-    assert len(urls) == 2 + NODES, urls
+    assert len(urls) == 3 + NODES, urls  # the api, the controller, the upkeep, the handlers
     names: set[str] = set()
     with httpx.Client(verify=ca, headers={"Authorization": f"Bearer {token}"}) as http:
         for url in urls:

@@ -17,7 +17,13 @@ import pytest
 from tests.integration.polling import until
 from tests.integration.qemu_support import qemu_marks
 from tests.integration.qemu_up import SUB_VM, VMS, Cluster, running_cluster
-from tests.integration.test_qemu_snapshots import TOKEN, booted, vm_with_claim
+from tests.integration.test_qemu_snapshots import (
+    CLAIMS,
+    TOKEN,
+    booted,
+    data_claim,
+    vm_with_claim,
+)
 
 pytestmark = qemu_marks
 
@@ -43,6 +49,7 @@ def claim_bytes(cluster: Cluster, claim: str) -> bytes:
 
 def test_a_clone_of_a_running_vm_copies_its_claim(cluster: Cluster) -> None:
     http = cluster.http
+    assert http.post(CLAIMS, json=data_claim()).is_success
     assert http.post(VMS, json=vm_with_claim()).is_success
     assert http.put(f"{SUB_VM}/vm-cirros/start", json={}).is_success
     guest = booted(cluster)

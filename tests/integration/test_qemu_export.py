@@ -24,7 +24,13 @@ from tests.integration.qemu_support import qemu_marks
 from tests.integration.qemu_up import SUB_VM, VMS, Cluster, running_cluster
 from tests.integration.test_kubectl import KUBECTL
 from tests.integration.test_kubectl_clone import EXPORT_GUIDE
-from tests.integration.test_qemu_snapshots import TOKEN, booted, vm_with_claim
+from tests.integration.test_qemu_snapshots import (
+    CLAIMS,
+    TOKEN,
+    booted,
+    data_claim,
+    vm_with_claim,
+)
 
 pytestmark = qemu_marks
 
@@ -63,6 +69,7 @@ def url(ex: dict[str, Any], fmt: str) -> str:
 
 def test_an_export_downloads_the_stopped_vms_disk_with_its_token(cluster: Cluster) -> None:
     http = cluster.http
+    assert http.post(CLAIMS, json=data_claim()).is_success
     assert http.post(VMS, json=vm_with_claim()).is_success
     assert http.put(f"{SUB_VM}/vm-cirros/start", json={}).is_success
     guest = booted(cluster)

@@ -322,7 +322,8 @@ def test_volumes_are_sized_as_written_and_hot_plugged_into_the_running_guest(
     vm["spec"]["runStrategy"] = "Always"
     vm["spec"]["dataVolumeTemplates"] = [
         {"metadata": {"name": "volumes-data"},
-         "spec": {"storage": {"resources": {"requests": {"storage": "2Gi"}}}}}
+         "spec": {"storage": {"resources": {"requests": {"storage": "2Gi"}}},
+                  "source": {"blank": {}}}}
     ]  # fmt: skip
     template = vm["spec"]["template"]["spec"]
     template["domain"]["devices"]["disks"].append({"name": "data", "disk": {"bus": "virtio"}})
@@ -350,6 +351,15 @@ def test_volumes_are_sized_as_written_and_hot_plugged_into_the_running_guest(
             what="/data in fslist",
         )
         assert fslist[0]["diskName"] == "vdc" and fslist[0]["totalBytes"] > 0
+        hot = {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "hot-data"},
+            "spec": {"accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }  # fmt: skip
+        claims = "/api/v1/namespaces/default/persistentvolumeclaims"
+        assert cluster.http.post(claims, json=hot).is_success
         out = cluster.cli("addvolume", "volumes", "--volume-name", "hot-data")
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == (

@@ -29,7 +29,7 @@ from ops import guest_images, pod_network
 from tests.conftest import REPO
 from tests.integration.polling import until
 from tests.integration.qemu_support import qemu_marks
-from tests.integration.qemu_up import BOOT_TIMEOUT, VMIS, Cluster
+from tests.integration.qemu_up import BOOT_TIMEOUT, VMIS, VMS, Cluster
 from tests.integration.test_qemu_guests import example
 
 pytestmark = qemu_marks
@@ -218,3 +218,48 @@ def test_addresses_ssh_and_a_session_that_survives_a_live_migration(
     assert [r["dev"] for r in json.loads(routes)] == [net.nodes[moved].bridge]
     for name in ("pn-a", "pn-b"):
         cluster.delete_vmi(name)
+
+
+def test_the_readmes_ssh_lines_run_as_printed(cluster: Cluster, tmp_path: Path) -> None:
+    """The README's key, VM and ssh lines in a shell with the CLI on PATH, in a directory
+    and a HOME of their own (so no known host yet, and no terminal to ask on): the VM
+    carries the key, and the shell in its guest answers the lines sent to it."""
+    readme = (REPO / "README.md").read_text()
+    block = readme[readme.index("A VM that carries your") :]
+    block = block[block.index("```sh\n") + 6 :]
+    install, keygen, create, ssh = (
+        line.split("  #")[0].strip() for line in block[: block.index("```")].splitlines()
+    )
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "VIRTSTREAM_SERVER": cluster.server,
+        "HOME": str(tmp_path),
+    }
+    for line in (install, keygen, create):
+        done = subprocess.run(
+            ["bash", "-c", line], cwd=tmp_path, env=env, capture_output=True, text=True,
+            timeout=120,
+        )  # fmt: skip
+        assert done.returncode == 0, (line, done.stderr)
+    assert done.stdout.strip() == "virtualmachine.kubevirt.io/vm-ssh created"
+    cluster.phase("vm-ssh", "Running")
+
+    def shell() -> str | None:
+        done = subprocess.run(
+            ["bash", "-c", ssh], cwd=tmp_path, env=env, input="echo $(id -un) in $(hostname)\n",
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        return done.stdout if done.returncode == 0 and "root in" in done.stdout else None
+
+    answered = until(shell, timeout=BOOT_TIMEOUT, what="a shell in vm-ssh", every=2)
+    assert answered.strip() == "root in vm-ssh", answered
+    known_hosts = tmp_path / ".ssh" / "kubevirt_known_hosts"
+    known = known_hosts.read_text().splitlines()
+    assert len(known) == 1 and " ssh-ed25519 " in known[0]  # the guest's key, accepted once
+    forget = subprocess.run(  # what the README says to do after a restart
+        ["ssh-keygen", "-R", "vmi/vm-ssh.default", "-f", str(known_hosts)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert forget.returncode == 0 and "found: line 1" in forget.stdout, forget.stdout
+    assert cluster.http.delete(f"{VMS}/vm-ssh").is_success

@@ -36,6 +36,19 @@ PROMPT = "vm-cirros:~# "
 TOKEN = f"{random.randrange(16**6):06x}"
 
 
+CLAIMS = "/api/v1/namespaces/default/persistentvolumeclaims"
+
+
+def data_claim() -> dict[str, Any]:
+    """The claim vm-cirros's data disk names (the default class: the node's own disk)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-pvc"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}},
+    }
+
+
 def vm_with_claim() -> dict[str, Any]:
     vm = yaml.safe_load(CIRROS.read_text())
     spec = vm["spec"]["template"]["spec"]
@@ -81,6 +94,7 @@ def cluster() -> Iterator[Cluster]:
 
 def test_a_restored_claim_has_the_data_of_its_snapshot(cluster: Cluster) -> None:
     http = cluster.http
+    assert http.post(CLAIMS, json=data_claim()).is_success
     assert http.post(VMS, json=vm_with_claim()).is_success
     assert http.put(f"{SUB_VM}/vm-cirros/start", json={}).is_success
     guest = booted(cluster)

@@ -129,6 +129,11 @@ def test_login_form_then_the_tables_fill_and_follow_a_vm_started_elsewhere(
     page.click('[data-tab="nodes"]')
     expect(page.locator('tr[data-key="node-1"]')).to_contain_text("Ready")
     screenshot(page, "cluster-nodes")
+    # storage: the classes every cluster has, with their printer columns
+    page.click('[data-tab="storage"]')
+    expect(page.locator('tr[data-key="local"]')).to_contain_text("WaitForFirstConsumer")
+    expect(page.locator('tr[data-key="shared"]')).to_contain_text("Immediate")
+    screenshot(page, "cluster-storage")
     page.close()
 
 

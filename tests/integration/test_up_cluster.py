@@ -5,6 +5,7 @@ cluster up in its own data dir and stops in words."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -25,6 +26,7 @@ from cli.up import live_launchers
 from ops.nats_server import free_port
 from ops.supervisor import importable
 from tests.integration.polling import until, up_client
+from tests.integration.qemu_support import skip_reason as qemu_skip_reason
 
 REPO = Path(__file__).resolve().parents[2]
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
@@ -330,3 +332,114 @@ def test_a_node_the_next_up_does_not_run_is_not_ready_once_its_timeout_passed(
     finally:
         second.send_signal(signal.SIGINT)
         second.communicate(timeout=90)
+
+
+@pytest.mark.timeout(300)  # two `up`s one after the other
+def test_a_resumed_cluster_with_fewer_nodes_places_nothing_on_the_node_it_left(
+    data_dir: Path,
+) -> None:
+    """`up --nodes 3`, Ctrl-C, `up --nodes 2` on the same data: node-3 has no handler any
+    more, so before the controller places anything `up` cordons it and says what became of
+    it and how to remove it; VMs started then and a migration go to node-1 and node-2 only
+    (node-3, the emptiest, would be the scheduler's pick); `delete node` removes it."""
+    port = free_port()
+    first = Output(_up(data_dir, port, "--nodes", "3"))
+    try:
+        with up_client(port, timeout=5) as http:
+            until(lambda: len(http.get("/api/v1/nodes").json()["items"]) == 3, 60, "3 nodes")
+    finally:
+        assert first.stop() == 0, first.text
+    nats_port = free_port()
+    second = Output(_up(data_dir, port, "--nodes", "2", nats_port=nats_port))
+    try:
+        second.wait_for("Ctrl-C stops the cluster")
+        assert "node-3 of the stored cluster is not started by this run (--nodes 2)" in second.text
+        assert "`virtstream delete node node-3` removes it" in second.text
+        assert "`virtstream up --nodes 3` runs it again" in second.text
+        with up_client(port, timeout=5) as http:
+            until(lambda: http.get("/readyz").is_success, 60, "the api")
+            node3 = http.get("/api/v1/nodes/node-3").json()
+            assert node3["spec"]["unschedulable"] is True
+            for name in ("a", "b", "c"):
+                vm = {
+                    "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+                    "metadata": {"name": name, "namespace": "default"},
+                    "spec": {"runStrategy": "Always", "template": {"spec": {
+                        "domain": {"memory": {"guest": "64Mi"}, "devices": {}},
+                        "terminationGracePeriodSeconds": 0}}},
+                }  # fmt: skip
+                assert http.post(VMS, json=vm).is_success
+
+            def running(name: str) -> dict[str, Any] | None:
+                vmi = _vmi(http, name)
+                return vmi if vmi and vmi["status"].get("phase") == "Running" else None
+
+            for name in ("a", "b", "c"):
+                vmi = until(functools.partial(running, name), 60, f"{name} Running")
+                assert vmi["status"]["nodeName"] in ("node-1", "node-2")
+            migration = {
+                "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachineInstanceMigration",
+                "metadata": {"name": "move-a", "namespace": "default"},
+                "spec": {"vmiName": "a"},
+            }  # fmt: skip
+            migrations = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigrations"
+            assert http.post(migrations, json=migration).is_success
+            done = until(
+                lambda: (m := http.get(f"{migrations}/move-a").json())["status"].get("phase")
+                in ("Succeeded", "Failed") and m, 60, "the migration",
+            )  # fmt: skip
+            assert done["status"]["phase"] == "Succeeded", done["status"]
+            assert done["status"]["migrationState"]["targetNode"] in ("node-1", "node-2")
+            # nothing was ever placed on node-3, not even before it timed out
+            for kind in ("PodScheduled", "MigrationScheduled"):
+                listed = subprocess.run(
+                    [sys.executable, "-m", "cli.main", "events", "-t", kind, "-o", "json",
+                     "--nats-url", f"nats://127.0.0.1:{nats_port}"],
+                    cwd=REPO, capture_output=True, text=True, timeout=60, check=True,
+                )  # fmt: skip
+                placed = [json.loads(line)["node"] for line in listed.stdout.splitlines()]
+                assert placed and "node-3" not in placed, (kind, placed)
+            deleted = subprocess.run(
+                [sys.executable, "-m", "cli.main", "--server", f"http://127.0.0.1:{port}",
+                 "delete", "node", "node-3"],
+                cwd=REPO, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert deleted.returncode == 0, deleted.stderr
+            assert deleted.stdout.strip() == 'node "node-3" deleted'
+            names = [n["metadata"]["name"] for n in http.get("/api/v1/nodes").json()["items"]]
+            assert names == ["node-1", "node-2"]
+    finally:
+        assert second.stop() == 0, second.text
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.qemu
+@pytest.mark.skipif(qemu_skip_reason() is not None, reason=qemu_skip_reason() or "")
+def test_a_test_mode_cluster_resumed_in_qemu_mode_says_so(data_dir: Path) -> None:
+    """`up` (test mode), Ctrl-C, then `up --hypervisor qemu` on the same data (as the
+    demo's `.virtstream-demo` is): one line names the mode the stored cluster ran and what
+    changes; the nodes rejoin as QEMU nodes."""
+    port = free_port()
+    first = Output(_up(data_dir, port))
+    try:
+        with up_client(port, timeout=5) as http:
+            until(lambda: len(http.get("/api/v1/nodes").json()["items"]) == 1, 60, "the node")
+    finally:
+        assert first.stop() == 0, first.text
+    assert "the stored cluster ran" not in first.text
+    second = Output(_up(data_dir, port, "--hypervisor", "qemu"))
+    try:
+        second.wait_for("Ctrl-C stops the cluster", timeout=180)
+        assert (
+            "the stored cluster ran --hypervisor test; this run is --hypervisor qemu: its nodes "
+            "rejoin as QEMU nodes and its VMs boot real guests when they start"
+        ) in second.text
+        with up_client(port, timeout=5) as http:
+
+            def rejoined() -> bool:
+                node = http.get("/api/v1/nodes/node-1").json()
+                return node["metadata"]["annotations"]["virtstream.io/hypervisor"] == "qemu"
+
+            until(rejoined, 60, "node-1 a QEMU node")
+    finally:
+        assert second.stop() == 0, second.text

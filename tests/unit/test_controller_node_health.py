@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from events.catalog import NodeResponsive, NodeUnresponsive, PodScheduled, VMIFailed
+from events.catalog import NodeDeleted, NodeResponsive, NodeUnresponsive, PodScheduled, VMIFailed
+from events.meta import Kind
 from tests.unit.test_controller_world import World, of, types
 
 
@@ -105,3 +106,24 @@ def test_a_node_the_cluster_no_longer_runs_gets_no_grace_from_a_restart() -> Non
     (gone,) = w.tick()
     assert isinstance(gone, NodeUnresponsive) and gone.meta.aggregate.name == "node2"
     assert gone.last_heartbeat == w.now - 61
+
+
+def test_a_deleted_nodes_vmis_fail_and_their_vms_restart_elsewhere() -> None:
+    """`delete node node1` while vm1's VMI runs there: the VMI fails (its node is gone, as
+    Kubernetes' pod garbage collector removes its pod) and the VM restarts it on node2."""
+    w = cluster()
+    assert w.vmi() is not None and w.vmi().node == "node1"  # type: ignore[union-attr]
+    out = w.run(NodeDeleted(meta=w.m(Kind.NODE, "node1")))
+    assert "node1" not in w.state.cluster.nodes
+    assert types(out)[:2] == ["VMIFailed", "VMIDeleteRequested"]
+    failed = of(out, VMIFailed)[0]
+    assert (failed.reason, failed.message) == ("NodeDeleted", "node node1 was deleted")
+    assert of(out, PodScheduled)[0].node == "node2"
+    assert w.tick() == []
+
+
+def test_a_tick_fails_what_a_deleted_node_left() -> None:
+    """Level-triggered: a controller that missed the reaction finds the VMI on its tick."""
+    w = cluster()
+    w.given(NodeDeleted(meta=w.m(Kind.NODE, "node1")))
+    assert types(w.tick()) == ["VMIFailed"]

@@ -26,7 +26,6 @@ from events.catalog import (
 from events.codec import event_type
 from events.envelope import Context, Stored
 from events.meta import Kind, KindToken
-from projections import claims
 from projections.views import VMIView, VMView
 from services.controller.node_health import HeartbeatSeen, WatchStarted
 from services.controller.reactor import ControllerReactor
@@ -204,22 +203,6 @@ def test_vm_always_creates_a_vmi_and_schedules_it() -> None:
     assert scheduled.node == "node1" and scheduled.meta.node == "node1"
     assert scheduled.pod_name.startswith("virt-launcher-vm1-") and len(scheduled.pod_name) == 23
     assert scheduled.manifest == created.manifest
-
-
-def test_the_pod_is_given_the_claim_sizes_of_the_vms_data_volume_templates() -> None:
-    w = World()
-    w.given(w.node_joined("node1"))
-    vm = w.vm_created(
-        "vm1", spec={"volumes": [{"name": "root", "dataVolume": {"name": "vm1-root"}}]}
-    )
-    vm.manifest["spec"]["dataVolumeTemplates"] = [
-        {"metadata": {"name": "vm1-root"},
-         "spec": {"storage": {"resources": {"requests": {"storage": "7Gi"}}}}}
-    ]  # fmt: skip
-    created, scheduled = w.run(vm)
-    assert isinstance(created, VMICreated) and isinstance(scheduled, PodScheduled)
-    assert claims.sizes_of(scheduled.manifest) == {"vm1-root": "7Gi"}
-    assert claims.sizes_of(created.manifest) == {}  # the VMI users see is KubeVirt's
 
 
 def test_a_repeated_event_decides_nothing_new() -> None:

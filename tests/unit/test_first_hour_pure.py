@@ -207,5 +207,25 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "vmclones",
         "vmexports",
         "secrets",
+        "storageclasses",
+        "persistentvolumes",
+        "persistentvolumeclaims",
+        "dvs",
+        "das",
         "vmipresets",
+        "services",
     )
+
+
+def test_create_vm_ssh_keys_are_virtctls_cloud_config() -> None:
+    """`create vm --ssh-key KEY` (repeatable): virtctl's NoCloud volume `cloudinitdisk`
+    whose cloud-config authorizes the keys (the guest's default user's: root's here)."""
+    from cli.create_vm import vm_manifest as create_vm
+
+    doc = create_vm("k", containerdisks=["src:img"], ssh_keys=["ssh-ed25519 AAA a", "ssh-rsa B b"])
+    volumes = doc["spec"]["template"]["spec"]["volumes"]
+    assert [v["name"] for v in volumes] == ["k-containerdisk-0", "cloudinitdisk"]
+    assert volumes[1]["cloudInitNoCloud"]["userData"] == (
+        "#cloud-config\nssh_authorized_keys:\n  - ssh-ed25519 AAA a\n  - ssh-rsa B b"
+    )
+    assert "volumes" not in create_vm("none")["spec"]["template"]["spec"]

@@ -22,7 +22,7 @@ from events.envelope import Stored
 from events.meta import CLUSTER_SCOPED, Kind, ResourceKind, own_kind
 from events.objects import VirtualMachineInstance
 from kinds import columns as col
-from kinds import preset
+from kinds import pod, preset, service
 from kinds.registry import REGISTRY, Registry
 from kinds.spec import Column, KindSpec, PrinterColumn, Scope
 from projections import kube_events
@@ -94,15 +94,27 @@ def _paths(kinds: Registry) -> set[str]:
 def test_every_aggregate_kind_has_one_registered_kind() -> None:
     derived = [s for s in REGISTRY if s.event_kind == kube_events.KIND]
     assert [(s.group, s.kind) for s in derived] == [("", "Event"), ("events.k8s.io", "Event")]
-    assert [s.event_kind for s in REGISTRY if s not in derived] == [
+    views = [
+        pod.SPEC,
+        service.ENDPOINTS,
+        service.ENDPOINT_SLICES,
+    ]  # other kinds' aggregates, rendered on read
+    assert [s.event_kind for s in REGISTRY if s not in derived and s not in views] == [
         *Kind,
         *ResourceKind,
         preset.KIND_TOKEN,
+        service.KIND,
     ]
-    assert REGISTRY.event_kinds == (*Kind, *ResourceKind, preset.KIND_TOKEN, kube_events.KIND)
+    assert REGISTRY.event_kinds == (
+        *Kind,
+        *ResourceKind,
+        preset.KIND_TOKEN,
+        kube_events.KIND,
+        service.KIND,
+    )
     assert REGISTRY.of(kube_events.KIND) is derived[0]  # core/v1 is what watches follow
     for spec in REGISTRY:
-        assert REGISTRY.of(spec.event_kind) is spec or spec is derived[1]
+        assert REGISTRY.of(spec.event_kind) is spec or spec is derived[1] or spec in views
         if own_kind(spec.event_kind) is not None:
             assert (spec.scope is Scope.CLUSTER) == (spec.event_kind in CLUSTER_SCOPED)
         assert REGISTRY.types[(spec.group, spec.kind)] is spec.object_type
@@ -125,8 +137,8 @@ def test_registry_names_are_the_ones_users_type() -> None:
         ("migrationpolicies", "MigrationPolicy"),
     ):
         assert REGISTRY.resource(name).kind == kind
-    with pytest.raises(ValueError, match='the server doesn\'t have a resource type "pods"'):
-        REGISTRY.resource("pods")
+    with pytest.raises(ValueError, match='the server doesn\'t have a resource type "deploy"'):
+        REGISTRY.resource("deploy")
     assert str(REGISTRY.resource("vmi").resource) == "virtualmachineinstances.kubevirt.io"
     assert str(REGISTRY.resource("nodes").resource) == "nodes"
     assert REGISTRY.updatable == (
@@ -141,7 +153,12 @@ def test_registry_names_are_the_ones_users_type() -> None:
         "namespaces",
         "virtualmachineclones",
         "secrets",
+        "storageclasses",
+        "persistentvolumes",
+        "persistentvolumeclaims",
+        "datasources",
         "virtualmachineinstancepresets",
+        "services",
     )
 
 

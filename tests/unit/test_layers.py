@@ -38,6 +38,7 @@ PURE_MODULES = (
     "services/handler/migration_source.py",
     "services/handler/migration_sim.py",
     "services/handler/volumes.py",
+    "services/handler/imports.py",
 )
 
 # Loaded by a pure module, directly or through any module it imports, these are a bug: the

@@ -341,3 +341,37 @@ def test_register_replaces_the_previous_collector() -> None:
     first.unregister(registry)  # not registered any more: a no-op
     second.unregister(registry)
     assert registry.get_sample_value("virtstream_node_schedulable", {"node": "n"}) is None
+
+
+def test_cdis_metrics_name_the_storage_classes() -> None:
+    from events.catalog import ResourceCreated
+    from events.meta import CLUSTER_SCOPE, ResourceKind
+    from kinds.storage import CLASSES
+
+    registry = CollectorRegistry()
+    cluster = Cluster()
+    ProjectionMetrics(cluster, histograms=PhaseHistograms(registry)).register(registry)
+    for seq, body in enumerate(CLASSES, 1):
+        name = body["metadata"]["name"]
+        manifest = {**body, "metadata": {**body["metadata"], "uid": f"uid-{name}"}}
+        ev = ResourceCreated(
+            meta=meta(ResourceKind.STORAGE_CLASS, name, CLUSTER_SCOPE), manifest=manifest
+        )
+        cluster.apply(Stored(seq=seq, subject="s", time=1.0, event=ev))
+    assert registry.get_sample_value("kubevirt_cdi_cr_ready") == 1
+    assert registry.get_sample_value("kubevirt_cdi_datavolume_pending") == 0
+    labels = {
+        "storageclass": "shared",
+        "provisioner": "virtstream.io/shared",
+        "complete": "true",
+        "default": "false",
+        "rwx": "true",
+    }
+    assert registry.get_sample_value("kubevirt_cdi_storageprofile_info", labels) == 1
+    local = {**labels, "storageclass": "local", "provisioner": "virtstream.io/local"}
+    assert (
+        registry.get_sample_value(
+            "kubevirt_cdi_storageprofile_info", {**local, "default": "true", "rwx": "false"}
+        )
+        == 1
+    )

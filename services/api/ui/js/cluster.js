@@ -44,6 +44,12 @@ const AREAS = [
     ['snapshot.kubevirt.io', 'virtualmachinesnapshots', 'Snapshots', true, '', 'snapshot'],
     ['snapshot.kubevirt.io', 'virtualmachinerestores', 'Restores', true, '', 'restore'],
   ]],
+  ['storage', 'Storage', [
+    ['cdi.kubevirt.io', 'datavolumes', 'Data volumes', true, '', 'data volume'],
+    ['', 'persistentvolumeclaims', 'Persistent volume claims', true, '', 'claim'],
+    ['', 'persistentvolumes', 'Persistent volumes', false, '', 'volume'],
+    ['storage.k8s.io', 'storageclasses', 'Storage classes', false, '', 'storage class'],
+  ]],
   ['events', 'Events', [['', 'events', 'Events', true, '', 'event']]],
 ];
 

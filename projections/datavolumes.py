@@ -1,0 +1,114 @@
+"""A DataVolume's status as CDI writes it, pure: the phase (Pending, ImportScheduled,
+ImportInProgress, Succeeded, Failed), `progress`, and the conditions Bound, Ready and
+Running; and the annotations CDI sets on the DataVolume's claim, which tools read to follow
+an import. The importer's events (`ImportRequested`, `ImportProgressed`,
+`ImportFinished`) are folded here into the DataVolume's status; the rest (Pending, Bound)
+is its controller's (services/controller/datavolume.py)."""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from events.catalog import ImportFinished, ImportProgressed, ImportRequested
+
+JSON = dict[str, Any]
+
+# CDI's claim annotations (pkg/controller/common)
+ENDPOINT = "cdi.kubevirt.io/storage.import.endpoint"
+SOURCE = "cdi.kubevirt.io/storage.import.source"
+CONTENT_TYPE = "cdi.kubevirt.io/storage.contentType"
+POD_PHASE = "cdi.kubevirt.io/storage.pod.phase"
+RUNNING_REASON = "cdi.kubevirt.io/storage.condition.running.reason"
+RUNNING_MESSAGE = "cdi.kubevirt.io/storage.condition.running.message"
+BOUND_REASON = "cdi.kubevirt.io/storage.condition.bound.reason"
+CLONE_REQUEST = "k8s.io/CloneRequest"
+CREATED_FOR = "cdi.kubevirt.io/createdForDataVolume"
+POPULATED_FOR = "cdi.kubevirt.io/storage.populatedFor"
+
+PENDING, SCHEDULED, IN_PROGRESS = "Pending", "ImportScheduled", "ImportInProgress"
+SUCCEEDED, FAILED = "Succeeded", "Failed"
+CLONE_SCHEDULED, CLONE_IN_PROGRESS = "CloneScheduled", "CloneInProgress"
+COMPLETE = "Import Complete"
+
+
+def _time(at: float) -> str:
+    return dt.datetime.fromtimestamp(int(at), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def condition(old: JSON, ctype: str, status: str, reason: str, message: str, at: float) -> JSON:
+    """One condition, its transition time kept while its status does not change."""
+    prev = next((c for c in old.get("conditions") or [] if c.get("type") == ctype), None)
+    same = prev is not None and prev.get("status") == status
+    since = str(prev.get("lastTransitionTime")) if same and prev else _time(at)
+    # the heartbeat is the transition: a status that only aged would be a new event a pass
+    return {
+        "type": ctype,
+        "status": status,
+        "reason": reason,
+        "message": message,
+        "lastHeartbeatTime": since,
+        "lastTransitionTime": since,
+    }
+
+
+def conditions(old: JSON, claim: str, bound: bool, ready: bool, running: tuple[str, str, str],
+               at: float) -> list[JSON]:  # fmt: skip
+    """Bound, Ready, Running, as CDI orders them; `running`: (status, reason, message)."""
+    return [
+        condition(
+            old,
+            "Bound",
+            "True" if bound else "False",
+            "Bound" if bound else "Pending",
+            f"PVC {claim} Bound" if bound else f"PVC {claim} Pending",
+            at,
+        ),
+        condition(old, "Ready", "True" if ready else "False", "", "", at),
+        condition(old, "Running", *running, at),
+    ]
+
+
+def is_clone(source: JSON) -> bool:
+    return "pvc" in source
+
+
+def imported(
+    status: JSON, ev: ImportRequested | ImportProgressed | ImportFinished, at: float
+) -> JSON:
+    """The DataVolume's status after one of its importer's events."""
+    name = str(status.get("claimName") or ev.meta.aggregate.name)
+    out: JSON = {**status, "claimName": name, "restartCount": 0}
+    match ev:
+        case ImportRequested(source=source):
+            out["phase"] = CLONE_SCHEDULED if is_clone(source) else SCHEDULED
+            out["progress"] = "N/A"
+            out["conditions"] = conditions(status, name, True, False, ("False", "", ""), at)
+        case ImportProgressed(progress=progress):
+            clone = status.get("phase") in (CLONE_SCHEDULED, CLONE_IN_PROGRESS)
+            out["phase"] = CLONE_IN_PROGRESS if clone else IN_PROGRESS
+            out["progress"] = progress
+            running = ("True", "Pod is running", "")
+            out["conditions"] = conditions(status, name, True, False, running, at)
+        case ImportFinished(error=error):
+            if error:
+                out["phase"] = FAILED
+                running = ("False", "Error", error)
+                out["conditions"] = conditions(status, name, True, False, running, at)
+            else:
+                out["phase"] = SUCCEEDED
+                out["progress"] = "100.0%"
+                running = ("False", "Completed", COMPLETE)
+                out["conditions"] = conditions(status, name, True, True, running, at)
+    return out
+
+
+def pod_phase(phase: str) -> tuple[str, str, str]:
+    """The claim's (pod phase, running reason, running message) annotations for a phase."""
+    if phase in (IN_PROGRESS, CLONE_IN_PROGRESS):
+        return "Running", "Pod is running", ""
+    if phase == SUCCEEDED:
+        return "Succeeded", "Completed", COMPLETE
+    if phase == FAILED:
+        return "Failed", "Error", ""
+    return "Pending", "", ""
