@@ -138,9 +138,6 @@ class WhatIf:
         self.decided: set[str] = set()
         self.placements: dict[str, Counter[str]] = {"live": Counter(), "whatif": Counter()}
 
-    def _in_window(self, seq: int) -> bool:
-        return seq >= self.since and (self.until is None or seq <= self.until)
-
     # --------------------------------------------------------------- the log
     def feed(self, stored: Stored) -> None:
         ev = stored.event
@@ -167,7 +164,10 @@ class WhatIf:
         ev = stored.event
         eid, cause = ev.meta.event_id, ev.meta.causation_seq
         if (cause and cause < self.since) or (not cause and stored.seq < self.since):
+            # decided for an event before the window: not compared, also when the sandbox
+            # reached it from an event of the window before it landed
             self.before.add(eid)
+            self.whatif.pop(eid, None)
             return
         if self.until is not None and cause > self.until:
             return

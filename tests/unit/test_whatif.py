@@ -165,3 +165,15 @@ def test_any_history_the_controller_wrote_replays_with_no_difference(
     r = whatif(w, ControllerReactor(node_timeout=1e9))
     assert r.differences == [], r.differences[0]
     assert r.summary.reproduced == r.summary.live_decisions
+
+
+@settings(max_examples=20, deadline=None)
+@given(operations(), st.floats(0.0, 1.0), st.floats(0.0, 1.0))
+def test_any_window_of_such_a_history_replays_with_no_difference(
+    ops: list[tuple[str, int]], a: float, b: float
+) -> None:
+    w = play(ops)
+    since, until = sorted((1 + int(a * (len(w.log) - 1)), 1 + int(b * (len(w.log) - 1))))
+    r = whatif(w, ControllerReactor(node_timeout=1e9), since=since, until=until)
+    assert r.differences == [], r.differences[0]
+    assert r.events == until - since + 1
