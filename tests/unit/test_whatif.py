@@ -5,9 +5,12 @@ from __future__ import annotations
 
 from collections import Counter
 
+import pytest
+import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from cli.whatif import load_decider
 from events.catalog import PodScheduled, StopReason, VMDeleted
 from events.meta import Kind
 from services.controller import scheduler
@@ -177,3 +180,13 @@ def test_any_window_of_such_a_history_replays_with_no_difference(
     r = whatif(w, ControllerReactor(node_timeout=1e9), since=since, until=until)
     assert r.differences == [], r.differences[0]
     assert r.events == until - since + 1
+
+
+def test_a_decider_is_named_as_controller_module_factory() -> None:
+    assert isinstance(
+        load_decider("controller=tests.unit.whatif_fixtures:forgetful"), ControllerReactor
+    )
+    for bad in ("tests.unit.whatif_fixtures:forgetful", "handler=m:f", "controller=nope:f",
+                "controller=tests.unit.whatif_fixtures:nothing"):  # fmt: skip
+        with pytest.raises(typer.Exit):
+            load_decider(bad)
