@@ -6,6 +6,8 @@ user); appends nothing."""
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,7 +26,11 @@ from services.controller.whatif import Decider, Report, WhatIf
 
 
 def load_decider(spec: str) -> Decider:
-    """`controller=MODULE:FACTORY`: FACTORY() from MODULE (importable) is the decider."""
+    """`controller=MODULE:FACTORY`: FACTORY() from MODULE is the decider. MODULE is looked
+    up from the working directory too (as uvicorn looks up an app), so a checkout of
+    another version can be named from its root."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
     service, _, target = spec.partition("=")
     if service != "controller" or ":" not in target:
         raise _fail(f"--decider {spec!r}: expected controller=MODULE:FACTORY")
