@@ -34,6 +34,7 @@ from cli.settings import DEFAULT_SERVER, settings
 from cli.tables import WatchPrinter, has_table, header_and_rows, render
 from cli.ui import ui
 from cli.up import up
+from cli.whatif import register as register_whatif
 from client.api import ApiError, ApplyOptions, Client, resource
 from events.manifest import ManifestError, yaml_documents
 from kinds.registry import REGISTRY
@@ -860,6 +861,7 @@ register_debug(app)
 register_guest_io(app)
 register_port_forward(app)
 register_expose(app, client, error)
+register_whatif(app)
 app.command(context_settings=CONTEXT)(ui)
 app.add_typer(images_app, name="images")
 app.add_typer(instancetypes_app, name="instancetypes")

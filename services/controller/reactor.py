@@ -70,7 +70,10 @@ class ControllerReactor:
         export_key: bytes | None = None,
         export_url: str = "",
         indexed: bool = True,
+        scheduler_policy: str = scheduler.SPREAD,
     ) -> None:
+        if scheduler_policy not in scheduler.POLICIES:
+            raise ValueError(f"unknown scheduler policy {scheduler_policy!r}")
         self.node_timeout = node_timeout
         #: the nodes the cluster runs, when known (`virtstream up`); None: any may return
         self.cluster_nodes = cluster_nodes
@@ -83,6 +86,8 @@ class ControllerReactor:
         #: concerns (services/controller/dependents.py); False: all of them, the full pass
         #: the index must agree with (its property test)
         self.indexed = indexed
+        #: how pending VMIs' nodes are scored (scheduler.SPREAD, today's; or PACK)
+        self.scheduler_policy = scheduler_policy
 
     def filters(self) -> Sequence[str]:
         # every kind, as the one filter that says so: JetStream walks every subject of
@@ -210,7 +215,7 @@ class ControllerReactor:
         reserved = scheduler.Reserved()
         out += migration.reconcile(state, ctx, self.migrations, reserved)
         out += evacuation.reconcile(state, ctx, self.migrations)
-        out += scheduler.schedule_pending(c, ctx, reserved, state.index)
+        out += scheduler.schedule_pending(c, ctx, reserved, state.index, self.scheduler_policy)
         return [Decision(ev) for ev in _unique(out)] + sets
 
 

@@ -3,7 +3,8 @@
 `place` filters nodes by: schedulable (not cordoned, not unresponsive), taints vs
 tolerations, nodeSelector and required node affinity, free CPU/memory, required pod
 affinity/anti-affinity (against the labels of the non-final VMIs on each node, both ways);
-then picks the node with the least allocated memory, then by name. It takes extra
+then scores: `spread` (the default) picks the node with the least allocated memory, `pack`
+the most (fewer nodes busier), then by name. It takes extra
 constraints (excluded nodes, an added node selector) so migrations can place a target.
 When nothing fits it says why, in kube-scheduler's words."""
 
@@ -26,6 +27,10 @@ from services.controller.placement_index import PlacementIndex
 
 JSON = dict[str, Any]
 HOSTNAME = "kubernetes.io/hostname"
+
+SPREAD = "spread"  # the least allocated node that fits (kube-scheduler's LeastAllocated)
+PACK = "pack"  # the most allocated node that fits (MostAllocated: bin packing)
+POLICIES = (SPREAD, PACK)
 
 UNSCHEDULABLE = "node(s) were unschedulable"
 NODE_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
@@ -258,10 +263,12 @@ def place(
     extra_selector: Mapping[str, str] | None = None,
     reserved: Reserved | None = None,
     index: PlacementIndex | None = None,
+    policy: str = SPREAD,
 ) -> Placement | NoFit:
     """Where a pod for this VMI manifest can run. `exclude`: nodes that must not be chosen
     (a migration's source); `extra_selector`: labels the node must also have. `index`
-    (the controller's, in step with `cluster`) answers allocations without a scan."""
+    (the controller's, in step with `cluster`) answers allocations without a scan.
+    `policy`: how the nodes that fit are scored (SPREAD or PACK)."""
     reserved = reserved or Reserved()
     spec = manifest.get("spec") or {}
     excluded = set(exclude)
@@ -287,7 +294,8 @@ def place(
         if why:
             reasons.update(why)
             continue
-        fits.append((used(node.name)[1] + reserved.memory[node.name], node.name))
+        allocated_memory = used(node.name)[1] + reserved.memory[node.name]
+        fits.append((-allocated_memory if policy == PACK else allocated_memory, node.name))
     if fits:
         return Placement(min(fits)[1])
     return NoFit(unschedulable_message(len(cluster.nodes), reasons))
@@ -370,9 +378,11 @@ def schedule_pending(
     ctx: Context,
     reserved: Reserved | None = None,
     index: PlacementIndex | None = None,
+    policy: str = SPREAD,
 ) -> list[Event]:
     """Place every VMI waiting for a node, oldest first; each placement counts against the
-    capacity seen by the next (and `reserved`: e.g. migration targets placed in this pass).
+    capacity seen by the next (and `reserved`: e.g. migration targets placed in this pass);
+    `policy` scores the nodes that fit (see `place`).
     A VMI that does not fit gets Unschedulable once per distinct reason."""
     candidates = index.pending(cluster) if index is not None else cluster.vmis.values()
     pending = sorted(
@@ -388,7 +398,9 @@ def schedule_pending(
         result: Placement | NoFit = NoFit(waiting)
         if not waiting:
             pin = {HOSTNAME: pinned} if pinned else None
-            result = place(manifest, cluster, reserved=reserved, index=index, extra_selector=pin)
+            result = place(
+                manifest, cluster, reserved=reserved, index=index, extra_selector=pin, policy=policy
+            )
         agg = emit.vmi_aggregate(vmi)
         if isinstance(result, Placement):
             reserved.add(result.node, manifest)

@@ -1,0 +1,177 @@
+"""`virtstream whatif`: the log replayed through the controller's decider in a sandbox
+(services/controller/whatif.py), with one change or none, and each decision that differs
+from the one the log records. Reads NATS directly (as the debug commands do: the read-only
+user); appends nothing."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from cli.debug import POINT_HELP, NatsUrl, StreamName, _console, _fail, _json_line, _point, _run
+from events.codec import event_type
+from eventstore.jetstream import JetStreamStore
+from services.controller import scheduler
+from services.controller.reactor import ControllerReactor
+from services.controller.whatif import Decider, Report, WhatIf
+
+
+def load_decider(spec: str) -> Decider:
+    """`controller=MODULE:FACTORY`: FACTORY() from MODULE is the decider. MODULE is looked
+    up from the working directory too (as uvicorn looks up an app), so a checkout of
+    another version can be named from its root."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    service, _, target = spec.partition("=")
+    if service != "controller" or ":" not in target:
+        raise _fail(f"--decider {spec!r}: expected controller=MODULE:FACTORY")
+    module, _, name = target.partition(":")
+    try:
+        factory: Callable[[], Decider] = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError) as e:
+        raise _fail(f"--decider {spec!r}: {e}") from None
+    return factory()
+
+
+async def _window(store: JetStreamStore, since: str, until: str) -> tuple[int, int | None]:
+    """The first and last sequence decided on (None: to the log's end)."""
+    first, last = 1, None
+    now = time.time()
+    if since:
+        p = _point(since)
+        first = p.seq if p.seq is not None else await store.seq_at_time(p.time or now) + 1
+    if until:
+        p = _point(until)
+        last = p.seq if p.seq is not None else await store.seq_at_time(p.time or now)
+    return max(first, 1), last
+
+
+async def run_whatif(
+    store: JetStreamStore, decider: Decider, since: str, until: str, change: str
+) -> tuple[Report, dict[str, Any] | None]:
+    """Fold the whole log once (the archive included), decide on each event of the window;
+    the live decisions of the window's causes are read to the log's end."""
+    first, last = await _window(store, since, until)
+    sandbox = WhatIf(decider, since=first, until=last, change=change)
+    async for stored in store.replay(None, raw=True, on_skip=sandbox.skip):
+        sandbox.feed(stored)
+    report = sandbox.report()
+    cause = None
+    fd = report.summary.first_divergence
+    if fd and fd["cause"]:
+        s = await store.get(fd["cause"])
+        if s is not None:
+            cause = {
+                "seq": s.seq,
+                "type": event_type(s.event),
+                "aggregate": s.event.meta.aggregate.key,
+                "actor": s.event.meta.actor.service,
+            }
+    return report, cause
+
+
+def whatif(
+    since: str = typer.Option("", "--since", help=f"First event decided on: {POINT_HELP}"),
+    until: str = typer.Option("", "--until", help=f"Last event decided on: {POINT_HELP}"),
+    scheduler_policy: str = typer.Option(
+        "", "--scheduler-policy", help=f"Place pending VMIs by: {' | '.join(scheduler.POLICIES)}"
+    ),
+    decider: str = typer.Option(
+        "", "--decider", help="Another controller: controller=MODULE:FACTORY"
+    ),
+    output: str = typer.Option("table", "--output", "-o", help="table | json"),
+    nats_url: str = NatsUrl,
+    stream: str = StreamName,
+) -> None:
+    """What the controller would have decided on the log's history, with a change
+    (a scheduler policy, another decider) or none; each difference from the decisions the
+    log records. With no change there must be none: a difference is a bug (a hidden input)."""
+    if scheduler_policy and decider:
+        raise _fail("one change at a time: --scheduler-policy or --decider")
+    if scheduler_policy and scheduler_policy not in scheduler.POLICIES:
+        raise _fail(
+            f"unknown scheduler policy {scheduler_policy!r}: {' | '.join(scheduler.POLICIES)}"
+        )
+    if decider:
+        sandboxed, change = load_decider(decider), f"decider {decider}"
+    elif scheduler_policy:
+        sandboxed = ControllerReactor(scheduler_policy=scheduler_policy)
+        change = f"scheduler policy {scheduler_policy}"
+    else:
+        sandboxed, change = ControllerReactor(), "none"
+    report, cause = _run(
+        nats_url, stream, lambda store: run_whatif(store, sandboxed, since, until, change)
+    )
+    if output == "json":
+        out = msgspec.to_builtins(report)
+        if cause is not None:
+            out["summary"]["first_divergence"]["event"] = cause
+        _json_line(out)
+    else:
+        _print(report, cause)
+    if report.differences and change == "none":
+        raise typer.Exit(1)  # today's decider did not reproduce the log: a bug
+
+
+def _side(side: Any) -> str:
+    if side is None:
+        return "-"
+    text = side.type + (f" on {side.node}" if side.node else "")
+    return text + (f" ({', '.join(side.fields)} differ)" if side.fields else "")
+
+
+def _print(report: Report, cause: dict[str, Any] | None) -> None:
+    console = _console()
+    s = report.summary
+    if report.differences:
+        table = Table(box=None, pad_edge=False)
+        for col in ("CAUSE", "SEQ", "AGGREGATE", "LIVE", "WHATIF"):
+            table.add_column(col)
+        for d in report.differences:
+            table.add_row(
+                str(d.cause or "tick"),
+                str(d.seq),
+                escape(d.aggregate),
+                escape(_side(d.live)),
+                escape(_side(d.whatif)),
+            )
+        console.print(table)
+        console.print()
+    console.print(
+        f"change: {escape(s.change)}; events {s.window[0]}..{s.window[1]}: "
+        f"{report.events} decided on, {report.decisions} decisions; "
+        f"{s.live_decisions} recorded for them, {s.reproduced} reproduced, "
+        f"{len(report.differences)} differ; "
+        f"{s.ticks_left_out} recorded for ticks left out (a tick's time is not in the log)"
+    )
+    nodes = sorted(set(s.placements["live"]) | set(s.placements["whatif"]))
+    if nodes:
+        table = Table(box=None, pad_edge=False, title="placements per node", title_justify="left")
+        for col in ("NODE", "LIVE", "WHATIF"):
+            table.add_column(col)
+        for n in nodes:
+            table.add_row(
+                n, str(s.placements["live"].get(n, 0)), str(s.placements["whatif"].get(n, 0))
+            )
+        console.print(table)
+    fd = s.first_divergence
+    if fd is not None:
+        what = (
+            f"{cause['type']} of {cause['aggregate']} (by {cause['actor']})" if cause else "a tick"
+        )
+        console.print(f"first divergence: at event {fd['cause']}: {escape(what)}")
+    else:
+        console.print("no divergence")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("whatif")(whatif)
