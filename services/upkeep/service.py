@@ -25,7 +25,7 @@ from services.upkeep import metrics as m
 from services.upkeep.retire import INTERVAL, STEP, WINDOW, LoadedViews, Retirer
 
 NAME = "virt-upkeep"
-log = structlog.get_logger().bind(service=NAME)
+log = structlog.get_logger()  # bound per use: binding at import would fix its config first
 
 
 class LeaseLost(RuntimeError):
@@ -71,7 +71,7 @@ class UpkeepService:
         if self.lease is None:
             await self._run_active(None)
             return
-        bound = log.bind(identity=self.lease.identity)
+        bound = log.bind(service=NAME, identity=self.lease.identity)
         bound.info("standby: waiting for the lease", holder=await self.lease.holder())
         if not await self.lease.acquire(self._stopping):
             return
