@@ -329,8 +329,8 @@ def test_one_verb_and_kind_vocabulary(cluster: Cluster) -> None:
     for name in ("vmims", "vmim", "virtualmachineinstancemigrations", "migrationpolicies"):
         ok(cli(c, "get", name))
         ok(cli(c, "at", "99999999", name))
-    fails(cli(c, "at", "1", "pods"), "unknown kind 'pods'", "vms, vmis, vmims")
-    fails(cli(c, "get", "pods"), 'the server doesn\'t have a resource type "pods"')
+    fails(cli(c, "at", "1", "deployments"), "unknown kind 'deployments'", "vms, vmis, vmims")
+    fails(cli(c, "get", "deployments"), 'the server doesn\'t have a resource type "deployments"')
     # a node is node/NAME in every output
     out = ok(cli(c, "why", "node/node-1"))
     assert out.startswith("why node/node-1 ") and "node/_/" not in out
