@@ -138,6 +138,7 @@ class Retirer:
         # aggregate filter → its last sequence when last found not ended: asked again
         # only once the aggregate has news
         self._checked: dict[str, int] = {}
+        self._seen = -1  # what the views had folded at the last round
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> bool:
@@ -174,9 +175,12 @@ class Retirer:
     async def round(self, folded: int | None = None) -> int:
         """One round; returns how many aggregates left the hot log."""
         js, stream = self.store.js, self.store.stream
+        folded_now = self.views.upto()
+        if folded_now == self._seen and not self.pending and folded is None:
+            return 0  # nothing new since the last round: a cluster at rest asks nothing
         upto = min(
             await archive.archived_upto(js, stream),
-            self.views.upto(),
+            folded_now,
             await archive.acked_floor(js, stream),
         )
         if folded is not None:
@@ -215,6 +219,8 @@ class Retirer:
             self._checked.pop(scope, None)
             retired += 1
             await asyncio.sleep(self.pace)
+        # the views bound the floor and nothing is pending: the next round waits for news
+        self._seen = folded_now if upto == folded_now else -1
         if retired:  # the record holds only what is left to do
             await archive.write_floor(
                 js, stream, self.floor, self.store.settings, pending=list(self.pending.values())
