@@ -36,8 +36,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--lease-ttl",
         type=float,
-        default=5.0,
-        help="seconds after the active process's last renewal that a standby takes over",
+        default=15.0,
+        help="seconds after the active process's last renewal that a standby takes over "
+        "(it renews every quarter of it: nothing waits on a takeover of the upkeep)",
     )
     args = p.parse_args(argv)
     connection.from_arguments(args)
