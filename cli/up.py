@@ -45,7 +45,7 @@ from ops import guest_images, node_libvirtd, pod_network, prometheus_auth, run_l
 from ops.nats_config import local_cluster
 from ops.nats_server import NatsServer
 from ops.node_libvirtd import NodeRuntime
-from ops.ports import free_port, taken
+from ops.ports import free_port, reserve, taken
 from ops.prometheus_server import PrometheusServer, start_for_cluster, target_for
 from ops.prometheus_server import find_binary as find_prometheus
 from ops.supervisor import ServiceSpec, Supervisor, stop_recorded
@@ -181,6 +181,7 @@ def up(
     ports = {"NATS (--nats-port)": 0 if nats_url else nats_port, "API (--port)": port}
     if metrics:
         ports["Prometheus (--prometheus-port)"] = prometheus_port
+    reserve(*ports.values())  # the metrics ports picked below are none of these
     if busy := taken(ports):
         console.print(
             f"[red]error[/]: {', '.join(busy)} already in use on 127.0.0.1 (another "

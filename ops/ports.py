@@ -23,6 +23,12 @@ def ephemeral_range() -> tuple[int, int]:
     return lo, hi
 
 
+def reserve(*ports: int) -> None:
+    """Ports this process will listen on that were chosen elsewhere (`up --port`): never
+    handed out by `free_port`, which cannot see them taken before they are bound."""
+    _handed_out.update(p for p in ports if p)
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nobody listens on or connects from now, for a service to listen on later.
 
