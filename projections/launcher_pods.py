@@ -177,7 +177,11 @@ def pod_ip(vmi: JSON) -> str:
     """The pod's address: the VMI's first interface's (its pod network's, as the guest
     agent reports it); "" before that."""
     for iface in (vmi.get("status") or {}).get("interfaces") or []:
-        if iface.get("ipAddress"):
+        addresses = [str(a) for a in iface.get("ipAddresses") or [] if a]
+        v4 = [a for a in addresses if ":" not in a]  # a pod's primary IP: never link-local v6
+        if v4:
+            return v4[0]
+        if iface.get("ipAddress") and not str(iface["ipAddress"]).startswith("fe80:"):
             return str(iface["ipAddress"])
     return ""
 
