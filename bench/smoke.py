@@ -65,8 +65,8 @@ async def measure(a: argparse.Namespace) -> dict[str, object]:
     try:
         await wait_ready(up, a.nodes)
         await asyncio.sleep(a.settle)  # start-up work (imports, catch-up) ends first
-        hops = await hop_chain(up.nats_url, 150)
-        spawn = await zygote_floor(data_dir / "floor", 20)
+        hops = await hop_chain(up.nats_url, 100)
+        spawn = await zygote_floor(data_dir / "floor", 12)
         track = Track(n=a.vms)
         opened = asyncio.Event()
         watcher = asyncio.create_task(watch_vmis(up.api, track, opened))
@@ -173,7 +173,7 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=30.0)
     p.add_argument("--nodes", type=int, default=4)
     p.add_argument("--rest", type=float, default=10.0, help="seconds at rest, measured")
-    p.add_argument("--settle", type=float, default=3.0)
+    p.add_argument("--settle", type=float, default=2.0)
     p.add_argument("--timeout", type=float, default=30.0)
     p.add_argument("--baseline", type=Path, default=BASELINE)
     p.add_argument("--write-baseline", action="store_true")
