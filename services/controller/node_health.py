@@ -94,19 +94,8 @@ def fail_stranded_vmis(cluster: Cluster, node: NodeView, ctx: Context) -> list[E
     """Non-final VMIs on an unresponsive node can no longer be run or reported on."""
     if not node.unresponsive:
         return []
-    out: list[Event] = []
-    for vmi in sorted(cluster.vmis_on(node.name), key=lambda v: (v.namespace, v.name)):
-        if not vmi.final:
-            out.append(
-                VMIFailed(
-                    meta=emit.meta(
-                        ctx, emit.vmi_aggregate(vmi), f"node-failed/{vmi.uid}", node=vmi.node
-                    ),
-                    reason="NodeUnresponsive",
-                    message=f"virt-handler on node {node.name} is not responsive",
-                )
-            )
-    return out
+    message = f"virt-handler on node {node.name} is not responsive"
+    return _fail_vmis_on(cluster, node.name, "NodeUnresponsive", message, ctx)
 
 
 def fail_vmis_of_deleted(cluster: Cluster, name: str, ctx: Context) -> list[Event]:
@@ -114,16 +103,20 @@ def fail_vmis_of_deleted(cluster: Cluster, name: str, ctx: Context) -> list[Even
     pod garbage collector removes the pods bound to a node that is gone."""
     if name in cluster.nodes:
         return []
-    out: list[Event] = []
-    for vmi in sorted(cluster.vmis_on(name), key=lambda v: (v.namespace, v.name)):
-        if not vmi.final:
-            out.append(
-                VMIFailed(
-                    meta=emit.meta(
-                        ctx, emit.vmi_aggregate(vmi), f"node-failed/{vmi.uid}", node=vmi.node
-                    ),
-                    reason="NodeDeleted",
-                    message=f"node {name} was deleted",
-                )
-            )
-    return out
+    return _fail_vmis_on(cluster, name, "NodeDeleted", f"node {name} was deleted", ctx)
+
+
+def _fail_vmis_on(
+    cluster: Cluster, node: str, reason: str, message: str, ctx: Context
+) -> list[Event]:
+    """A VMIFailed for each non-final VMI on `node` (one id per VMI, whatever the reason:
+    a VMI fails once)."""
+    return [
+        VMIFailed(
+            meta=emit.meta(ctx, emit.vmi_aggregate(vmi), f"node-failed/{vmi.uid}", node=vmi.node),
+            reason=reason,
+            message=message,
+        )
+        for vmi in sorted(cluster.vmis_on(node), key=lambda v: (v.namespace, v.name))
+        if not vmi.final
+    ]
