@@ -155,10 +155,6 @@ class ControllerReactor:
         scope.sources.update(c.resources[ResourceKind.DATA_SOURCE])
         return self._decide(state, scope, ctx, check_nodes=True, collect=True)
 
-    @staticmethod
-    def _owned(c: Cluster, scope: _Scope, kind: str) -> list[ResourceView]:
-        return _owned_of(c, scope, kind)
-
     def _decide(
         self,
         state: ControllerState,
@@ -196,17 +192,17 @@ class ControllerReactor:
         sets += _storage(state, scope, ctx)
         # replica sets, pools, snapshots, restores, clones, exports: those the event
         # concerns (a content whose snapshot is gone is the garbage collector's)
-        for rs in self._owned(c, scope, ResourceKind.VMIRS):
+        for rs in _owned(c, scope, ResourceKind.VMIRS):
             sets += replicas.reconcile_replicaset(c, rs, ctx)
-        for pool in self._owned(c, scope, ResourceKind.VMPOOL):
+        for pool in _owned(c, scope, ResourceKind.VMPOOL):
             sets += replicas.reconcile_pool(c, pool, ctx)
-        for snap in self._owned(c, scope, ResourceKind.SNAPSHOT):
+        for snap in _owned(c, scope, ResourceKind.SNAPSHOT):
             sets += snapshot.reconcile_snapshot(c, snap, ctx)
-        for restore in self._owned(c, scope, ResourceKind.RESTORE):
+        for restore in _owned(c, scope, ResourceKind.RESTORE):
             sets += snapshot.reconcile_restore(c, restore, ctx)
-        for vm_clone in self._owned(c, scope, ResourceKind.CLONE):
+        for vm_clone in _owned(c, scope, ResourceKind.CLONE):
             sets += clone.reconcile_clone(c, vm_clone, ctx)
-        for vm_export in self._owned(c, scope, ResourceKind.EXPORT):
+        for vm_export in _owned(c, scope, ResourceKind.EXPORT):
             sets += export.reconcile_export(
                 c, vm_export, ctx, key_=self.export_key, base_url=self.export_url
             )
@@ -219,7 +215,7 @@ class ControllerReactor:
         return [Decision(ev) for ev in _unique(out)] + sets
 
 
-def _owned_of(c: Cluster, scope: _Scope, kind: str) -> list[ResourceView]:
+def _owned(c: Cluster, scope: _Scope, kind: str) -> list[ResourceView]:
     """The objects of `kind` the pass reconciles: all on a tick, else those the event
     concerns (sorted: a pass is deterministic)."""
     table = c.resources[kind]
