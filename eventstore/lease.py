@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 
 import nats.errors
 import structlog
@@ -32,6 +33,7 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from eventstore.nats_errors import translated
+from eventstore.tasks import finish
 
 BUCKET = "virt-leases"
 STEP_DOWN = 0.6  # of the TTL without a renewal: the holder stops acting
@@ -152,3 +154,35 @@ class Lease:
         with contextlib.suppress(Exception):
             await self.kv.delete(self.key, last=self.revision)
         self.revision = 0
+
+
+class LeaseLost(RuntimeError):
+    """The process was active and no longer is: it stopped acting."""
+
+
+async def while_holding(
+    lease: Lease,
+    stopping: asyncio.Event,
+    work: Callable[[], Awaitable[None]],
+    lost: Callable[[], None],
+) -> None:
+    """Wait for the lease (until `stopping` is set), then run `work` while renewing it;
+    `lost` is called at once if a renewal fails (it must make `work` end). A clean end
+    releases the lease for a standby; a lost one raises `LeaseLost`, so the process exits
+    and its supervisor starts it again as a standby."""
+    bound = log.bind(key=lease.key, identity=lease.identity)
+    bound.info("standby: waiting for the lease", holder=await lease.holder())
+    if not await lease.acquire(stopping):
+        return
+    bound.info("active: holding the lease", ttl=lease.ttl)
+    keeping = asyncio.create_task(lease.keep(), name=f"lease-{lease.key}")
+    keeping.add_done_callback(lambda _: lost())
+    try:
+        await work()
+    finally:
+        gone = keeping.done() and not keeping.cancelled()
+        await finish(keeping)
+        if not gone:
+            await lease.release()
+    if gone:
+        raise LeaseLost(f"{lease.identity} lost the lease {lease.key}")

@@ -16,11 +16,12 @@ import sys
 from pathlib import Path
 
 from eventstore import connection
+from eventstore.lease import LeaseLost
 from services.controller.backoff import BackoffConfig
 from services.controller.node_health import DEFAULT_NODE_TIMEOUT
 from services.controller.policy import MigrationConfig
 from services.controller.reactor import ControllerReactor
-from services.controller.service import LeaseLost, serve
+from services.controller.service import serve
 from services.runtime import logs, loop, metrics_access
 
 

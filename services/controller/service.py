@@ -16,7 +16,7 @@ from typing import Never
 
 from eventstore import heartbeats
 from eventstore.jetstream import JetStreamStore
-from eventstore.lease import Lease
+from eventstore.lease import Lease, while_holding
 from eventstore.settings import StreamSettings
 from eventstore.tasks import finish
 from services.controller.checkpoint import ControllerCodec
@@ -32,10 +32,6 @@ from services.runtime.shell import ServiceShell, run_process
 # deliveries whose appends may be in flight at once: the controller decides on every event
 # of the cluster, and waiting for each fsync'd append in turn capped it near 40 VMs/s
 WINDOW = 64
-
-
-class LeaseLost(RuntimeError):
-    """This controller was active and no longer is: it stopped acting."""
 
 
 class ControllerService:
@@ -89,23 +85,7 @@ class ControllerService:
     async def run(self) -> None:
         if self.lease is None:
             return await self._run_active()
-        log = self.shell.log.bind(identity=self.lease.identity)
-        log.info("standby: waiting for the lease", holder=await self.lease.holder())
-        if not await self.lease.acquire(self._stopping):
-            return None
-        log.info("active: holding the lease", ttl=self.lease.ttl)
-        keeping = asyncio.create_task(self.lease.keep())
-        keeping.add_done_callback(lambda _: self.shell.stop())
-        try:
-            await self._run_active()
-        finally:
-            lost = keeping.done() and not keeping.cancelled()
-            await finish(keeping)
-            if not lost:
-                await self.lease.release()
-        if lost:
-            raise LeaseLost(f"{self.lease.identity} lost the lease {self.lease.key}")
-        return None
+        return await while_holding(self.lease, self._stopping, self._run_active, self.shell.stop)
 
     async def _run_active(self) -> None:
         if self._stopping.is_set():

@@ -15,9 +15,10 @@ import socket
 import sys
 
 from eventstore import connection
+from eventstore.lease import LeaseLost
 from services.runtime import logs, loop, metrics_access
 from services.runtime.shell import run_process
-from services.upkeep.service import NAME, LeaseLost, UpkeepService
+from services.upkeep.service import NAME, UpkeepService
 
 
 def main(argv: list[str] | None = None) -> None:

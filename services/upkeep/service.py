@@ -3,33 +3,25 @@
 
 None of it answers a user, so none of it runs in the api, whose fold and watches a burst of
 events must reach first. Several may run (one per host, as controllers do); only the holder
-of the `virt-upkeep` lease (`eventstore/lease.py`) works, the others wait for it. A holder
-that loses the lease stops at once and its process exits (`LeaseLost`), to come back as a
-standby. A restart resumes where the work stood: the index after its last entry, the
-retirement from the recorded floor and the pending work recorded with it."""
+of the `virt-upkeep` lease works, the others wait for it (`eventstore/lease.py:
+while_holding`). A holder that loses the lease stops at once and its process exits
+(`LeaseLost`), to come back as a standby. A restart resumes where the work stood: the
+index after its last entry, the retirement from the recorded floor and the pending work
+recorded with it."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from typing import Any
-
-import structlog
 
 from eventstore import archive
 from eventstore.index import Indexer
 from eventstore.jetstream import JetStreamStore
-from eventstore.lease import Lease
+from eventstore.lease import Lease, while_holding
 from eventstore.tasks import finish
 from services.upkeep import metrics as m
 from services.upkeep.retire import INTERVAL, STEP, WINDOW, LoadedViews, Retirer
 
 NAME = "virt-upkeep"
-log = structlog.get_logger()  # bound per use: binding at import would fix its config first
-
-
-class LeaseLost(RuntimeError):
-    """This upkeep process was active and no longer is: it stopped working."""
 
 
 class UpkeepService:
@@ -69,25 +61,11 @@ class UpkeepService:
     async def run(self) -> None:
         await self.store.ensure()
         if self.lease is None:
-            await self._run_active(None)
-            return
-        bound = log.bind(service=NAME, identity=self.lease.identity)
-        bound.info("standby: waiting for the lease", holder=await self.lease.holder())
-        if not await self.lease.acquire(self._stopping):
-            return
-        bound.info("active: holding the lease", ttl=self.lease.ttl)
-        keeping = asyncio.create_task(self.lease.keep(), name="upkeep-lease")
-        try:
-            await self._run_active(keeping)
-        finally:
-            lost = keeping.done() and not keeping.cancelled()
-            await finish(keeping)
-            if not lost:
-                await self.lease.release()
-        if lost:
-            raise LeaseLost(f"{self.lease.identity} lost the lease {self.lease.key}")
+            await self._run_active()
+        else:
+            await while_holding(self.lease, self._stopping, self._run_active, self.stop)
 
-    async def _run_active(self, keeping: asyncio.Task[None] | None) -> None:
+    async def _run_active(self) -> None:
         s = self.store.settings
         if s.archive:
             await archive.ensure(self.store.js, s.name, replicas=s.replicas, storage=s.storage)
@@ -97,14 +75,7 @@ class UpkeepService:
         m.ACTIVE.set(1)
         reporting = asyncio.create_task(self._report(), name="upkeep-metrics")
         try:
-            stopping = asyncio.ensure_future(self._stopping.wait())
-            waits: list[asyncio.Future[Any]] = [stopping]
-            if keeping is not None:
-                waits.append(keeping)  # done: the lease is lost
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await stopping
+            await self._stopping.wait()  # a stop, or the lease lost
         finally:
             self.active = False
             m.ACTIVE.set(0)
