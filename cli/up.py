@@ -295,54 +295,47 @@ def up(
     ]
     metrics_args = secured.metrics_args() if secured else ()
     scheme = "https" if secured else "http"  # the controller's and handlers' /metrics
-    for i in range(1, controllers + 1):
-        cport = free_port()
-        specs.append(
-            ServiceSpec(
-                name="controller" if i == 1 else f"controller-{i}",
-                module="services.controller",
-                args=(
-                    "--nats-url",
-                    nats_url,
-                    "--metrics-port",
-                    str(cport),
-                    # one lease: the first to take it is active, the others stand by
-                    "--identity",
-                    f"controller-{i}",
-                    *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
-                    # a node of an earlier run that this one does not start is not coming
-                    # back: it gets no grace from the controller's start
-                    "--cluster-nodes",
-                    ",".join(node_names),
-                    "--export-key-file",
-                    str(export_key),
-                    "--export-url",
-                    api_url,
-                    *metrics_args,
-                ),
-                metrics_url=f"{scheme}://127.0.0.1:{cport}/metrics",
-                env=bus.env("controller") if bus else {},
+
+    def leased(role: str, module: str, *extra: str) -> list[ServiceSpec]:
+        """`--controllers` processes of a role on one lease: the first to take it works,
+        the others stand by."""
+        out = []
+        for i in range(1, controllers + 1):
+            mport = free_port()
+            out.append(
+                ServiceSpec(
+                    name=role if i == 1 else f"{role}-{i}",
+                    module=module,
+                    args=(
+                        "--nats-url",
+                        nats_url,
+                        "--metrics-port",
+                        str(mport),
+                        "--identity",
+                        f"{role}-{i}",
+                        *extra,
+                        *metrics_args,
+                    ),
+                    metrics_url=f"{scheme}://127.0.0.1:{mport}/metrics",
+                    env=bus.env(role) if bus else {},
+                )
             )
-        )
-    for i in range(1, controllers + 1):  # the log's upkeep: one active, as controllers
-        uport = free_port()
-        specs.append(
-            ServiceSpec(
-                name="upkeep" if i == 1 else f"upkeep-{i}",
-                module="services.upkeep",
-                args=(
-                    "--nats-url",
-                    nats_url,
-                    "--metrics-port",
-                    str(uport),
-                    "--identity",
-                    f"upkeep-{i}",
-                    *metrics_args,
-                ),
-                metrics_url=f"{scheme}://127.0.0.1:{uport}/metrics",
-                env=bus.env("upkeep") if bus else {},
-            )
-        )
+        return out
+
+    specs += leased(
+        "controller",
+        "services.controller",
+        *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
+        # a node of an earlier run that this one does not start is not coming back: it
+        # gets no grace from the controller's start
+        "--cluster-nodes",
+        ",".join(node_names),
+        "--export-key-file",
+        str(export_key),
+        "--export-url",
+        api_url,
+    )
+    specs += leased("upkeep", "services.upkeep")  # the log's upkeep
     for node in node_names:
         hport = free_port()
         specs.append(
