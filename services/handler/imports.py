@@ -29,7 +29,8 @@ from events.catalog import (
     VolumesCopyRequested,
 )
 from events.envelope import Stored
-from events.meta import Actor, Aggregate, Meta
+from events.meta import Actor, Meta
+from services.handler.volumes import job_key  # one key per job, copies and imports alike
 
 
 class ImportJob(msgspec.Struct, kw_only=True):
@@ -70,10 +71,6 @@ class ImportDone(msgspec.Struct, frozen=True):
 
 
 Imports = dict[str, ImportJob]
-
-
-def job_key(agg: Aggregate) -> str:
-    return f"{agg.kind}/{agg.namespace}/{agg.name}/{agg.uid}"
 
 
 def fold(jobs: Imports, stored: Stored) -> None:
