@@ -152,19 +152,21 @@ def report(now: dict[str, object]) -> None:
 
 def compare(now: dict[str, object], base: dict[str, object]) -> list[str]:
     """Every figure more than 25% (and more than its slack) worse than the baseline."""
-    out = []
-    for name, slack in SLACK.items():
-        b, x = base.get(name), now.get(name)
-        worse = isinstance(b, (int, float)) and isinstance(x, (int, float))
-        if worse and x > b * TOLERANCE and x - b > slack:  # type: ignore[operator]
-            out.append(f"REGRESSION {name}: {x} against the baseline's {b}")
+    pairs = [(name, base.get(name), now.get(name), slack) for name, slack in SLACK.items()]
     nb, bb = now["cpu_ms_per_vmi_by_process"], base.get("cpu_ms_per_vmi_by_process", {})
     assert isinstance(nb, dict) and isinstance(bb, dict)
-    for proc, x in sorted(nb.items()):
-        b = bb.get(proc)
-        if isinstance(b, (int, float)) and x > b * TOLERANCE and x - b > PROCESS_SLACK_MS:
-            out.append(f"REGRESSION cpu_ms_per_vmi[{proc}]: {x} against the baseline's {b}")
-    return out
+    pairs += [
+        (f"cpu_ms_per_vmi[{proc}]", bb.get(proc), x, PROCESS_SLACK_MS)
+        for proc, x in sorted(nb.items())
+    ]
+    return [
+        f"REGRESSION {name}: {x} against the baseline's {b}"
+        for name, b, x, slack in pairs
+        if isinstance(b, (int, float))
+        and isinstance(x, (int, float))
+        and x > b * TOLERANCE
+        and x - b > slack
+    ]
 
 
 def main() -> None:
