@@ -313,7 +313,7 @@ async def fill(js_nc: NATS, stream: str, t: Template, total: int) -> tuple[int, 
     """Append `total` copied events; returns the last seq, events/s, the first copy's name
     and the last kept copy's (complete, Halted) name."""
     js = js_nc.jetstream()
-    # and the index the api kept as the events came: its entries written alongside (the
+    # and the index the upkeep kept as the events came: its entries written alongside (the
     # same entries, subjects and ids its indexer writes; reading the year back to index it
     # would cost the set-up more than the fill)
     indexed = await index.ensure(JetStreamStore(js_nc, StreamSettings(name=stream)))
@@ -674,7 +674,7 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
         hp.take(last, hversions[i], hstates[i])
         await hp.settle()
     await view_checkpoints.save(store, checkpoints.API_VIEWS, views)
-    # and the hot log as the api's retirer would have kept it all year: the year's ended
+    # and the hot log as the upkeep's retirer would have kept it all year: the year's ended
     # aggregates out of it, below the floor (the archive mirrored the fill as it came)
     saved = time.perf_counter()
     print(f"checkpoints saved in {saved - folded:.1f} s", flush=True)
@@ -689,7 +689,7 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
         f"year's hot log: {retirer.retired} ended aggregates purged in {retired - mirrored:.1f} s",
         flush=True,
     )
-    # and the index the api kept as the events came
+    # and the index the upkeep kept as the events came
     indexer = Indexer(store, pace=0.0)
     await indexer.start()
     try:

@@ -25,8 +25,9 @@ Values are written as subject tokens (`events/subjects.py: token`). Each entry c
 its `Nats-Msg-Id` makes a repeat after a crash a duplicate. The index lags the stream by
 what is in flight, so readers use it up to `Index.upto()` and read the rest as before.
 
-The `Indexer` runs in the api process (the one writer of user requests and the one reader
-of the whole stream already), following the stream with its own ordered consumer."""
+The `Indexer` runs in the upkeep service (`services/upkeep/service.py`), following the
+stream with its own ordered consumer; caught up, it lets the next events gather a moment
+and writes them as one batch."""
 
 from __future__ import annotations
 

@@ -50,7 +50,7 @@ async def append_ended(store: JetStreamStore) -> list[Event]:
 async def retire_ended(
     store: JetStreamStore, before: Callable[[Cluster], bool] = lambda cluster: True
 ) -> None:
-    """The scenario's ended aggregates retired from the hot log by the api's retirer, on
+    """The scenario's ended aggregates retired from the hot log by a retirer, on
     the views a projection folds (`before`: what must hold of them first)."""
     runner = ProjectionRunner(store)
     await runner.start()
