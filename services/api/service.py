@@ -46,6 +46,10 @@ from services.api.metrics import APPENDS, CONFLICTS
 # guard.py`, or the NATS intent service): the actor of the events it appends.
 CURRENT_USER: ContextVar[str] = ContextVar("virtstream_user", default="")
 WAIT_SECONDS = 10.0
+# a write without a precondition that met another writer's append is decided again this
+# many times in all: a controller writing the same object's status is no reason to refuse
+# a user's patch (a precondition that fails is the decision's own 409, never retried)
+DECIDE_ATTEMPTS = 5
 APPEND_SECONDS = 10.0  # how long a write keeps retrying an append whose outcome is unknown
 READY_SECONDS = 2.0
 IDEMPOTENCY_SECONDS = 120.0  # JetStream's duplicate window: a key is honoured this long
@@ -247,11 +251,12 @@ class ApiService:
         """Decide and append; the outcome and the stream sequence of its last event (0 when
         nothing was appended), so a caller can follow what happens from there.
 
-        On a conflict: wait for the projection to fold the winner, decide again once (the
-        preconditions may now answer with a better message), and answer 409 if the second
-        append conflicts too. With an idempotency key, a request
-        already answered (or whose append outcome was unknown) is answered from its first
-        decision, whose events are appended again: the stream keeps one copy."""
+        On a conflict: wait for the projection to fold the winner and decide again (the
+        preconditions may now answer with a better message), as the API server retries an
+        update whose object moved under it; 409 after `DECIDE_ATTEMPTS` conflicts in a row.
+        With an idempotency key, a request already answered (or whose append outcome was
+        unknown) is answered from its first decision, whose events are appended again: the
+        stream keeps one copy."""
         assert self.store is not None
         replace = False  # a decision kept under the key never landed: the next replaces it
         if idem is not None and (earlier := await self._remembered(idem)) is not None:
@@ -263,7 +268,7 @@ class ApiService:
                 await self._folded(last)
                 return earlier, last
         history = 0  # the last sequence of a name whose object is gone (see below)
-        for attempt in range(2):
+        for attempt in range(DECIDE_ATTEMPTS):
             outcome = decide(self.cluster, self._context(correlation_id, idem))
             if history and outcome.appends and outcome.appends[0].expected == 0:
                 # a create that conflicted on a name with history, decided again on a
@@ -280,7 +285,7 @@ class ApiService:
             except ConcurrencyConflict as exc:
                 CONFLICTS.inc()
                 replace = True
-                if attempt:
+                if attempt == DECIDE_ATTEMPTS - 1:
                     res = self.kinds.of(outcome.kind).resource
                     raise stale(res, outcome.key.rsplit("/", 1)[-1]) from None
                 actual = exc.actual if exc.actual > 0 else await self.store.stream_last_seq()
