@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import yaml
 
-from eventstore.connection import ConnectOptions
+from eventstore.connect_options import ConnectOptions
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1", "[::1]"}
 DEFAULT_DATA_DIRS = (Path(".virtstream"), Path(".virtstream-demo"))

@@ -44,3 +44,14 @@ def test_the_command_line_skips_them_before_its_first_import() -> None:
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     assert out.stdout.split() == ["None", "None", "True"]
+
+
+def test_the_http_client_loads_no_nats_and_no_structlog() -> None:
+    """A script that talks to the api over HTTP pays for neither (its credentials module
+    reads the NATS settings from eventstore/connect_options.py, not the connecting code)."""
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, client; "
+         "print([n for n in ('nats', 'structlog') if n in sys.modules])"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.strip() == "[]"
