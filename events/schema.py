@@ -10,6 +10,7 @@ subresources' options).
 from __future__ import annotations
 
 import argparse
+import inspect
 import sys
 from pathlib import Path
 from typing import Any, Literal, get_args
@@ -82,18 +83,35 @@ def file_name(tag_: str) -> str:
     return tag_.replace("/", ".") + ".json"
 
 
+def _schema(t: Any) -> JSON:
+    return _cleaned(msgspec.json.schema(t))
+
+
+def _cleaned(node: Any) -> Any:
+    """Descriptions dedented here, not by msgspec: its releases differ on whether they
+    dedent docstrings, and the files must not change with the installed version."""
+    if isinstance(node, dict):
+        return {
+            k: inspect.cleandoc(v) if k == "description" and isinstance(v, str) else _cleaned(v)
+            for k, v in node.items()
+        }
+    if isinstance(node, list):
+        return [_cleaned(v) for v in node]
+    return node
+
+
 def documents() -> dict[str, JSON]:
     """Relative path → schema. Pure: the same Structs give the same files."""
     docs: dict[str, JSON] = {}
     index: JSON = {"events": {}, "intents": {}}
     for t in event_types():
         path = f"events/{file_name(tag(t))}"
-        docs[path] = {"title": tag(t), **msgspec.json.schema(t)}
+        docs[path] = {"title": tag(t), **_schema(t)}
         index["events"][tag(t)] = path
-    docs["events.schema.json"] = {"title": "any event", **msgspec.json.schema(AnyEvent)}
+    docs["events.schema.json"] = {"title": "any event", **_schema(AnyEvent)}
     for name, body in INTENTS.items():
         path = f"intents/{name}.json"
-        docs[path] = {"title": name, **msgspec.json.schema(body)}
+        docs[path] = {"title": name, **_schema(body)}
         index["intents"][name] = path
     docs["index.json"] = index
     return docs
