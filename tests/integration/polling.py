@@ -33,3 +33,10 @@ def up_client(url: str | int, timeout: float = 5.0, wait: float = 60.0) -> httpx
     (client/credentials.py); waits for `up` to have written them."""
     server = f"http://127.0.0.1:{url}" if isinstance(url, int) else url
     return httpx.Client(**credentials.httpx_options(server, wait), timeout=timeout)
+
+
+def status_of(http: httpx.Client, path: str) -> dict[str, Any]:
+    """The status of the object at `path`; an error answer (the object not made yet) raises
+    httpx.HTTPStatusError, which `until` counts as not yet."""
+    status: dict[str, Any] = http.get(path).raise_for_status().json()["status"]
+    return status

@@ -32,7 +32,7 @@ from typer.testing import CliRunner, Result
 from cli.main import app
 from ops.nats_server import free_port
 from ops.supervisor import importable
-from tests.integration.polling import until
+from tests.integration.polling import status_of, until
 from tests.integration.up_process import running_up
 
 REPO = Path(__file__).resolve().parents[2]
@@ -152,7 +152,7 @@ def test_time_travel_before_between_and_after(cluster: Cluster) -> None:
     time.sleep(0.05)
     assert c.http.put(f"{SUB}/tt/start", json={}).is_success
     running(c, "tt")
-    until(lambda: c.http.get(f"{VMS}/tt").json()["status"]["printableStatus"] == "Running")
+    until(lambda: status_of(c.http, f"{VMS}/tt")["printableStatus"] == "Running")
     future = time.time() + 3600
     long_ago = f"@{c.started_at - 3600}"
 

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from services.launcher import images
-from tests.integration.polling import until
+from tests.integration.polling import status_of, until
 from tests.integration.qemu_support import CIRROS, qemu_marks
 from tests.integration.qemu_up import BOOT_TIMEOUT, SUB_VM, VMS, Cluster, running_cluster
 from tests.integration.test_qemu_guests import shell
@@ -77,7 +77,7 @@ def test_a_vm_boots_from_a_claim_a_data_volume_imported_over_http(
     assert http.post(CLAIMS, json=claim).is_success
     assert http.post(VMS, json=vm_on_a_data_volume(image_url)).is_success
     until(
-        lambda: http.get(f"{DVS}/cirros-root").json()["status"]["phase"] == "Succeeded",
+        lambda: status_of(http, f"{DVS}/cirros-root")["phase"] == "Succeeded",
         timeout=120,
         what="the import",
     )
