@@ -90,9 +90,7 @@ def main() -> None:
     a = p.parse_args()
     r = asyncio.run(measure(a))
     print(f"== {a.vms} launches at {a.rate:g}/s over {a.nodes} nodes ==")
-    print(
-        f"raw launch: launcher {r['raw_launcher_ms']:.1f} ms + zygote {r['raw_zygote_ms']:.1f}"
-    )
+    print(f"raw launch: launcher {r['raw_launcher_ms']:.1f} ms + zygote {r['raw_zygote_ms']:.1f}")
     print(
         f"real launch: launcher {r['launcher_ms']:.1f} ms (p90 {r['launcher_p90_ms']:.1f}, "
         f"mean {r['launcher_mean_ms']:.1f}) + zygote {r['zygote_ms']:.1f}: "

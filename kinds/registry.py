@@ -21,6 +21,7 @@ from events.meta import CLUSTER_SCOPE, CLUSTER_SCOPED, Aggregate, KindToken, own
 from events.objects import Status
 from kinds import (
     clone,
+    configmap,
     event,
     export,
     instancetype,
@@ -251,5 +252,6 @@ REGISTRY = Registry(
         pod.SPEC,
         *service.SPECS,
         nad.SPEC,
+        configmap.SPEC,
     )
 )

@@ -153,7 +153,11 @@ async def _write(
 
 
 # the built-in kinds whose protobuf bodies are read (kubectl sends no JSON for them)
-PROTOBUF_KINDS = {"Namespace": protowire.namespace, "Secret": protowire.secret}
+PROTOBUF_KINDS = {
+    "Namespace": protowire.namespace,
+    "Secret": protowire.secret,
+    "ConfigMap": protowire.configmap,
+}
 
 
 def _command_request(
@@ -168,7 +172,7 @@ def _command_request(
     content_type = request.headers.get("content-type", "")
     decoder = PROTOBUF_KINDS.get(spec.kind) if not spec.group else None
     if decoder is not None and bodies.media_type(content_type) == protowire.PROTOBUF:
-        # a built-in kind kubectl writes in protobuf (`kubectl create namespace|secret`)
+        # a built-in kind kubectl writes in protobuf (`kubectl create namespace|secret|configmap`)
         try:
             body = msgspec.json.encode(decoder(body))
         except (protowire.ProtoError, UnicodeDecodeError):

@@ -1,7 +1,7 @@
 """The protobuf bodies the api reads: kubectl sends `SelfSubjectAccessReview`,
-`SelfSubjectRulesReview`, a `Namespace` (`kubectl create namespace`) and a `Secret`
-(`kubectl create secret`) (built-in Kubernetes types) as
-`application/vnd.kubernetes.protobuf`, with no JSON fallback.
+`SelfSubjectRulesReview`, a `Namespace` (`kubectl create namespace`), a `Secret`
+(`kubectl create secret`) and a `ConfigMap` (`kubectl create configmap`) (built-in
+Kubernetes types) as `application/vnd.kubernetes.protobuf`, with no JSON fallback.
 Kubernetes' generated protobuf types are not packaged for Python, so this reads the wire
 format (varints and length-delimited fields, all this message uses) into the same JSON
 shape the JSON body has."""
@@ -176,6 +176,26 @@ def secret(body: bytes) -> dict[str, Any]:
     flags = _varints(raw)
     if 5 in flags:
         out["immutable"] = bool(flags[5])
+    return out
+
+
+def configmap(body: bytes) -> dict[str, Any]:
+    """A protobuf core/v1 ConfigMap (`kubectl create configmap`) as its JSON document:
+    metadata = 1, data = 2 (text), binaryData = 3 (bytes, base64 in JSON), immutable = 4."""
+    if not body.startswith(MAGIC):
+        raise ProtoError("not a Kubernetes protobuf message")
+    raw = fields(body[len(MAGIC) :]).get(2, b"")
+    f = repeated(raw)
+    out: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap"}
+    out["metadata"] = object_meta(f[1][-1]) if f.get(1) else {}
+    if f.get(2):
+        out["data"] = _map(f[2])
+    if f.get(3):
+        binary = _bytes_map(f[3])
+        out["binaryData"] = {k: base64.b64encode(v).decode() for k, v in binary.items()}
+    flags = _varints(raw)
+    if 4 in flags:
+        out["immutable"] = bool(flags[4])
     return out
 
 

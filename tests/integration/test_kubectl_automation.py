@@ -1,8 +1,8 @@
-"""What automation around the VMs reads and writes besides the VMs, through the real
-kubectl and the official Python client against one `virtstream up --nodes 1`: `kubectl
-create secret generic` (a protobuf body), virt-api's `version` and `healthz`, the Events'
-`source` and `involvedObject.*` field selectors, `authentication.k8s.io` in discovery,
-and the `status` subresource of every kind that has a status (`CustomObjectsApi`'s
+"""What automation around the VMs reads and writes besides the VMs, through the real kubectl and
+the official Python client against one `virtstream up --nodes 1`: `kubectl create secret
+generic` and `kubectl create configmap` (protobuf bodies), virt-api's `version` and `healthz`,
+the Events' `source` and `involvedObject.*` field selectors, `authentication.k8s.io` in
+discovery, and the `status` subresource of every kind that has a status (`CustomObjectsApi`'s
 `*_status` calls, `CoreV1Api.read_node_status`)."""
 
 from __future__ import annotations
@@ -62,6 +62,23 @@ def test_create_secret_generic_sends_protobuf_and_is_stored(cluster: Cluster) ->
     )
     assert again.code == 1
     assert 'secrets "creds" already exists' in again.err
+
+
+def test_create_configmap_sends_protobuf_and_is_validated(cluster: Cluster) -> None:
+    out = cluster.kubectl(
+        "create", "configmap", "settings", "--from-literal=mode=fast",
+        "--from-literal=level=3",
+    ).out  # fmt: skip
+    assert out.strip() == "configmap/settings created"
+    cm = json.loads(cluster.kubectl("get", "cm", "settings", "-o", "json").out)
+    assert cm["data"] == {"mode": "fast", "level": "3"}
+    bad = cluster.kubectl("create", "configmap", "bad", "--from-literal=a b=c", check=False)
+    assert bad.code == 1
+    assert "a valid config key must consist of alphanumeric characters" in bad.err
+    assert cluster.kubectl("get", "configmap", "bad", check=False).code == 1
+    core, _ = _clients(cluster)
+    names = [c.metadata.name for c in core.list_namespaced_config_map("default").items]
+    assert "settings" in names
 
 
 def test_virt_api_version_and_healthz(cluster: Cluster) -> None:
