@@ -355,12 +355,16 @@ def validate_vmi_mandatory_fields(
         domain.memory.guest is not None or domain.memory.hugepages is not None
     ):
         return []
-    msg = (
+    return [cause(REQUIRED, no_memory(field))]  # KubeVirt's cause carries no field for this one
+
+
+def no_memory(field: str = "spec") -> str:
+    """KubeVirt's refusal of a VMI that asks for no memory."""
+    return (
         f"no memory requested, at least one of '{field}.domain.memory.guest', "
         f"'{field}.domain.memory.hugepages.pageSize' or "
         f"'{field}.domain.resources.requests.memory' must be set"
     )
-    return [cause(REQUIRED, msg)]  # KubeVirt's cause carries no field for this one
 
 
 def _validate_hugepages(

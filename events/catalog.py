@@ -113,6 +113,14 @@ class VMStartFailureCleared(Event, tag="VMStartFailureCleared", frozen=True):
     pass
 
 
+class VMICreateFailed(Event, tag="VMICreateFailed", frozen=True):
+    """The VM's VMI was not created: its create was refused (KubeVirt's VM controller
+    records FailedCreate with the refusal), for this generation of the VM."""
+
+    generation: int
+    message: str
+
+
 class VMStateChangeRequestsCleared(Event, tag="VMStateChangeRequestsCleared", frozen=True):
     """The controller acted on the pending start/stop requests."""
 
@@ -569,6 +577,7 @@ VMEvent = (
     | VMRunStrategyChanged
     | VMStartFailed
     | VMStartFailureCleared
+    | VMICreateFailed
     | VMStateChangeRequestsCleared
     | VMRevisionRecorded
     | MetadataChanged

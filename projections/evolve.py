@@ -69,6 +69,7 @@ from events.catalog import (
     VMDeleted,
     VMEvent,
     VMICreated,
+    VMICreateFailed,
     VMIDeleteRequested,
     VMIEvent,
     VMIEvictionBlocked,
@@ -208,6 +209,8 @@ def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
             return replace(v, start_failure=failure)
         case VMStartFailureCleared():
             return replace(v, start_failure=None)
+        case VMICreateFailed(generation=generation, message=message):
+            return replace(v, create_failure=message, create_failure_generation=generation)
         case MetadataChanged(metadata=metadata, deletion=deletion):
             # a VM whose deletion begins is torn down as by VMDeleted (its view stays while
             # it has finalizers: `Cluster._apply_vm`), unless its VMI is to be orphaned

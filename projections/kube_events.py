@@ -70,6 +70,7 @@ from events.catalog import (
     VMCreated,
     VMDeleted,
     VMICreated,
+    VMICreateFailed,
     VMIDeleteRequested,
     VMIEvictionBlocked,
     VMIFailed,
@@ -257,6 +258,10 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
                 return []
             msg = f"{STARTED_BY_CREATING} {agg.name}"
             return [Note(owner, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
+        case VMICreateFailed(message=message):
+            me = InvolvedObject("VirtualMachine", agg.namespace, agg.name, agg.uid, KUBEVIRT)
+            msg = f"Error creating virtual machine instance: {message}"
+            return [Note(me, WARNING, "FailedCreate", msg, CONTROLLER)]
         case VMIDeleteRequested(grace_period_seconds=grace):
             vmi = cluster.vmis.get(k)
             if vmi is None:

@@ -126,6 +126,8 @@ def render_vm(cluster: Cluster, vm: VMView, now: float) -> JSON:
         conditions.append(_condition("Paused", True, paused[0], paused[1]))
     if vmi is not None and vmi.unschedulable:
         conditions.append(_condition("Failure", True, "Unschedulable", vmi.unschedulable))
+    elif vmi is None and vm.create_failure and vm.create_failure_generation == vm.generation:
+        conditions.append(_condition("Failure", True, "FailedCreate", vm.create_failure))
     status["conditions"] = conditions
     if vm.requests:
         status["stateChangeRequests"] = [

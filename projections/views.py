@@ -100,6 +100,9 @@ class VMView(ManifestView, frozen=True, kw_only=True):
     requests: tuple[StateChangeRequest, ...] = ()
     start_paused: bool = False
     start_failure: StartFailure | None = None
+    #: VMICreateFailed's: the refusal of the VMI's create, and the generation it refused
+    create_failure: str = ""
+    create_failure_generation: int = 0
     vmi_uid: str = ""  # the current VMI's uid, "" when none
     # VMRevisionRecorded's instance type and preference (compact JSON, b"" when none)
     revision_json: bytes = b""

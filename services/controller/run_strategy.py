@@ -11,9 +11,11 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from core import admission
 from events.catalog import (
     Event,
     VMICreated,
+    VMICreateFailed,
     VMIDeleteRequested,
     VMRevisionRecorded,
     VMStateChangeRequestsCleared,
@@ -203,6 +205,8 @@ def reconcile(state: ControllerState, vm: VMView, ctx: Context) -> list[Event]:
                         owner_vm_uid=vm.uid,
                     )
                 )
+            elif vm.create_failure_generation != vm.generation:
+                out.append(_create_refused(vm, ctx, admission.no_memory()))
     if p.clear_requests:
         out.append(
             VMStateChangeRequestsCleared(
@@ -212,6 +216,17 @@ def reconcile(state: ControllerState, vm: VMView, ctx: Context) -> list[Event]:
             )
         )
     return out
+
+
+def _create_refused(vm: VMView, ctx: Context, reason: str) -> VMICreateFailed:
+    """Once per generation of the VM: the refusal its VMI's create would get, in the VMI
+    webhook's words (KubeVirt's controller records them as the FailedCreate event)."""
+    webhook = admission.WEBHOOKS["VirtualMachineInstance"]
+    return VMICreateFailed(
+        meta=emit.meta(ctx, emit.vm_aggregate(vm), f"create-failed/{vm.uid}/{vm.generation}"),
+        generation=vm.generation,
+        message=f'admission webhook "{webhook}" denied the request: {reason}',
+    )
 
 
 def asks_memory(spec: dict[str, Any]) -> bool:

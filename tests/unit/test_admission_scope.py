@@ -1,7 +1,7 @@
 """Which object each KubeVirt admission rule binds, rule by rule, each test naming the
 KubeVirt file it follows: the memory rule binds VMIs only (a VM's template, a replica
 set's, a pool's may ask for none); a VM that asks for none is accepted and gets no VMI
-when started, as KubeVirt's VMI webhook refuses its create."""
+when started, as KubeVirt's VMI webhook refuses its create, and says so."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import msgspec
 
 from core.admission import validate_vm, validate_vmi
-from events.catalog import VMCreated
+from events.catalog import VMCreated, VMICreateFailed, VMUpdated
 from events.meta import Kind
 from events.objects import (
     VirtualMachine,
@@ -19,7 +19,9 @@ from events.objects import (
 )
 from kinds import replicas
 from kinds import vm as vm_kind
+from projections import kube_events
 from projections.cluster import Cluster
+from projections.render import render_vm
 from services.controller.run_strategy import asks_memory
 from tests.factories import vm_manifest
 from tests.unit.test_controller_world import World, types
@@ -89,9 +91,11 @@ def test_a_replica_sets_template_asking_no_memory_is_accepted() -> None:
     assert causes == []
 
 
-def test_its_vmi_is_not_made_when_started() -> None:
+def test_its_vmi_is_not_made_when_started_and_the_vm_says_why() -> None:
     """pkg/virt-controller/watch/vm/vm.go: the VMI create goes through the VMI webhook,
-    which refuses it: no VMI."""
+    which refuses it: no VMI; the controller records a Warning FailedCreate Event ("Error
+    creating virtual machine instance: <the refusal>") and a Failure condition, once per
+    generation of the VM; a template fixed by an update gets its VMI."""
     assert not asks_memory({"domain": {"devices": {}}})
     assert not asks_memory({"domain": {"resources": {"requests": {"memory": "0"}}}})
     assert asks_memory({"domain": {"resources": {"requests": {"memory": "64Mi"}}}})
@@ -100,4 +104,23 @@ def test_its_vmi_is_not_made_when_started() -> None:
     w.given(w.node_joined("node-1"))
     m = vm_manifest("vm1", "Always")
     m["spec"]["template"]["spec"]["domain"] = {"devices": {}}
-    assert types(w.run(VMCreated(meta=w.m(Kind.VM, "vm1"), manifest=m))) == []
+    created = VMCreated(meta=w.m(Kind.VM, "vm1"), manifest=m)
+    decided = w.run(created)
+    assert types(decided) == ["VMICreateFailed"]
+    refusal = (
+        'admission webhook "virtualmachineinstances-create-validator.kubevirt.io" denied the '
+        f"request: {NO_MEMORY.format(f='spec')}"
+    )
+    assert isinstance(decided[0], VMICreateFailed) and decided[0].message == refusal
+    assert w.react(w.log[-1]) == []  # its own event decides nothing more
+    condition = render_vm(w.state.cluster, w.vm(), w.now)["status"]["conditions"][-1]
+    assert (condition["type"], condition["reason"]) == ("Failure", "FailedCreate")
+    assert condition["message"] == refusal
+    notes = kube_events.notes(w.log[-1], w.state.cluster)
+    assert [(n.type, n.reason, n.message) for n in notes] == [
+        ("Warning", "FailedCreate", f"Error creating virtual machine instance: {refusal}")
+    ]
+    fixed = vm_manifest("vm1", "Always")
+    assert "VMICreated" in types(w.run(VMUpdated(meta=w.m(Kind.VM, "vm1"), manifest=fixed)))
+    conditions = render_vm(w.state.cluster, w.vm(), w.now)["status"]["conditions"]
+    assert "FailedCreate" not in [c.get("reason") for c in conditions]
