@@ -477,7 +477,9 @@ def evolve_node(view: NodeView | None, s: Stored) -> NodeView | None:
         case NodeDrainRequested():
             return replace(v, cordoned=True, draining=True)
         case NodeTaintsChanged(taints=taints):
-            return replace(v, taints=taints)
+            added = dict(zip(((t.key, t.effect) for t in v.taints), v.taints_added, strict=False))
+            times = tuple(added.get((t.key, t.effect), at) for t in taints)
+            return replace(v, taints=taints, taints_added=times)
         case NodeMetadataChanged(labels=labels, annotations=annotations):
             return replace(v, labels=labels, annotations=annotations)
         case NodeUnresponsive(last_heartbeat=hb):

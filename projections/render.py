@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import itertools
 import math
 from collections.abc import Callable
 from typing import Any, assert_never
@@ -384,7 +385,13 @@ def render_node(cluster: Cluster, node: NodeView, now: float) -> JSON:
             **(
                 {
                     "taints": [
-                        {"key": t.key, "value": t.value, "effect": t.effect} for t in node.taints
+                        {"key": t.key, "value": t.value, "effect": t.effect}
+                        | (
+                            {"timeAdded": rfc3339(added)}
+                            if t.effect == "NoExecute" and added is not None
+                            else {}
+                        )
+                        for t, added in itertools.zip_longest(node.taints, node.taints_added)
                     ]
                 }
                 if node.taints

@@ -195,6 +195,9 @@ class NodeView(msgspec.Struct, frozen=True, kw_only=True):
     labels: dict[str, str] = {}
     annotations: dict[str, str] = {}  # the users' (the server's are added on render)
     taints: tuple[Taint, ...] = ()
+    #: when each of `taints` was added (the same order): a NoExecute taint's `timeAdded`,
+    #: from which a toleration's `tolerationSeconds` counts
+    taints_added: tuple[float, ...] = ()
     address: str = ""
     hypervisor: str = "test"
     console_port: int = 0

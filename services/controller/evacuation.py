@@ -61,15 +61,22 @@ def reconcile(state: ControllerState, ctx: Context, config: MigrationConfig) -> 
     out: list[Event] = []
     for node in sorted((n for n in c.nodes.values() if n.draining), key=lambda n: n.name):
         for vmi in sorted(c.vmis_on(node.name), key=lambda v: (v.namespace, v.name)):
-            if vmi.final or vmi.deletion_requested_at is not None or vmi.node != node.name:
-                continue
-            if c.active_migration(vmi.namespace, vmi.name) is not None:
-                continue
-            out += _evict(state, node, vmi, ctx, config)
+            if not settled(state, vmi, node):
+                out += evict(state, node, vmi, ctx, config)
     return out
 
 
-def _evict(
+def settled(state: ControllerState, vmi: VMIView, node: NodeView) -> bool:
+    """Gone, going, elsewhere, or moving already: nothing to evict."""
+    return (
+        vmi.final
+        or vmi.deletion_requested_at is not None
+        or vmi.node != node.name
+        or state.cluster.active_migration(vmi.namespace, vmi.name) is not None
+    )
+
+
+def evict(
     state: ControllerState, node: NodeView, vmi: VMIView, ctx: Context, config: MigrationConfig
 ) -> list[Event]:
     strategy = eviction_strategy(vmi)

@@ -35,6 +35,7 @@ from services.controller import (
     scheduler,
     snapshot,
     storage,
+    taint_eviction,
 )
 from services.controller.backoff import BackoffConfig
 from services.controller.policy import MigrationConfig
@@ -211,6 +212,7 @@ class ControllerReactor:
         reserved = scheduler.Reserved()
         out += migration.reconcile(state, ctx, self.migrations, reserved)
         out += evacuation.reconcile(state, ctx, self.migrations)
+        out += taint_eviction.reconcile(state, ctx, self.migrations)
         out += scheduler.schedule_pending(c, ctx, reserved, state.index, self.scheduler_policy)
         return [Decision(ev) for ev in _unique(out)] + sets
 

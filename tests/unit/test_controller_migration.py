@@ -19,15 +19,18 @@ from events.catalog import (
     MigrationStarted,
     MigrationSucceeded,
     NodeDrainRequested,
+    NodeTaintsChanged,
     NodeUnresponsive,
     PolicyCreated,
     StopReason,
+    Taint,
     TargetPrepared,
     TargetPreparing,
     VMIDeleteRequested,
     VMIEvictionBlocked,
 )
 from events.meta import Kind
+from projections.render import render_node, rfc3339
 from projections.views import MigrationView
 from services.controller import evacuation, migration
 from services.controller.policy import MigrationConfig, matching_policy
@@ -470,3 +473,37 @@ def test_a_drained_node_empties_once_the_migrations_complete() -> None:
     assert [v.name for v in w.state.cluster.vmis_on("node1")] == []
     assert all(m.phase == "Succeeded" for m in w.state.cluster.migrations.values())
     assert len(w.state.cluster.migrations) == 3
+
+
+def test_a_no_execute_taint_evicts_what_does_not_tolerate_it() -> None:
+    """Kubernetes' taint manager evicts a NoExecute-tainted node's pods that do not
+    tolerate the taint; a launcher pod's eviction goes as a drain's does (KubeVirt's
+    eviction webhook migrates a LiveMigrate VMI); `tolerationSeconds` delays it, a
+    toleration without them keeps the VMI for good."""
+    w = World()
+    w.given(w.node_joined("node1"))
+    w.run(w.vmi_created("mig", spec={"evictionStrategy": "LiveMigrate"}))
+    w.start_running("mig")
+    w.run(w.vmi_created("plain"))
+    w.start_running("plain")
+    gone_soon = {"key": "maintenance", "operator": "Exists", "tolerationSeconds": 30}
+    w.run(w.vmi_created("later", spec={"tolerations": [gone_soon]}))
+    w.start_running("later")
+    forever = {"key": "maintenance", "operator": "Equal", "value": "now", "effect": "NoExecute"}
+    w.run(w.vmi_created("stays", spec={"tolerations": [forever]}))
+    w.start_running("stays")
+    w.given(w.node_joined("node2"))
+
+    taint = Taint(key="maintenance", value="now", effect="NoExecute")
+    out = w.run(NodeTaintsChanged(meta=w.m(Kind.NODE, "node1"), taints=(taint,)))
+    assert [r.manifest["spec"]["vmiName"] for r in of(out, MigrationRequested)] == ["mig"]
+    assert {e.target_node for e in of(out, MigrationScheduled)} == {"node2"}
+    assert [d.meta.aggregate.name for d in of(out, VMIDeleteRequested)] == ["plain"]
+    node = render_node(w.state.cluster, w.state.cluster.nodes["node1"], w.now)
+    assert node["spec"]["taints"][0]["timeAdded"] == rfc3339(w.now)
+    assert w.tick() == []  # level-triggered: nothing twice, "later" not due yet
+    w.now += 31
+    later = of(w.settle(w.tick()), VMIDeleteRequested)
+    assert [d.meta.aggregate.name for d in later] == ["later"]
+    w.now += 3600
+    assert of(w.settle(w.tick()), VMIDeleteRequested) == []  # "stays" tolerates it
