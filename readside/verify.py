@@ -22,7 +22,6 @@ import httpx
 import msgspec
 
 from events.meta import KindToken
-from eventstore.jetstream import JetStreamStore
 from eventstore.port import EventLog
 from kinds.registry import REGISTRY, Registry
 from projections import kube_events
@@ -111,7 +110,7 @@ async def verify(
     now = time.time()
     cluster = Cluster(kube_events=True)  # the api's fold, its Events included
     pending = sorted(live.items(), key=lambda kv: kv[1].seq)
-    if not full and pending and isinstance(store, JetStreamStore):
+    if not full and pending:
         loaded = await view_checkpoints.load(store, CHECKPOINT)
         if loaded is not None and loaded.last_seq <= pending[0][1].seq:
             cluster = loaded
@@ -141,6 +140,6 @@ async def verify(
     cluster.last_seq = max(cluster.last_seq, pending[-1][1].seq) if pending else cluster.last_seq
     check_due()
     seqs = {str(kind): lst.seq for kind, lst in live.items()}
-    if save and not differences and isinstance(store, JetStreamStore):
+    if save and not differences:
         await view_checkpoints.save(store, CHECKPOINT, cluster)
     return Report(seqs=seqs, compared=compared, differences=differences, from_seq=start - 1)
