@@ -39,7 +39,6 @@ from typing import Protocol
 import msgspec
 import structlog
 from nats.aio.client import Client as NATS
-from nats.aio.msg import Msg
 from nats.errors import NoRespondersError
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
@@ -48,6 +47,7 @@ from nats.js.errors import APIError, NotFoundError
 from events import subjects
 from events.meta import Kind
 from eventstore import direct
+from eventstore.port import Record
 from eventstore.settings import StreamSettings
 from eventstore.tasks import finish
 
@@ -75,9 +75,9 @@ class JetStreamLog(Protocol):
     @property
     def stream(self) -> str: ...
 
-    def _replay_msgs(
-        self, *, start_seq: int | None = None, follow: bool = False
-    ) -> AsyncGenerator[Msg, None]: ...
+    def records(
+        self, *, start_seq: int = 1, follow: bool = False
+    ) -> AsyncGenerator[Record, None]: ...
 
 
 def stream_name(events: str) -> str:
@@ -287,21 +287,21 @@ class Indexer:
         js = self.store.js
         name = stream_name(self.store.stream)
         pending = 0
-        msgs = self.store._replay_msgs(start_seq=self.upto + 1, follow=True)
-        async with contextlib.aclosing(msgs):
-            async for msg in msgs:
-                seq = int(msg.metadata.sequence.stream)
-                for n, (subject, body) in enumerate(entries(msg.subject, msg.data)):
+        records = self.store.records(start_seq=self.upto + 1, follow=True)
+        async with contextlib.aclosing(records):
+            async for record in records:
+                seq = record.seq
+                for n, (subject, body) in enumerate(entries(record.subject, record.data)):
                     headers = entry_headers(seq, n)
                     await js.publish_async(subject, body, stream=name, headers=headers)
                     pending += 1
                 self.upto = seq
-                if pending >= BATCH or msg.metadata.num_pending == 0:
+                if pending >= BATCH or record.pending == 0:
                     await js.publish_async_completed()
                     pending = 0
-                    if msg.metadata.num_pending > 0 and self.pace:
+                    if record.pending > 0 and self.pace:
                         await asyncio.sleep(self.pace)
-                    elif msg.metadata.num_pending == 0 and self.linger:
+                    elif record.pending == 0 and self.linger:
                         # caught up: let the next events gather, to write them as a batch
                         # (one wakeup and one wait for acks a batch, not an event)
                         await asyncio.sleep(self.linger)

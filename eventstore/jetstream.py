@@ -44,7 +44,7 @@ from eventstore import archive, checkpoints, direct, nats_headers
 from eventstore.index import Index
 from eventstore.kv import JsBucket, find_bucket, make_bucket
 from eventstore.nats_errors import translated
-from eventstore.port import ConcurrencyConflict, Delivery, LogIndex, Undecodable
+from eventstore.port import ConcurrencyConflict, Delivery, LogIndex, Record, Undecodable
 from eventstore.pull import Puller
 from eventstore.settings import StreamSettings
 
@@ -403,6 +403,16 @@ class JetStreamStore:
                             on_skip(int(msg.metadata.sequence.stream), msg.subject)
                         continue
                     yield stored
+
+    async def records(
+        self, *, start_seq: int = 1, follow: bool = False
+    ) -> AsyncGenerator[Record, None]:
+        msgs = self._replay_msgs(start_seq=start_seq, follow=follow)
+        with translated():
+            async with contextlib.aclosing(msgs):
+                async for msg in msgs:
+                    md = msg.metadata
+                    yield Record(int(md.sequence.stream), msg.subject, msg.data, md.num_pending)
 
     async def _replay_msgs(
         self,

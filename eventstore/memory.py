@@ -25,7 +25,13 @@ from events.catalog import Event
 from events.codec import decode, encode, event_type
 from events.envelope import Appended, Stored
 from events.meta import Aggregate
-from eventstore.port import ConcurrencyConflict, Delivery, Unavailable, Undecodable
+from eventstore.port import (
+    ConcurrencyConflict,
+    Delivery,
+    Record,
+    Unavailable,
+    Undecodable,
+)
 
 MAX_ACK_PENDING = 4096  # as the JetStream adapter's durable consumers
 
@@ -347,6 +353,21 @@ class MemoryLog:
                     continue
                 yield stored
             if not follow or (end is not None and seq > end):
+                return
+            await self.changed(3600.0)
+
+    async def records(
+        self, *, start_seq: int = 1, follow: bool = False
+    ) -> AsyncGenerator[Record, None]:
+        self.check()
+        seq = max(1, start_seq)
+        end = None if follow else len(self.messages)
+        while True:
+            while seq <= len(self.messages) and (end is None or seq <= end):
+                m = self.messages[seq - 1]
+                seq += 1
+                yield Record(m.seq, m.subject, m.data, len(self.messages) - m.seq)
+            if not follow:
                 return
             await self.changed(3600.0)
 

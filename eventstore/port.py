@@ -53,6 +53,20 @@ class Refused(EventLogError):
     over its limits, no permission), or the client would not send it."""
 
 
+class Record:
+    """One stored message as its bytes, for a reader that copies the log rather than folds
+    it (the debugging index): its sequence, subject, data, and how many messages followed
+    it in the log when it was read (0: it was the last)."""
+
+    __slots__ = ("data", "pending", "seq", "subject")
+
+    def __init__(self, seq: int, subject: str, data: bytes, pending: int) -> None:
+        self.seq = seq
+        self.subject = subject
+        self.data = data
+        self.pending = pending
+
+
 class Delivery(Protocol):
     """One message handed to a durable consumer, decoded or not; acked once handled."""
 
@@ -180,6 +194,11 @@ class EventLog(Protocol):
         when it began (or `until_seq`) unless `follow`. Undecodable events raise
         `Undecodable` unless `raw` skips them (telling `on_skip(seq, subject)`, so a fold
         can move past them)."""
+        ...
+
+    def records(self, *, start_seq: int = 1, follow: bool = False) -> AsyncIterator[Record]:
+        """Every stored message from `start_seq` on, undecoded, in stream order; ends at the
+        last one that existed when it began unless `follow`."""
         ...
 
     async def durable(

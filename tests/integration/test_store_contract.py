@@ -167,6 +167,26 @@ async def test_poison_is_skipped_on_request_and_reported_otherwise(log: EventLog
     assert (await log.append(ev, expected=b.seq)).seq == c.seq
 
 
+
+async def test_records_are_the_stored_bytes_in_order_with_what_follows(log: EventLog) -> None:
+    """What a copier of the log (the index) reads: every message, poison included, as
+    stored, and how many follow it."""
+    name = unique("vm")
+    a = await log.append(VMStartRequested(meta=meta(name=name)))
+    bad = await poison(log, name)
+    b = await log.append(VMStopRequested(meta=meta(name=name)))
+    got = [r async for r in log.records(start_seq=a.seq)]
+    assert [r.seq for r in got] == [a.seq, bad, b.seq]
+    assert [r.pending for r in got] == [2, 1, 0]
+    assert got[1].data == b'{"type": "Nonsense"}' and got[1].subject.startswith("virt.vm.")
+    assert msgspec.json.decode(got[2].data)["type"] == "VMStopRequested"
+    followed = log.records(start_seq=b.seq + 1, follow=True)
+    later = asyncio.ensure_future(anext(aiter(followed)))
+    c = await log.append(VMStartRequested(meta=meta(name=name)))
+    record = await asyncio.wait_for(later, 5)
+    assert record.seq == c.seq and record.pending == 0
+    await followed.aclose()  # type: ignore[attr-defined]
+
 async def test_durable_consumer_redelivers_until_acked(log: EventLog) -> None:
     name = unique("vm")
     a = await log.append(VMStartRequested(meta=meta(name=name)))
@@ -230,6 +250,8 @@ async def test_an_unreachable_log_raises_the_ports_error(
         await away.stream_last_seq()
     with pytest.raises(Unavailable):
         _ = [s async for s in away.replay()]
+    with pytest.raises(Unavailable):
+        _ = [r async for r in away.records()]
 
 
 # ------------------------------------------------------------- JetStream only
