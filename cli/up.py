@@ -40,8 +40,9 @@ from rich.table import Table
 from cli import external_nats, kubeconfig, security
 from client import credentials
 from eventstore import connection
+from host import pod_network
 from kinds.registry import REGISTRY
-from ops import guest_images, node_libvirtd, pod_network, prometheus_auth, run_lock, up_reaper
+from ops import guest_images, node_libvirtd, prometheus_auth, run_lock, up_reaper
 from ops.nats_config import local_cluster
 from ops.nats_server import NatsServer
 from ops.node_libvirtd import NodeRuntime

@@ -33,8 +33,8 @@ from typing import Any
 
 import msgspec
 
+from host.procs import pid_alive
 from ops.node_reaper import mount_namespace_id
-from ops.procs import pid_alive
 
 REQUIRED_PACKAGES = (
     "qemu-system-x86",

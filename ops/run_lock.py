@@ -22,7 +22,7 @@ from pathlib import Path
 
 import msgspec
 
-from ops.procs import start_time
+from host.procs import start_time
 
 LOCK_FILE = "up.lock"
 #: the reaper's own bounds (services 10 s, launchers 10 s, node cleanup) with room to spare

@@ -188,7 +188,7 @@ def reap(data_dir: Path, keep_vms: bool) -> Reaped:
 
         cleanup_stale(data_dir / "nodes")
     if not keep_vms:
-        from ops.pod_network import destroy
+        from host.pod_network import destroy
 
         destroy(data_dir)
     return Reaped(services, len(stopped), round(time.monotonic() - started, 1))

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from eventstore import connection
 from eventstore.settings import StreamSettings
-from ops import pod_network
+from host import pod_network
 from services.handler.node_info import LaunchSettings, NodeConfig, qemu_pid_dir_of
 from services.handler.service import Fenced, HandlerConfig, serve
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType

@@ -53,7 +53,7 @@ from websockets.datastructures import Headers
 from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 
-from ops import pod_network
+from host import pod_network
 from services.handler import agent_info, port_forward
 from services.launcher import rundir
 from services.launcher.domain_xml import pod_address_of, pod_ports_of

@@ -38,7 +38,7 @@ class LaunchSettings(msgspec.Struct, frozen=True, kw_only=True):
     disk_dir: str = DEFAULT_DISK_DIR
     image_dir: str | None = None
     qemu_pid_dir: str | None = None
-    #: the cluster's pod network (ops/pod_network.py's dir) and this node's name in it
+    #: the cluster's pod network (host/pod_network.py's dir) and this node's name in it
     pod_network_dir: str | None = None
     node: str = ""
 

@@ -107,7 +107,7 @@ def build_domain_xml(
     by storage) boots that kernel and initrd directly. `console_log`: the serial console
     (a pty, for interactive use) also writes everything the guest prints to this file.
     `pod_address`: the VMI's address on its node's pod network (its scheduling event's);
-    the pod network's interface is then a tap (`ops/pod_network.py`) and the address is
+    the pod network's interface is then a tap (`host/pod_network.py`) and the address is
     kept in the metadata, so it travels with a live migration.
     """
     name = domain_name(vmi)

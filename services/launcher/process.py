@@ -30,7 +30,7 @@ from typing import Any, assert_never
 
 import msgspec
 
-from ops import pod_network
+from host import pod_network
 from services.launcher import lifecycle as lc
 from services.launcher import rundir, storage
 from services.launcher.domain_state import DomainEvent, DomainState, StateReason
@@ -90,7 +90,7 @@ class LauncherConfig(msgspec.Struct, kw_only=True):
     qemu_pid_dir: str | None = None
     #: Attach to a domain arriving by live migration instead of defining one.
     migration_target: bool = False
-    #: The cluster's pod network (ops/pod_network.py: its dir) and this node's name in it;
+    #: The cluster's pod network (host/pod_network.py: its dir) and this node's name in it;
     #: with `pod_address` (the VMI's, from its scheduling event) the guest's NIC is a tap
     #: on the node's bridge. None: QEMU's user-mode networking.
     pod_network_dir: str | None = None
@@ -421,7 +421,7 @@ class Launcher:
 
     async def _plug(self, routed: bool) -> None:
         """Put the guest's tap on this node's pod network bridge (and route its address
-        here): `ops/pod_network.py`. A failure is logged; the guest then has no network."""
+        here): `host/pod_network.py`. A failure is logged; the guest then has no network."""
         config = self._config
         if config.pod_network_dir is None or config.domain_type is DomainType.TEST:
             return

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from ops.procs import pid_alive
+from host.procs import pid_alive
 
 SOCKET_SUFFIX = ".sock"
 

@@ -32,9 +32,9 @@ from events.manifest import yaml_documents
 from events.meta import Aggregate, Kind
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
+from host.procs import pid_alive
 from ops.nats_server import free_port
 from ops.node_libvirtd import connect_uri, processes_in_namespace, read_state
-from ops.procs import pid_alive
 from tests.integration.polling import until, up_client
 from tests.integration.qemu_support import CIRROS, process_name, qemu_marks
 

@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 
-from ops import guest_images, pod_network
+from host import pod_network
+from ops import guest_images
 from tests.conftest import REPO
 from tests.integration.polling import until
 from tests.integration.qemu_support import qemu_marks

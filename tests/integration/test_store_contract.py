@@ -167,7 +167,6 @@ async def test_poison_is_skipped_on_request_and_reported_otherwise(log: EventLog
     assert (await log.append(ev, expected=b.seq)).seq == c.seq
 
 
-
 async def test_records_are_the_stored_bytes_in_order_with_what_follows(log: EventLog) -> None:
     """What a copier of the log (the index) reads: every message, poison included, as
     stored, and how many follow it."""
@@ -186,6 +185,7 @@ async def test_records_are_the_stored_bytes_in_order_with_what_follows(log: Even
     record = await asyncio.wait_for(later, 5)
     assert record.seq == c.seq and record.pending == 0
     await followed.aclose()  # type: ignore[attr-defined]
+
 
 async def test_durable_consumer_redelivers_until_acked(log: EventLog) -> None:
     name = unique("vm")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import msgspec
 
-from ops.procs import pid_alive
+from host.procs import pid_alive
 from ops.supervisor import Recorded, ServiceSpec, Supervisor, stop_recorded
 from tests.integration.polling import until
 

@@ -21,8 +21,8 @@ import msgspec
 import pytest
 
 from cli.up import live_launchers
+from host.procs import pid_alive, start_time
 from ops.ports import free_port
-from ops.procs import pid_alive, start_time
 from ops.supervisor import Recorded
 from tests.integration.polling import until, up_client
 

@@ -330,6 +330,16 @@ def test_the_core_sits_below_the_kinds_and_the_kinds_below_the_services() -> Non
         assert not bad, f"{mod} imports {sorted(bad)}"
 
 
+def test_the_services_import_nothing_from_ops_and_the_host_pieces_neither() -> None:
+    """ops starts and supervises the services, so the arrow goes ops -> services; what a
+    node does to its host (processes, the pod network) lives in `host/`, below both."""
+    graph = project_graph()
+    for package, banned in (("services", {"ops", "cli"}), ("host", {"ops", "cli", "services"})):
+        for mod, deps in _imports_under(graph, package).items():
+            bad = {d for d in deps if d.split(".")[0] in banned}
+            assert not bad, f"{mod} imports {sorted(bad)}"
+
+
 def test_the_client_and_the_read_side_load_no_server_code() -> None:
     graph = project_graph()
     for package in ("client", "readside"):

@@ -12,7 +12,7 @@ import pytest
 
 from cli import up
 from events.catalog import PodScheduled, Resources
-from ops import pod_network
+from host import pod_network
 from projections.cluster import Cluster
 from projections.render import render_node
 from projections.views import NodeView

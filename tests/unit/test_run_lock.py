@@ -13,8 +13,8 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from host.procs import start_time
 from ops import run_lock
-from ops.procs import start_time
 
 # Holds the data dir's lock as a reaper does (the same open file as a dead `up`'s), until
 # its stdin closes.
