@@ -25,8 +25,8 @@ from services.controller.reactor import ControllerReactor
 from services.controller.state import ControllerState
 from services.runtime import metrics as m
 from services.runtime.checkpointing import Checkpointer
+from services.runtime.inbox import Inbox
 from services.runtime.metrics_access import MetricsAccess
-from services.runtime.reactor import Inbox
 from services.runtime.shell import ServiceShell, run_process
 
 # deliveries whose appends may be in flight at once: the controller decides on every event

@@ -46,9 +46,9 @@ from services.handler.volume_copy import copy_volumes
 from services.handler.volumes import CopyVolumes, VolumesCopyDone
 from services.launcher.domain_xml import DomainType
 from services.runtime.checkpointing import Checkpointer
+from services.runtime.inbox import Inbox
 from services.runtime.metrics_access import MetricsAccess
 from services.runtime.mtls import TlsFiles
-from services.runtime.reactor import Inbox
 from services.runtime.shell import ServiceShell, run_process
 
 log = structlog.get_logger()

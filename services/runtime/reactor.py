@@ -3,13 +3,12 @@
 Every service decides with a `Reactor`: bus events in, `Decision`s (appends) out. A service
 that also acts outside the bus (the handler: launchers) returns effects of its own type `A`
 beside the decisions, which the shell hands to an `Executor`; what those effects see comes
-back as observations through an `Inbox`, and an `Observer` folds and decides on them.
+back as observations through an `Inbox` (inbox.py), and an `Observer` folds and decides on
+them. Nothing here loads asyncio: the pure deciders import these types.
 A `Note` is an observation the decider makes itself, to remember what it did."""
 
 from __future__ import annotations
 
-import asyncio
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Generic, Protocol
@@ -79,27 +78,3 @@ class Executor(Protocol[A_contra]):
         ...
 
     async def execute(self, action: A_contra) -> None: ...
-
-
-class Inbox(Generic[Ob]):
-    """Observations in the order they were made. The shell folds them all before each
-    decision, in this order: a snapshot never overtakes a newer one."""
-
-    __slots__ = ("_items", "_ready")
-
-    def __init__(self) -> None:
-        self._items: deque[Ob] = deque()
-        self._ready = asyncio.Event()
-
-    def put(self, obs: Ob) -> None:
-        self._items.append(obs)
-        self._ready.set()
-
-    def take(self) -> list[Ob]:
-        items = list(self._items)
-        self._items.clear()
-        self._ready.clear()
-        return items
-
-    async def wait(self) -> None:
-        await self._ready.wait()

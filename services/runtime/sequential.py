@@ -21,7 +21,8 @@ from eventstore.port import Delivery as Message
 from services.runtime.acks import STOPS, Acks
 from services.runtime.appends import Appends
 from services.runtime.folding import Folding
-from services.runtime.reactor import Executor, Inbox, Note, Observer, Reactor
+from services.runtime.inbox import Inbox
+from services.runtime.reactor import Executor, Note, Observer, Reactor
 
 S = TypeVar("S")
 A = TypeVar("A", default=Never)  # effects for the executor

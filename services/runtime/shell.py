@@ -46,9 +46,10 @@ from services.runtime.append_window import AppendWindow
 from services.runtime.appends import Appends, GaveUp
 from services.runtime.checkpointing import Checkpointer
 from services.runtime.folding import Ahead, Folding, Unordered
+from services.runtime.inbox import Inbox
 from services.runtime.metrics_access import MetricsAccess
 from services.runtime.pipelined import Pipelined
-from services.runtime.reactor import Executor, Inbox, Note, Observer, Reactor
+from services.runtime.reactor import Executor, Note, Observer, Reactor
 from services.runtime.sequential import Sequential
 from services.runtime.tick_failures import TickFailures
 

@@ -29,6 +29,7 @@ PURE_PACKAGES: dict[str, frozenset[str]] = {
 }
 PURE_MODULES = (
     "services/launcher/lifecycle.py",
+    "services/runtime/reactor.py",  # the deciders' ports: imported by every pure decider
     "services/handler/state.py",
     "services/handler/planner.py",
     "services/handler/reactor.py",
@@ -42,7 +43,8 @@ PURE_MODULES = (
 )
 
 # Loaded by a pure module, directly or through any module it imports, these are a bug: the
-# bus, libvirt, the web stack, HTTP clients, the adapters and the shells' instruments.
+# bus, libvirt, the web stack, HTTP clients, the adapters, the shells' instruments and the
+# event loop.
 ADAPTERS = frozenset(
     {
         "nats",
@@ -60,6 +62,12 @@ ADAPTERS = frozenset(
         "readside",
         "prometheus_client",
         "structlog",
+        # the event loop and what it brings: a decider that loads them can wait or do I/O
+        "asyncio",
+        "socket",
+        "ssl",
+        "subprocess",
+        "threading",
     }
 )
 # Imported by a pure module itself (what it loads through others is ADAPTERS' concern).

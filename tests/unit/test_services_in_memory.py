@@ -34,7 +34,7 @@ from services.api.service import ApiService
 from services.controller.node_health import HeartbeatSeen, Observation, WatchStarted
 from services.controller.reactor import ControllerReactor
 from services.controller.state import ControllerState
-from services.runtime.reactor import Inbox
+from services.runtime.inbox import Inbox
 from services.runtime.shell import ServiceShell
 from tests.factories import meta, vm_manifest
 
