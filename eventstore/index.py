@@ -46,7 +46,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from events import subjects
 from events.meta import Kind
-from eventstore import direct
+from eventstore import direct, follow
 from eventstore.port import Record
 from eventstore.settings import StreamSettings
 from eventstore.tasks import finish
@@ -267,21 +267,17 @@ class Indexer:
             await finish(self._task)
 
     async def _run(self) -> None:
-        delay = 0.1
         started = False
-        while True:
-            try:
-                if not started:
-                    await ensure(self.store)
-                    self.upto = await last_indexed(self.store)
-                    started = True
-                await self._follow()
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.warning("indexer interrupted; resuming", seq=self.upto, error=repr(e))
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+
+        async def read() -> None:
+            nonlocal started
+            if not started:
+                await ensure(self.store)
+                self.upto = await last_indexed(self.store)
+                started = True
+            await self._follow()
+
+        await follow.resuming(read, "indexer", lambda: self.upto)
 
     async def _follow(self) -> None:
         js = self.store.js

@@ -21,6 +21,7 @@ import structlog
 
 from events.envelope import Stored
 from events.meta import Kind, KindToken
+from eventstore import follow
 from eventstore.checkpoints import Refused
 from eventstore.port import EventLog
 from eventstore.tasks import finish
@@ -146,21 +147,14 @@ class ProjectionRunner:
 
     async def _run(self) -> None:
         """Follow the stream for good: a lost connection or a server restart ends one
-        replay, and the next resumes after the last folded sequence (with backoff)."""
-        delay = 0.1
-        while True:
-            try:
-                async for stored in self.store.replay(
-                    start_seq=self.last_seq + 1, follow=True, raw=True, on_skip=self.skip
-                ):
-                    self._fold_guarded(stored)
-                    delay = 0.1
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.warning("projection follow interrupted; resuming", seq=self.last_seq)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        replay, and the next resumes after the last folded sequence."""
+        await follow.resuming(self._follow, "projection follow", lambda: self.last_seq)
+
+    async def _follow(self) -> None:
+        async for stored in self.store.replay(
+            start_seq=self.last_seq + 1, follow=True, raw=True, on_skip=self.skip
+        ):
+            self._fold_guarded(stored)
 
     def _fold_guarded(self, stored: Stored) -> None:
         """An event whose fold raises is skipped like poison (logged once, here): one bad
