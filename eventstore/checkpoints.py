@@ -61,7 +61,7 @@ class Checkpoint(msgspec.Struct, frozen=True):
     body: bytes  # what the writer saved, decompressed
 
 
-class Refused(msgspec.Struct, frozen=True):
+class Unusable(msgspec.Struct, frozen=True):
     """A checkpoint exists but cannot be used; `reason` is one line for the log."""
 
     reason: str
@@ -162,17 +162,17 @@ async def save(
 
 async def load(
     kv: Bucket, name: str, *, schema: str, stream: str, stream_last_seq: int
-) -> Checkpoint | Refused | None:
+) -> Checkpoint | Unusable | None:
     """The newest checkpoint of `name` (None: there is none), or why it cannot be used."""
     h = await head(kv, name)
     if h is None:
         return None
     if h.schema != schema:
-        return Refused(f"written with schema {h.schema}, this code reads {schema}", h)
+        return Unusable(f"written with schema {h.schema}, this code reads {schema}", h)
     if h.stream != stream:
-        return Refused(f"written for stream {h.stream}, not {stream}", h)
+        return Unusable(f"written for stream {h.stream}, not {stream}", h)
     if h.last_seq > stream_last_seq:
-        return Refused(
+        return Unusable(
             f"covers sequence {h.last_seq}, past the stream's last {stream_last_seq} "
             "(the stream was recreated)",
             h,
@@ -181,12 +181,12 @@ async def load(
     for i in range(h.chunks):
         part = await kv.get(_chunk_key(name, h.last_seq, i))
         if part is None:
-            return Refused(f"chunk {i} of {h.chunks} is missing", h)
+            return Unusable(f"chunk {i} of {h.chunks} is missing", h)
         parts.append(part)
     packed = b"".join(parts)
     if len(packed) != h.size or zlib.crc32(packed) != h.crc32:
-        return Refused("its chunks do not match the head's size and CRC", h)
+        return Unusable("its chunks do not match the head's size and CRC", h)
     try:
         return Checkpoint(h, zlib.decompress(packed))
     except zlib.error:
-        return Refused("its body does not decompress", h)
+        return Unusable("its body does not decompress", h)

@@ -2,7 +2,7 @@
 recorded (reason, type, message, source) for each event the log holds, folded into
 core/v1 Event records with the API server's aggregation of repeats.
 
-Pure. `notes(stored, cluster)` derives the Kubernetes events one log event stands for,
+Pure. `occurrences(stored, cluster)` derives the Kubernetes events one log event stands for,
 reading the cluster as it was before that event (a VMI's owner, a migration's VMI);
 `KubeEvents.apply` records them. A repeat of the same event (same object, source, type,
 reason and message) counts on the first record (`count`, `lastTimestamp`), as client-go's
@@ -100,7 +100,7 @@ from events.meta import Aggregate, ResourceKind
 from projections.views import MigrationView, VMIView, VMView
 
 
-class Cluster(Protocol):
+class FoldReader(Protocol):
     """What the derivation reads of the fold (`projections.cluster.Cluster`, which folds
     this projection and so is not imported here)."""
 
@@ -168,7 +168,7 @@ class InvolvedObject(msgspec.Struct, frozen=True):
     api_version: str
 
 
-class Note(msgspec.Struct, frozen=True):
+class Occurrence(msgspec.Struct, frozen=True):
     """One Kubernetes event a log event stands for, before aggregation."""
 
     involved: InvolvedObject
@@ -206,7 +206,7 @@ class KubeEventView(msgspec.Struct, frozen=True, kw_only=True):
 Signature = tuple[str, str, str, str, str, str, str, str]
 
 
-def _signature(n: Note) -> Signature:
+def _signature(n: Occurrence) -> Signature:
     o = n.involved
     return (o.uid, o.kind, o.name, n.type, n.reason, n.message, n.component, n.host)
 
@@ -216,7 +216,7 @@ def _vmi(namespace: str, name: str, uid: str) -> InvolvedObject:
     return InvolvedObject("VirtualMachineInstance", namespace, name, uid, KUBEVIRT)
 
 
-def _of(agg: Aggregate, kind: str, api_version: str, cluster: Cluster) -> InvolvedObject:
+def _of(agg: Aggregate, kind: str, api_version: str, cluster: FoldReader) -> InvolvedObject:
     uid = agg.uid
     if not uid:
         view = cluster.table(agg.kind).get(f"{agg.namespace}/{agg.name}")
@@ -242,7 +242,7 @@ def _by_controller(ev: Event) -> bool:
 
 
 # ------------------------------------------------------------------ derivation
-def notes(s: Stored, cluster: Cluster) -> list[Note]:
+def occurrences(s: Stored, cluster: FoldReader) -> list[Occurrence]:
     """The Kubernetes events `s` stands for, with KubeVirt's reasons and messages
     (pkg/virt-controller/watch, pkg/virt-handler); `cluster` is the fold before `s`."""
     ev = s.event
@@ -257,11 +257,11 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             if owner is None:
                 return []
             msg = f"{STARTED_BY_CREATING} {agg.name}"
-            return [Note(owner, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
+            return [Occurrence(owner, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
         case VMICreateFailed(message=message):
             me = InvolvedObject("VirtualMachine", agg.namespace, agg.name, agg.uid, KUBEVIRT)
             msg = f"Error creating virtual machine instance: {message}"
-            return [Note(me, WARNING, "FailedCreate", msg, CONTROLLER)]
+            return [Occurrence(me, WARNING, "FailedCreate", msg, CONTROLLER)]
         case VMIDeleteRequested(grace_period_seconds=grace):
             vmi = cluster.vmis.get(k)
             if vmi is None:
@@ -270,72 +270,74 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
             owner = _controller_owner(vmi.manifest, agg.namespace)
             if owner is not None and _by_controller(ev):
                 msg = f"{STOPPED_BY_DELETING} {vmi.uid}"
-                out.append(Note(owner, NORMAL, "SuccessfulDelete", msg, CONTROLLER))
+                out.append(Occurrence(owner, NORMAL, "SuccessfulDelete", msg, CONTROLLER))
             if vmi.node and vmi.phase in ("Scheduled", "Running"):
                 me = _vmi(agg.namespace, agg.name, vmi.uid)
                 if grace is None:  # the VMI's own grace period (KubeVirt's default: 30 s)
                     grace = (vmi.manifest.get("spec") or {}).get("terminationGracePeriodSeconds")
                 if grace == 0:
-                    out.append(Note(me, NORMAL, "Deleted", "Signaled Deletion", HANDLER, vmi.node))
+                    out.append(
+                        Occurrence(me, NORMAL, "Deleted", "Signaled Deletion", HANDLER, vmi.node)
+                    )
                 else:
                     msg = "Signaled Graceful Shutdown"
-                    out.append(Note(me, NORMAL, "ShuttingDown", msg, HANDLER, vmi.node))
+                    out.append(Occurrence(me, NORMAL, "ShuttingDown", msg, HANDLER, vmi.node))
             return out
         case VMCreated(manifest=manifest) if _by_controller(ev):
             owner = _controller_owner(manifest, agg.namespace)
             if owner is None or owner.kind != "VirtualMachinePool":
                 return []
             msg = f"Created VM {agg.namespace}/{agg.name}"
-            return [Note(owner, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
+            return [Occurrence(owner, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
         case VMDeleted() if _by_controller(ev):
             vm = cluster.vms.get(k)
             owner = _controller_owner(vm.manifest, agg.namespace) if vm is not None else None
             if vm is None or owner is None or owner.kind != "VirtualMachinePool":
                 return []
             msg = f"Deleted VM {agg.namespace}/{agg.name} with uid {vm.uid} from pool"
-            return [Note(owner, NORMAL, "SuccessfulDelete", msg, CONTROLLER)]
+            return [Occurrence(owner, NORMAL, "SuccessfulDelete", msg, CONTROLLER)]
         # ------------------------------------------------------- the VMI controller
         case PodScheduled(pod_name=pod):
             me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
             msg = f"Created virtual machine pod {pod}"
-            return [Note(me, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
+            return [Occurrence(me, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
         case Unschedulable(message=message):
             # the launcher pod's FailedScheduling, recorded on the VMI (no pods are served)
             me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
-            return [Note(me, WARNING, "FailedScheduling", message, SCHEDULER)]
+            return [Occurrence(me, WARNING, "FailedScheduling", message, SCHEDULER)]
         case VMIFailed(reason=reason, message=message):
             vmi = cluster.vmis.get(k)
             me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
             if reason == "NodeUnresponsive":
                 node = vmi.node if vmi is not None else ""
                 msg = f"virt-handler on node {node} is not responsive, marking VMI as failed"
-                return [Note(me, NORMAL, reason, msg, CONTROLLER)]
-            return [Note(me, WARNING, reason, message or reason, CONTROLLER)]
+                return [Occurrence(me, NORMAL, reason, msg, CONTROLLER)]
+            return [Occurrence(me, WARNING, reason, message or reason, CONTROLLER)]
         case VMIEvictionBlocked(node=node, message=message):
             me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
             msg = f"EvictionStrategy is set but vmi is not migratable; {message}"
-            return [Note(me, WARNING, "Migrated", msg, HANDLER, node)]
+            return [Occurrence(me, WARNING, "Migrated", msg, HANDLER, node)]
         # ------------------------------------------------------ CDI's importer
         case ImportRequested(claim=claim):
             me = _of(agg, "DataVolume", CDI_V1BETA1, cluster)
             msg = f"Import into {claim} scheduled"
-            return [Note(me, NORMAL, "ImportScheduled", msg, CDI_CONTROLLER)]
+            return [Occurrence(me, NORMAL, "ImportScheduled", msg, CDI_CONTROLLER)]
         case ImportProgressed(progress=progress):
             me = _of(agg, "DataVolume", CDI_V1BETA1, cluster)
             msg = f"Import into {agg.name} in progress: {progress}"
-            return [Note(me, NORMAL, "ImportInProgress", msg, CDI_CONTROLLER, ev.meta.node)]
+            return [Occurrence(me, NORMAL, "ImportInProgress", msg, CDI_CONTROLLER, ev.meta.node)]
         case ImportFinished(error=error):
             me = _of(agg, "DataVolume", CDI_V1BETA1, cluster)
             if error:
-                return [Note(me, WARNING, "Error", error, CDI_CONTROLLER, ev.meta.node)]
+                return [Occurrence(me, WARNING, "Error", error, CDI_CONTROLLER, ev.meta.node)]
             msg = f"Successfully imported into PVC {agg.name}"
-            return [Note(me, NORMAL, "ImportSucceeded", msg, CDI_CONTROLLER, ev.meta.node)]
+            return [Occurrence(me, NORMAL, "ImportSucceeded", msg, CDI_CONTROLLER, ev.meta.node)]
         # ------------------------------------------------------------- the handler
         case DomainStarted(node=node):
             me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
             return [
-                Note(me, NORMAL, "Created", "VirtualMachineInstance defined.", HANDLER, node),
-                Note(me, NORMAL, "Started", "VirtualMachineInstance started.", HANDLER, node),
+                Occurrence(me, NORMAL, "Created", "VirtualMachineInstance defined.", HANDLER, node),
+                Occurrence(me, NORMAL, "Started", "VirtualMachineInstance started.", HANDLER, node),
             ]
         case DomainPaused(reason=reason) if reason == "PausedByUser":
             return _on_node(agg, cluster, NORMAL, "Paused", "VirtualMachineInstance paused")
@@ -350,7 +352,7 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
         case MigrationScheduled(target_pod=pod):
             me = _of(agg, "VirtualMachineInstanceMigration", KUBEVIRT, cluster)
             msg = f"Created migration target pod {pod}"
-            return [Note(me, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
+            return [Occurrence(me, NORMAL, "SuccessfulCreate", msg, CONTROLLER)]
         case TargetPrepared(target_node=node):
             return _on_migrating_vmi(
                 agg,
@@ -368,25 +370,25 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
         case MigrationSucceeded(target_node=node):
             me = _of(agg, "VirtualMachineInstanceMigration", KUBEVIRT, cluster)
             done = "Source node reported migration succeeded"
-            out = [Note(me, NORMAL, "SuccessfulMigration", done, CONTROLLER)]
+            out = [Occurrence(me, NORMAL, "SuccessfulMigration", done, CONTROLLER)]
             msg = f"The VirtualMachineInstance migrated to node {node}."
             return out + _on_migrating_vmi(agg, cluster, "Migrated", msg, node)
         case MigrationFailed(reason=reason, message=message):
             me = _of(agg, "VirtualMachineInstanceMigration", KUBEVIRT, cluster)
             why = message or reason
-            out = [Note(me, WARNING, "FailedMigration", why, CONTROLLER)]
+            out = [Occurrence(me, WARNING, "FailedMigration", why, CONTROLLER)]
             mig = cluster.migrations.get(k)
             if mig is not None and mig.source_node:  # it had begun: the handler's word on the VMI
                 msg = f"VirtualMachineInstance migration uid {mig.uid} failed. reason:{why}"
                 vmi = cluster.vmis.get(f"{agg.namespace}/{mig.vmi_name}")
                 if vmi is not None:
                     me = _vmi(agg.namespace, vmi.name, vmi.uid)
-                    out.append(Note(me, WARNING, "Migrated", msg, HANDLER, mig.source_node))
+                    out.append(Occurrence(me, WARNING, "Migrated", msg, HANDLER, mig.source_node))
             return out
         case MigrationAbortRequested():
             me = _of(agg, "VirtualMachineInstanceMigration", KUBEVIRT, cluster)
             msg = "Migration is ready to be canceled by virt-handler."
-            return [Note(me, NORMAL, "SuccessfulAbortMigration", msg, CONTROLLER)]
+            return [Occurrence(me, NORMAL, "SuccessfulAbortMigration", msg, CONTROLLER)]
         case VMIWarning(reason=reason, message=message):  # the handler's recorder
             return _on_node(agg, cluster, WARNING, reason, message)
         # -------------------------------------------------------------------- clones
@@ -399,7 +401,7 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
                 return []
             what = "snapshot" if agg.kind == ResourceKind.SNAPSHOT else "restore"
             msg = f"created {what} {agg.name} for clone {owner.name}"
-            return [Note(owner, NORMAL, f"{what.capitalize()}Created", msg, CONTROLLER)]
+            return [Occurrence(owner, NORMAL, f"{what.capitalize()}Created", msg, CONTROLLER)]
         case ResourceStatusChanged(status=status) if agg.kind == ResourceKind.CLONE:
             return _clone(agg, cluster, status)
         # ------------------------------------------------------- snapshots and restores
@@ -412,7 +414,7 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
         # --------------------------------------------------------------------- nodes
         case NodeUnresponsive(message=message):
             it = InvolvedObject("Node", "", agg.name, agg.name, "v1")
-            return [Note(it, NORMAL, "NodeUnresponsive", message, CONTROLLER)]
+            return [Occurrence(it, NORMAL, "NodeUnresponsive", message, CONTROLLER)]
         case (
             VMUpdated()
             | VMCreated()
@@ -472,7 +474,9 @@ def notes(s: Stored, cluster: Cluster) -> list[Note]:
 SNAPSHOT_API = "snapshot.kubevirt.io/v1beta1"
 
 
-def _content_created(agg: Aggregate, cluster: Cluster, manifest: dict[str, Any]) -> list[Note]:
+def _content_created(
+    agg: Aggregate, cluster: FoldReader, manifest: dict[str, Any]
+) -> list[Occurrence]:
     """KubeVirt's snapshot controller, having created a snapshot's content, says so on the
     snapshot (snapshot.go's createContent)."""
     name = str((manifest.get("spec") or {}).get("virtualMachineSnapshotName") or "")
@@ -481,7 +485,9 @@ def _content_created(agg: Aggregate, cluster: Cluster, manifest: dict[str, Any])
         return []
     me = InvolvedObject("VirtualMachineSnapshot", agg.namespace, name, snap.uid, SNAPSHOT_API)
     msg = f"Successfully created VirtualMachineSnapshotContent {agg.name}"
-    return [Note(me, NORMAL, "SuccessfulVirtualMachineSnapshotContentCreate", msg, CONTROLLER)]
+    return [
+        Occurrence(me, NORMAL, "SuccessfulVirtualMachineSnapshotContentCreate", msg, CONTROLLER)
+    ]
 
 
 def _failure(status: dict[str, Any]) -> str | None:
@@ -491,7 +497,7 @@ def _failure(status: dict[str, Any]) -> str | None:
     return None
 
 
-def _restore(agg: Aggregate, cluster: Cluster, status: dict[str, Any]) -> list[Note]:
+def _restore(agg: Aggregate, cluster: FoldReader, status: dict[str, Any]) -> list[Occurrence]:
     """KubeVirt's restore controller on its restore: complete, or failed (restore.go)."""
     old = cluster.table(ResourceKind.RESTORE).get(f"{agg.namespace}/{agg.name}")
     if old is None:
@@ -499,18 +505,18 @@ def _restore(agg: Aggregate, cluster: Cluster, status: dict[str, Any]) -> list[N
     me = _of(agg, "VirtualMachineRestore", SNAPSHOT_API, cluster)
     if status.get("complete") and not old.status.get("complete"):
         msg = f"Successfully completed VirtualMachineRestore {agg.name}"
-        return [Note(me, NORMAL, "VirtualMachineRestoreComplete", msg, CONTROLLER)]
+        return [Occurrence(me, NORMAL, "VirtualMachineRestoreComplete", msg, CONTROLLER)]
     failed = _failure(status)
     if failed is not None and _failure(old.status) is None:
         msg = f"VirtualMachineRestore failed {failed}"
-        return [Note(me, WARNING, "Operation failed", msg, CONTROLLER)]
+        return [Occurrence(me, WARNING, "Operation failed", msg, CONTROLLER)]
     return []
 
 
 _CLONE_STEPS = ("", "SnapshotInProgress", "RestoreInProgress", "CreatingTargetVM", "Succeeded")
 
 
-def _clone(agg: Aggregate, cluster: Cluster, status: dict[str, Any]) -> list[Note]:
+def _clone(agg: Aggregate, cluster: FoldReader, status: dict[str, Any]) -> list[Occurrence]:
     """KubeVirt's clone controller records each step it passes (clone.go's logAndRecord)."""
     old = cluster.table(ResourceKind.CLONE).get(f"{agg.namespace}/{agg.name}")
     if old is None:
@@ -520,10 +526,10 @@ def _clone(agg: Aggregate, cluster: Cluster, status: dict[str, Any]) -> list[Not
     was, now = str(before.get("phase") or ""), str(after.get("phase") or "")
     name = agg.name
     source = old.spec.get("source") or {}
-    notes: list[Note] = []
+    notes: list[Occurrence] = []
 
     def note(reason: str, msg: str) -> None:
-        notes.append(Note(me, NORMAL, reason, msg, CONTROLLER))
+        notes.append(Occurrence(me, NORMAL, reason, msg, CONTROLLER))
 
     if now == "Failed" and was != "Failed":
         kind, src = str(source.get("kind") or ""), str(source.get("name") or "")
@@ -551,15 +557,17 @@ def _clone(agg: Aggregate, cluster: Cluster, status: dict[str, Any]) -> list[Not
     return notes
 
 
-def _on_node(agg: Aggregate, cluster: Cluster, etype: str, reason: str, msg: str) -> list[Note]:
+def _on_node(
+    agg: Aggregate, cluster: FoldReader, etype: str, reason: str, msg: str
+) -> list[Occurrence]:
     vmi = cluster.vmis.get(f"{agg.namespace}/{agg.name}")
     me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
-    return [Note(me, etype, reason, msg, HANDLER, vmi.node if vmi is not None else "")]
+    return [Occurrence(me, etype, reason, msg, HANDLER, vmi.node if vmi is not None else "")]
 
 
 def _stopped(
-    agg: Aggregate, cluster: Cluster, reason: StopReason, expired: bool, message: str
-) -> list[Note]:
+    agg: Aggregate, cluster: FoldReader, reason: StopReason, expired: bool, message: str
+) -> list[Occurrence]:
     """The handler's phase-change events: Succeeded → Stopped, Failed → Stopped (crashed),
     and a launcher's failure as SyncFailed with its words."""
     vmi = cluster.vmis.get(f"{agg.namespace}/{agg.name}")
@@ -580,17 +588,19 @@ def _stopped(
             assert_never(never)
     if not failed:
         msg = "The VirtualMachineInstance was shut down."
-        return [Note(me, NORMAL, "Stopped", msg, HANDLER, host)]
+        return [Occurrence(me, NORMAL, "Stopped", msg, HANDLER, host)]
     out = []
     if message:
-        out.append(Note(me, WARNING, "SyncFailed", message, HANDLER, host))
-    out.append(Note(me, WARNING, "Stopped", "The VirtualMachineInstance crashed.", HANDLER, host))
+        out.append(Occurrence(me, WARNING, "SyncFailed", message, HANDLER, host))
+    out.append(
+        Occurrence(me, WARNING, "Stopped", "The VirtualMachineInstance crashed.", HANDLER, host)
+    )
     return out
 
 
 def _on_migrating_vmi(
-    agg: Aggregate, cluster: Cluster, reason: str, msg: str, host: str
-) -> list[Note]:
+    agg: Aggregate, cluster: FoldReader, reason: str, msg: str, host: str
+) -> list[Occurrence]:
     mig = cluster.migrations.get(f"{agg.namespace}/{agg.name}")
     if mig is None:
         return []
@@ -598,7 +608,7 @@ def _on_migrating_vmi(
     if vmi is None:
         return []
     me = _vmi(agg.namespace, vmi.name, vmi.uid)
-    return [Note(me, NORMAL, reason, msg, HANDLER, host)]
+    return [Occurrence(me, NORMAL, reason, msg, HANDLER, host)]
 
 
 # ---------------------------------------------------------------------- records
@@ -633,17 +643,17 @@ class KubeEvents:
         self._objects.setdefault(_object_key(r.involved), r.involved)
         self._order[k] = None
 
-    def apply(self, s: Stored, cluster: Cluster) -> list[str]:
+    def apply(self, s: Stored, cluster: FoldReader) -> list[str]:
         """Record what `s` stands for (`cluster`: the fold before `s`); the keys of the
         records made or counted on."""
-        found = notes(s, cluster)
+        found = occurrences(s, cluster)
         now = s.event.meta.occurred_at
         touched = self._expire(now)
         for i, note in enumerate(found):
             touched.append(self._record(note, s.seq, now, i))
         return touched
 
-    def _record(self, note: Note, seq: int, at: float, i: int) -> str:
+    def _record(self, note: Occurrence, seq: int, at: float, i: int) -> str:
         sig = _signature(note)
         k = self._by_signature.get(sig)
         if k is not None:

@@ -10,7 +10,6 @@ folded the event it appended."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import operator
 import time
 from collections import OrderedDict
@@ -21,8 +20,8 @@ import structlog
 
 from events.envelope import Stored
 from events.meta import Kind, KindToken
-from eventstore import follow
-from eventstore.checkpoints import Refused
+from eventstore import cadence, follow
+from eventstore.checkpoints import Unusable
 from eventstore.port import EventLog
 from eventstore.tasks import finish
 from kinds.registry import REGISTRY, Registry
@@ -64,9 +63,9 @@ class ProjectionRunner:
         *,
         history: int = WATCH_HISTORY,
         clock: Callable[[], float] = time.time,
-        snapshot_name: str | None = None,
-        snapshot_every: int = 10_000,
-        snapshot_seconds: float = 60.0,
+        checkpoint_name: str | None = None,
+        checkpoint_every: int = cadence.EVERY,
+        checkpoint_seconds: float = cadence.SECONDS,
         kinds: Registry = REGISTRY,
     ) -> None:
         self.store = store
@@ -86,16 +85,14 @@ class ProjectionRunner:
         self.caught_up_to = 0  # the stream's last seq when the runner started
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._task: asyncio.Task[None] | None = None
-        # Snapshots (readside/view_checkpoints.py) bound the restart cost to the events since
-        # the last one: start from the snapshot, fold the tail, save every N events.
-        self.snapshot_name = snapshot_name
-        self.snapshot_every = snapshot_every
-        # and at least this often while events come (a quiet cluster's restart then folds
-        # at most a minute of events, not up to `snapshot_every`)
-        self.snapshot_seconds = snapshot_seconds
-        self.snapshot_seq = 0
-        self.snapshot_at = time.monotonic()
-        self._saving: asyncio.Task[int] | None = None
+        # Checkpoints of the views (readside/view_checkpoints.py) bound the restart cost to
+        # the events since the last one: start from it, fold the tail, take one every N
+        # events and at least once a minute while events come (a quiet cluster's restart
+        # then folds at most a minute of events)
+        self.checkpoint_name = checkpoint_name
+        self.cadence = cadence.Cadence(
+            checkpoint_name or "", every=checkpoint_every, seconds=checkpoint_seconds
+        )
 
     # ------------------------------------------------------------- lifecycle
     @property
@@ -110,24 +107,20 @@ class ProjectionRunner:
 
     async def start(self, *, wait: bool = True, timeout: float = 30.0) -> None:
         self.caught_up_to = await self.store.stream_last_seq()
-        if self.snapshot_name and self.cluster.last_seq == 0:
-            loaded = await view_checkpoints.load_checked(self.store, self.snapshot_name)
-            if isinstance(loaded, Refused):
-                log.warning(
-                    "checkpoint refused: rebuilding from the log",
-                    checkpoint=self.snapshot_name,
-                    reason=loaded.reason,
-                )
+        if self.checkpoint_name and self.cluster.last_seq == 0:
+            loaded = await view_checkpoints.load_checked(self.store, self.checkpoint_name)
+            if isinstance(loaded, Unusable):
+                cadence.refused(self.checkpoint_name, loaded.reason)
             elif loaded is not None:
                 if loaded.kube_events is None:  # a checkpoint of a fold without the records
                     loaded.kube_events = KubeEvents()
                 self.cluster = loaded
-                self.snapshot_seq = loaded.last_seq
-                # watches cannot resume from before the snapshot: they get 410 and re-list
+                self.cadence.loaded(loaded.last_seq)
+                # watches cannot resume from before the checkpoint: they get 410 and re-list
                 self.history_floor = loaded.last_seq
                 self.metrics.unregister()
                 self.metrics = ProjectionMetrics(self.cluster, clock=self.clock).register()
-                log.info("projection snapshot loaded", seq=loaded.last_seq)
+                log.info("projection checkpoint loaded", seq=loaded.last_seq)
         self._task = asyncio.create_task(self._run(), name="projection-runner")
         if wait:
             await self.wait_for(self.caught_up_to, timeout)
@@ -135,12 +128,10 @@ class ProjectionRunner:
     async def stop(self) -> None:
         if self._task is not None:
             await finish(self._task)
-        if self._saving is not None:
-            with contextlib.suppress(Exception):
-                await self._saving
-        if self.snapshot_name and self.last_seq > self.snapshot_seq:
-            with contextlib.suppress(Exception):
-                await self.save_snapshot()
+        await self.cadence.settle()
+        if self.checkpoint_name and self.last_seq > self.checkpoint_seq:
+            self._checkpoint()
+            await self.cadence.settle()
         for w in list(self.watchers):
             w.close()
         self.watchers.clear()
@@ -172,14 +163,23 @@ class ProjectionRunner:
         self.cluster.skip(seq, subject)
         self._wake()
 
-    async def save_snapshot(self) -> int:
-        """Save the views as of now; the encoding happens before the first await, so the
-        snapshot is one consistent point of the fold."""
-        assert self.snapshot_name is not None
-        self.snapshot_seq = self.last_seq
-        self.snapshot_at = time.monotonic()
-        head = await view_checkpoints.save(self.store, self.snapshot_name, self.cluster)
-        return head.last_seq
+    @property
+    def checkpoint_seq(self) -> int:
+        """The sequence the last checkpoint taken (or loaded) covers."""
+        return self.cadence.saved_upto
+
+    def _checkpoint(self) -> None:
+        """Encode the views now (one point of the fold), write them in the background."""
+        assert self.checkpoint_name is not None
+        seq, body = self.last_seq, view_checkpoints.encode(self.cluster)
+        self.cadence.taken(seq, self._write_checkpoint(seq, body))
+
+    async def _write_checkpoint(self, seq: int, body: bytes) -> None:
+        assert self.checkpoint_name is not None
+        try:
+            await view_checkpoints.write(self.store, self.checkpoint_name, seq, body)
+        except Exception as e:  # the next one is due soon; the previous stays usable
+            log.warning("checkpoint not saved", checkpoint=self.checkpoint_name, error=repr(e))
 
     # --------------------------------------------------------------- folding
     def fold(self, s: Stored) -> list[Change]:
@@ -191,15 +191,8 @@ class ProjectionRunner:
         before = {kind: self._view(kind, k) for kind in (*Kind, agg.kind)}
         touched = self.cluster.apply(s)
         self.metrics.observe(s, touched, replaying=s.seq <= self.caught_up_to)
-        if (
-            self.snapshot_name
-            and (
-                s.seq - self.snapshot_seq >= self.snapshot_every
-                or time.monotonic() - self.snapshot_at >= self.snapshot_seconds
-            )
-            and (self._saving is None or self._saving.done())
-        ):
-            self._saving = asyncio.create_task(self.save_snapshot())
+        if self.checkpoint_name and self.cadence.due(s.seq):
+            self._checkpoint()
         changes: list[Change] = []
         for kind, tk in dict.fromkeys(touched):
             new = self._view(kind, tk)

@@ -103,18 +103,18 @@ async def cluster_at(
     seq: int | None = None,
     time: float | None = None,
     *,
-    snapshot: str | None = None,
+    checkpoint: str | None = None,
     bucket: str = view_checkpoints.BUCKET,
 ) -> Cluster:
     """Every view as it was once the event at `seq` (or the last one stored by `time`) was
-    folded; the present without either. With `snapshot` (a projection name in the
-    snapshot bucket) it starts from that snapshot when the snapshot is not newer."""
+    folded; the present without either. With `checkpoint` (a projection's name in the
+    checkpoint bucket) it starts from that checkpoint when it is not newer."""
     # seq 0 is a point too (before the first event: nothing exists), not "the present"
     point = None if seq is None and time is None else Point(seq=seq, time=time)
     until = await resolve(store, point)
-    if snapshot:
+    if checkpoint:
         cluster, _ = await view_checkpoints.load_cluster(
-            store, snapshot, until_seq=until, bucket_name=bucket
+            store, checkpoint, until_seq=until, bucket_name=bucket
         )
         return cluster
     cluster = Cluster(kube_events=True)  # the api's fold: its Events as they were then

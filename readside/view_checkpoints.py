@@ -1,12 +1,12 @@
-"""Projection snapshots: the `Cluster`'s views as a checkpoint (`eventstore/checkpoints.py`),
-so a restart replays only the tail.
+"""Checkpoints of the projection: the `Cluster`'s views as a checkpoint
+(`eventstore/checkpoints.py`), so a restart replays only the tail.
 
-A snapshot is the view tables and the stream sequence they cover, msgpack encoded (the
+One is the view tables and the stream sequence they cover, msgpack encoded (the
 checkpoint store compresses and chunks it, writes its head last and refuses a checkpoint
 of another schema, stream or a recreated stream). `SCHEMA` names the views' shape and the
 fold's version.
 
-`load_cluster` = latest snapshot + replay from its sequence + 1."""
+`load_cluster` = latest checkpoint + replay from its sequence + 1."""
 
 from __future__ import annotations
 
@@ -27,20 +27,32 @@ async def bucket(store: EventLog, name: str = BUCKET) -> Bucket:
     return await checkpoints.bucket(store, name)
 
 
+def encode(cluster: Cluster) -> bytes:
+    """`cluster`'s views as a checkpoint's body, at the sequence it has folded."""
+    return encode_views(cluster)
+
+
+async def write(
+    store: EventLog, name: str, last_seq: int, body: bytes, *, bucket_name: str = BUCKET
+) -> checkpoints.Head:
+    """Store views encoded at `last_seq` under `name`; returns the head record."""
+    kv = await bucket(store, bucket_name)
+    return await checkpoints.save(
+        kv, name, schema=SCHEMA, stream=store.stream, last_seq=last_seq, body=body
+    )
+
+
 async def save(
     store: EventLog, name: str, cluster: Cluster, *, bucket_name: str = BUCKET
 ) -> checkpoints.Head:
     """Write a checkpoint of `cluster`'s views under `name`; returns its head record."""
-    kv = await bucket(store, bucket_name)
-    body = encode_views(cluster)  # before the first await: one point of the fold
-    return await checkpoints.save(
-        kv, name, schema=SCHEMA, stream=store.stream, last_seq=cluster.last_seq, body=body
-    )
+    seq, body = cluster.last_seq, encode(cluster)  # before the first await: one point
+    return await write(store, name, seq, body, bucket_name=bucket_name)
 
 
 async def load_checked(
     store: EventLog, name: str, *, bucket_name: str = BUCKET
-) -> Cluster | checkpoints.Refused | None:
+) -> Cluster | checkpoints.Unusable | None:
     """The latest checkpoint of the views, why it cannot be used, or None (there is none)."""
     kv = await checkpoints.find(store, bucket_name)
     if kv is None:
@@ -53,7 +65,7 @@ async def load_checked(
     try:
         return decode_views(found.body)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        return checkpoints.Refused(f"its views do not decode ({e})", found.head)
+        return checkpoints.Unusable(f"its views do not decode ({e})", found.head)
 
 
 async def load(store: EventLog, name: str, *, bucket_name: str = BUCKET) -> Cluster | None:
@@ -62,8 +74,10 @@ async def load(store: EventLog, name: str, *, bucket_name: str = BUCKET) -> Clus
     return found if isinstance(found, Cluster) else None
 
 
-class Loaded(msgspec.Struct, frozen=True):
-    snapshot_seq: int  # 0: no snapshot was used
+class Rebuilt(msgspec.Struct, frozen=True):
+    """How `load_cluster` rebuilt the views: from which checkpoint, with how many events."""
+
+    checkpoint_seq: int  # 0: no checkpoint was used
     tail_events: int
 
 
@@ -73,9 +87,9 @@ async def load_cluster(
     *,
     until_seq: int | None = None,
     bucket_name: str = BUCKET,
-) -> tuple[Cluster, Loaded]:
-    """Snapshot + tail: the projection at the stream's end (or at `until_seq`). A snapshot
-    newer than `until_seq` is not used (the views cannot be folded backwards)."""
+) -> tuple[Cluster, Rebuilt]:
+    """Checkpoint + tail: the projection at the stream's end (or at `until_seq`). A
+    checkpoint newer than `until_seq` is not used (the views cannot be folded backwards)."""
     cluster = await load(store, name, bucket_name=bucket_name)
     if cluster is None or (until_seq is not None and cluster.last_seq > until_seq):
         cluster = Cluster(kube_events=True)
@@ -85,4 +99,4 @@ async def load_cluster(
         async for s in store.replay(start_seq=snap + 1, until_seq=until_seq, raw=True):
             cluster.apply(s)
             n += 1
-    return cluster, Loaded(snapshot_seq=snap, tail_events=n)
+    return cluster, Rebuilt(checkpoint_seq=snap, tail_events=n)

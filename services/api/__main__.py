@@ -68,7 +68,7 @@ async def serve(
     store = JetStreamStore(nc, settings)
     await store.ensure()
     # the api and its read replicas fold the same views: one shared snapshot name
-    runner = ProjectionRunner(store, history=watch_history, snapshot_name=checkpoints.API_VIEWS)
+    runner = ProjectionRunner(store, history=watch_history, checkpoint_name=checkpoints.API_VIEWS)
     await runner.start()
     # idempotency keys in a bucket every api replica shares, kept as long as JetStream
     # drops a re-appended event as a duplicate

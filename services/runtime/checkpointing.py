@@ -8,22 +8,20 @@ none of its own appends is folded ahead of the stream (`ahead` empty), so a chec
 always a fold in stream order: the `Unordered` repair (a restart) loads it and folds the
 tail in order, instead of folding everything from sequence 1.
 
-Cadence: every `every` events or `seconds` of time, whichever comes first, and at a clean
-stop. The state is encoded at once (one point of the fold, no await in between); the
-write runs in the background, one at a time."""
+Cadence (`eventstore/cadence.py`, the api's projection keeps the same): every `every`
+events or `seconds` of time, whichever comes first, and at a clean stop. The state is
+encoded at once (one point of the fold, no await in between); the write runs in the
+background, one at a time."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import time
 from typing import Generic, Protocol
 
 import msgspec
 import structlog
 from typing_extensions import TypeVar
 
-from eventstore import checkpoints
+from eventstore import cadence, checkpoints
 from eventstore.port import Bucket, EventLog
 
 S = TypeVar("S")
@@ -68,8 +66,8 @@ class Checkpointer(Generic[S]):
         codec: StateCodec[S],
         *,
         apart: bool = False,
-        every: int = 10_000,
-        seconds: float = 60.0,
+        every: int = cadence.EVERY,
+        seconds: float = cadence.SECONDS,
         bucket: str = checkpoints.BUCKET,
     ) -> None:
         self.store = store
@@ -79,13 +77,13 @@ class Checkpointer(Generic[S]):
         # the state also holds observations: the checkpoint is of the log's fold kept
         # apart from it (`Folding.log_only`)
         self.apart = apart
-        self.every = every
-        self.seconds = seconds
+        self.cadence = cadence.Cadence(name, every=every, seconds=seconds)
         self.schema = f"shell/{SHELL_VERSION}/{codec.schema}"
-        self.saved_upto = 0
-        self.saved_at = time.monotonic()
-        self._saving: asyncio.Task[None] | None = None
         self.saves = 0
+
+    @property
+    def saved_upto(self) -> int:
+        return self.cadence.saved_upto
 
     async def _bucket(self) -> Bucket:
         return await checkpoints.bucket(self.store, self.bucket)
@@ -100,12 +98,8 @@ class Checkpointer(Generic[S]):
             stream=self.store.stream,
             stream_last_seq=await self.store.stream_last_seq(),
         )
-        if isinstance(found, checkpoints.Refused):
-            log.warning(
-                "checkpoint refused: rebuilding from the log",
-                checkpoint=self.name,
-                reason=found.reason,
-            )
+        if isinstance(found, checkpoints.Unusable):
+            cadence.refused(self.name, found.reason)
             return None
         if found is None:
             return None
@@ -118,30 +112,20 @@ class Checkpointer(Generic[S]):
                 again=self.codec.decode(cp.state) if self.apart else None,
             )
         except (msgspec.DecodeError, msgspec.ValidationError) as e:
-            log.warning(
-                "checkpoint refused: rebuilding from the log",
-                checkpoint=self.name,
-                reason=f"it does not decode ({e})",
-            )
+            cadence.refused(self.name, f"it does not decode ({e})")
             return None
-        self.saved_upto = cp.upto
+        self.cadence.loaded(cp.upto)
         return loaded
 
     def due(self, upto: int) -> bool:
-        if upto <= self.saved_upto or (self._saving is not None and not self._saving.done()):
-            return False
-        return (
-            upto - self.saved_upto >= self.every or time.monotonic() - self.saved_at >= self.seconds
-        )
+        return self.cadence.due(upto)
 
     def take(self, upto: int, versions: dict[str, int], state: S) -> None:
         """Encode now, write in the background."""
         body = _encoder.encode(
             ShellCheckpoint(upto=upto, versions=versions, state=self.codec.encode(state))
         )
-        self.saved_upto = upto
-        self.saved_at = time.monotonic()
-        self._saving = asyncio.create_task(self._save(upto, body))
+        self.cadence.taken(upto, self._save(upto, body))
 
     async def _save(self, upto: int, body: bytes) -> None:
         try:
@@ -160,6 +144,4 @@ class Checkpointer(Generic[S]):
 
     async def settle(self) -> None:
         """Wait for a write in flight."""
-        if self._saving is not None:
-            with contextlib.suppress(Exception):
-                await self._saving
+        await self.cadence.settle()

@@ -123,13 +123,13 @@ async def test_a_views_checkpoint_of_another_schema_is_refused_in_one_line(
         kv, name, schema="views/0/old", stream=store.stream, last_seq=5, body=b"\x80"
     )
     with structlog.testing.capture_logs() as logs:
-        runner = ProjectionRunner(store, snapshot_name=name)
+        runner = ProjectionRunner(store, checkpoint_name=name)
         await runner.start()
     try:
         refused = [e for e in logs if e["event"].startswith("checkpoint refused")]
         assert len(refused) == 1
         assert "schema views/0/old" in refused[0]["reason"]
-        assert runner.snapshot_seq == 0 and len(runner.cluster.vms) == 5  # rebuilt
+        assert runner.checkpoint_seq == 0 and len(runner.cluster.vms) == 5  # rebuilt
     finally:
         await runner.stop()
         await kv.purge(name)

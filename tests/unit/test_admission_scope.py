@@ -116,8 +116,8 @@ def test_its_vmi_is_not_made_when_started_and_the_vm_says_why() -> None:
     condition = render_vm(w.state.cluster, w.vm(), w.now)["status"]["conditions"][-1]
     assert (condition["type"], condition["reason"]) == ("Failure", "FailedCreate")
     assert condition["message"] == refusal
-    notes = kube_events.notes(w.log[-1], w.state.cluster)
-    assert [(n.type, n.reason, n.message) for n in notes] == [
+    found = kube_events.occurrences(w.log[-1], w.state.cluster)
+    assert [(n.type, n.reason, n.message) for n in found] == [
         ("Warning", "FailedCreate", f"Error creating virtual machine instance: {refusal}")
     ]
     fixed = vm_manifest("vm1", "Always")

@@ -23,22 +23,22 @@ def vm(name: str) -> dict[str, object]:
     }
 
 
-async def test_runner_saves_and_restarts_from_a_snapshot(store: JetStreamStore) -> None:
+async def test_runner_saves_and_restarts_from_a_checkpoint(store: JetStreamStore) -> None:
     for i in range(30):
         await store.append(VMCreated(meta=meta(name=f"vm{i}"), manifest=vm(f"vm{i}")))
-    first = ProjectionRunner(store, snapshot_name="t-views", snapshot_every=25)
+    first = ProjectionRunner(store, checkpoint_name="t-views", checkpoint_every=25)
     await first.start()
-    assert first._saving is not None
-    await first._saving  # the 25th event triggered a save
+    assert first.checkpoint_seq == 25  # the 25th event took one
+    await first.cadence.settle()
     await first.stop()  # and stopping saves the rest
     head_seq = first.last_seq
 
     for i in range(5):
         await store.append(VMStartRequested(meta=meta(name=f"vm{i}")))
-    second = ProjectionRunner(store, snapshot_name="t-views")
+    second = ProjectionRunner(store, checkpoint_name="t-views")
     await second.start()
     try:
-        assert second.snapshot_seq == head_seq == 30
+        assert second.checkpoint_seq == head_seq == 30
         full = ProjectionRunner(store)
         await full.start()
         try:
@@ -66,18 +66,18 @@ async def test_events_survive_a_restart_from_the_snapshot(store: JetStreamStore)
         await store.append(
             Unschedulable(meta=meta(Kind.VMI, "v"), reason="Unschedulable", message=full_message)
         )
-    first = ProjectionRunner(store, snapshot_name="t-events")
+    first = ProjectionRunner(store, checkpoint_name="t-events")
     await first.start()
     await first.stop()  # saves the snapshot
     await store.append(
         Unschedulable(meta=meta(Kind.VMI, "v"), reason="Unschedulable", message=full_message)
     )
-    second = ProjectionRunner(store, snapshot_name="t-events")
+    second = ProjectionRunner(store, checkpoint_name="t-events")
     await second.start()
     full = ProjectionRunner(store)
     await full.start()
     try:
-        assert second.snapshot_seq == 3
+        assert second.checkpoint_seq == 3
         assert [(e["reason"], e["count"]) for e in second.list(EVENTS)] == [("FailedScheduling", 3)]
         assert second.list(EVENTS) == full.list(EVENTS)
     finally:

@@ -40,7 +40,7 @@ async def test_snapshot_plus_tail_equals_a_full_rebuild_of_50k_events(
     assert head.last_seq == 40_000 and head.chunks > 1
 
     loaded, info = await view_checkpoints.load_cluster(store, "api", bucket_name=bucket)
-    assert (info.snapshot_seq, info.tail_events) == (40_000, 10_000)
+    assert (info.checkpoint_seq, info.tail_events) == (40_000, 10_000)
     full = await full_rebuild(store)
     assert full.last_seq == loaded.last_seq == 50_000
     assert view_checkpoints.encode_views(loaded) == view_checkpoints.encode_views(full)
@@ -64,16 +64,16 @@ async def test_snapshots_newer_than_asked_or_than_the_stream_are_not_used(
     await view_checkpoints.save(store, "api", at20, bucket_name=bucket)
     # time travel to before the snapshot folds from the start
     past, info = await view_checkpoints.load_cluster(store, "api", until_seq=11, bucket_name=bucket)
-    assert info.snapshot_seq == 0 and past.last_seq == 11
+    assert info.checkpoint_seq == 0 and past.last_seq == 11
     assert view_checkpoints.encode_views(past) == view_checkpoints.encode_views(
         await full_rebuild(store, 11)
     )
     # cluster_at with snapshots uses it when it can
-    now = await timetravel.cluster_at(store, snapshot="api", bucket=bucket)
+    now = await timetravel.cluster_at(store, checkpoint="api", bucket=bucket)
     assert view_checkpoints.encode_views(now) == view_checkpoints.encode_views(
         await full_rebuild(store)
     )
-    at15 = await timetravel.cluster_at(store, seq=15, snapshot="api", bucket=bucket)
+    at15 = await timetravel.cluster_at(store, seq=15, checkpoint="api", bucket=bucket)
     assert view_checkpoints.encode_views(at15) == view_checkpoints.encode_views(
         await full_rebuild(store, 15)
     )
