@@ -8,6 +8,7 @@ duplicate append that JetStream drops."""
 from __future__ import annotations
 
 import uuid
+from typing import NamedTuple
 
 import msgspec
 
@@ -46,6 +47,41 @@ class Decision(msgspec.Struct, frozen=True):
     expected: int | None = None
 
 
+class Cause(NamedTuple):
+    """What an output answers: the user request it belongs to (its correlation id), the
+    event that caused it, and that event's stream sequence (0: not known)."""
+
+    correlation_id: str
+    event_id: str = ""
+    seq: int = 0
+
+
+def output_meta(
+    service: str,
+    node: str,
+    aggregate: Aggregate,
+    key: str,
+    now: float,
+    cause: Cause | None = None,
+    route: str = "",
+) -> Meta:
+    """The metadata of a service's output: its id `<service>/<key>` (the same decision,
+    the same id: a repeat is a duplicate), its actor, and its cause (none: the output
+    starts a chain of its own, correlated by its own id). Every output's metadata is built
+    here, by `Context.meta` or by a shell that decides on observations."""
+    event_id = f"{service}/{key}"
+    return Meta(
+        event_id=event_id,
+        aggregate=aggregate,
+        occurred_at=now,
+        correlation_id=cause.correlation_id if cause is not None else event_id,
+        causation_id=cause.event_id if cause is not None else "",
+        causation_seq=cause.seq if cause is not None else 0,
+        actor=Actor(service=service, node=node),
+        node=route,
+    )
+
+
 def seq_hint(event_id: str) -> int | None:
     """The cause's stream sequence in an effect's id (`<service>/<seq>/<n>`, as `Context`
     writes it when no key names the decision), if any."""
@@ -70,24 +106,14 @@ class Context:
     def meta(self, aggregate: Aggregate, *, node: str = "", key: str | None = None) -> Meta:
         """Metadata for the next output. `key` names a cause that is not an event (timers):
         the same key gives the same id."""
-        if key is not None:
-            event_id = f"{self.service}/{key}"
-        elif self.cause is not None:
-            event_id = f"{self.service}/{self.cause.seq}/{self._n}"
-        else:
-            event_id = f"{self.service}/{self.now:.6f}/{self._n}"
+        if key is None:
+            key = f"{self.cause.seq if self.cause else f'{self.now:.6f}'}/{self._n}"
         self._n += 1
-        cm = self.cause.event.meta if self.cause else None
-        return Meta(
-            event_id=event_id,
-            aggregate=aggregate,
-            occurred_at=self.now,
-            correlation_id=cm.correlation_id if cm else event_id,
-            causation_id=cm.event_id if cm else "",
-            causation_seq=self.cause.seq if self.cause else 0,
-            actor=Actor(service=self.service, node=self.node),
-            node=node,
-        )
+        cause = None
+        if self.cause is not None:
+            cm = self.cause.event.meta
+            cause = Cause(cm.correlation_id, cm.event_id, self.cause.seq)
+        return output_meta(self.service, self.node, aggregate, key, self.now, cause, node)
 
     def uid(self, label: str) -> str:
         """A new object uid, deterministic for this cause (a replayed decision creates the

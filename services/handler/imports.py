@@ -28,8 +28,7 @@ from events.catalog import (
     VolumesCopied,
     VolumesCopyRequested,
 )
-from events.envelope import Stored
-from events.meta import Actor, Meta
+from events.envelope import Cause, Stored, output_meta
 from services.handler.volumes import job_key  # one key per job, copies and imports alike
 
 
@@ -131,16 +130,9 @@ def answer(
         return None
     req = job.request
     step = f"progress/{int(obs.percent // 10)}" if isinstance(obs, ImportProgress) else "done"
-    meta = Meta(
-        event_id=f"{service}/import-{step}/{req.meta.event_id}",
-        aggregate=req.meta.aggregate,
-        occurred_at=now,
-        correlation_id=req.meta.correlation_id,
-        causation_id=req.meta.event_id,
-        causation_seq=job.request_seq,
-        actor=Actor(service=service, node=node),
-        node=node,
-    )
+    cause = Cause(req.meta.correlation_id, req.meta.event_id, job.request_seq)
+    key = f"import-{step}/{req.meta.event_id}"
+    meta = output_meta(service, node, req.meta.aggregate, key, now, cause, node)
     if isinstance(obs, ImportProgress):
         return ImportProgressed(meta=meta, progress=f"{obs.percent:.2f}%")
     return ImportFinished(meta=meta, error=obs.error)

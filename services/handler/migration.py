@@ -52,8 +52,8 @@ from events.catalog import (
     TargetPrepared,
     TargetPreparing,
 )
-from events.envelope import Decision, Stored
-from events.meta import Actor, Aggregate, Kind, Meta
+from events.envelope import Cause, Decision, Stored, output_meta
+from events.meta import Aggregate, Kind, Meta
 from projections.views import MigrationView
 from services.handler import migration_sim as sim
 from services.handler.effects import (
@@ -454,16 +454,9 @@ def migration_meta(
 ) -> Meta:
     """`virt-handler-<node>/<migration uid>/<what>`, routed to `route`."""
     name = service_name(node)
-    return Meta(
-        event_id=f"{name}/{migration.uid or _key(migration)}/{what}",
-        aggregate=aggregate or migration,
-        occurred_at=now,
-        correlation_id=correlation_id or f"{name}/{migration.uid}",
-        causation_id=causation_id,
-        causation_seq=causation_seq,
-        actor=Actor(service=name, node=node),
-        node=route,
-    )
+    key = f"{migration.uid or _key(migration)}/{what}"
+    cause = Cause(correlation_id or f"{name}/{migration.uid}", causation_id, causation_seq)
+    return output_meta(name, node, aggregate or migration, key, now, cause, route)
 
 
 # ---------------------------------------------------------------- target planning (pure)

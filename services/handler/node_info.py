@@ -9,7 +9,8 @@ from pathlib import Path
 import msgspec
 
 from events.catalog import NodeJoined, NodeSystemInfo, Resources
-from events.meta import CLUSTER_SCOPE, Actor, Aggregate, Kind, Meta
+from events.envelope import output_meta
+from events.meta import CLUSTER_SCOPE, Aggregate, Kind
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
 from services.launcher.uris import TEST_URI
 
@@ -79,16 +80,9 @@ def joined_event(
         basis += f"/{cfg.console_port}"
     if cfg.pod_cidr or cfg.pod_network_message:
         basis += f"/{cfg.pod_cidr}/{cfg.pod_network_message}"
-    event_id = f"{service}/NodeJoined/{basis}"
+    agg = Aggregate(kind=Kind.NODE, namespace=CLUSTER_SCOPE, name=cfg.name)
     return NodeJoined(
-        meta=Meta(
-            event_id=event_id,
-            aggregate=Aggregate(kind=Kind.NODE, namespace=CLUSTER_SCOPE, name=cfg.name),
-            occurred_at=now,
-            correlation_id=event_id,
-            actor=Actor(service=service, node=cfg.name),
-            node=cfg.name,
-        ),
+        meta=output_meta(service, cfg.name, agg, f"NodeJoined/{basis}", now, None, cfg.name),
         node=cfg.name,
         capacity=cap,
         labels=node_labels,

@@ -36,8 +36,8 @@ from events.catalog import (
     VolumeAttached,
     VolumeDetached,
 )
-from events.envelope import Decision
-from events.meta import Actor, Aggregate, Kind, Meta
+from events.envelope import Cause, Decision, output_meta
+from events.meta import Aggregate, Kind, Meta
 from services.handler.effects import Cleanup, Launch, Observed, Rejection, Send
 from services.handler.state import VMIRecord
 from services.launcher.domain_state import ACTIVE_STATES, DomainState, StateReason
@@ -134,16 +134,9 @@ def service_name(node: str) -> str:
 
 def handler_meta(r: VMIRecord, node: str, what: str, now: float) -> Meta:
     name = service_name(node)
-    return Meta(
-        event_id=f"{name}/{r.id_scope or r.uid}/{what}",
-        aggregate=Aggregate(kind=Kind.VMI, namespace=r.namespace, name=r.name, uid=r.uid),
-        occurred_at=now,
-        correlation_id=r.correlation_id or f"{name}/{r.uid}",
-        causation_id=r.causation_id,
-        causation_seq=r.causation_seq,
-        actor=Actor(service=name, node=node),
-        node=node,
-    )
+    agg = Aggregate(kind=Kind.VMI, namespace=r.namespace, name=r.name, uid=r.uid)
+    cause = Cause(r.correlation_id or f"{name}/{r.uid}", r.causation_id, r.causation_seq)
+    return output_meta(name, node, agg, f"{r.id_scope or r.uid}/{what}", now, cause, node)
 
 
 def launch_manifest(manifest: Manifest, key: str, uid: str) -> bytes:

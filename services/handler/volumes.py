@@ -27,8 +27,8 @@ from events.catalog import (
     VolumesCopied,
     VolumesCopyRequested,
 )
-from events.envelope import Stored
-from events.meta import Actor, Aggregate, Meta
+from events.envelope import Cause, Stored, output_meta
+from events.meta import Aggregate
 
 
 class CopyJob(msgspec.Struct, kw_only=True):
@@ -125,14 +125,7 @@ def answer(jobs: Jobs, done: VolumesCopyDone, node: str, service: str, now: floa
     if job is None:
         return None
     req = job.request
-    meta = Meta(
-        event_id=f"{service}/copied/{req.meta.event_id}",
-        aggregate=req.meta.aggregate,
-        occurred_at=now,
-        correlation_id=req.meta.correlation_id,
-        causation_id=req.meta.event_id,
-        causation_seq=job.request_seq,
-        actor=Actor(service=service, node=node),
-        node=node,
-    )
+    cause = Cause(req.meta.correlation_id, req.meta.event_id, job.request_seq)
+    key = f"copied/{req.meta.event_id}"
+    meta = output_meta(service, node, req.meta.aggregate, key, now, cause, node)
     return VolumesCopied(meta=meta, copies=req.copies, restore=req.restore, error=done.error)
