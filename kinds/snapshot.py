@@ -55,6 +55,20 @@ def _admit_source(field: str) -> Any:
     return admit
 
 
+def _admit_restore(cluster: Cluster, typed: Any, uid: str) -> tuple[Any, list[Any]]:
+    """The restore admitter also refuses a restore onto a target another unfinished restore
+    is restoring (vmrestore-admitter.go: `VirtualMachineRestore "x" in progress`)."""
+    typed, causes = _admit_source("target")(cluster, typed, uid)
+    target = typed.spec.get("target")
+    for other in cluster.resources[ResourceKind.RESTORE].values():
+        if other.namespace != typed.metadata.namespace or other.spec.get("target") != target:
+            continue
+        if not other.status.get("complete"):
+            message = f'VirtualMachineRestore "{other.name}" in progress'
+            causes.append(admission.cause("FieldValueInvalid", message, "spec.target"))
+    return typed, causes
+
+
 def _immutable(webhook: str) -> SpecRefusal:
     """KubeVirt's snapshot and restore webhooks refuse any change of the spec so."""
     return SpecRefusal(
@@ -114,7 +128,7 @@ RESTORE = resource_spec(
     short_names=("vmrestore", "vmrestores"),
     event_kind=ResourceKind.RESTORE,
     object_type=VirtualMachineRestore,
-    admit=_admit_source("target"),
+    admit=_admit_restore,
     updatable=False,
     spec_refusal=_immutable("virtualmachinerestore"),
     printer_columns=(

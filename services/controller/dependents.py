@@ -70,6 +70,9 @@ class Dependents:
         self._by_name: dict[str, set[Ref]] = {}
         self._names: dict[Ref, frozenset[str]] = {}
         self._sets: dict[str, set[Ref]] = {}  # namespace → its replica sets and pools
+        # a deleted restore's names, until its event is reconciled: the restores onto the
+        # same target it held back go on (`concerned`)
+        self._released: dict[Ref, frozenset[str]] = {}
 
     def touched(self, cluster: Cluster, touched: Iterable[Touched]) -> None:
         for kind, k in touched:
@@ -95,7 +98,10 @@ class Dependents:
             else:
                 self._sets.setdefault(ns, set()).add(ref)
             return
-        for name in self._names.pop(ref, frozenset()):
+        old = self._names.pop(ref, frozenset())
+        if view is None and kind == ResourceKind.RESTORE:
+            self._released[ref] = old
+        for name in old:
             deps = self._by_name.get(name)
             if deps is not None:
                 deps.discard(ref)
@@ -113,6 +119,13 @@ class Dependents:
         out: set[Ref] = set()
         if agg.kind in OWN:
             out.add((agg.kind, k))
+        if agg.kind == ResourceKind.RESTORE:
+            # restores onto one target go one at a time (`snapshot._restore_ahead`): one's
+            # change may let another go, or hold it back
+            ref = (agg.kind, k)
+            names = self._names.get(ref) or self._released.pop(ref, frozenset())
+            for name in names:
+                out |= {r for r in self._by_name.get(name, ()) if r[0] == ResourceKind.RESTORE}
         if agg.kind in (Kind.VM, Kind.VMI) or agg.kind in SELECTING:
             out |= self._sets.get(agg.namespace, set())
         elif agg.kind == Kind.NODE:

@@ -485,6 +485,9 @@ def reconcile_restore(cluster: Cluster, restore: ResourceView, ctx: Context) -> 
         return conditions(("Progressing", "False", text), ("Ready", "False", text))
 
     target_name = str((restore.spec.get("target") or {}).get("name") or "")
+    if (ahead := _restore_ahead(cluster, restore)) is not None:
+        # KubeVirt's webhook refuses the second one; two that raced past it go one by one
+        return error(f'VirtualMachineRestore "{ahead}" in progress')
     target = cluster.vms.get(key(restore.namespace, target_name))
     if target is not None and target.deleted_at is not None:
         target = None
@@ -645,6 +648,20 @@ def apply_patches(manifest: JSON, patches: list[Any]) -> JSON:
             except (jsonpatch.JsonPatchException, jsonpatch.JsonPointerException) as e:
                 raise PatchError(f"cannot apply {json.dumps(one)}: {e}") from None
     return out
+
+
+def _restore_ahead(cluster: Cluster, restore: ResourceView) -> str | None:
+    """The name of an unfinished restore onto the same target made before this one (by
+    creation time, then name: the same answer whatever order events come in), if any."""
+    target = restore.spec.get("target")
+    mine = (restore.created_at, restore.name)
+    for other in cluster.resources[ResourceKind.RESTORE].values():
+        if other.namespace != restore.namespace or (other.created_at, other.name) >= mine:
+            continue
+        done = other.status.get("complete") or _failed(other.status) or other.marked
+        if not done and other.spec.get("target") == target:
+            return other.name
+    return None
 
 
 def _restore_target(

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from events.catalog import ResourceCreated, ResourceDeleted, VMStopRequested, VMUpdated
 from events.meta import Kind, ResourceKind
+from events.objects import VirtualMachineRestore
+from kinds.registry import REGISTRY
 from projections.render import render_vm
 from projections.views import ResourceView
 from services.controller import snapshot as sn
@@ -235,6 +239,42 @@ def test_a_restore_onto_another_existing_vm_is_refused() -> None:
     )
     assert conditions(restore(w))["Ready"] == ("False", sn.EXISTING_TARGET)
     assert restore(w).status["complete"] is False
+
+
+def test_restores_onto_one_target_go_one_at_a_time() -> None:
+    """vmrestore-admitter.go refuses a restore onto a target another unfinished restore is
+    restoring; two that got past it (made at once) go in creation order, the later waiting
+    with the webhook's words."""
+    w = world()
+    take(w)
+    w.run(w.vm_created("other", "Halted"))
+    second = restore_manifest("r2", vm="copy")
+    typed = msgspec.convert(second, VirtualMachineRestore)
+    _, causes = REGISTRY.resource("vmrestore").admit(w.state.cluster, typed, "uid-r2")  # type: ignore[misc]
+    assert causes == []
+    w.run(
+        ResourceCreated(meta=w.m(ResourceKind.RESTORE, "r1"), manifest=restore_manifest(vm="other"))
+    )
+    busy = REGISTRY.resource("vmrestore").admit(  # type: ignore[misc]
+        w.state.cluster,
+        msgspec.convert(restore_manifest("r3", vm="other"), VirtualMachineRestore),
+        "u",
+    )[1]
+    assert [(c.message, c.field) for c in busy] == [
+        ('VirtualMachineRestore "r1" in progress', "spec.target")
+    ]
+    # r1 stays unfinished (its target is another VM); r4, made past the webhook, waits
+    w.run(
+        ResourceCreated(
+            meta=w.m(ResourceKind.RESTORE, "r4"), manifest=restore_manifest("r4", vm="other")
+        )
+    )
+    assert conditions(restore(w, "r4"))["Ready"] == (
+        "False",
+        'VirtualMachineRestore "r1" in progress',
+    )
+    w.run(ResourceDeleted(meta=w.m(ResourceKind.RESTORE, "r1")))
+    assert conditions(restore(w, "r4"))["Ready"] == ("False", sn.EXISTING_TARGET)
 
 
 def test_a_restore_from_a_missing_snapshot_says_so() -> None:
