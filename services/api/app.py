@@ -8,7 +8,6 @@ projections`) is the same app without a store: writes answer 405."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import ssl
 import time
@@ -459,32 +458,17 @@ def _collection(spec: KindSpec) -> Any:
 async def _delete_collection(
     request: Request[Any, Any, Any], spec: KindSpec, ns: str
 ) -> Response[bytes]:
-    """deletecollection: every object the selectors match, each deleted as its own
-    write (the core's delete, its own event, on its own aggregate's version); answered
-    with the list of what was deleted, as each delete answered."""
+    """deletecollection: every object the selectors match, each deleted as its own write
+    (`writes.delete_collection`), answered with the list of what each delete answered."""
     api = _api(request)
     _writable(api)
     raw = await _raw_body(request)
     delete = commands.decode(_command_request(request, Verb.DELETE, spec, ns, "", "", raw))
     kind = spec.event_kind
     selector = _selector(request, kind, ns)
-    cid = _correlation_id(request)
-    items: list[JSON] = []
-    for obj in api.runner.list(selector):
-        meta = obj.get("metadata") or {}
-        one = dataclasses.replace(
-            delete, namespace=meta.get("namespace", ""), name=meta.get("name", "")
-        )
-        try:
-            outcome, _ = await writes.decided(api, one, cid)
-        except ApiError as err:
-            if err.code == 404:  # gone meanwhile: nothing left to delete
-                continue
-            raise
-        shown = writes.shown(api, outcome, one.dry_run, spec)
-        if shown is None:  # deleted at once: the object as it was
-            shown = writes.in_version(api, obj, kind, spec) or obj
-        items.append(shown)
+    assert isinstance(delete, commands.Delete)
+    matched = api.runner.list(selector)
+    items = await writes.delete_collection(api, delete, matched, spec, _correlation_id(request))
     meta = {"resourceVersion": str(api.runner.last_seq)}
     return _respond(
         {"apiVersion": spec.api_version, "kind": spec.list_kind, "metadata": meta, "items": items}

@@ -6,6 +6,7 @@ warnings, and append the same events."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -14,7 +15,7 @@ import msgspec
 from core import commands, dryrun
 from core.commands import Call, Command, Delete, Request
 from core.context import Outcome, RequestContext
-from core.errors import not_found, read_replica
+from core.errors import ApiError, not_found, read_replica
 from core.idempotency import Idempotency
 from core.kind import Answer, KindRules
 from events.meta import KindToken
@@ -97,6 +98,31 @@ def in_version(
     if served is api.kinds.of(kind) or served.convert is None:
         return obj
     return served.convert(obj)
+
+
+async def delete_collection(
+    api: ApiService, delete: Delete, objects: list[JSON], spec: KindRules, correlation_id: str
+) -> list[JSON]:
+    """deletecollection: each of `objects` (what the selectors matched) deleted as its own
+    write (the core's delete, its own event, on its own aggregate's version); what each
+    delete answered, in order. One gone meanwhile is left out."""
+    items: list[JSON] = []
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        one = dataclasses.replace(
+            delete, namespace=meta.get("namespace", ""), name=meta.get("name", "")
+        )
+        try:
+            outcome, _ = await decided(api, one, correlation_id)
+        except ApiError as err:
+            if err.code == 404:  # gone meanwhile: nothing left to delete
+                continue
+            raise
+        answered = shown(api, outcome, one.dry_run, spec)
+        if answered is None:  # deleted at once: the object as it was
+            answered = in_version(api, obj, spec.event_kind, spec) or obj
+        items.append(answered)
+    return items
 
 
 def answer(api: ApiService, command: Command, outcome: Outcome) -> tuple[int, bytes]:

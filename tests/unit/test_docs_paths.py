@@ -44,7 +44,7 @@ def defines(path: Path, symbol: str) -> bool:
     tree = ast.parse(path.read_text())
     scope: list[ast.stmt] = tree.body
     for part in symbol.split("."):
-        found = None
+        found: ast.stmt | None = None
         for node in scope:
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
                 if node.name == part:
