@@ -54,6 +54,7 @@ from services.api import (
     pagination,
     pod_logs,
     protowire,
+    reads,
     reviews,
     streams,
     table,
@@ -219,21 +220,21 @@ async def _list_or_watch(
         items = [
             obj
             for k in sorted(spec.table(cluster))
-            if (obj := _render_at(spec, cluster, k, now)) is not None
+            if (obj := reads.render_at(spec, cluster, k, now)) is not None
             and selector.matches(kind, obj)
         ]
         meta = {"resourceVersion": str(seq)}
         listed = {"apiVersion": spec.api_version, "kind": spec.list_kind, "metadata": meta}
         return _at_time(_respond({**listed, "items": items}), now)
     if _is_watch(request):
-        if "watch" not in spec.verbs or not (_renders_own(api, spec) or spec.convert):
+        if "watch" not in spec.verbs or not (reads.renders_own(api, spec) or spec.convert):
             raise method_not_allowed()
         return _watch(request, api, spec, selector)
     await _not_older_than(request, api)
     q = request.query_params
     wants_table = table.wants_table(request.headers.get("accept", ""))
     whole = not pagination.limit_of(q) and not q.get("continue")
-    if _renders_own(api, spec) and not wants_table and whole:
+    if reads.renders_own(api, spec) and not wants_table and whole:
         # the whole list, encoded once per projection version (readside/runner.py)
         rv = str(api.runner.last_seq)
 
@@ -246,14 +247,14 @@ async def _list_or_watch(
 
         encoded = api.runner.list_body(selector, encode)
         return Response(encoded, status_code=200, media_type="application/json")
-    if _renders_own(api, spec):
+    if reads.renders_own(api, spec):
         items = api.runner.list(selector)
     else:
         now = api.runner.clock()
         items = [
             obj
             for k in sorted(spec.table(api.cluster))
-            if (obj := _render_at(spec, api.cluster, k, now)) is not None
+            if (obj := reads.render_at(spec, api.cluster, k, now)) is not None
             and selector.matches(kind, obj)
         ]
     current = api.runner.last_seq
@@ -286,7 +287,7 @@ def _watch(
 ) -> Response[Any]:
     opts = watch_stream.WatchOptions.parse(request.query_params, request.headers.get("accept", ""))
     try:
-        convert = None if _renders_own(api, spec) else spec.convert
+        convert = None if reads.renders_own(api, spec) else spec.convert
         watcher = api.runner.watch(selector, opts.resource_version, convert)
     except TooOldResourceVersion as exc:
         return Stream(watch_stream.expired(str(exc)), media_type="application/json")
@@ -299,34 +300,17 @@ def _watch(
     return Stream(lines, media_type="application/json")
 
 
-def _renders_own(api: ApiService, spec: KindSpec) -> bool:
-    """The kind is the one its aggregates' events render as, so the read side's renders
-    (its cache, its watches) are this kind's; another view of the same aggregates renders
-    from the fold on each read and cannot be watched."""
-    return api.runner.kinds.of(spec.event_kind) is spec
-
-
-def _render_at(spec: KindSpec, cluster: Cluster, k: str, now: float) -> JSON | None:
-    view = spec.table(cluster).get(k)
-    if view is None or replay.gone(view):
-        return None
-    return spec.render(cluster, view, now)
-
-
 async def _get_one(request: Request[Any, Any, Any], spec: KindSpec, k: str) -> Response[Any]:
     api = _api(request)
     if (past := await _at(request, api, spec, k)) is not None:
         cluster, now, _ = past
-        if (obj := _render_at(spec, cluster, k, now)) is None:
+        if (obj := reads.render_at(spec, cluster, k, now)) is None:
             raise _not_found_then(api, spec, k, now)
         if table.wants_table(request.headers.get("accept", "")):  # ages as they were then
             return _at_time(_respond(table.table(table.columns(spec), [obj], now=now)), now)
         return _at_time(_respond(obj), now)
     await _not_older_than(request, api)
-    if _renders_own(api, spec):
-        obj = api.runner.get(spec.event_kind, k)
-    else:
-        obj = _render_at(spec, api.cluster, k, api.runner.clock())
+    obj = reads.current(api, spec, k)
     if obj is None:
         raise not_found(spec.resource, k.rsplit("/", 1)[-1])
     if table.wants_table(request.headers.get("accept", "")):
@@ -345,10 +329,7 @@ def _not_found_then(api: ApiService, spec: KindSpec, k: str, when: float) -> Api
     """NotFound at a point in the past; one that exists now did not exist then: it says
     when it was made."""
     status = not_found(spec.resource, k.rsplit("/", 1)[-1]).status
-    if _renders_own(api, spec):
-        now = api.runner.get(spec.event_kind, k)
-    else:
-        now = _render_at(spec, api.cluster, k, api.runner.clock())
+    now = reads.current(api, spec, k)
     created = ((now or {}).get("metadata") or {}).get("creationTimestamp")
     then = rfc3339(when)
     said = f"{status.message} at {then}"
@@ -412,7 +393,7 @@ async def _at(
         raise bad_request(f"invalid at: {exc}") from None
     seq = await timetravel.resolve(api.runner.store, point)
     when = point.time if point.time is not None else await timetravel.time_of(api.runner.store, seq)
-    if spec is not None and spec.event_kind in ONE_OBJECT_AT and _renders_own(api, spec):
+    if spec is not None and spec.event_kind in ONE_OBJECT_AT and reads.renders_own(api, spec):
         ns, _, name = k.rpartition("/")
         agg = Aggregate(kind=spec.event_kind, namespace=ns or CLUSTER_SCOPE, name=name)
         cluster = await timetravel.object_at(api.runner.store, agg, seq)
@@ -508,7 +489,7 @@ def _status(spec: KindSpec) -> Any:
         api = _api(request)
         _writable(api)
         body = await _raw_body(request)
-        current = _render_at(spec, api.cluster, k, api.runner.clock())
+        current = reads.render_at(spec, api.cluster, k, api.runner.clock())
         if current is None:
             raise not_found(spec.resource, name)
         content_type = request.headers.get("content-type", "")

@@ -42,8 +42,7 @@ from core.idempotency import HEADER as IDEMPOTENCY_HEADER
 from events.subjects import token, untoken
 from kinds.registry import Registry
 from kinds.spec import KindSpec
-from projections import replay
-from services.api import writes
+from services.api import reads, writes
 from services.api.guard import Guard, check_intent, intent_attributes
 from services.api.ids import new_id
 from services.api.service import CURRENT_USER, ApiService
@@ -140,16 +139,7 @@ def parse_subject(text: str, kinds: Registry) -> Target:
 
 
 def _get(api: ApiService, t: Target) -> bytes:
-    k = t.spec.key(t.namespace, t.name)
-    if api.runner.kinds.of(t.spec.event_kind) is t.spec:
-        obj = api.runner.get(t.spec.event_kind, k)
-    else:  # another view of the same aggregates: rendered from the fold
-        view = t.spec.table(api.cluster).get(k)
-        obj = (
-            None
-            if view is None or replay.gone(view)
-            else t.spec.render(api.cluster, view, api.runner.clock())
-        )
+    obj = reads.current(api, t.spec, t.spec.key(t.namespace, t.name))
     if obj is None:
         raise not_found(t.spec.resource, t.name)
     return _json.encode(obj)
