@@ -47,6 +47,7 @@ from nats.js.errors import APIError, NotFoundError
 from events import subjects
 from events.meta import Kind
 from eventstore import direct, follow
+from eventstore.nats_errors import translated
 from eventstore.port import Record
 from eventstore.settings import StreamSettings
 from eventstore.tasks import finish
@@ -170,27 +171,34 @@ class Index:
         self.stream = stream_name(store.stream)
         self._upto: int | None = None
 
+    # The lookups raise the port's errors (`Unavailable` while the server is away), never
+    # the client's: the index is a capability of the port.
     async def upto(self) -> int:
         """The last event sequence the index covers (0: no index)."""
         if self._upto is None:
-            self._upto = await last_indexed(self.store)
+            with translated():
+                self._upto = await last_indexed(self.store)
         return self._upto
 
     async def seq_of(self, event_id: str) -> int | None:
         """The sequence an older index's id entry holds for `event_id` (None: none)."""
-        try:
-            msg = await self.store.js.get_last_msg(self.stream, id_subject(event_id))
-        except (NotFoundError, APIError):
-            return None
+        with translated():
+            try:
+                msg = await self.store.js.get_last_msg(self.stream, id_subject(event_id))
+            except (NotFoundError, APIError):
+                return None
         seq = (msg.headers or {}).get(SEQ_HEADER, "")
         return int(seq) if seq.isdigit() else None
 
     async def seqs_of(self, correlation_id: str) -> list[int]:
-        return sorted({int(v) for v, _ in await self._all(correlation_subject(correlation_id))})
+        with translated():
+            found = await self._all(correlation_subject(correlation_id))
+        return sorted({int(v) for v, _ in found})
 
     async def migrations_of(self, namespace: str, vmi: str) -> list[str]:
-        names = [body.decode() for _, body in await self._all(migrations_subject(namespace, vmi))]
-        return list(dict.fromkeys(names))
+        with translated():
+            found = await self._all(migrations_subject(namespace, vmi))
+        return list(dict.fromkeys(body.decode() for _, body in found))
 
     async def _all(self, subject: str) -> list[tuple[str, bytes]]:
         """(Virt-Seq, body) of every entry on one subject: by direct gets from a stream of

@@ -252,6 +252,12 @@ async def test_an_unreachable_log_raises_the_ports_error(
         _ = [s async for s in away.replay()]
     with pytest.raises(Unavailable):
         _ = [r async for r in away.records()]
+    index = away.index()
+    if index is not None:  # its lookups are the port's too
+        with pytest.raises(Unavailable):
+            await index.seqs_of("a-correlation")
+        with pytest.raises(Unavailable):
+            await index.upto()
 
 
 # ------------------------------------------------------------- JetStream only
