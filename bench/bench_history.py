@@ -683,6 +683,8 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
     mirrored = time.perf_counter()
     print(f"archive caught up {mirrored - saved:.1f} s later", flush=True)
     retirer = retire.Retirer(store, retire.ClusterViews(lambda: views), pace=0.0)
+    await retirer.start()  # the recorded floor and the log's trimming
+    await retirer.stop()  # its round is driven here
     await retirer.round()
     retired = time.perf_counter()
     print(

@@ -43,12 +43,13 @@ from nats.js.kv import KeyValue
 from events import subjects
 from events.catalog import Event
 from events.codec import event_type
-from events.meta import Aggregate
 from eventstore import checkpoints
+from eventstore.floor import Floor, PendingEnd
 from eventstore.kv import make_bucket
 from eventstore.settings import StreamSettings
 
 FLOOR_KEY = "hot-floor"
+__all__ = ["Floor", "PendingEnd"]  # eventstore/floor.py's, where the port reads them
 
 COLLAPSED = "events"  # the archive's last subject token, after the aggregate's (no event type)
 # every event subject (`events/subjects.py`: six tokens) → its aggregate's and COLLAPSED
@@ -131,32 +132,6 @@ def _overlap(p: str, q: str) -> bool:
         if x != y and "*" not in (x, y):
             return False
     return len(a) == len(b)
-
-
-class PendingEnd(msgspec.Struct, frozen=True):
-    """A terminal event below the floor whose aggregate has not left the hot log yet (not
-    ended, or its last events still in the hot window)."""
-
-    aggregate: Aggregate
-    uid: str
-    seq: int
-
-    @classmethod
-    def of(cls, agg: Aggregate, seq: int) -> PendingEnd:
-        return cls(Aggregate(kind=agg.kind, namespace=agg.namespace, name=agg.name), agg.uid, seq)
-
-    @property
-    def scope(self) -> str:
-        a = self.aggregate
-        return subjects.aggregate_filter(a.kind, a.namespace, a.name)
-
-
-class Floor(msgspec.Struct, frozen=True):
-    stream: str
-    floor: int  # the hot log holds every event from here on; before it, read the archive
-    at: float = 0.0
-    # the retirer's work found under the floor and not done yet: a restart resumes it
-    pending: tuple[PendingEnd, ...] = ()
 
 
 async def ensure(

@@ -47,6 +47,7 @@ from eventstore.nats_errors import translated
 from eventstore.port import ConcurrencyConflict, Delivery, LogIndex, Record, Undecodable
 from eventstore.pull import Puller
 from eventstore.settings import StreamSettings
+from eventstore.trimming import JsTrimming
 
 WRONG_LAST_SEQUENCE = 10071
 nats_headers.install()
@@ -194,8 +195,12 @@ class JetStreamStore:
 
     def index(self) -> LogIndex:
         """The index stream beside the event stream (`eventstore/index.py`; kept by the
-        api's `Indexer`, empty until it runs)."""
+        upkeep's `Indexer`, empty until it runs)."""
         return Index(self)
+
+    def trimming(self) -> JsTrimming | None:
+        """The hot log's upkeep beside the archive; None for a stream kept without one."""
+        return JsTrimming(self) if self.settings.archive else None
 
     @property
     def connected(self) -> bool:

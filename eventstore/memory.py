@@ -25,6 +25,7 @@ from events.catalog import Event
 from events.codec import decode, encode, event_type
 from events.envelope import Appended, Stored
 from events.meta import Aggregate
+from eventstore.floor import Floor, PendingEnd
 from eventstore.port import (
     ConcurrencyConflict,
     Delivery,
@@ -180,6 +181,55 @@ class MemoryBucket:
         self._values.pop(key, None)
 
 
+class MemoryTrimming:
+    """The port's `Trimming` in memory: the log keeps every message (its archive) and
+    remembers which left the hot log, which only `last_of` sees: readers read one complete
+    log either way, as over JetStream."""
+
+    def __init__(self, log: MemoryLog) -> None:
+        self.log = log
+        self._floor = Floor(log.stream, 0)
+        self.retired: set[int] = set()  # the sequences no longer in the hot log
+
+    async def trimmable(self) -> bool:
+        self.log.check()
+        return True
+
+    async def floor(self) -> Floor:
+        self.log.check()
+        return self._floor
+
+    async def record_floor(self, floor: int, pending: Sequence[PendingEnd]) -> None:
+        self.log.check()
+        self._floor = Floor(self.log.stream, floor, self.log.clock(), tuple(pending))
+
+    async def archived_upto(self) -> int:
+        self.log.check()
+        return len(self.log.messages)
+
+    async def acked_floor(self) -> int:
+        self.log.check()
+        floors = [
+            (min(d.unacked) - 1) if d.unacked else d.next_seq - 1
+            for d in self.log._durables.values()
+        ]
+        return min(floors, default=2**63)
+
+    async def last_of(self, scope: str, at_least: int) -> int:
+        self.log.check()
+        last = at_least
+        for m in self.log.messages:
+            if m.seq not in self.retired and subjects.matches(scope, m.subject):
+                last = max(last, m.seq)
+        return last
+
+    async def retire(self, scope: str, end: int) -> None:
+        self.log.check()
+        self.retired |= {
+            m.seq for m in self.log.messages[:end] if subjects.matches(scope, m.subject)
+        }
+
+
 class MemoryLog:
     """The `EventLog` port in memory (see the module's docstring)."""
 
@@ -201,6 +251,7 @@ class MemoryLog:
         self._durables: dict[str, _Durable] = {}
         self._buckets: dict[str, MemoryBucket] = {}
         self._grown: asyncio.Event | None = None  # set (and replaced) on every store
+        self._trimming = MemoryTrimming(self)
 
     @property
     def stream(self) -> str:
@@ -209,6 +260,9 @@ class MemoryLog:
     def index(self) -> None:
         """No debugging index: a read of one aggregate is a walk of its sequences here."""
         return None
+
+    def trimming(self) -> MemoryTrimming:
+        return self._trimming
 
     def check(self) -> None:
         if not self.connected:

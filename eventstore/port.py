@@ -16,6 +16,7 @@ from typing import Protocol
 from events.catalog import Event
 from events.envelope import Appended, Stored
 from events.meta import Aggregate
+from eventstore.floor import Floor, PendingEnd
 
 
 class EventLogError(Exception):
@@ -136,6 +137,44 @@ class LogIndex(Protocol):
         ...
 
 
+class Trimming(Protocol):
+    """The hot log's upkeep, where the log keeps a complete archive beside a bounded hot
+    log (`eventstore/archive.py`): readers see one complete log either way; this is what
+    the retirer needs to let ended aggregates leave the hot log."""
+
+    async def trimmable(self) -> bool:
+        """The hot log may be purged (one made before the archive denies it)."""
+        ...
+
+    async def floor(self) -> Floor:
+        """The recorded floor and the pending work recorded with it (floor 0: never
+        trimmed)."""
+        ...
+
+    async def record_floor(self, floor: int, pending: Sequence[PendingEnd]) -> None:
+        """Record the floor and the work found under it, before anything under it goes."""
+        ...
+
+    async def archived_upto(self) -> int:
+        """The last sequence the archive holds (0: none)."""
+        ...
+
+    async def acked_floor(self) -> int:
+        """The lowest ack floor of the durable consumers (2**63 without one): nothing a
+        consumer has not passed may leave the hot log."""
+        ...
+
+    async def last_of(self, scope: str, at_least: int) -> int:
+        """The last sequence in the hot log of the subjects `scope` (an aggregate filter)
+        matches, at least `at_least`."""
+        ...
+
+    async def retire(self, scope: str, end: int) -> None:
+        """One ended aggregate's events up to `end` leave the hot log (the archive keeps
+        them; a later aggregate of the same name stays)."""
+        ...
+
+
 class EventLog(Protocol):
     @property
     def stream(self) -> str: ...
@@ -143,6 +182,10 @@ class EventLog(Protocol):
     def index(self) -> LogIndex | None:
         """The log's debugging index, None when the adapter keeps none (the readers then
         read the aggregates' subjects alone)."""
+        ...
+
+    def trimming(self) -> Trimming | None:
+        """The hot log's upkeep, None when the log keeps no archive (then nothing leaves)."""
         ...
 
     @property

@@ -1,5 +1,6 @@
 """Ended aggregates leave the hot log (`eventstore/archive.py`): a writer of the log's
-upkeep, run by the upkeep service (`services/upkeep/service.py`).
+upkeep, run by the upkeep service (`services/upkeep/service.py`), over the port (its
+`Trimming`, any adapter that keeps an archive).
 
 A round, every few seconds:
 1. the new floor: the lowest of the archive's last sequence, what the views the retirer
@@ -29,10 +30,8 @@ import structlog
 
 from events import subjects
 from events.meta import Aggregate, Kind
-from eventstore import archive
-from eventstore.archive import PendingEnd
-from eventstore.jetstream import JetStreamStore
-from eventstore.port import EventLog
+from eventstore.floor import PendingEnd
+from eventstore.port import EventLog, Trimming
 from eventstore.tasks import finish
 from projections.cluster import Cluster, view_key
 from projections.replay import gone
@@ -118,7 +117,7 @@ def ended(view: Any, agg: Aggregate, uid: str) -> str:
 class Retirer:
     def __init__(
         self,
-        store: JetStreamStore,
+        store: EventLog,
         views: Views,
         *,
         window: int = WINDOW,
@@ -127,6 +126,7 @@ class Retirer:
         pace: float = PACE,
     ) -> None:
         self.store = store
+        self.trim: Trimming | None = None  # the log's, once started
         self.views = views
         self.window = window
         self.interval = interval
@@ -142,17 +142,19 @@ class Retirer:
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> bool:
-        """Resume from the recorded floor and its pending work; False when the hot log
-        denies purges (then nothing runs)."""
-        js = self.store.js
-        if not await archive.trimmable(js, self.store.stream):
+        """Resume from the recorded floor and its pending work; False when the log keeps no
+        archive or its hot log denies purges (then nothing runs)."""
+        self.trim = self.store.trimming()
+        if self.trim is None:
+            return False
+        if not await self.trim.trimmable():
             log.warning(
                 "the event stream denies purges (made before the archive): it is archived "
                 "but not trimmed",
                 stream=self.store.stream,
             )
             return False
-        recorded = await archive.read_floor_record(js, self.store.stream)
+        recorded = await self.trim.floor()
         self.floor = recorded.floor
         self.pending = {p.scope: p for p in recorded.pending}
         self._task = asyncio.create_task(self._run(), name="retirer")
@@ -174,15 +176,12 @@ class Retirer:
 
     async def round(self, folded: int | None = None) -> int:
         """One round; returns how many aggregates left the hot log."""
-        js, stream = self.store.js, self.store.stream
+        trim = self.trim
+        assert trim is not None
         folded_now = self.views.upto()
         if folded_now == self._seen and not self.pending and folded is None:
             return 0  # nothing new since the last round: a cluster at rest asks nothing
-        upto = min(
-            await archive.archived_upto(js, stream),
-            folded_now,
-            await archive.acked_floor(js, stream),
-        )
+        upto = min(await trim.archived_upto(), folded_now, await trim.acked_floor())
         if folded is not None:
             upto = min(upto, folded)
         new = upto - self.window
@@ -194,9 +193,7 @@ class Retirer:
                 self.pending[p.scope] = p
             self.floor = new
             # the floor and the work under it, before anything under it is purged
-            await archive.write_floor(
-                js, stream, new, self.store.settings, pending=list(self.pending.values())
-            )
+            await trim.record_floor(new, list(self.pending.values()))
         retired = 0
         for scope, p in list(self.pending.items()):
             agg = p.aggregate
@@ -214,7 +211,7 @@ class Retirer:
             end = p.seq if how == "replaced" else last
             if end >= self.floor:
                 continue  # its last events are still in the window: a later round
-            await archive.retire(js, stream, scope, end)
+            await trim.retire(scope, end)
             del self.pending[scope]
             self._checked.pop(scope, None)
             retired += 1
@@ -222,9 +219,7 @@ class Retirer:
         # the views bound the floor and nothing is pending: the next round waits for news
         self._seen = folded_now if upto == folded_now else -1
         if retired:  # the record holds only what is left to do
-            await archive.write_floor(
-                js, stream, self.floor, self.store.settings, pending=list(self.pending.values())
-            )
+            await trim.record_floor(self.floor, list(self.pending.values()))
         self.retired += retired
         return retired
 
@@ -238,4 +233,5 @@ class Retirer:
 
     async def _last(self, scope: str, at_least: int) -> int:
         """The aggregate's last sequence (its deletion's when it is the last)."""
-        return await archive.last_of(self.store.js, self.store.stream, scope, at_least)
+        assert self.trim is not None
+        return await self.trim.last_of(scope, at_least)

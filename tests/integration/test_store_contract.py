@@ -18,9 +18,11 @@ import msgspec
 import nats
 import pytest
 
+from events import subjects
 from events.catalog import VMCreated, VMStartRequested, VMStopRequested
 from events.meta import Aggregate, Kind
-from eventstore import direct
+from eventstore import archive, direct
+from eventstore.floor import PendingEnd
 from eventstore.jetstream import JetStreamStore
 from eventstore.memory import MemoryLog
 from eventstore.port import ConcurrencyConflict, EventLog, Refused, Unavailable, Undecodable
@@ -259,6 +261,46 @@ async def test_an_unreachable_log_raises_the_ports_error(
         with pytest.raises(Unavailable):
             await index.upto()
 
+
+
+async def test_trimming_lets_an_ended_aggregate_leave_the_hot_log_alone(log: EventLog) -> None:
+    """The hot log's upkeep (`Trimming`): the floor and its pending work recorded, an
+    ended aggregate retired from the hot log, and every reader still reading it (the
+    archive); nothing a durable consumer has not acked is under its ack floor."""
+    trim = log.trimming()
+    assert trim is not None
+    if isinstance(log, JetStreamStore):
+        await archive.ensure(log.js, log.stream, storage="memory")
+    gone, kept = unique("vm"), unique("vm")
+    first = await log.append(VMCreated(meta=meta(name=gone), manifest={}))
+    end = await log.append(VMStopRequested(meta=meta(name=gone)))
+    other = await log.append(VMCreated(meta=meta(name=kept), manifest={}))
+    async with asyncio.timeout(10):
+        while await trim.archived_upto() < other.seq:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    assert await trim.trimmable()
+    assert (await trim.floor()).floor == 0
+    assert await trim.acked_floor() == 2**63  # no durable consumer
+    agg = Aggregate(kind=Kind.VM, namespace="default", name=gone)
+    pending = PendingEnd.of(agg, end.seq)
+    await trim.record_floor(other.seq, [pending])
+    recorded = await trim.floor()
+    assert (recorded.floor, recorded.pending) == (other.seq, (pending,))
+    scope = subjects.aggregate_filter(Kind.VM, "default", gone)
+    assert await trim.last_of(scope, 0) == end.seq
+    await trim.retire(scope, end.seq)
+    assert await trim.last_of(scope, 0) == 0 and await trim.last_of(scope, 7) == 7
+    kept_scope = subjects.aggregate_filter(Kind.VM, "default", kept)
+    assert await trim.last_of(kept_scope, 0) == other.seq
+    assert [s.seq for s in await log.load(agg)] == [first.seq, end.seq]  # read on
+    consumer = await log.durable(unique("c"), [kept_scope], ack_wait=5.0, batch=10)
+    for delivery in await consumer.fetch(5.0):
+        await delivery.ack()
+    async with asyncio.timeout(5):
+        while await trim.acked_floor() != other.seq:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    if isinstance(log, JetStreamStore):  # the server is the session's: the mirror goes too
+        await log.js.delete_stream(archive.archive_name(log.stream))
 
 # ------------------------------------------------------------- JetStream only
 async def test_a_refusal_of_the_server_is_the_ports_error(store: JetStreamStore) -> None:
