@@ -36,7 +36,6 @@ import contextlib
 from collections.abc import AsyncGenerator
 from typing import Protocol
 
-import msgspec
 import structlog
 from nats.aio.client import Client as NATS
 from nats.errors import NoRespondersError
@@ -44,16 +43,20 @@ from nats.js.api import RetentionPolicy, StorageType, StreamConfig
 from nats.js.client import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
-from events import subjects
-from events.meta import Kind
 from eventstore import direct, follow
+from eventstore.index_entries import (
+    PREFIX,
+    correlation_subject,
+    entries,
+    id_subject,
+    migrations_subject,
+)
 from eventstore.nats_errors import translated
 from eventstore.port import Record
 from eventstore.settings import StreamSettings
 from eventstore.tasks import finish
 
 log = structlog.get_logger()
-PREFIX = "vidx"
 SEQ_HEADER = "Virt-Seq"
 BATCH = 500  # publishes in flight before waiting for their acks
 # while catching up, a pause after each batch: every entry is a write the server fsyncs
@@ -89,57 +92,6 @@ def entry_headers(seq: int, n: int) -> dict[str, str]:
     """The `n`th entry of the event at `seq`: its sequence, and an id that makes a repeat
     a duplicate."""
     return {SEQ_HEADER: str(seq), "Nats-Msg-Id": f"vidx/{seq}/{n}"}
-
-
-def id_subject(event_id: str) -> str:
-    """Where an index written by earlier code holds an event id's sequence (none are
-    written now)."""
-    return f"{PREFIX}.id.{subjects.token(event_id)}"
-
-
-def correlation_subject(correlation_id: str) -> str:
-    return f"{PREFIX}.corr.{subjects.token(correlation_id)}"
-
-
-def migrations_subject(namespace: str, vmi: str) -> str:
-    return f"{PREFIX}.mig.{subjects.token(namespace)}.{subjects.token(vmi)}"
-
-
-class _Meta(msgspec.Struct, rename="camel"):
-    correlation_id: str
-
-
-class _Spec(msgspec.Struct, frozen=True, rename="camel"):
-    vmi_name: str = ""
-
-
-class _Manifest(msgspec.Struct):
-    spec: _Spec = _Spec()
-
-
-class _Head(msgspec.Struct):
-    """What the index reads of an event (msgspec skips the rest unparsed)."""
-
-    meta: _Meta
-    manifest: _Manifest | None = None
-
-
-_head = msgspec.json.Decoder(_Head)
-
-
-def entries(subject: str, data: bytes) -> list[tuple[str, bytes]]:
-    """An event's index entries (subject, body); none for an undecodable one. Pure."""
-    try:
-        head = _head.decode(data)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        return []
-    out = [(correlation_subject(head.meta.correlation_id), b"")]
-    kind, ns, name, etype, _ = subjects.parse(subject)
-    if kind == Kind.MIGRATION and etype == "MigrationRequested" and head.manifest is not None:
-        vmi = head.manifest.spec.vmi_name
-        if vmi:
-            out.append((migrations_subject(ns, vmi), name.encode()))
-    return out
 
 
 async def ensure(store: JetStreamLog) -> str:

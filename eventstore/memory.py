@@ -25,6 +25,7 @@ from events.catalog import Event
 from events.codec import decode, encode, event_type
 from events.envelope import Appended, Stored
 from events.meta import Aggregate
+from eventstore import index_entries
 from eventstore.floor import Floor, PendingEnd
 from eventstore.port import (
     ConcurrencyConflict,
@@ -181,6 +182,42 @@ class MemoryBucket:
         self._values.pop(key, None)
 
 
+class MemoryIndex:
+    """The port's `LogIndex` in memory: the same entries the JetStream index writes
+    (`eventstore/index_entries.py`), made from the log on each lookup as far as it has
+    grown since the last."""
+
+    def __init__(self, log: MemoryLog) -> None:
+        self.log = log
+        self._upto = 0
+        self._entries: dict[str, list[tuple[int, bytes]]] = {}
+
+    def _catch_up(self) -> None:
+        self.log.check()
+        for m in self.log.messages[self._upto :]:
+            for subject, body in index_entries.entries(m.subject, m.data):
+                self._entries.setdefault(subject, []).append((m.seq, body))
+            self._upto = m.seq
+
+    async def upto(self) -> int:
+        self._catch_up()
+        return self._upto
+
+    async def seq_of(self, event_id: str) -> int | None:
+        self.log.check()
+        return None  # only an index written by earlier code held ids
+
+    async def seqs_of(self, correlation_id: str) -> list[int]:
+        self._catch_up()
+        found = self._entries.get(index_entries.correlation_subject(correlation_id), [])
+        return sorted({seq for seq, _ in found})
+
+    async def migrations_of(self, namespace: str, vmi: str) -> list[str]:
+        self._catch_up()
+        found = self._entries.get(index_entries.migrations_subject(namespace, vmi), [])
+        return list(dict.fromkeys(body.decode() for _, body in found))
+
+
 class MemoryTrimming:
     """The port's `Trimming` in memory: the log keeps every message (its archive) and
     remembers which left the hot log, which only `last_of` sees: readers read one complete
@@ -252,14 +289,14 @@ class MemoryLog:
         self._buckets: dict[str, MemoryBucket] = {}
         self._grown: asyncio.Event | None = None  # set (and replaced) on every store
         self._trimming = MemoryTrimming(self)
+        self._index = MemoryIndex(self)
 
     @property
     def stream(self) -> str:
         return self._stream
 
-    def index(self) -> None:
-        """No debugging index: a read of one aggregate is a walk of its sequences here."""
-        return None
+    def index(self) -> MemoryIndex:
+        return self._index
 
     def trimming(self) -> MemoryTrimming:
         return self._trimming

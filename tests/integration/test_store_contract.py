@@ -19,10 +19,11 @@ import nats
 import pytest
 
 from events import subjects
-from events.catalog import VMCreated, VMStartRequested, VMStopRequested
+from events.catalog import MigrationRequested, VMCreated, VMStartRequested, VMStopRequested
 from events.meta import Aggregate, Kind
 from eventstore import archive, direct
 from eventstore.floor import PendingEnd
+from eventstore.index import Indexer
 from eventstore.jetstream import JetStreamStore
 from eventstore.memory import MemoryLog
 from eventstore.port import ConcurrencyConflict, EventLog, Refused, Unavailable, Undecodable
@@ -262,7 +263,6 @@ async def test_an_unreachable_log_raises_the_ports_error(
             await index.upto()
 
 
-
 async def test_trimming_lets_an_ended_aggregate_leave_the_hot_log_alone(log: EventLog) -> None:
     """The hot log's upkeep (`Trimming`): the floor and its pending work recorded, an
     ended aggregate retired from the hot log, and every reader still reading it (the
@@ -301,6 +301,7 @@ async def test_trimming_lets_an_ended_aggregate_leave_the_hot_log_alone(log: Eve
             await asyncio.sleep(0.02)
     if isinstance(log, JetStreamStore):  # the server is the session's: the mirror goes too
         await log.js.delete_stream(archive.archive_name(log.stream))
+
 
 # ------------------------------------------------------------- JetStream only
 async def test_a_refusal_of_the_server_is_the_ports_error(store: JetStreamStore) -> None:
@@ -394,16 +395,35 @@ def _file_modes(top: Path) -> Iterator[tuple[str, int]]:
 
 
 async def test_the_index_a_log_offers_answers_only_what_it_can_tell(log: EventLog) -> None:
-    """The debugging index is a capability of the port: the in-memory log keeps none (its
-    readers read the aggregates' subjects), JetStream's answers nothing for what it never
-    indexed."""
+    """The debugging index is a capability of the port, kept by both adapters (JetStream's
+    by the upkeep's `Indexer`): it answers nothing for what it never indexed, and finds a
+    correlation's events and the migrations that named a VMI once it covers them."""
     index = log.index()
-    if isinstance(log, MemoryLog):
-        assert index is None
-        return
     assert index is not None
     assert await index.seq_of(unique("never-appended")) is None
-    assert await index.migrations_of("default", unique("vmi")) == []
+    vmi = unique("vmi")
+    assert await index.migrations_of("default", vmi) == []
+    cid = unique("req")
+    mig = unique("mig")
+    manifest = {"metadata": {"name": mig}, "spec": {"vmiName": vmi}}
+    asked = await log.append(
+        MigrationRequested(meta=meta(Kind.MIGRATION, mig, correlation_id=cid), manifest=manifest)
+    )
+    started = await log.append(VMStartRequested(meta=meta(name=vmi, correlation_id=cid)))
+    indexer = Indexer(log) if isinstance(log, JetStreamStore) else None
+    if indexer is not None:
+        await indexer.start()
+    try:
+        async with asyncio.timeout(10):
+            while await index.upto() < started.seq:
+                index = log.index()  # a JetStream index reads its coverage once
+                assert index is not None
+                await asyncio.sleep(0.05)
+    finally:
+        if indexer is not None:
+            await indexer.stop()
+    assert await index.seqs_of(cid) == [asked.seq, started.seq]
+    assert await index.migrations_of("default", vmi) == [mig]
 
 
 async def test_an_aggregates_read_is_what_a_whole_log_replay_holds_of_it(log: EventLog) -> None:

@@ -34,7 +34,7 @@ def test_indexed_and_tail_meet_at_upto_once_each_in_order() -> None:
     assert merged([], [], upto=8) == []
 
 
-async def test_without_an_index_the_log_is_scanned() -> None:
+async def test_the_in_memory_logs_index_finds_a_correlations_events() -> None:
     log = MemoryLog()
     for ev in lifecycle().events:
         await log.append(ev)
