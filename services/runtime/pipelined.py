@@ -145,6 +145,10 @@ class Pipelined(Generic[S]):
         except Exception as e:
             await self.acks.refused(msg, stored, e)
 
+    @property
+    def pipe(self) -> AppendWindow:
+        return self.window
+
     async def settle_appends(self) -> None:
         """Until every chain in flight has landed (a tick decides on all of them folded)."""
         await self.window.settle_appends()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Generic, Protocol
+from typing import Any, Generic, Protocol
 
 from typing_extensions import TypeVar
 
@@ -68,6 +68,22 @@ class Observer(Protocol[S, A_co, Ob]):
     def respond(self, state: S, obs: Ob, ctx: Context) -> Sequence[Decision | A_co | Note[Ob]]: ...
 
     def wakeup(self, state: S) -> float | None: ...
+
+
+class Delivering(Protocol):
+    """How the shell carries a delivery to its ack: sequential.py's one decision at a time,
+    or pipelined.py's window of appends in flight. `settle_appends` waits until nothing is
+    in flight (a tick, an observation decide on every append landed), `drain` at a stop;
+    `pipe` is the window, None without one."""
+
+    @property
+    def pipe(self) -> object | None: ...
+
+    async def deliver(self, msg: Any, stored: Stored, started: float) -> None: ...
+
+    async def settle_appends(self) -> None: ...
+
+    async def drain(self, timeout: float) -> None: ...
 
 
 class Executor(Protocol[A_contra]):

@@ -75,6 +75,15 @@ class Sequential(Generic[S, A, Ob]):
             return
         await self.acks.acked(msg, stored, started)
 
+    # The delivery strategy's other two steps (`Delivering`): nothing is ever in flight here.
+    pipe = None
+
+    async def settle_appends(self) -> None:
+        return None
+
+    async def drain(self, timeout: float) -> None:
+        return None
+
     def fold_observations(self) -> None:
         """Fold what the executor observed since the last decision (in order); each is
         decided on later, by the shell's observation loop."""

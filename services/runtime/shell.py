@@ -49,7 +49,7 @@ from services.runtime.folding import Ahead, Folding, Unordered
 from services.runtime.inbox import Inbox
 from services.runtime.metrics_access import MetricsAccess
 from services.runtime.pipelined import Pipelined
-from services.runtime.reactor import Executor, Note, Observer, Reactor
+from services.runtime.reactor import Delivering, Executor, Note, Observer, Reactor
 from services.runtime.sequential import Sequential
 from services.runtime.tick_failures import TickFailures
 
@@ -118,7 +118,7 @@ class ServiceShell(Generic[S, A, Ob]):
             inbox=self.inbox,
         )
         # window > 1: decide the next delivery while earlier ones' appends are in flight
-        self.pipelined = (
+        self.delivering: Delivering = (
             Pipelined(
                 reactor,
                 self.folding,
@@ -131,7 +131,7 @@ class ServiceShell(Generic[S, A, Ob]):
                 fail=self._fail,
             )
             if window > 1
-            else None
+            else self.sequential
         )
         self.fatal: BaseException | None = None  # an infrastructure error in the window
         # checkpoints (services/runtime/checkpointing.py): taken of the fold of the log
@@ -147,7 +147,9 @@ class ServiceShell(Generic[S, A, Ob]):
 
     @property
     def pipe(self) -> AppendWindow | None:
-        return self.pipelined.window if self.pipelined is not None else None
+        pipe = self.delivering.pipe
+        assert pipe is None or isinstance(pipe, AppendWindow)
+        return pipe
 
     # ----------------------------------------------------------------- folding
     @property
@@ -193,20 +195,16 @@ class ServiceShell(Generic[S, A, Ob]):
             correlation_id=meta.correlation_id, causation_id=meta.event_id, seq=stored.seq
         )
         try:
-            if self.pipelined is not None:
-                await self.pipelined.deliver(msg, stored, started)
-            else:
-                await self.sequential.deliver(msg, stored, started)
+            await self.delivering.deliver(msg, stored, started)
             self._checkpoint(stored)
         finally:
             structlog.contextvars.unbind_contextvars("correlation_id", "causation_id", "seq")
 
     async def tick(self) -> None:
         async with self._lock:
-            if self.pipelined is not None:
-                # decide on everything in flight having landed (folded): a tick looks at
-                # every object, not only at the ones a delivery named
-                await self.pipelined.settle_appends()
+            # decide on everything in flight having landed (folded): a tick looks at every
+            # object, not only at the ones a delivery named
+            await self.delivering.settle_appends()
             self.sequential.fold_observations()
             await self.apply(lambda ctx: self.reactor.tick(self.state, ctx), None)
             self._checkpoint()
@@ -283,11 +281,11 @@ class ServiceShell(Generic[S, A, Ob]):
                     return observer.respond(self.state, obs, ctx)
 
                 try:
-                    if self.pipelined is not None:
+                    if self.delivering.pipe is not None:
                         if not respond(self.context(None)):
                             continue  # nothing to decide (a heartbeat): no wait for the window
                         # what it decides is decided as a tick's: on every append landed
-                        await self.pipelined.settle_appends()
+                        await self.delivering.settle_appends()
                     await self.apply(respond, None)
                 except Unordered as e:
                     self._fail(e)
@@ -337,14 +335,12 @@ class ServiceShell(Generic[S, A, Ob]):
                     if self._stop.is_set():
                         break  # the rest are redelivered to the next incarnation
                 m.CONSUMER_PENDING.labels(self.name).set(consumer.pending)
-            if self.pipelined is not None:
-                await self.pipelined.drain(self.ack_wait)
+            await self.delivering.drain(self.ack_wait)
             if self.fatal is not None:
                 raise self.fatal
         finally:
             self.ready = False
-            if self.pipelined is not None:
-                await self.pipelined.drain(0)
+            await self.delivering.drain(0)
             for task in companions:
                 await finish(task)
             await consumer.close()
