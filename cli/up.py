@@ -22,6 +22,7 @@ node dirs no longer in use are cleaned.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import secrets
 import signal
@@ -154,303 +155,420 @@ def up(
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    if not nats_url and nats_cluster == 2:
-        console.print("[red]error[/]: --nats-cluster 2 cannot keep a quorum: use 1, 3 or 5")
-        raise typer.Exit(2)
-    if hypervisor not in ("test", "qemu"):
-        console.print(f"[red]error[/]: --hypervisor must be test or qemu, not {hypervisor!r}")
-        raise typer.Exit(2)
-    if hypervisor == "qemu":
-        qemu_preflight()
-    data_dir = (data_dir or (DEMO_DATA_DIR if demo else DATA_DIR)).resolve()
-    resumed = any(d.is_dir() and any(d.iterdir()) for d in data_dir.glob("nats*"))
-    stored = resumed or bool(nats_url)  # an external bus may hold a cluster already
-    data_dir.mkdir(parents=True, exist_ok=True)
-    data_dir.chmod(0o700)  # the event log, logs and sockets are the owner's alone
-    run_dir = data_dir / "run"
-    state_file = data_dir / "up.json"
-    # before anything is read or started: a killed run's reaper finishes first
-    try:
-        lock = run_lock.take(data_dir, console.print, stopped=stop.is_set)
-    except run_lock.RunLockError as e:
-        console.print(f"[red]error[/]: {e}")
-        raise typer.Exit(1) from None
-    reaped = up_reaper.take_report(data_dir)
-    if leftovers := stop_recorded(state_file):  # its reaper was killed too
-        console.print(f"stopped what a killed previous run left: {', '.join(leftovers)}")
-    # after the previous run's processes are gone: they no longer hold its ports
-    ports = {"NATS (--nats-port)": 0 if nats_url else nats_port, "API (--port)": port}
-    if metrics:
-        ports["Prometheus (--prometheus-port)"] = prometheus_port
-    reserve(*ports.values())  # the metrics ports picked below are none of these
-    if busy := taken(ports):
-        console.print(
-            f"[red]error[/]: {', '.join(busy)} already in use on 127.0.0.1 (another "
-            "`virtstream up`? pick free ones with the options named)"
-        )
-        raise typer.Exit(1)
-    _say_previous_vms(reaped, len(live_launchers(run_dir)))
-    if len(str(run_dir)) > 60:
-        console.print(
-            f"[yellow]warning[/]: {run_dir} is long; launcher socket paths may exceed the "
-            "107-byte unix socket limit (use a shorter --data-dir)"
-        )
-    node_names = [f"node-{i}" for i in range(1, nodes + 1)]
-    secured = None if insecure else security.prepare(data_dir)
-    # the bus's users: the embedded server gets them in its config; an external one from
-    # its owner, who includes the file written here (checked before anything starts)
-    bus = (
-        security.nats_users(
-            data_dir, node_names, secured.pki if nats_tls and not nats_url else None
-        )
-        if secured is not None
-        else None
-    )
-    if bus is not None and nats_url:
-        include = external_nats.write(data_dir, bus)
-        if problem := external_nats.check(nats_url, bus, include):
-            console.print(f"[red]error[/]: {problem}")
-            raise typer.Exit(1)
-    sup = Supervisor(data_dir / "logs", console.print, state_file=state_file)
-    # stops the launchers should this process die without its `finally` (SIGKILL)
-    reaper = up_reaper.start(data_dir, keep_vms, lock)
-    run_lock.note_reaper(lock, reaper.pid)
-    servers: list[NatsServer] = []
-    if not nats_url:
+    options = Options(
+        data_dir=data_dir, nats_url=nats_url, nats_port=nats_port, nats_cluster=nats_cluster,
+        nodes=nodes, controllers=controllers, hypervisor=hypervisor, image_dir=image_dir,
+        port=port, keep_vms=keep_vms, demo=demo, metrics=metrics,
+        prometheus_port=prometheus_port, sync_interval=sync_interval, replicas=replicas,
+        duplicate_window=duplicate_window, scrape_interval=scrape_interval,
+        node_timeout=node_timeout, node_memory=node_memory, node_cpus=node_cpus,
+        insecure=insecure, nats_tls=nats_tls, nats_monitoring=nats_monitoring,
+        common_instancetypes=common_instancetypes,
+    )  # fmt: skip
+    Run(options, stop).main()
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """`up`'s options, as given."""
+
+    data_dir: Path | None
+    nats_url: str
+    nats_port: int
+    nats_cluster: int
+    nodes: int
+    controllers: int
+    hypervisor: str
+    image_dir: Path | None
+    port: int
+    keep_vms: bool
+    demo: bool
+    metrics: bool
+    prometheus_port: int
+    sync_interval: str
+    replicas: int
+    duplicate_window: float
+    scrape_interval: str
+    node_timeout: float
+    node_memory: str
+    node_cpus: int
+    insecure: bool
+    nats_tls: bool
+    nats_monitoring: bool
+    common_instancetypes: bool
+
+
+class Run:
+    """One `up`, as named steps in the order they run (`main`): check the options, take
+    the data dir, check the ports, secure, start the bus, start the nodes' runtimes, start
+    the services, then wait for a stop and stop everything in order. A step that fails
+    undoes what the steps before it started."""
+
+    def __init__(self, o: Options, stop: threading.Event) -> None:
+        self.o = o
+        self.stop = stop
+        self.node_names = [f"node-{i}" for i in range(1, o.nodes + 1)]
+        self.nats_url = o.nats_url
+        self.servers: list[NatsServer] = []
+        self.runtimes: dict[str, NodeRuntime] = {}
+        self.handler_extra: dict[str, tuple[str, ...]] = {}
+        self.secured: security.Secured | None = None
+        self.bus: security.Bus | None = None
+
+    def main(self) -> None:
+        self.check_options()
+        self.take_data_dir()
+        self.check_ports()
+        self.secure()
+        self.supervise()
+        self.start_bus()
+        self.start_node_runtimes()
+        self.start_services()
+        result = self.run_demo() if self.o.demo else []
         try:
-            servers = start_nats(
-                sup,
-                data_dir,
-                nats_port,
-                nats_cluster,
-                sync_interval,
-                authorization=bus.authorization if bus else "",
-                tls=bus.tls if bus else None,
-                monitoring=nats_monitoring,
-                probe=bus.auth("reader") if bus else None,
-            )
-        except NatsStartError as e:
-            sup.stop()
-            sup.forget()
-            up_reaper.finish(reaper)
+            while not self.stop.wait(0.2):
+                self.sup.poll()
+        finally:
+            self.stop_everything()
+        if self.o.demo and not (result and result[0]):
+            raise typer.Exit(1)
+
+    # ------------------------------------------------------------------ steps
+    def check_options(self) -> None:
+        o = self.o
+        if not o.nats_url and o.nats_cluster == 2:
+            console.print("[red]error[/]: --nats-cluster 2 cannot keep a quorum: use 1, 3 or 5")
+            raise typer.Exit(2)
+        if o.hypervisor not in ("test", "qemu"):
+            console.print(f"[red]error[/]: --hypervisor must be test or qemu, not {o.hypervisor!r}")
+            raise typer.Exit(2)
+        if o.hypervisor == "qemu":
+            qemu_preflight()
+
+    def take_data_dir(self) -> None:
+        """The data dir, locked for this run, after a killed run's reaper has finished."""
+        o = self.o
+        data_dir = (o.data_dir or (DEMO_DATA_DIR if o.demo else DATA_DIR)).resolve()
+        self.data_dir = data_dir
+        self.resumed = any(d.is_dir() and any(d.iterdir()) for d in data_dir.glob("nats*"))
+        self.stored = self.resumed or bool(o.nats_url)  # an external bus may hold a cluster
+        data_dir.mkdir(parents=True, exist_ok=True)
+        data_dir.chmod(0o700)  # the event log, logs and sockets are the owner's alone
+        self.run_dir = data_dir / "run"
+        self.state_file = data_dir / "up.json"
+        # before anything is read or started: a killed run's reaper finishes first
+        try:
+            self.lock = run_lock.take(data_dir, console.print, stopped=self.stop.is_set)
+        except run_lock.RunLockError as e:
             console.print(f"[red]error[/]: {e}")
             raise typer.Exit(1) from None
-        nats_url = ",".join(s.url for s in servers)
-        if resumed:
+        self.reaped = up_reaper.take_report(data_dir)
+        if leftovers := stop_recorded(self.state_file):  # its reaper was killed too
+            console.print(f"stopped what a killed previous run left: {', '.join(leftovers)}")
+
+    def check_ports(self) -> None:
+        """After the previous run's processes are gone: they no longer hold its ports."""
+        o = self.o
+        ports = {"NATS (--nats-port)": 0 if o.nats_url else o.nats_port, "API (--port)": o.port}
+        if o.metrics:
+            ports["Prometheus (--prometheus-port)"] = o.prometheus_port
+        reserve(*ports.values())  # the metrics ports picked below are none of these
+        if busy := taken(ports):
             console.print(
-                f"resuming the cluster stored in {data_dir} "
-                "(a fresh one: another --data-dir, or remove that one)"
+                f"[red]error[/]: {', '.join(busy)} already in use on 127.0.0.1 (another "
+                "`virtstream up`? pick free ones with the options named)"
             )
-    # the services read the stream settings from the environment (StreamSettings.from_env)
-    replicas = replicas or (3 if len(servers) >= 3 else 1)
-    os.environ["VIRTSTREAM_STREAM_REPLICAS"] = str(replicas)
-    os.environ["VIRTSTREAM_STREAM_DUPLICATE_WINDOW"] = str(duplicate_window)
-    os.environ["VIRTSTREAM_SYNC_INTERVAL"] = sync_interval
-    runtimes: dict[str, NodeRuntime] = {}
-    # the claims' disks (a DataVolume's import writes one in test mode too): the data dir's
-    handler_extra: dict[str, tuple[str, ...]] = {
-        n: ("--disk-dir", str(data_dir / "disks")) for n in node_names
-    }
-    if hypervisor == "qemu":
+            raise typer.Exit(1)
+        _say_previous_vms(self.reaped, len(live_launchers(self.run_dir)))
+        if len(str(self.run_dir)) > 60:
+            console.print(
+                f"[yellow]warning[/]: {self.run_dir} is long; launcher socket paths may "
+                "exceed the 107-byte unix socket limit (use a shorter --data-dir)"
+            )
+
+    def secure(self) -> None:
+        """Credentials, the CA and the bus's users (none with --insecure); an external
+        bus's owner includes the users file written here, checked before anything starts."""
+        o = self.o
+        self.secured = None if o.insecure else security.prepare(self.data_dir)
+        if self.secured is None:
+            return
+        pki = self.secured.pki if o.nats_tls and not o.nats_url else None
+        self.bus = security.nats_users(self.data_dir, self.node_names, pki)
+        if o.nats_url:
+            include = external_nats.write(self.data_dir, self.bus)
+            if problem := external_nats.check(o.nats_url, self.bus, include):
+                console.print(f"[red]error[/]: {problem}")
+                raise typer.Exit(1)
+
+    def supervise(self) -> None:
+        """The supervisor, and the reaper that stops the launchers should this process die
+        without its `finally` (SIGKILL)."""
+        self.sup = Supervisor(self.data_dir / "logs", console.print, state_file=self.state_file)
+        self.reaper = up_reaper.start(self.data_dir, self.o.keep_vms, self.lock)
+        run_lock.note_reaper(self.lock, self.reaper.pid)
+
+    def _undo(self) -> None:
+        """What the steps so far started, stopped (a later step failed)."""
+        self.sup.stop()
+        self.sup.forget()
+        up_reaper.finish(self.reaper)
+
+    def start_bus(self) -> None:
+        o, bus = self.o, self.bus
+        if not o.nats_url:
+            try:
+                self.servers = start_nats(
+                    self.sup,
+                    self.data_dir,
+                    o.nats_port,
+                    o.nats_cluster,
+                    o.sync_interval,
+                    authorization=bus.authorization if bus else "",
+                    tls=bus.tls if bus else None,
+                    monitoring=o.nats_monitoring,
+                    probe=bus.auth("reader") if bus else None,
+                )
+            except NatsStartError as e:
+                self._undo()
+                console.print(f"[red]error[/]: {e}")
+                raise typer.Exit(1) from None
+            self.nats_url = ",".join(s.url for s in self.servers)
+            if self.resumed:
+                console.print(
+                    f"resuming the cluster stored in {self.data_dir} "
+                    "(a fresh one: another --data-dir, or remove that one)"
+                )
+        # the services read the stream settings from the environment (StreamSettings.from_env)
+        replicas = o.replicas or (3 if len(self.servers) >= 3 else 1)
+        os.environ["VIRTSTREAM_STREAM_REPLICAS"] = str(replicas)
+        os.environ["VIRTSTREAM_STREAM_DUPLICATE_WINDOW"] = str(o.duplicate_window)
+        os.environ["VIRTSTREAM_SYNC_INTERVAL"] = o.sync_interval
+
+    def start_node_runtimes(self) -> None:
+        """qemu mode: a libvirtd per node and the pod network. Every mode: the claims'
+        disks (a DataVolume's import writes one in test mode too) are the data dir's."""
+        data_dir = self.data_dir
+        disks = ("--disk-dir", str(data_dir / "disks"))
+        self.handler_extra = {n: disks for n in self.node_names}
+        if self.o.hypervisor != "qemu":
+            return
         try:
-            runtimes = start_node_runtimes(data_dir / "nodes", node_names)
-            handler_extra = qemu_handler_args(runtimes, data_dir / "disks", image_dir)
-            net = start_pod_network(data_dir, node_names)
+            self.runtimes = start_node_runtimes(data_dir / "nodes", self.node_names)
+            extra = qemu_handler_args(self.runtimes, data_dir / "disks", self.o.image_dir)
+            net = start_pod_network(data_dir, self.node_names)
             more = (
                 ("--pod-network", net.dir)
                 if isinstance(net, pod_network.PodNetwork)
                 else ("--no-pod-network", net)
             )
-            handler_extra = {n: (*args, *more) for n, args in handler_extra.items()}
+            self.handler_extra = {n: (*args, *more) for n, args in extra.items()}
         except Exception:
-            stop_node_runtimes(runtimes)
+            stop_node_runtimes(self.runtimes)
             pod_network.destroy(data_dir)
-            sup.stop()
-            sup.forget()
-            up_reaper.finish(reaper)
+            self._undo()
             raise
-    api_url = f"{'http' if secured is None else 'https'}://127.0.0.1:{port}"
-    export_key = _export_key(data_dir)
-    # Prometheus answers its own user only (the api's proxy and Grafana use it)
-    prom_auth = prometheus_auth.ensure(data_dir) if metrics else None
-    specs = [
-        ServiceSpec(
-            name="api",
-            module="services.api",
-            args=(
-                "--nats-url",
-                nats_url,
-                "--port",
-                str(port),
-                *(secured.api_args() if secured else ()),
-                # the web console's charts ask the api, which relays to Prometheus
-                *(("--prometheus-url", f"http://127.0.0.1:{prometheus_port}") if metrics else ()),
-                *(prometheus_auth.api_args(prom_auth) if prom_auth else ()),
-                # the disks VirtualMachineExports serve (real files in qemu mode only)
-                *(("--disk-dir", str(data_dir / "disks")) if hypervisor == "qemu" else ()),
-                *(() if common_instancetypes else ("--no-common-instancetypes",)),
-            ),
-            metrics_url=f"{api_url}/metrics",
-            env=bus.env("api") if bus else {},
+
+    def start_services(self) -> None:
+        """The api first: what the stored cluster was is read, and its nodes this run does
+        not start are cordoned, before a controller places anything or a handler rejoins;
+        then the controllers, the upkeep and the handlers; the kubeconfig, the
+        credentials' records and, with --metrics, Prometheus."""
+        o, secured = self.o, self.secured
+        self.api_url = f"{'http' if secured is None else 'https'}://127.0.0.1:{o.port}"
+        # Prometheus answers its own user only (the api's proxy and Grafana use it)
+        self.prom_auth = prometheus_auth.ensure(self.data_dir) if o.metrics else None
+        specs = self.service_specs()
+        kube = kubeconfig.write(
+            self.data_dir / "kubeconfig",
+            self.api_url,
+            token=secured.admin_token if secured else "",
+            ca_pem=secured.pki.ca.read_bytes() if secured else b"",
         )
-    ]
-    metrics_args = secured.metrics_args() if secured else ()
-    scheme = "https" if secured else "http"  # the controller's and handlers' /metrics
-
-    def leased(role: str, module: str, *extra: str) -> list[ServiceSpec]:
-        """`--controllers` processes of a role on one lease: the first to take it works,
-        the others stand by."""
-        out = []
-        for i in range(1, controllers + 1):
-            mport = free_port()
-            out.append(
-                ServiceSpec(
-                    name=role if i == 1 else f"{role}-{i}",
-                    module=module,
-                    args=(
-                        "--nats-url",
-                        nats_url,
-                        "--metrics-port",
-                        str(mport),
-                        "--identity",
-                        f"{role}-{i}",
-                        *extra,
-                        *metrics_args,
-                    ),
-                    metrics_url=f"{scheme}://127.0.0.1:{mport}/metrics",
-                    env=bus.env(role) if bus else {},
-                )
+        credentials.record("api", o.port, self.data_dir)
+        self.api_started = self.sup.add(specs[0])
+        if self.stored and self.api_started is not None:
+            stored_nodes(self.api_url, self.node_names, o.hypervisor, self.sup, self.stop)
+        started = [self.api_started, *(self.sup.add(spec) for spec in specs[1:])]
+        services = [s for s in started if s is not None and s.spec.module]  # not nats-server
+        _print_urls(
+            self.servers, self.nats_url, self.api_url, [s.spec for s in services], self.sup.log_dir
+        )
+        # the debug commands and scripts find the bus's credentials by its port
+        self.nats_ports = [s.port for s in self.servers] or [
+            urlsplit(u).port or 4222 for u in connection.servers(self.nats_url)
+        ]
+        for nats_port_in_use in self.nats_ports:
+            credentials.record("nats", nats_port_in_use, self.data_dir)
+        console.print(f"kubectl: KUBECONFIG={kube} kubectl get vms")
+        if secured is None:
+            console.print("[yellow]--insecure[/]: the api has no TLS and no authentication")
+        for node, runtime in self.runtimes.items():
+            console.print(f"{node} libvirtd: {runtime.uri}")
+        self.prom = (
+            _start_prometheus(
+                self.data_dir,
+                [s.spec for s in services],
+                o.prometheus_port,
+                o.scrape_interval,
+                ca_file=secured.pki.ca if secured else None,
+                token_file=secured.metrics_token_file if secured else None,
+                auth=self.prom_auth,
             )
-        return out
+            if o.metrics
+            else None
+        )
+        if self.prom is not None and self.prom.proc is not None:  # for the reaper
+            self.sup.record("prometheus", self.prom.proc.pid, self.prom.command())
 
-    specs += leased(
-        "controller",
-        "services.controller",
-        *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
-        # a node of an earlier run that this one does not start is not coming back: it
-        # gets no grace from the controller's start
-        "--cluster-nodes",
-        ",".join(node_names),
-        "--export-key-file",
-        str(export_key),
-        "--export-url",
-        api_url,
-    )
-    specs += leased("upkeep", "services.upkeep")  # the log's upkeep
-    for node in node_names:
-        hport = free_port()
-        specs.append(
+    def service_specs(self) -> list[ServiceSpec]:
+        """The api, the leased roles (`--controllers` of each: one works, the others stand
+        by) and a handler per node."""
+        o, secured, bus, nats_url = self.o, self.secured, self.bus, self.nats_url
+        data_dir, api_url = self.data_dir, self.api_url
+        prom_auth = self.prom_auth
+        specs = [
             ServiceSpec(
-                name=f"handler {node}",
-                module="services.handler",
+                name="api",
+                module="services.api",
                 args=(
-                    "--node",
-                    node,
                     "--nats-url",
                     nats_url,
-                    "--run-dir",
-                    str(run_dir),
-                    "--hypervisor",
-                    hypervisor,
-                    "--metrics-port",
-                    str(hport),
-                    *(("--memory", node_memory) if node_memory else ()),
-                    *(("--cpus", str(node_cpus)) if node_cpus else ()),
-                    # the same node timeout as the controller's: the handler's fence
-                    # (half of it) and heartbeat interval follow from it
-                    *(("--node-timeout", str(node_timeout)) if node_timeout else ()),
-                    *handler_extra[node],
-                    *metrics_args,
-                    *(secured.console_args() if secured and hypervisor == "qemu" else ()),
+                    "--port",
+                    str(o.port),
+                    *(secured.api_args() if secured else ()),
+                    # the web console's charts ask the api, which relays to Prometheus
+                    *(
+                        ("--prometheus-url", f"http://127.0.0.1:{o.prometheus_port}")
+                        if o.metrics
+                        else ()
+                    ),
+                    *(prometheus_auth.api_args(prom_auth) if prom_auth else ()),
+                    # the disks VirtualMachineExports serve (real files in qemu mode only)
+                    *(("--disk-dir", str(data_dir / "disks")) if o.hypervisor == "qemu" else ()),
+                    *(() if o.common_instancetypes else ("--no-common-instancetypes",)),
                 ),
-                metrics_url=f"{scheme}://127.0.0.1:{hport}/metrics",
-                env=bus.env(f"handler-{node}") if bus else {},
+                metrics_url=f"{api_url}/metrics",
+                env=bus.env("api") if bus else {},
             )
-        )
-    kube = kubeconfig.write(
-        data_dir / "kubeconfig",
-        api_url,
-        token=secured.admin_token if secured else "",
-        ca_pem=secured.pki.ca.read_bytes() if secured else b"",
-    )
-    credentials.record("api", port, data_dir)
-    # the api first: what the stored cluster was is read, and its nodes this run does not
-    # start are cordoned, before a controller places anything or a handler rejoins
-    api_started = sup.add(specs[0])
-    if stored and api_started is not None:
-        stored_nodes(api_url, node_names, hypervisor, sup, stop)
-    started = [api_started, *(sup.add(spec) for spec in specs[1:])]
-    services = [s for s in started if s is not None and s.spec.module]  # not nats-server
-    _print_urls(servers, nats_url, api_url, [s.spec for s in services], sup.log_dir)
-    # the debug commands and scripts find the bus's credentials by its port
-    nats_ports = [s.port for s in servers] or [
-        urlsplit(u).port or 4222 for u in connection.servers(nats_url)
-    ]
-    for nats_port_in_use in nats_ports:
-        credentials.record("nats", nats_port_in_use, data_dir)
-    console.print(f"kubectl: KUBECONFIG={kube} kubectl get vms")
-    if secured is None:
-        console.print("[yellow]--insecure[/]: the api has no TLS and no authentication")
-    for node, runtime in runtimes.items():
-        console.print(f"{node} libvirtd: {runtime.uri}")
-    prom = (
-        _start_prometheus(
-            data_dir,
-            [s.spec for s in services],
-            prometheus_port,
-            scrape_interval,
-            ca_file=secured.pki.ca if secured else None,
-            token_file=secured.metrics_token_file if secured else None,
-            auth=prom_auth,
-        )
-        if metrics
-        else None
-    )
-    if prom is not None and prom.proc is not None:  # for the reaper, should `up` be killed
-        sup.record("prometheus", prom.proc.pid, prom.command())
+        ]
+        metrics_args = secured.metrics_args() if secured else ()
+        scheme = "https" if secured else "http"  # the controller's and handlers' /metrics
 
-    result: list[bool] = []
-    if demo:
+        def leased(role: str, module: str, *extra: str) -> list[ServiceSpec]:
+            out = []
+            for i in range(1, o.controllers + 1):
+                mport = free_port()
+                out.append(
+                    ServiceSpec(
+                        name=role if i == 1 else f"{role}-{i}",
+                        module=module,
+                        args=(
+                            "--nats-url",
+                            nats_url,
+                            "--metrics-port",
+                            str(mport),
+                            "--identity",
+                            f"{role}-{i}",
+                            *extra,
+                            *metrics_args,
+                        ),
+                        metrics_url=f"{scheme}://127.0.0.1:{mport}/metrics",
+                        env=bus.env(role) if bus else {},
+                    )
+                )
+            return out
+
+        specs += leased(
+            "controller",
+            "services.controller",
+            *(("--node-timeout", str(o.node_timeout)) if o.node_timeout else ()),
+            # a node of an earlier run that this one does not start is not coming back: it
+            # gets no grace from the controller's start
+            "--cluster-nodes",
+            ",".join(self.node_names),
+            "--export-key-file",
+            str(_export_key(data_dir)),
+            "--export-url",
+            api_url,
+        )
+        specs += leased("upkeep", "services.upkeep")  # the log's upkeep
+        for node in self.node_names:
+            hport = free_port()
+            specs.append(
+                ServiceSpec(
+                    name=f"handler {node}",
+                    module="services.handler",
+                    args=(
+                        "--node",
+                        node,
+                        "--nats-url",
+                        nats_url,
+                        "--run-dir",
+                        str(self.run_dir),
+                        "--hypervisor",
+                        o.hypervisor,
+                        "--metrics-port",
+                        str(hport),
+                        *(("--memory", o.node_memory) if o.node_memory else ()),
+                        *(("--cpus", str(o.node_cpus)) if o.node_cpus else ()),
+                        # the same node timeout as the controller's: the handler's fence
+                        # (half of it) and heartbeat interval follow from it
+                        *(("--node-timeout", str(o.node_timeout)) if o.node_timeout else ()),
+                        *self.handler_extra[node],
+                        *metrics_args,
+                        *(secured.console_args() if secured and o.hypervisor == "qemu" else ()),
+                    ),
+                    metrics_url=f"{scheme}://127.0.0.1:{hport}/metrics",
+                    env=bus.env(f"handler-{node}") if bus else {},
+                )
+            )
+        return specs
+
+    def run_demo(self) -> list[bool]:
+        """`--demo`: the tour, in a thread; its result lands in the list returned."""
         from cli.demo import run_demo, using_it
+
+        result: list[bool] = []
 
         def _demo() -> None:
             try:
-                guests = run_dir if hypervisor == "qemu" else None
-                passed = run_demo(api_url, nodes, console.print, console_run_dir=guests)
+                guests = self.run_dir if self.o.hypervisor == "qemu" else None
+                passed = run_demo(self.api_url, self.o.nodes, console.print, console_run_dir=guests)
             except Exception as e:
                 console.print(f"[red]demo failed[/]: {e!r}")
                 passed = False
             result.append(passed)
             if passed:  # the cluster stays for the README's "Using it"
-                using_it(api_url, nats_url, console.print)
+                using_it(self.api_url, self.nats_url, console.print)
             else:
-                stop.set()
+                self.stop.set()
 
         threading.Thread(target=_demo, daemon=True).start()
-    try:
-        while not stop.wait(0.2):
-            sup.poll()
-    finally:
+        return result
+
+    def stop_everything(self) -> None:
+        """The VMs (unless --keep-vms), the services, the nodes' runtimes, Prometheus, the
+        credentials' records, the reaper, the lock: in that order."""
+        o = self.o
         console.print("[bold]stopping[/]")
-        if not keep_vms:
-            shutdown_vms(api_url, run_dir, api_started is not None)
-        sup.stop()
-        if runtimes and keep_vms:
+        if not o.keep_vms:
+            shutdown_vms(self.api_url, self.run_dir, self.api_started is not None)
+        self.sup.stop()
+        if self.runtimes and o.keep_vms:
             console.print("the nodes' libvirtds keep running with the VMs (the next `up` adopts)")
-        elif runtimes:
-            stop_node_runtimes(runtimes)
-            pod_network.destroy(data_dir)
-        if prom is not None:
-            prom.stop_sync()
-        for nats_port_in_use in nats_ports:
-            credentials.forget("nats", nats_port_in_use, data_dir)
-        credentials.forget("api", port, data_dir)
-        sup.forget()
-        up_reaper.finish(reaper)
-        os.close(lock)  # the data dir is free for the next `up`
+        elif self.runtimes:
+            stop_node_runtimes(self.runtimes)
+            pod_network.destroy(self.data_dir)
+        if self.prom is not None:
+            self.prom.stop_sync()
+        for nats_port_in_use in self.nats_ports:
+            credentials.forget("nats", nats_port_in_use, self.data_dir)
+        credentials.forget("api", o.port, self.data_dir)
+        self.sup.forget()
+        up_reaper.finish(self.reaper)
+        os.close(self.lock)  # the data dir is free for the next `up`
         console.print("stopped")
-    if demo and not (result and result[0]):
-        raise typer.Exit(1)
 
 
 def _say_previous_vms(reaped: up_reaper.Reaped | None, running: int) -> None:
