@@ -4,7 +4,7 @@ uvicorn closes idle keep-alive connections (`timeout_keep_alive`) but has no dea
 a request's header: a client that sends half a header holds the connection (and a file
 descriptor) open forever. `GuardedHttp` closes a connection whose request header has not
 arrived within `HEADER_SECONDS` of the connection, or of the previous response; the body
-has its own deadline in the app (`app.BODY_SECONDS`)."""
+has its own deadline in the app (`http_plumbing.BODY_SECONDS`)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from eventstore.jetstream import JetStreamStore
-from services.api import app
+from services.api import http_reads
 from tests.integration.test_api_support import running_api
 
 VMS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachines"
@@ -67,7 +67,7 @@ async def test_a_read_carrying_a_sequence_waits_for_the_view_to_fold_it(
         assert int(listed.json()["metadata"]["resourceVersion"]) >= seq + 1
 
         # a sequence the view never reaches: 504, Kubernetes' words
-        monkeypatch.setattr(app, "NOT_OLDER_THAN_SECONDS", 0.2)
+        monkeypatch.setattr(http_reads, "NOT_OLDER_THAN_SECONDS", 0.2)
         r = await b.get(f"{VMS}/x", headers={"Virtstream-Min-Sequence": str(seq + 1000)})
         assert r.status_code == 504
         assert r.json()["reason"] == "Timeout"
