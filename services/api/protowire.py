@@ -119,13 +119,29 @@ def object_meta(data: bytes) -> dict[str, Any]:
     return out
 
 
+def _object(body: bytes) -> bytes:
+    """The object a Kubernetes protobuf body carries (the envelope's `runtime.Unknown`'s
+    raw field)."""
+    if not body.startswith(MAGIC):
+        raise ProtoError("not a Kubernetes protobuf message")
+    return fields(body[len(MAGIC) :]).get(2, b"")
+
+
+def _document(kind: str, f: dict[int, list[bytes]]) -> dict[str, Any]:
+    """A core/v1 object's JSON document with its metadata (field 1)."""
+    meta = object_meta(f[1][-1]) if f.get(1) else {}
+    return {"apiVersion": "v1", "kind": kind, "metadata": meta}
+
+
+def _base64(entries: list[bytes]) -> dict[str, str]:
+    """A map<string, bytes> as JSON carries it: base64 by key."""
+    return {k: base64.b64encode(v).decode() for k, v in _bytes_map(entries).items()}
+
+
 def namespace(body: bytes) -> dict[str, Any]:
     """A protobuf core/v1 Namespace as its JSON document: its metadata (its spec and
     status are the server's)."""
-    if not body.startswith(MAGIC):
-        raise ProtoError("not a Kubernetes protobuf message")
-    raw = fields(body[len(MAGIC) :]).get(2, b"")
-    meta = fields(raw).get(1, b"")
+    meta = fields(_object(body)).get(1, b"")
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": object_meta(meta)}
 
 
@@ -160,15 +176,11 @@ def secret(body: bytes) -> dict[str, Any]:
     """A protobuf core/v1 Secret (`kubectl create secret generic|tls|docker-registry`) as
     its JSON document: metadata = 1, data = 2 (bytes, base64 in JSON), type = 3,
     stringData = 4, immutable = 5."""
-    if not body.startswith(MAGIC):
-        raise ProtoError("not a Kubernetes protobuf message")
-    raw = fields(body[len(MAGIC) :]).get(2, b"")
+    raw = _object(body)
     f = repeated(raw)
-    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Secret"}
-    out["metadata"] = object_meta(f[1][-1]) if f.get(1) else {}
+    out = _document("Secret", f)
     if f.get(2):
-        data = _bytes_map(f[2])
-        out["data"] = {k: base64.b64encode(v).decode() for k, v in data.items()}
+        out["data"] = _base64(f[2])
     if f.get(3) and f[3][-1]:
         out["type"] = f[3][-1].decode()
     if f.get(4):
@@ -182,17 +194,13 @@ def secret(body: bytes) -> dict[str, Any]:
 def configmap(body: bytes) -> dict[str, Any]:
     """A protobuf core/v1 ConfigMap (`kubectl create configmap`) as its JSON document:
     metadata = 1, data = 2 (text), binaryData = 3 (bytes, base64 in JSON), immutable = 4."""
-    if not body.startswith(MAGIC):
-        raise ProtoError("not a Kubernetes protobuf message")
-    raw = fields(body[len(MAGIC) :]).get(2, b"")
+    raw = _object(body)
     f = repeated(raw)
-    out: dict[str, Any] = {"apiVersion": "v1", "kind": "ConfigMap"}
-    out["metadata"] = object_meta(f[1][-1]) if f.get(1) else {}
+    out = _document("ConfigMap", f)
     if f.get(2):
         out["data"] = _map(f[2])
     if f.get(3):
-        binary = _bytes_map(f[3])
-        out["binaryData"] = {k: base64.b64encode(v).decode() for k, v in binary.items()}
+        out["binaryData"] = _base64(f[3])
     flags = _varints(raw)
     if 4 in flags:
         out["immutable"] = bool(flags[4])
