@@ -3,12 +3,12 @@ after a year: one direct get instead of a scan.
 
 The event stream already indexes by aggregate (a subject filter `virt.<kind>.<ns>.<name>.>`
 reads one aggregate without a scan). What it cannot answer by subject is kept here, in a
-stream of its own (`<stream>_INDEX`, subjects `vidx.>`), one small message per entry
-whose body is the event's stream sequence (or, for migrations, the migration's name).
-Written now:
+stream of its own (`<stream>_INDEX`, subjects `vidx.>`), small messages whose body names
+the events' stream sequences (or, for migrations, the migration's name). Written now:
 
 - `vidx.corr.<correlation id>`: correlation id → sequences (every event one request
-  caused, read with one subject-filtered consumer);
+  caused, read with one subject-filtered consumer), one message per request per batch of
+  events (`Batch`; an entry of earlier code has an empty body and its `Virt-Seq`);
 - `vidx.mig.<namespace>.<vmi>`: the migrations that named a VMI (`replay`, `why` and
   `get --at` of a VM read those migrations' subjects, not all of the namespace's).
 
@@ -21,8 +21,9 @@ the index's 1,025,486 subjects and its 1.31 s restore (docs/DECISIONS.md). The
 (`Index.seq_of`), for events written before `causation_seq` existed.
 
 Values are written as subject tokens (`events/subjects.py: token`). Each entry carries
-`Virt-Seq` (the event's sequence): the `Indexer` resumes after the last one it wrote and
-its `Nats-Msg-Id` makes a repeat after a crash a duplicate. The index lags the stream by
+`Virt-Seq` (its last event's sequence): the `Indexer` resumes after the last one it wrote
+and its `Nats-Msg-Id` makes a repeat after a crash a duplicate (a batch formed otherwise
+after a crash repeats sequences, which readers take once). The index lags the stream by
 what is in flight, so readers use it up to `Index.upto()` and read the rest as before.
 
 The `Indexer` runs in the upkeep service (`services/upkeep/service.py`), following the
@@ -45,9 +46,12 @@ from nats.js.errors import APIError, NotFoundError
 
 from eventstore import direct, follow
 from eventstore.index_entries import (
+    CORRELATION_PREFIX,
     PREFIX,
     correlation_subject,
     entries,
+    entry_seqs,
+    grouped_body,
     id_subject,
     migrations_subject,
 )
@@ -58,7 +62,8 @@ from eventstore.tasks import finish
 
 log = structlog.get_logger()
 SEQ_HEADER = "Virt-Seq"
-BATCH = 500  # publishes in flight before waiting for their acks
+MSG_ID = "Nats-Msg-Id"
+BATCH = 500  # events indexed before waiting for their entries' acks
 # while catching up, a pause after each batch: every entry is a write the server fsyncs
 # (`sync_interval: always`), and a catch-up over a long log must not starve the services'
 # own requests
@@ -91,7 +96,7 @@ def stream_name(events: str) -> str:
 def entry_headers(seq: int, n: int) -> dict[str, str]:
     """The `n`th entry of the event at `seq`: its sequence, and an id that makes a repeat
     a duplicate."""
-    return {SEQ_HEADER: str(seq), "Nats-Msg-Id": f"vidx/{seq}/{n}"}
+    return {SEQ_HEADER: str(seq), MSG_ID: f"vidx/{seq}/{n}"}
 
 
 async def ensure(store: JetStreamLog) -> str:
@@ -145,7 +150,7 @@ class Index:
     async def seqs_of(self, correlation_id: str) -> list[int]:
         with translated():
             found = await self._all(correlation_subject(correlation_id))
-        return sorted({int(v) for v, _ in found})
+        return sorted({seq for v, body in found for seq in entry_seqs(v, body)})
 
     async def migrations_of(self, namespace: str, vmi: str) -> list[str]:
         with translated():
@@ -205,6 +210,38 @@ async def last_indexed(store: JetStreamLog) -> int:
     return int(seq) if seq.isdigit() else 0
 
 
+class Batch:
+    """The entries of a batch of events, as few messages as say the same: one per
+    correlation id with every sequence of it in the batch (a request's events mostly come
+    together: one write where there were ten), each other entry as it is. The messages go
+    out in the order of their last sequence, so the index's last message names the last
+    event indexed (`last_indexed`)."""
+
+    def __init__(self) -> None:
+        self.events = 0
+        self._by_correlation: dict[str, list[int]] = {}
+        self._others: list[tuple[int, str, bytes]] = []
+
+    def add(self, seq: int, found: list[tuple[str, bytes]]) -> None:
+        self.events += 1
+        for subject, body in found:
+            if subject.startswith(CORRELATION_PREFIX) and not body:
+                self._by_correlation.setdefault(subject, []).append(seq)
+            else:
+                self._others.append((seq, subject, body))
+
+    def messages(self) -> list[tuple[str, bytes, dict[str, str]]]:
+        out: list[tuple[int, str, bytes, dict[str, str]]] = []
+        for subject, seqs in self._by_correlation.items():
+            body = grouped_body(seqs)
+            msg_id = f"vidx/{seqs[-1]}/g{seqs[0]}"
+            out.append((seqs[-1], subject, body, {SEQ_HEADER: str(seqs[-1]), MSG_ID: msg_id}))
+        for n, (seq, subject, body) in enumerate(self._others):
+            out.append((seq, subject, body, {SEQ_HEADER: str(seq), MSG_ID: f"vidx/{seq}/o{n}"}))
+        out.sort(key=lambda m: m[0])
+        return [(subject, body, headers) for _, subject, body, headers in out]
+
+
 class Indexer:
     """Follows the event stream from after the last indexed event and writes its entries."""
 
@@ -242,19 +279,17 @@ class Indexer:
     async def _follow(self) -> None:
         js = self.store.js
         name = stream_name(self.store.stream)
-        pending = 0
+        batch = Batch()
         records = self.store.records(start_seq=self.upto + 1, follow=True)
         async with contextlib.aclosing(records):
             async for record in records:
-                seq = record.seq
-                for n, (subject, body) in enumerate(entries(record.subject, record.data)):
-                    headers = entry_headers(seq, n)
-                    await js.publish_async(subject, body, stream=name, headers=headers)
-                    pending += 1
-                self.upto = seq
-                if pending >= BATCH or record.pending == 0:
+                batch.add(record.seq, entries(record.subject, record.data))
+                if batch.events >= BATCH or record.pending == 0:
+                    for subject, body, headers in batch.messages():
+                        await js.publish_async(subject, body, stream=name, headers=headers)
                     await js.publish_async_completed()
-                    pending = 0
+                    self.upto = record.seq
+                    batch = Batch()
                     if record.pending > 0 and self.pace:
                         await asyncio.sleep(self.pace)
                     elif record.pending == 0 and self.linger:

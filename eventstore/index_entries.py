@@ -19,8 +19,25 @@ def id_subject(event_id: str) -> str:
     return f"{PREFIX}.id.{subjects.token(event_id)}"
 
 
+CORRELATION_PREFIX = f"{PREFIX}.corr."
+
+
 def correlation_subject(correlation_id: str) -> str:
-    return f"{PREFIX}.corr.{subjects.token(correlation_id)}"
+    return f"{CORRELATION_PREFIX}{subjects.token(correlation_id)}"
+
+
+def grouped_body(seqs: list[int]) -> bytes:
+    """The body of one correlation entry for several events: their sequences."""
+    return ",".join(map(str, seqs)).encode()
+
+
+def entry_seqs(seq_header: str, body: bytes) -> list[int]:
+    """The event sequences a correlation entry names: its body's (one entry for a batch's
+    events of one request), else its `Virt-Seq` (an entry per event, as earlier code
+    wrote them)."""
+    if body:
+        return [int(s) for s in body.split(b",") if s.isdigit()]
+    return [int(seq_header)] if seq_header.isdigit() else []
 
 
 def migrations_subject(namespace: str, vmi: str) -> str:

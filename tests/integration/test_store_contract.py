@@ -23,7 +23,7 @@ from events.catalog import MigrationRequested, VMCreated, VMStartRequested, VMSt
 from events.meta import Aggregate, Kind
 from eventstore import archive, direct
 from eventstore.floor import PendingEnd
-from eventstore.index import Indexer
+from eventstore.index import Indexer, stream_name
 from eventstore.jetstream import JetStreamStore
 from eventstore.memory import MemoryLog
 from eventstore.port import ConcurrencyConflict, EventLog, Refused, Unavailable, Undecodable
@@ -419,11 +419,14 @@ async def test_the_index_a_log_offers_answers_only_what_it_can_tell(log: EventLo
                 index = log.index()  # a JetStream index reads its coverage once
                 assert index is not None
                 await asyncio.sleep(0.05)
+        assert await index.seqs_of(cid) == [asked.seq, started.seq]
+        assert await index.migrations_of("default", vmi) == [mig]
     finally:
         if indexer is not None:
             await indexer.stop()
-    assert await index.seqs_of(cid) == [asked.seq, started.seq]
-    assert await index.migrations_of("default", vmi) == [mig]
+            # the index stream takes `vidx.>` on the session's server: it goes with the test
+            assert isinstance(log, JetStreamStore)
+            await log.js.delete_stream(stream_name(log.stream))
 
 
 async def test_an_aggregates_read_is_what_a_whole_log_replay_holds_of_it(log: EventLog) -> None:

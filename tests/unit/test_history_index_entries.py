@@ -6,7 +6,16 @@ from events import subjects
 from events.catalog import MigrationRequested, VMStartRequested
 from events.codec import encode, event_type
 from events.meta import Kind
-from eventstore.index import correlation_subject, entries, id_subject, migrations_subject
+from eventstore.index import (
+    MSG_ID,
+    SEQ_HEADER,
+    Batch,
+    correlation_subject,
+    entries,
+    entry_seqs,
+    id_subject,
+    migrations_subject,
+)
 from tests.factories import meta
 
 
@@ -37,3 +46,25 @@ def test_a_migration_request_is_filed_under_the_vmi_it_names() -> None:
 
 def test_poison_has_no_entries() -> None:
     assert entries("virt.vm.default.x.VMCreated._", b"{not json") == []
+
+
+def test_a_batch_writes_one_entry_per_request_in_the_order_of_its_last_event() -> None:
+    """A request's events in one batch share one correlation entry naming them all; other
+    entries stay one each; the last message names the batch's last event (where a restart
+    resumes), and a reader takes an entry of either form."""
+    batch = Batch()
+    a, b = correlation_subject("req-a"), correlation_subject("req-b")
+    batch.add(10, [(a, b"")])
+    batch.add(11, [(b, b""), (migrations_subject("default", "vmi1"), b"mig1")])
+    batch.add(12, [(a, b"")])
+    batch.add(13, [(b, b"")])
+    messages = batch.messages()
+    assert [(subject, body) for subject, body, _ in messages] == [
+        (migrations_subject("default", "vmi1"), b"mig1"),
+        (a, b"10,12"),
+        (b, b"11,13"),
+    ]
+    assert [h[SEQ_HEADER] for _, _, h in messages] == ["11", "12", "13"]
+    assert len({h[MSG_ID] for _, _, h in messages}) == 3
+    assert entry_seqs("13", b"11,13") == [11, 13]
+    assert entry_seqs("7", b"") == [7]  # an entry per event, as earlier code wrote it
