@@ -6,20 +6,30 @@ user); appends nothing."""
 from __future__ import annotations
 
 import importlib
+import itertools
 import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import typer
+import yaml
 from rich.markup import escape
 from rich.table import Table
 
 from cli.debug import POINT_HELP, NatsUrl, StreamName, _console, _fail, _json_line, _point, _run
+from core import intents
+from core.context import RequestContext
+from core.errors import ApiError
+from events.catalog import Event
 from events.codec import event_type
+from events.envelope import Stored
 from eventstore.jetstream import JetStreamStore
+from kinds.registry import REGISTRY
+from projections.cluster import Cluster
 from services.controller import scheduler
 from services.controller.reactor import ControllerReactor
 from services.controller.whatif import Decider, Report, WhatIf
@@ -42,6 +52,42 @@ def load_decider(spec: str) -> Decider:
     return factory()
 
 
+def policy_prelude(path: Path) -> Callable[[Any, Stored], list[Event]]:
+    """`--migration-policy FILE`: the MigrationPolicy in FILE, created (or, when the
+    cluster has one of its name then, updated) as the window begins, through the kind's
+    own admission; refused at once, in the api's words, when the api would refuse it."""
+    try:
+        manifest = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise _fail(f"--migration-policy {path}: {e}") from None
+    if not isinstance(manifest, dict) or manifest.get("kind") != "MigrationPolicy":
+        raise _fail(f"--migration-policy {path}: not a MigrationPolicy manifest")
+    spec = REGISTRY.resource("migrationpolicies")
+
+    def decided(cluster: Cluster, now: float) -> list[Event]:
+        ids = itertools.count(1)
+        ctx = RequestContext(
+            now=now,
+            correlation_id="whatif",
+            new_id=lambda: f"{next(ids):032x}",
+            suffix=lambda: "whatif",
+        )
+        name = str((manifest.get("metadata") or {}).get("name") or "")
+        if spec.key("", name) in spec.table(cluster):
+            outcome = intents.update(
+                cluster, spec, "", name, manifest, ctx, updatable=(spec.plural,)
+            )
+        else:
+            outcome = intents.create(cluster, spec, "", manifest, ctx)
+        return [a.event for a in outcome.appends]
+
+    try:
+        decided(Cluster(), 0.0)  # the api's refusal now, not mid-replay
+    except ApiError as e:
+        raise _fail(f"--migration-policy {path}: {e.status.message}") from None
+    return lambda state, at: decided(state.cluster, at.time)
+
+
 async def _window(store: JetStreamStore, since: str, until: str) -> tuple[int, int | None]:
     """The first and last sequence decided on (None: to the log's end)."""
     first, last = 1, None
@@ -56,12 +102,17 @@ async def _window(store: JetStreamStore, since: str, until: str) -> tuple[int, i
 
 
 async def run_whatif(
-    store: JetStreamStore, decider: Decider, since: str, until: str, change: str
+    store: JetStreamStore,
+    decider: Decider,
+    since: str,
+    until: str,
+    change: str,
+    prelude: Callable[[Any, Stored], list[Event]] | None = None,
 ) -> tuple[Report, dict[str, Any] | None]:
     """Fold the whole log once (the archive included), decide on each event of the window;
     the live decisions of the window's causes are read to the log's end."""
     first, last = await _window(store, since, until)
-    sandbox = WhatIf(decider, since=first, until=last, change=change)
+    sandbox = WhatIf(decider, since=first, until=last, change=change, prelude=prelude)
     async for stored in store.replay(None, raw=True, on_skip=sandbox.skip):
         sandbox.feed(stored)
     report = sandbox.report()
@@ -85,6 +136,11 @@ def whatif(
     scheduler_policy: str = typer.Option(
         "", "--scheduler-policy", help=f"Place pending VMIs by: {' | '.join(scheduler.POLICIES)}"
     ),
+    migration_policy: Path | None = typer.Option(
+        None,
+        "--migration-policy",
+        help="A MigrationPolicy (YAML) in effect from the window's start",
+    ),
     decider: str = typer.Option(
         "", "--decider", help="Another controller: controller=MODULE:FACTORY"
     ),
@@ -93,23 +149,30 @@ def whatif(
     stream: str = StreamName,
 ) -> None:
     """What the controller would have decided on the log's history, with a change
-    (a scheduler policy, another decider) or none; each difference from the decisions the
-    log records. With no change there must be none: a difference is a bug (a hidden input)."""
-    if scheduler_policy and decider:
-        raise _fail("one change at a time: --scheduler-policy or --decider")
+    (a scheduler policy, a migration policy, another decider) or none; each difference from
+    the decisions the log records. With no change there must be none: a difference is a
+    bug (a hidden input)."""
+    if sum(map(bool, (scheduler_policy, decider, migration_policy))) > 1:
+        raise _fail("one change at a time: --scheduler-policy, --migration-policy or --decider")
     if scheduler_policy and scheduler_policy not in scheduler.POLICIES:
         raise _fail(
             f"unknown scheduler policy {scheduler_policy!r}: {' | '.join(scheduler.POLICIES)}"
         )
+    prelude = None
     if decider:
         sandboxed, change = load_decider(decider), f"decider {decider}"
+    elif migration_policy is not None:
+        prelude = policy_prelude(migration_policy)
+        sandboxed, change = ControllerReactor(), f"migration policy {migration_policy}"
     elif scheduler_policy:
         sandboxed = ControllerReactor(scheduler_policy=scheduler_policy)
         change = f"scheduler policy {scheduler_policy}"
     else:
         sandboxed, change = ControllerReactor(), "none"
     report, cause = _run(
-        nats_url, stream, lambda store: run_whatif(store, sandboxed, since, until, change)
+        nats_url,
+        stream,
+        lambda store: run_whatif(store, sandboxed, since, until, change, prelude),
     )
     if output == "json":
         out = msgspec.to_builtins(report)

@@ -19,13 +19,16 @@ the event, on a later one or on a tick (a repeat is a duplicate JetStream droppe
   tick: the time of a tick is not in the log) and counted;
 - an id only the sandbox decided: `whatif` only (unless the log recorded it before the
   window).
+A change of the cluster's own objects (`--migration-policy`: a MigrationPolicy as if it
+had been created when the window began) is a `prelude`: events folded into the sandbox's
+state just before the window's first event, made from the state as it stands there.
 Pure: no I/O; `feed` is O(decisions of one event), the bookkeeping is one entry per
 decision id."""
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import msgspec
@@ -33,6 +36,7 @@ import msgspec
 from events.catalog import Event, PodScheduled
 from events.codec import event_type
 from events.envelope import Context, Decision, Stored
+from events.subjects import event_subject
 from services.controller.reactor import NAME
 
 
@@ -118,8 +122,10 @@ class WhatIf:
         until: int | None = None,
         change: str = "none",
         service: str = NAME,
+        prelude: Callable[[Any, Stored], Sequence[Event]] | None = None,
     ) -> None:
         self.decider = decider
+        self.prelude = prelude  # what the change adds to the cluster at the window's start
         self.state = decider.initial_state()
         self.since = since
         self.until = until
@@ -146,6 +152,14 @@ class WhatIf:
             self._recorded(stored)
         if self.until is not None and stored.seq > self.until:
             return  # past the window: only the live decisions of its causes are read
+        if self.prelude is not None and stored.seq >= self.since:
+            for ev in self.prelude(self.state, stored):
+                m = ev.meta
+                at = Stored(
+                    stored.seq, event_subject(m.aggregate, event_type(ev), m.node), stored.time, ev
+                )
+                self.state = self.decider.evolve(self.state, at)
+            self.prelude = None
         if not stored.redelivery_of:
             self.state = self.decider.evolve(self.state, stored)
         if stored.seq < self.since:

@@ -10,6 +10,7 @@ import contextlib
 import json
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -187,6 +188,7 @@ async def test_a_changed_decider_is_caught(
     stream_settings: StreamSettings,
     store: JetStreamStore,
     controller: None,
+    tmp_path: Path,
 ) -> None:
     await run_twelve(store)
     r = await whatif(
@@ -204,3 +206,12 @@ async def test_a_changed_decider_is_caught(
     )
     bad = await whatif(nats_server, stream_settings, "--scheduler-policy", "best")
     assert bad.exit_code == 1 and "unknown scheduler policy 'best'" in bad.output
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("kind: MigrationPolicy\nmetadata: {name: Not-A-Name}\nspec: {}\n")
+    refused = await whatif(nats_server, stream_settings, "--migration-policy", str(policy))
+    assert refused.exit_code == 1 and "--migration-policy" in refused.output
+    assert "Not-A-Name" in refused.output
+    both = await whatif(
+        nats_server, stream_settings, "--scheduler-policy", "pack", "--migration-policy", "x"
+    )
+    assert both.exit_code == 1 and "one change at a time" in both.output

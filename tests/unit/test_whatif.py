@@ -4,14 +4,21 @@ decision; a changed policy's placements and a changed decider's decisions are re
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import typer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli.whatif import load_decider
-from events.catalog import PodScheduled, StopReason, VMDeleted
+from cli.whatif import load_decider, policy_prelude
+from events.catalog import (
+    MigrationRequested,
+    MigrationScheduled,
+    PodScheduled,
+    StopReason,
+    VMDeleted,
+)
 from events.meta import Kind
 from services.controller import scheduler
 from services.controller.reactor import ControllerReactor
@@ -190,3 +197,50 @@ def test_a_decider_is_named_as_controller_module_factory() -> None:
                 "controller=tests.unit.whatif_fixtures:nothing"):  # fmt: skip
         with pytest.raises(typer.Exit):
             load_decider(bad)
+
+
+def test_a_migration_policy_from_the_windows_start_changes_the_migrations_settings(
+    tmp_path: Path,
+) -> None:
+    """`whatif --migration-policy FILE`: the policy is created in the sandbox as the window
+    begins (through the kind's admission), so the migrations decided after it carry its
+    settings; a file the api would refuse is refused at once, in the api's words."""
+    w = World()
+    w.run(w.node_joined("node1"))
+    w.run(w.vm_created("vm1"))
+    w.start_running("vm1")
+    w.run(w.node_joined("node2"))
+    start = len(w.log) + 1
+    manifest = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": "m1", "namespace": "default", "uid": "mig-uid-m1"},
+        "spec": {"vmiName": "vm1"},
+    }
+    w.run(MigrationRequested(meta=w.m(Kind.MIGRATION, "m1"), manifest=manifest))
+    scheduled = [s for s in w.log if isinstance(s.event, MigrationScheduled)]
+    assert len(scheduled) == 1
+    policy = tmp_path / "slow.yaml"
+    policy.write_text(
+        "apiVersion: migrations.kubevirt.io/v1alpha1\nkind: MigrationPolicy\n"
+        "metadata: {name: slow}\nspec:\n  bandwidthPerMigration: 1Mi\n"
+    )
+    sandbox = WhatIf(
+        ControllerReactor(node_timeout=1e9),
+        since=start,
+        change="migration policy",
+        prelude=policy_prelude(policy),
+    )
+    for s in w.log:
+        sandbox.feed(s)
+    r = sandbox.report()
+    assert [(d.live.type if d.live else None) for d in r.differences] == ["MigrationScheduled"]
+    changed = r.differences[0].live
+    assert changed is not None and changed.fields == ["settings"]  # the policy's, not none
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        "apiVersion: migrations.kubevirt.io/v1alpha1\nkind: MigrationPolicy\n"
+        "metadata: {name: UPPER}\nspec: {}\n"
+    )
+    with pytest.raises(typer.Exit):
+        policy_prelude(bad)
