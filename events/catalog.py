@@ -549,6 +549,21 @@ class ImportFinished(Event, tag="ImportFinished", frozen=True):
     error: str = ""
 
 
+class VolumeReclaimRequested(Event, tag="VolumeReclaimRequested", frozen=True):
+    """A deleted claim's PersistentVolume of reclaim policy Delete: its node's handler is
+    asked to delete the claim's disk, as Kubernetes' volume deleter deletes the asset
+    before the PV object. On the PV's aggregate, routed to the node (meta.node)."""
+
+    namespace: str
+    claim: str
+
+
+class VolumeReclaimed(Event, tag="VolumeReclaimed", frozen=True):
+    """The reclaimed volume's disk is gone (deleted, or never made), or `error`."""
+
+    error: str = ""
+
+
 # ------------------------------------------------------------------ every kind's metadata
 #: the metadata a user changes without touching spec or status (the rest is the server's)
 USER_METADATA = ("labels", "annotations", "finalizers", "ownerReferences", "managedFields")
@@ -647,6 +662,8 @@ ResourceEvent = (
     | ImportRequested
     | ImportProgressed
     | ImportFinished
+    | VolumeReclaimRequested
+    | VolumeReclaimed
     | MetadataChanged
 )
 

@@ -11,7 +11,7 @@ One user per service (docs/SECURITY.md has the table and how to use it in a real
   the active/standby lease;
 - `handler-<node>`: appends only VMI events routed to its node, its node's own events,
   migration events (a migration's handoff is routed to the other node) and the answers to
-  the volume copies routed to it (snapshots, restores); its heartbeat
+  the volume copies, imports and volume deletions routed to it; its heartbeat
   key, its dead-letter subject, its durable consumer's acks; no intent;
 - `reader`: the read-only debug commands: stream info, ordered consumers, message gets;
   publishes no event and no intent;
@@ -171,6 +171,8 @@ def handler_user(node: str, password: str, stream: str = "VIRT") -> NatsUser:
                 # a DataVolume's import it runs (CDI's importer)
                 f"virt.datavolume.*.*.ImportProgressed.{n}",
                 f"virt.datavolume.*.*.ImportFinished.{n}",
+                # a reclaimed volume's disk it deleted (the volume deleter)
+                f"virt.pv.*.*.VolumeReclaimed.{n}",
                 f"dlq.{service}",
                 f"$KV.{heartbeats.BUCKET}.{heartbeats.key_of(node)}",
                 *own_checkpoint(service),

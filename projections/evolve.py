@@ -92,6 +92,8 @@ from events.catalog import (
     VMUpdated,
     VolumeAttached,
     VolumeDetached,
+    VolumeReclaimed,
+    VolumeReclaimRequested,
     VolumesCopied,
     VolumesCopyRequested,
 )
@@ -597,6 +599,9 @@ def evolve_resource(view: ResourceView | None, s: Stored) -> ResourceView | None
             return replace(
                 view, status_json=pack_manifest(status), version=s.seq, resource_version=s.seq
             )
+        case VolumeReclaimRequested() | VolumeReclaimed():
+            # the controller records the outcome (the PV deleted, or its phase Failed)
+            return None if view is None else replace(view, version=s.seq)
         case VolumesCopied():
             if view is None:
                 return None

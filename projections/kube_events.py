@@ -92,6 +92,8 @@ from events.catalog import (
     VMUpdated,
     VolumeAttached,
     VolumeDetached,
+    VolumeReclaimed,
+    VolumeReclaimRequested,
     VolumesCopied,
     VolumesCopyRequested,
 )
@@ -125,6 +127,7 @@ NORMAL, WARNING = "Normal", "Warning"
 CONTROLLER, HANDLER, SCHEDULER = "virt-controller", "virt-handler", "default-scheduler"
 KUBEVIRT = "kubevirt.io/v1"
 CDI_V1BETA1, CDI_CONTROLLER = "cdi.kubevirt.io/v1beta1", "datavolume-import-controller"
+PV_CONTROLLER = "persistentvolume-controller"
 STARTED_BY_CREATING = "Started the virtual machine by creating the new virtual machine instance"
 STOPPED_BY_DELETING = "Stopped the virtual machine by deleting the virtual machine instance"
 
@@ -332,6 +335,10 @@ def occurrences(s: Stored, cluster: FoldReader) -> list[Occurrence]:
                 return [Occurrence(me, WARNING, "Error", error, CDI_CONTROLLER, ev.meta.node)]
             msg = f"Successfully imported into PVC {agg.name}"
             return [Occurrence(me, NORMAL, "ImportSucceeded", msg, CDI_CONTROLLER, ev.meta.node)]
+        # --------------------------------------------------------- the volume deleter
+        case VolumeReclaimed(error=error) if error:
+            me = InvolvedObject("PersistentVolume", "", agg.name, agg.uid, "v1")
+            return [Occurrence(me, WARNING, "VolumeFailedDelete", error, PV_CONTROLLER)]
         # ------------------------------------------------------------- the handler
         case DomainStarted(node=node):
             me = _of(agg, "VirtualMachineInstance", KUBEVIRT, cluster)
@@ -465,6 +472,8 @@ def occurrences(s: Stored, cluster: FoldReader) -> list[Occurrence]:
             | GuestAgentChanged()
             | GuestInterfacesChanged()
             | MetadataChanged()
+            | VolumeReclaimRequested()
+            | VolumeReclaimed()
         ):
             return []
         case _:

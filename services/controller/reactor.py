@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from events import subjects
-from events.catalog import Event, ResourceDeleted
+from events.catalog import Event, ResourceDeleted, VolumeReclaimed
 from events.envelope import Context, Decision, Stored
 from events.meta import Aggregate, Kind, ResourceKind
 from projections.cluster import Cluster, key, view_key
@@ -134,6 +134,8 @@ class ControllerReactor:
                 scope.claims.add(key(agg.namespace, agg.name))
                 if agg.kind == ResourceKind.PVC and isinstance(stored.event, ResourceDeleted):
                     scope.released.add(agg.uid)
+            case ResourceKind.PV if isinstance(stored.event, VolumeReclaimed):
+                return [*storage.reclaimed(state.cluster, agg.name, stored.event.error, ctx)]
             case Kind.NODE:
                 scope.nodes.add(agg.name)
                 for vmi in state.cluster.vmis_on(agg.name):

@@ -28,6 +28,7 @@ from events.catalog import (
     ResourceDeleted,
     ResourceStatusChanged,
     ResourceUpdated,
+    VolumeReclaimRequested,
 )
 from events.envelope import Context, Decision
 from events.meta import CLUSTER_SCOPE, Aggregate, ResourceKind
@@ -172,7 +173,10 @@ def _unprotect(claim: ResourceView, users: frozenset[str], ctx: Context) -> list
 
 
 def released(cluster: Cluster, claim_uid: str, ctx: Context) -> list[Decision]:
-    """A deleted claim's volume: deleted (reclaim policy Delete) or Released (Retain)."""
+    """A deleted claim's volume: Released and kept (reclaim policy Retain), or its disk
+    deleted by the node that holds it (Delete: `VolumeReclaimRequested`, `reclaimed`
+    deletes the PV once the disk is gone). Storage every node reaches goes to the first
+    responsive node; with none, the PV goes at once (no handler could delete the disk)."""
     name = f"pvc-{claim_uid}"
     pv = cluster.resources[ResourceKind.PV].get(name)
     if pv is None:
@@ -183,6 +187,41 @@ def released(cluster: Cluster, claim_uid: str, ctx: Context) -> list[Decision]:
             return []
         meta = emit.meta(ctx, agg, f"pv-released/{pv.uid}")
         return [Decision(ResourceStatusChanged(meta=meta, status={"phase": "Released"}))]
+    node = _volume_node(cluster, pv)
+    claim = pv.spec.get("claimRef") or {}
+    if not node or not claim.get("name"):
+        meta = emit.meta(ctx, agg, f"pv-delete/{pv.uid}")
+        return [Decision(ResourceDeleted(meta=meta), occ=False)]
+    meta = emit.meta(ctx, agg, f"pv-reclaim/{pv.uid}", node=node)
+    ns, claim_name = str(claim.get("namespace") or ""), str(claim["name"])
+    return [Decision(VolumeReclaimRequested(meta=meta, namespace=ns, claim=claim_name), occ=False)]
+
+
+def _volume_node(cluster: Cluster, pv: ResourceView) -> str:
+    """The node whose handler deletes the volume's disk: a local volume's own, else the
+    first responsive node ("" when there is none)."""
+    affinity = (pv.spec.get("nodeAffinity") or {}).get("required") or {}
+    for term in affinity.get("nodeSelectorTerms") or []:
+        for expr in term.get("matchExpressions") or []:
+            if expr.get("key") == "kubernetes.io/hostname" and expr.get("values"):
+                return str(expr["values"][0])
+    live = sorted(n.name for n in cluster.nodes.values() if not n.unresponsive)
+    return live[0] if live else ""
+
+
+def reclaimed(cluster: Cluster, pv_name: str, error: str, ctx: Context) -> list[Decision]:
+    """The disk of a volume of reclaim policy Delete is gone: the PV goes. One that could
+    not be deleted stays, phase Failed with the deleter's words (Kubernetes' deleter)."""
+    pv = cluster.resources[ResourceKind.PV].get(pv_name)
+    if pv is None:
+        return []
+    agg = Aggregate(kind=ResourceKind.PV, namespace=CLUSTER_SCOPE, name=pv_name, uid=pv.uid)
+    if error:
+        if pv.status.get("phase") == "Failed":
+            return []
+        meta = emit.meta(ctx, agg, f"pv-failed/{pv.uid}")
+        status = {"phase": "Failed", "message": error}
+        return [Decision(ResourceStatusChanged(meta=meta, status=status))]
     meta = emit.meta(ctx, agg, f"pv-delete/{pv.uid}")
     return [Decision(ResourceDeleted(meta=meta), occ=False)]
 

@@ -17,6 +17,7 @@ from events.catalog import MigrationScheduled
 from events.meta import Aggregate
 from projections.views import MigrationView
 from services.handler.imports import ImportDone, ImportProgress, RunImport
+from services.handler.reclaim import DeleteDisk, DiskDeleted
 from services.handler.volumes import CopyVolumes, VolumesCopyDone
 from services.launcher.protocol import (
     AbortMigration,
@@ -133,7 +134,7 @@ class ReadMigration(msgspec.Struct, frozen=True):
 
 
 FleetAction = Launch | Send | Cleanup | Release | Migrate | Relay
-Action = FleetAction | ReadMigration | CopyVolumes | RunImport
+Action = FleetAction | ReadMigration | CopyVolumes | RunImport | DeleteDisk
 
 
 # ------------------------------------------------------------------ observations
@@ -179,4 +180,5 @@ Observation = (
     | VolumesCopyDone
     | ImportProgress
     | ImportDone
+    | DiskDeleted
 )

@@ -25,6 +25,8 @@ from events.catalog import (
     ResourceEvent,
     ResourceStatusChanged,
     ResourceUpdated,
+    VolumeReclaimed,
+    VolumeReclaimRequested,
     VolumesCopied,
     VolumesCopyRequested,
 )
@@ -93,6 +95,8 @@ def fold(jobs: Imports, stored: Stored) -> None:
             | ImportProgressed()
             | VolumesCopyRequested()
             | VolumesCopied()
+            | VolumeReclaimRequested()
+            | VolumeReclaimed()
         ):
             pass  # the DataVolume itself, its controller's
         case _:

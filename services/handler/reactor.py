@@ -24,7 +24,7 @@ from events import subjects
 from events.catalog import MigrationEvent, NodeSystemInfo, Resources, VMIRemoved
 from events.envelope import Context, Decision, Stored
 from events.meta import Kind, ResourceKind
-from services.handler import imports, migration, volumes
+from services.handler import imports, migration, reclaim, volumes
 from services.handler.effects import (
     Action,
     LauncherSeen,
@@ -52,6 +52,7 @@ from services.handler.migration import (
 from services.handler.migration_source import owns, plan_source, source_wakeup
 from services.handler.node_info import NodeConfig, joined_event
 from services.handler.planner import plan, released, service_name
+from services.handler.reclaim import DiskDeleted
 from services.handler.state import NodeState, fold_event, vmi_key
 from services.handler.volumes import CopyStarted, Jobs, VolumesCopyDone
 from services.runtime.reactor import Note
@@ -64,7 +65,7 @@ class Joined(msgspec.Struct, frozen=True):
     """NodeJoined went out (once per incarnation)."""
 
 
-HandlerNote = Joined | MigrationNote | CopyStarted | ImportStarted
+HandlerNote = Joined | MigrationNote | CopyStarted | ImportStarted | reclaim.DiskAsked
 Input = Observation | HandlerNote
 Output = Decision | Action | Note[Input]
 
@@ -75,6 +76,7 @@ class HandlerState(msgspec.Struct, kw_only=True):
     migrations: MigrationState = msgspec.field(default_factory=MigrationState)
     copies: Jobs = msgspec.field(default_factory=dict)  # volume copies, by job key
     imports: Imports = msgspec.field(default_factory=dict)  # DataVolume imports, by job key
+    reclaims: set[str] = msgspec.field(default_factory=set)  # volume deletions in flight
     joined: bool = False
 
 
@@ -113,6 +115,7 @@ class HandlerReactor:
             subjects.node_filter(ResourceKind.SNAPSHOT_CONTENT, self.node),
             subjects.node_filter(ResourceKind.RESTORE, self.node),
             subjects.node_filter(ResourceKind.DATA_VOLUME, self.node),
+            subjects.node_filter(ResourceKind.PV, self.node),  # disks to delete
         ]
 
     def initial_state(self) -> HandlerState:
@@ -182,6 +185,8 @@ class HandlerReactor:
                 volumes.observe(state.copies, obs)
             case ImportStarted() | ImportProgress() | ImportDone():
                 imports.observe(state.imports, obs)
+            case reclaim.DiskAsked() | DiskDeleted():
+                reclaim.observe(state.reclaims, obs)
             case TargetNoted() | TargetOver() | SourceStep() | ProgressSent():
                 migration.note(state.migrations, obs)
             case _:
@@ -198,6 +203,8 @@ class HandlerReactor:
             return self._copy(state, volumes.job_key(agg))
         if agg.kind == ResourceKind.DATA_VOLUME:
             return self._import(state, imports.job_key(agg))
+        if agg.kind == ResourceKind.PV:
+            return [*reclaim.plan(state.reclaims, stored)]
         if agg.kind == Kind.VMI:
             vkeys.append(vmi_key(event))
         elif agg.kind == Kind.MIGRATION and event.meta.node == self.node:
@@ -221,6 +228,8 @@ class HandlerReactor:
             case ImportProgress() | ImportDone():
                 made = imports.answer(state.imports, obs, self.node, self.name, ctx.now)
                 return [] if made is None else [Decision(made, occ=False)]
+            case DiskDeleted():
+                return [Decision(reclaim.answer(obs, self.node, self.name, ctx.now), occ=False)]
             case (
                 Joined()
                 | TargetNoted()
@@ -229,6 +238,7 @@ class HandlerReactor:
                 | ProgressSent()
                 | CopyStarted()
                 | ImportStarted()
+                | reclaim.DiskAsked()
             ):
                 return []  # its own note: decided where it was made
             case _:

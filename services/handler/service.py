@@ -41,10 +41,12 @@ from services.handler.migration import MigrationState
 from services.handler.node_info import LaunchSettings, NodeConfig
 from services.handler.planner import service_name
 from services.handler.reactor import HandlerReactor, HandlerState, Input
+from services.handler.reclaim import DeleteDisk, DiskDeleted
 from services.handler.state import NodeState
 from services.handler.volume_copy import copy_volumes
 from services.handler.volumes import CopyVolumes, VolumesCopyDone
 from services.launcher.domain_xml import DomainType
+from services.launcher.storage import claim_path
 from services.runtime.checkpointing import Checkpointer
 from services.runtime.inbox import Inbox
 from services.runtime.metrics_access import MetricsAccess
@@ -122,6 +124,9 @@ class HandlerEffects:
         if isinstance(action, ReadMigration):
             self._spawn(self._read(action))
             return
+        if isinstance(action, DeleteDisk):
+            self._spawn(self._delete_disk(action))
+            return
         await self.fleet.execute(action)
 
     def _spawn(self, work: Coroutine[None, None, None]) -> None:
@@ -149,6 +154,19 @@ class HandlerEffects:
             run_import, action, launch.disk_dir, launch.image_dir, report
         )
         self.inbox.put(ImportDone(action.key, error))
+
+    async def _delete_disk(self, action: DeleteDisk) -> None:
+        """A reclaimed volume's disk, deleted in a thread (a disk already gone is fine)."""
+        path = claim_path(self.fleet.launch.disk_dir, action.namespace, action.claim)
+        try:
+            await asyncio.to_thread(path.unlink, missing_ok=True)
+        except OSError as e:
+            error = f"unable to delete {path}: {e.strerror or e}"
+            log.warning("volume disk not deleted", volume=action.volume.name, error=error)
+            self.inbox.put(DiskDeleted(action.volume, action.cause, error))
+            return
+        log.info("volume disk deleted", volume=action.volume.name, path=str(path))
+        self.inbox.put(DiskDeleted(action.volume, action.cause))
 
     async def _read(self, action: ReadMigration) -> None:
         try:

@@ -24,6 +24,8 @@ from events.catalog import (
     ResourceStatusChanged,
     ResourceUpdated,
     VolumeCopy,
+    VolumeReclaimed,
+    VolumeReclaimRequested,
     VolumesCopied,
     VolumesCopyRequested,
 )
@@ -91,6 +93,8 @@ def fold(jobs: Jobs, stored: Stored) -> None:
             | ImportRequested()
             | ImportProgressed()
             | ImportFinished()
+            | VolumeReclaimRequested()
+            | VolumeReclaimed()
         ):
             pass  # the object itself, the snapshot controller's
         case _:

@@ -294,6 +294,10 @@ def test_a_claim_in_use_goes_only_after_its_vmi(cluster: Cluster, tmp_path: Path
     _apply(cluster, tmp_path, _claim("held"), _vm("vm-holds", "held"))
     _running(cluster, "vm-holds")
     volume = _get(cluster, "pvc", "held")["spec"]["volumeName"]
+    # the claim's disk (test mode makes none for a plain claim: one is put where it lives)
+    disk = cluster.home / "disks" / "volumes" / "default" / "held.qcow2"  # home: the data dir
+    disk.parent.mkdir(parents=True, exist_ok=True)
+    disk.write_bytes(b"a disk")
     cluster.kubectl("delete", "pvc", "held", "--wait=false")
     pvc = _get(cluster, "pvc", "held")
     assert pvc["metadata"]["deletionTimestamp"]
@@ -304,6 +308,7 @@ def test_a_claim_in_use_goes_only_after_its_vmi(cluster: Cluster, tmp_path: Path
     )
     _gone(cluster, "pvc", "held")
     _gone(cluster, "pv", volume)
+    assert not disk.exists()  # reclaim policy Delete: its node deleted the disk first
 
 
 def test_the_user_guide_data_volume_imports_over_http(

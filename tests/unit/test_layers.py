@@ -40,6 +40,7 @@ PURE_MODULES = (
     "services/handler/migration_sim.py",
     "services/handler/volumes.py",
     "services/handler/imports.py",
+    "services/handler/reclaim.py",
 )
 
 # Loaded by a pure module, directly or through any module it imports, these are a bug: the

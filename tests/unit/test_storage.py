@@ -21,13 +21,17 @@ from events.catalog import (
     ResourceCreated,
     ResourceDeleted,
     Unschedulable,
+    VolumeReclaimed,
+    VolumeReclaimRequested,
 )
-from events.meta import CLUSTER_SCOPE, Kind, ResourceKind
+from events.envelope import Stored
+from events.meta import CLUSTER_SCOPE, Aggregate, Kind, ResourceKind
 from events.objects import DataVolume, ObjectMeta, PersistentVolumeClaim
 from kinds import storage as storage_kind
-from projections import claims, storage
+from projections import claims, kube_events, storage
 from projections.migratability import live_migratable
 from projections.views import ResourceView
+from services.handler import reclaim
 from tests.factories import meta, vm_manifest
 from tests.unit.test_controller_world import World, of
 
@@ -159,8 +163,55 @@ def test_a_claim_in_use_keeps_its_finalizer_until_its_vmi_ended() -> None:
     assert storage.deleting(claim(w, "data"))
     out = w.stop_guest("a")
     assert "default/data" not in w.state.cluster.resources[ResourceKind.PVC]
+    # reclaim policy Delete: the node holding the disk deletes it, then the PV goes
+    [asked] = of(out, VolumeReclaimRequested)
+    assert (asked.meta.node, asked.namespace, asked.claim) == ("node-1", "default", "data")
+    assert "pvc-uid-data" in w.state.cluster.resources[ResourceKind.PV]
+    pv_meta = meta(ResourceKind.PV, "pvc-uid-data", CLUSTER_SCOPE)
+    out = w.run(VolumeReclaimed(meta=pv_meta))
     assert "pvc-uid-data" not in w.state.cluster.resources[ResourceKind.PV]
     assert of(out, ResourceDeleted)
+
+
+def test_a_volume_whose_disk_cannot_be_deleted_fails_and_says_why() -> None:
+    """Kubernetes' deleter: the PV stays, phase Failed, a VolumeFailedDelete Event."""
+    w = world()
+    make_claim(w, "data", RWO, storage.LOCAL)
+    w.run(w.vmi_created("a", spec=with_claims("data")))
+    w.start_running("a")
+    w.run(ResourceDeleted(meta=w.m(ResourceKind.PVC, "data")))
+    pv_meta = meta(ResourceKind.PV, "pvc-uid-data", CLUSTER_SCOPE)
+    failed = VolumeReclaimed(meta=pv_meta, error="unable to delete /x: Permission denied")
+    w.run(failed)
+    pv = w.state.cluster.resources[ResourceKind.PV]["pvc-uid-data"]
+    assert pv.status == {"phase": "Failed", "message": "unable to delete /x: Permission denied"}
+    found = kube_events.occurrences(w.log[-2], w.state.cluster)
+    assert [(o.type, o.reason, o.involved.kind) for o in found] == [
+        ("Warning", "VolumeFailedDelete", "PersistentVolume")
+    ]
+
+
+def test_the_handler_deletes_a_disk_once_per_request_and_answers_it() -> None:
+    asked: set[str] = set()
+    pv = Aggregate(kind=ResourceKind.PV, namespace=CLUSTER_SCOPE, name="pvc-u")
+    request = VolumeReclaimRequested(
+        meta=meta(ResourceKind.PV, "pvc-u", CLUSTER_SCOPE, node="node-1", event_id="c/1"),
+        namespace="default",
+        claim="data",
+    )
+    stored = Stored(seq=7, subject="", time=0.0, event=request)
+    first = reclaim.plan(asked, stored)
+    assert [type(o).__name__ for o in first] == ["DeleteDisk", "Note"]
+    reclaim.observe(asked, first[1].observation)  # type: ignore[union-attr]
+    assert reclaim.plan(asked, stored) == []  # decided again: asked once
+    delete = first[0]
+    assert isinstance(delete, reclaim.DeleteDisk) and delete.claim == "data"
+    done = reclaim.DiskDeleted(pv, delete.cause)
+    answer = reclaim.answer(done, "node-1", "virt-handler-node-1", 5.0)
+    assert answer.error == "" and answer.meta.node == "node-1"
+    assert answer.meta.causation_id == "c/1" and answer.meta.causation_seq == 7
+    reclaim.observe(asked, done)
+    assert asked == set()
 
 
 def test_rwo_claims_are_not_live_migratable_rwx_ones_are() -> None:
