@@ -1,4 +1,4 @@
-"""The read side restarts from its snapshot plus the tail, and equals a full rebuild."""
+"""The read side restarts from its checkpoint plus the tail, and equals a full rebuild."""
 
 from __future__ import annotations
 
@@ -10,17 +10,9 @@ from readside import view_checkpoints
 from readside.runner import ProjectionRunner
 from readside.watch import Selector
 from tests.factories import meta
+from tests.integration.test_checkpoints import vm
 
 EVENTS = Selector(kube_events.KIND)
-
-
-def vm(name: str) -> dict[str, object]:
-    return {
-        "apiVersion": "kubevirt.io/v1",
-        "kind": "VirtualMachine",
-        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
-        "spec": {"runStrategy": "Manual", "template": {"spec": {}}},
-    }
 
 
 async def test_runner_saves_and_restarts_from_a_checkpoint(store: JetStreamStore) -> None:
