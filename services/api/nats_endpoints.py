@@ -5,7 +5,8 @@ and answer the same Status.
 
     virt-api.v1.<namespace>.<plural>.<name>.<verb>
 
-`<verb>` is create, get, update, patch, delete or a subresource (start, stop, restart,
+`<verb>` is create, get, update, patch, delete, deletecollection (name `_`, the selectors
+as `labelSelector`/`fieldSelector` headers) or a subresource (start, stop, restart,
 migrate, pause, unpause, softreboot, scale, ...); the request body is what the HTTP api
 takes for that verb (a patch's media type is its `Content-Type`, a server-side apply's
 `application/apply-patch+yaml`), Kubernetes' write options (`dryRun`, `fieldManager`,
@@ -37,11 +38,20 @@ from nats.micro.service import Service
 
 from core import commands, field_validation, names
 from core.commands import Verb
-from core.errors import ApiError, internal, method_not_allowed, not_found, unknown_resource
+from core.errors import (
+    ApiError,
+    bad_request,
+    internal,
+    method_not_allowed,
+    not_found,
+    read_replica,
+    unknown_resource,
+)
 from core.idempotency import HEADER as IDEMPOTENCY_HEADER
 from events.subjects import token, untoken
 from kinds.registry import Registry
 from kinds.spec import KindSpec
+from readside.watch import Selector, SelectorError
 from services.api import reads, writes
 from services.api.guard import Guard, check_intent, intent_attributes
 from services.api.ids import new_id
@@ -53,7 +63,15 @@ VERSION = "v1"
 SERVICE_NAME = "virt-api"
 QUEUE = "virt-api"  # every api process joins it: one of them answers each request
 # the verbs besides the kinds' subresources, and the verb of the kind's each needs
-CRUD = {"create": "create", "get": "get", "update": "update", "patch": "update", "delete": "delete"}
+CRUD = {
+    "create": "create",
+    "get": "get",
+    "update": "update",
+    "patch": "update",
+    "delete": "delete",
+    "deletecollection": "delete",
+}
+SELECTOR_HEADERS = ("labelSelector", "fieldSelector")  # deletecollection's, as query params
 VERBS = {"create": Verb.CREATE, "update": Verb.UPDATE, "patch": Verb.PATCH, "delete": Verb.DELETE}
 
 # request headers (the HTTP api's names)
@@ -129,7 +147,12 @@ def parse_subject(text: str, kinds: Registry) -> Target:
     name = untoken(name_token)
     if not spec.namespaced and ns_token != "_":
         raise unknown_resource()  # a cluster-scoped kind has no namespace: `_` stands in its place
-    if not (verb == "create" and not name):  # create without a name: generateName
+    if verb == "deletecollection":  # a collection: no name (`_`), the namespace's rules
+        if name:
+            raise unknown_resource()
+        if spec.namespaced and (causes := names.validate_namespace(namespace)):
+            raise ApiError(names.invalid_object(spec.kind, spec.group, name, causes))
+    elif not (verb == "create" and not name):  # create without a name: generateName
         causes = names.validate_identity(
             namespace, name, namespaced=spec.namespaced, rule=spec.name_rule
         )
@@ -183,6 +206,8 @@ async def _answer(
     try:
         if t.verb == "get":
             return Reply(200, _get(api, t))
+        if t.verb == "deletecollection":
+            return await _delete_collection(api, t, data, headers, correlation_id)
         req = commands.Request(
             verb=VERBS.get(t.verb, Verb.CALL),
             spec=t.spec,
@@ -200,6 +225,38 @@ async def _answer(
         return _error(err)
     except Exception as exc:  # an answer, not a silent timeout for the script
         return _error(internal(f"{type(exc).__name__}: {exc}"))
+
+
+async def _delete_collection(
+    api: ApiService, t: Target, data: bytes, headers: Mapping[str, str], correlation_id: str
+) -> Reply:
+    """Every object the selectors (headers named as the HTTP api's query parameters) match,
+    each deleted as its own write (`writes.delete_collection`); the list of what each
+    delete answered, as the HTTP api's deletecollection answers."""
+    if api.store is None:
+        raise read_replica()
+    req = commands.Request(
+        verb=Verb.DELETE,
+        spec=t.spec,
+        namespace=t.namespace,
+        name="",
+        body=data,
+        content_type=headers.get(CONTENT_TYPE_HEADER, ""),
+        params=commands.params(headers),
+        agent=headers.get(USER_AGENT_HEADER, ""),
+    )
+    delete = commands.decode(req)
+    assert isinstance(delete, commands.Delete)
+    label, fields = (headers.get(h) for h in SELECTOR_HEADERS)
+    try:
+        selector = Selector.parse(t.spec.event_kind, t.namespace, label, fields)
+    except SelectorError as exc:
+        raise bad_request(str(exc)) from None
+    matched = api.runner.list(selector)
+    items = await writes.delete_collection(api, delete, matched, t.spec, correlation_id)
+    meta = {"resourceVersion": str(api.runner.last_seq)}
+    body = {"apiVersion": t.spec.api_version, "kind": t.spec.list_kind, "metadata": meta}
+    return Reply(200, _json.encode({**body, "items": items}))
 
 
 def _error(err: ApiError) -> Reply:

@@ -1,5 +1,6 @@
 """HTTP and NATS are two transports of one set of commands: the same script of writes
-(create, update, patch, server-side apply, delete with DeleteOptions, subresource calls,
+(create, update, patch, server-side apply, delete with DeleteOptions, deletecollection,
+subresource calls,
 dry runs, and the refusals of each) is sent over HTTP in one namespace and over the NATS
 endpoints in another, against the same api on a real nats-server, and both must answer
 with the same code, body and warnings and store the same events (ids, uids, times and
@@ -61,12 +62,18 @@ def _decoded(data: bytes) -> Any:
 
 
 def over_http(http: httpx.AsyncClient, ns: str) -> Send:
-    methods = {"create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE"}
+    methods = {
+        "create": "POST",
+        "update": "PUT",
+        "patch": "PATCH",
+        "delete": "DELETE",
+        "deletecollection": "DELETE",
+    }
 
     async def send(step: Step) -> Answer:
         spec = REGISTRY.get(step.plural)
         assert spec is not None
-        if step.verb == "create":
+        if step.verb in ("create", "deletecollection"):
             path = spec.collection_path(ns)
         elif step.verb in methods:
             path = f"{spec.collection_path(ns)}/{step.name}"
@@ -234,6 +241,11 @@ async def script(send: Send) -> list[Answer]:
     await step(Step("delete", VMS, "vm1", {"preconditions": {"uid": uid}, "gracePeriodSeconds": 0}))
     await step(Step("delete", VMIS, "vmi1", {}, params={"gracePeriodSeconds": "5"}))
     await step(Step("delete", VMS, "ghost", {}))  # 404
+    # deletecollection: what the selector matches, each deleted as its own write
+    await step(Step("create", VMS, "", vm("many-a")))
+    await step(Step("create", VMS, "", vm("many-b")))
+    await step(Step("deletecollection", VMS, "", {}, params={"labelSelector": "app in (x"}))
+    await step(Step("deletecollection", VMS, "", {}, params={"labelSelector": "app=contract"}))
     return out
 
 
@@ -308,7 +320,9 @@ async def test_every_command_is_the_same_over_http_and_nats(
     # what the script asked for is there: the client's field manager on its update, the
     # precondition-checked delete, and nothing from any refusal or dry run
     types = [e["type"] for e in events_h]
-    assert types.count("VMCreated") == 2 and "VMDeleted" in types
+    assert types.count("VMCreated") == 4 and "VMDeleted" in types
+    deleted = {e["meta"]["aggregate"]["name"] for e in events_h if e["type"] == "VMDeleted"}
+    assert {"many-a", "many-b"} <= deleted  # the deletecollection's, one write each
     updated = next(e for e in events_h if e["type"] == "VMUpdated")
     managers = {f["manager"] for f in updated["manifest"]["metadata"]["managedFields"]}
     assert "contract-client" in managers
