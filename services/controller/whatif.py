@@ -87,7 +87,7 @@ class Report(msgspec.Struct, frozen=True):
     summary: Summary
 
 
-def _normal(ev: Event) -> Event:
+def normal(ev: Event) -> Event:
     """The decision without when and why it was made (see the module doc)."""
     m = msgspec.structs.replace(
         ev.meta, occurred_at=0.0, correlation_id="", causation_id="", causation_seq=0
@@ -102,10 +102,10 @@ def _flat(ev: Event) -> dict[str, Any]:
     return out
 
 
-def _side(ev: Event, seq: int = 0, other: Event | None = None) -> Side:
+def side(ev: Event, seq: int = 0, other: Event | None = None) -> Side:
     fields: list[str] = []
     if other is not None and type(other) is type(ev):
-        a, b = _flat(_normal(ev)), _flat(_normal(other))
+        a, b = _flat(normal(ev)), _flat(normal(other))
         fields = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
     node = ev.node if isinstance(ev, PodScheduled) else ev.meta.node
     return Side(type=event_type(ev), node=node, seq=seq, fields=fields)
@@ -211,7 +211,7 @@ class WhatIf:
 
     def _compare(self, eid: str, seq: int, cause: int, live: Event, whatif: Event) -> None:
         self.matched.add(eid)
-        if _normal(live) == _normal(whatif):
+        if normal(live) == normal(whatif):
             self.reproduced += 1
             return
         self.differences.append(
@@ -220,8 +220,8 @@ class WhatIf:
                 seq=seq,
                 cause=cause,
                 id=eid,
-                live=_side(live, seq, whatif),
-                whatif=_side(whatif, 0, live),
+                live=side(live, seq, whatif),
+                whatif=side(whatif, 0, live),
             )
         )
 
@@ -233,9 +233,9 @@ class WhatIf:
             if not cause:
                 ticks += 1
                 continue
-            diffs.append(Difference(ev.meta.aggregate.key, seq, cause, eid, _side(ev, seq), None))
+            diffs.append(Difference(ev.meta.aggregate.key, seq, cause, eid, side(ev, seq), None))
         for eid, (cause, ev) in self.whatif.items():
-            diffs.append(Difference(ev.meta.aggregate.key, cause, cause, eid, None, _side(ev)))
+            diffs.append(Difference(ev.meta.aggregate.key, cause, cause, eid, None, side(ev)))
         diffs.sort(key=lambda d: (d.cause or d.seq, d.seq, d.id))
         first = None
         if diffs:
