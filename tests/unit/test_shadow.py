@@ -41,6 +41,7 @@ def test_a_forgetful_scheduler_is_caught_when_the_live_placement_is_read() -> No
     placed = [s for s in live_decisions(w.log) if isinstance(s.event, PodScheduled)]
     assert [seq for seq, _ in found] == [s.seq for s in placed]  # at once, none later
     for (_, d), s in zip(found, placed, strict=True):
+        assert isinstance(s.event, PodScheduled)
         assert d.reason == "live-only"
         assert d.cause == s.event.meta.causation_seq
         assert d.live is not None and d.live.type == "PodScheduled"
