@@ -19,6 +19,7 @@ ROLES = {
     "controller": "services.controller.__main__",
     "handler": "services.handler.__main__",
     "upkeep": "services.upkeep.__main__",
+    "shadow": "services.shadow.__main__",
 }
 
 
@@ -26,7 +27,7 @@ def serve(
     ctx: typer.Context,
     role: str = typer.Argument(..., metavar="ROLE", help=f"One of: {', '.join(ROLES)}"),
 ) -> None:
-    """Run one role (api, controller, handler, upkeep) until SIGTERM; options after ROLE are its."""
+    """Run one role (api, controller, handler, upkeep, shadow) until SIGTERM; options after ROLE are its."""
     if role in ("-h", "--help"):
         typer.echo(__doc__)
         raise typer.Exit(0)

@@ -149,6 +149,13 @@ def up(
         "centos.stream9, ...) at the start, as its operator does "
         "(commonInstancetypesDeployment)",
     ),
+    shadow: list[str] = typer.Option(
+        [],
+        metavar="controller=MODULE:FACTORY",
+        help="Also run this version of the controller's decider in shadow on the live "
+        "stream: it appends nothing and reports each decision that differs from the live "
+        "controller's (MODULE is looked up from here too; repeatable)",
+    ),
 ) -> None:
     """Run nats-server, api, controller and N handlers until Ctrl-C."""
     # from the start: a Ctrl-C while starting lets the start finish, then stops in order
@@ -163,7 +170,7 @@ def up(
         duplicate_window=duplicate_window, scrape_interval=scrape_interval,
         node_timeout=node_timeout, node_memory=node_memory, node_cpus=node_cpus,
         insecure=insecure, nats_tls=nats_tls, nats_monitoring=nats_monitoring,
-        common_instancetypes=common_instancetypes,
+        common_instancetypes=common_instancetypes, shadow=tuple(shadow),
     )  # fmt: skip
     Run(options, stop).main()
 
@@ -196,6 +203,7 @@ class Options:
     nats_tls: bool
     nats_monitoring: bool
     common_instancetypes: bool
+    shadow: tuple[str, ...] = ()
 
 
 class Run:
@@ -244,6 +252,14 @@ class Run:
             raise typer.Exit(2)
         if o.hypervisor == "qemu":
             qemu_preflight()
+        for spec in o.shadow:
+            from services.controller import decider_spec
+
+            try:
+                decider_spec.load(spec, os.getcwd())  # refused now, not by a child later
+            except ValueError as e:
+                console.print(f"[red]error[/]: --shadow {e}")
+                raise typer.Exit(2) from None
 
     def take_data_dir(self) -> None:
         """The data dir, locked for this run, after a killed run's reaper has finished."""
@@ -493,6 +509,27 @@ class Run:
             api_url,
         )
         specs += leased("upkeep", "services.upkeep")  # the log's upkeep
+        for i, spec in enumerate(o.shadow, 1):
+            sport = free_port()
+            specs.append(
+                ServiceSpec(
+                    name="shadow" if i == 1 else f"shadow-{i}",
+                    module="services.shadow",
+                    args=(
+                        "--decider",
+                        spec,
+                        "--module-path",
+                        os.getcwd(),
+                        "--nats-url",
+                        nats_url,
+                        "--metrics-port",
+                        str(sport),
+                        *metrics_args,
+                    ),
+                    metrics_url=f"{scheme}://127.0.0.1:{sport}/metrics",
+                    env=bus.env("shadow") if bus else {},
+                )
+            )
         for node in self.node_names:
             hport = free_port()
             specs.append(

@@ -5,10 +5,8 @@ user); appends nothing."""
 
 from __future__ import annotations
 
-import importlib
 import itertools
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,26 +28,17 @@ from events.envelope import Stored
 from eventstore.jetstream import JetStreamStore
 from kinds.registry import REGISTRY
 from projections.cluster import Cluster
-from services.controller import scheduler
+from services.controller import decider_spec, scheduler
 from services.controller.reactor import ControllerReactor
 from services.controller.whatif import Decider, Report, WhatIf
 
 
 def load_decider(spec: str) -> Decider:
-    """`controller=MODULE:FACTORY`: FACTORY() from MODULE is the decider. MODULE is looked
-    up from the working directory too (as uvicorn looks up an app), so a checkout of
-    another version can be named from its root."""
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-    service, _, target = spec.partition("=")
-    if service != "controller" or ":" not in target:
-        raise _fail(f"--decider {spec!r}: expected controller=MODULE:FACTORY")
-    module, _, name = target.partition(":")
+    """`controller=MODULE:FACTORY`, MODULE looked up from the working directory too."""
     try:
-        factory: Callable[[], Decider] = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        raise _fail(f"--decider {spec!r}: {e}") from None
-    return factory()
+        return decider_spec.load(spec, os.getcwd())
+    except ValueError as e:
+        raise _fail(f"--decider {e}") from None
 
 
 def policy_prelude(path: Path) -> Callable[[Any, Stored], list[Event]]:

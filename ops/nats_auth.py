@@ -13,6 +13,8 @@ One user per service (docs/SECURITY.md has the table and how to use it in a real
   migration events (a migration's handoff is routed to the other node) and the answers to
   the volume copies, imports and volume deletions routed to it; its heartbeat
   key, its dead-letter subject, its durable consumer's acks; no intent;
+- `shadow`: a shadow controller: reads the log and the live controller's checkpoint,
+  writes its latest divergences' bucket; no event, no intent;
 - `reader`: the read-only debug commands: stream info, ordered consumers, message gets;
   publishes no event and no intent;
 - `scripts`: what `reader` may, plus the NATS intents (`virt-api.>`; scripts go through
@@ -32,7 +34,7 @@ from collections.abc import Iterable
 import msgspec
 
 from events.subjects import token
-from eventstore import archive, checkpoints, heartbeats, index, keyed, lease
+from eventstore import archive, checkpoints, heartbeats, index, keyed, lease, shadows
 
 JS = "$JS.API"
 # what no service needs: removing streams, messages or other services' consumers
@@ -201,6 +203,25 @@ def reader_user(password: str) -> NatsUser:
     )
 
 
+def shadow_user(password: str) -> NatsUser:
+    """A shadow (services/shadow/): reads the log and the live controller's checkpoint,
+    writes its latest divergences; publishes no event and no intent."""
+    return NatsUser(
+        "shadow",
+        password,
+        Permissions(
+            (
+                *JS_READ,
+                f"{JS}.STREAM.CREATE.KV_{checkpoints.BUCKET}",  # (whoever starts first)
+                f"{JS}.STREAM.CREATE.KV_{shadows.BUCKET}",
+                f"$KV.{shadows.BUCKET}.>",
+            ),
+            JS_DESTRUCTIVE,
+        ),
+        Permissions((_own_inbox("shadow"),)),
+    )
+
+
 def scripts_user(password: str) -> NatsUser:
     return NatsUser(
         "scripts",
@@ -227,6 +248,7 @@ def users(nodes: Iterable[str], passwords: dict[str, str] | None = None) -> list
         controller_user(pw("controller")),
         upkeep_user(pw("upkeep")),
         reader_user(pw("reader")),
+        shadow_user(pw("shadow")),
         scripts_user(pw("scripts")),
         admin_user(pw("admin")),
     ]

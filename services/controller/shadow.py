@@ -25,6 +25,7 @@ from typing import Any, Literal
 import msgspec
 
 from events.catalog import Event
+from events.codec import event_type
 from events.envelope import Context, Stored
 from services.controller.reactor import NAME
 from services.controller.whatif import Decider, Side, normal, side
@@ -158,6 +159,12 @@ def _divergence(
         id=eid,
         live=side(live, seq, shadow) if live is not None else None,
         shadow=side(shadow, 0, live) if shadow is not None else None,
-        live_event=msgspec.to_builtins(live) if live is not None else None,
-        shadow_event=msgspec.to_builtins(shadow) if shadow is not None else None,
+        live_event=_builtins(live) if live is not None else None,
+        shadow_event=_builtins(shadow) if shadow is not None else None,
     )
+
+
+def _builtins(ev: Event) -> dict[str, Any]:
+    out: dict[str, Any] = {"type": event_type(ev)}
+    out.update(msgspec.to_builtins(ev))
+    return out
