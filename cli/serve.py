@@ -27,7 +27,8 @@ def serve(
     ctx: typer.Context,
     role: str = typer.Argument(..., metavar="ROLE", help=f"One of: {', '.join(ROLES)}"),
 ) -> None:
-    """Run one role (api, controller, handler, upkeep, shadow) until SIGTERM; options after ROLE are its."""
+    """Run one role (api, controller, handler, upkeep, shadow) until SIGTERM; options after
+    ROLE are its."""
     if role in ("-h", "--help"):
         typer.echo(__doc__)
         raise typer.Exit(0)
