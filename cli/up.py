@@ -511,13 +511,16 @@ class Run:
         specs += leased("upkeep", "services.upkeep")  # the log's upkeep
         for i, spec in enumerate(o.shadow, 1):
             sport = free_port()
+            shadow = "shadow" if i == 1 else f"shadow-{i}"
             specs.append(
                 ServiceSpec(
-                    name="shadow" if i == 1 else f"shadow-{i}",
+                    name=shadow,
                     module="services.shadow",
                     args=(
                         "--decider",
                         spec,
+                        "--name",
+                        shadow,
                         "--module-path",
                         os.getcwd(),
                         "--nats-url",

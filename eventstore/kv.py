@@ -7,7 +7,7 @@ import contextlib
 
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.client import JetStreamContext
-from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NotFoundError
+from nats.js.errors import BucketNotFoundError, KeyNotFoundError, NoKeysError, NotFoundError
 from nats.js.kv import KeyValue
 
 from eventstore.nats_errors import translated
@@ -35,6 +35,13 @@ class JsBucket:
     async def purge(self, key: str) -> None:
         with translated(), contextlib.suppress(KeyNotFoundError, NotFoundError):
             await self.kv.purge(key)
+
+    async def keys(self) -> list[str]:
+        with translated():
+            try:
+                return sorted(await self.kv.keys())
+            except NoKeysError:
+                return []
 
 
 async def find_bucket(js: JetStreamContext, name: str) -> JsBucket | None:

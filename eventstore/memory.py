@@ -181,6 +181,10 @@ class MemoryBucket:
         self._log.check()
         self._values.pop(key, None)
 
+    async def keys(self) -> list[str]:
+        self._log.check()
+        return sorted(self._values)
+
 
 class MemoryIndex:
     """The port's `LogIndex` in memory: the same entries the JetStream index writes

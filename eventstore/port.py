@@ -103,7 +103,7 @@ class Consumer(Protocol):
 
 
 class Bucket(Protocol):
-    """A key-value bucket beside the log (projection snapshots): the latest value per key,
+    """A key-value bucket beside the log (checkpoints, shadows): the latest value per key,
     each value at most the server's max payload."""
 
     async def get(self, key: str) -> bytes | None:
@@ -114,6 +114,10 @@ class Bucket(Protocol):
 
     async def purge(self, key: str) -> None:
         """Forget the key (absent already: nothing happens)."""
+        ...
+
+    async def keys(self) -> list[str]:
+        """The keys that hold a value, sorted (for small buckets: it reads them all)."""
         ...
 
 

@@ -1,5 +1,5 @@
 """Where shadows (services/shadow/) keep their latest divergences for the api to show: a
-key-value bucket, one key per live service shadowed, its value JSON the shadow writes."""
+key-value bucket, one key per shadow (its name), its value JSON the shadow writes."""
 
 from __future__ import annotations
 
@@ -16,7 +16,13 @@ async def bucket(store: EventLog) -> Bucket:
     return made
 
 
-async def latest(store: EventLog, service: str) -> bytes | None:
-    """What the shadow of `service` wrote last; None when no shadow ever ran."""
+async def latest(store: EventLog, name: str) -> bytes | None:
+    """What the shadow `name` wrote last; None when it never ran."""
     found = await store.bucket(BUCKET, create=False)
-    return None if found is None else await found.get(service)
+    return None if found is None else await found.get(name)
+
+
+async def names(store: EventLog) -> list[str]:
+    """The shadows that ever wrote, sorted."""
+    found = await store.bucket(BUCKET, create=False)
+    return [] if found is None else await found.keys()

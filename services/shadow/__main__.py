@@ -1,7 +1,7 @@
 """python -m services.shadow --decider controller=MODULE:FACTORY --nats-url URL
-[--module-path DIR] [--grace S] [--metrics-port P]: another version of the controller's
-decider on the live stream, its decisions compared with the live controller's; appends
-nothing."""
+[--module-path DIR] [--name NAME] [--grace S] [--metrics-port P]: another version of the
+controller's decider on the live stream, its decisions compared with the live
+controller's; appends nothing."""
 
 from __future__ import annotations
 
@@ -39,6 +39,11 @@ def main(argv: list[str] | None = None) -> None:
         help="where MODULE is looked up besides the installed packages (default: here)",
     )
     p.add_argument(
+        "--name",
+        default="shadow",
+        help="this shadow's name: its latest divergences are kept and shown under it",
+    )
+    p.add_argument(
         "--grace",
         type=float,
         default=GRACE,
@@ -63,7 +68,9 @@ def main(argv: list[str] | None = None) -> None:
         run_process(
             NAME,
             args.nats_url,
-            lambda store: ShadowService(store, decider, args.decider, grace=args.grace),
+            lambda store: ShadowService(
+                store, decider, args.decider, name=args.name, grace=args.grace
+            ),
             metrics_port=args.metrics_port,
             metrics_access=access,
         ),

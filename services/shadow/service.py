@@ -39,7 +39,8 @@ log = structlog.get_logger("virtstream.shadow")
 class Latest(msgspec.Struct, frozen=True):
     """What the bucket holds under the live service's name."""
 
-    service: str
+    name: str  # the shadow's
+    service: str  # the live one it shadows
     decider: str
     since: int  # the first sequence compared
     upto: int  # the last one read
@@ -51,9 +52,16 @@ class Latest(msgspec.Struct, frozen=True):
 
 class ShadowService:
     def __init__(
-        self, store: JetStreamStore, decider: Decider, spec: str, *, grace: float = GRACE
+        self,
+        store: JetStreamStore,
+        decider: Decider,
+        spec: str,
+        *,
+        name: str = "shadow",
+        grace: float = GRACE,
     ) -> None:
         self.store = store
+        self.name = name
         self.decider = decider
         self.spec = spec  # as given: controller=MODULE:FACTORY
         self.grace = grace
@@ -64,7 +72,7 @@ class ShadowService:
         self.changed = False
         self.counted = 0  # reproduced decisions on the metric
         self._stopping = asyncio.Event()
-        self.log = log.bind(service=self.service, decider=spec)
+        self.log = log.bind(shadow=name, service=self.service, decider=spec)
 
     @property
     def ready(self) -> bool:
@@ -131,6 +139,7 @@ class ShadowService:
         assert self.shadow is not None
         s = self.shadow
         value = Latest(
+            name=self.name,
             service=self.service,
             decider=self.spec,
             since=s.since,
@@ -141,7 +150,7 @@ class ShadowService:
             divergences=list(reversed(self.latest)),
         )
         try:
-            await bucket.put(self.service, msgspec.json.encode(value))
+            await bucket.put(self.name, msgspec.json.encode(value))
         except Exception as e:  # the console's copy only: the metric and the log have it
             self.log.warning("shadow could not record its latest divergences", error=repr(e))
             self.changed = True

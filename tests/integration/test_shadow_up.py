@@ -26,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import REPO
 from tests.factories import vm_manifest
+from tests.integration.browser import chromium, screenshot, skip_reason
 from tests.integration.polling import status_of, until
 from tests.integration.up_process import RunningUp, running_up
 
@@ -150,3 +151,55 @@ def test_a_decider_named_wrong_is_refused_before_anything_starts(tmp_path: Path)
     )  # fmt: skip
     assert done.returncode == 2
     assert "--shadow 'controller=nowhere:nothing': No module named 'nowhere'" in done.stdout
+
+
+SHADOWS = "/apis/debug.virtstream.io/v1alpha1/shadows"
+
+
+def test_the_api_serves_each_shadows_latest_divergences(
+    up: RunningUp, running: list[dict[str, Any]]
+) -> None:
+    def served() -> dict[str, Any]:
+        doc: dict[str, Any] = up.http.get(f"{SHADOWS}/shadow").raise_for_status().json()
+        return doc if len(doc["status"]["divergences"]) >= len(NAMES) else {}
+
+    doc = until(served, 15, "the divergences written")
+    assert doc["kind"] == "Shadow" and doc["apiVersion"] == "debug.virtstream.io/v1alpha1"
+    status = doc["status"]
+    assert status["decider"] == FORGETFUL and status["service"] == "virt-controller"
+    scheduled = [d for d in status["divergences"] if d["live"]["type"] == "PodScheduled"]
+    assert {d["aggregate"] for d in scheduled} == {f"vmi/default/{n}" for n in NAMES}
+    assert all(d["reason"] == "live-only" and d["shadow"] is None for d in scheduled)
+    listed = up.http.get(SHADOWS).raise_for_status().json()
+    assert listed["kind"] == "ShadowList"
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["shadow", "shadow-2"]
+    assert listed["items"][1]["status"]["divergences"] == []
+    missing = up.http.get(f"{SHADOWS}/nothing")
+    assert missing.status_code == 404
+    assert missing.json()["message"] == 'shadows.debug.virtstream.io "nothing" not found'
+
+
+def test_the_web_console_shows_the_divergences_with_both_decisions(
+    up: RunningUp, running: list[dict[str, Any]]
+) -> None:
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from playwright.sync_api import expect
+
+    token = (up.data_dir / "credentials" / "admin-token").read_text().strip()
+    with chromium() as browser:
+        page = browser.new_page()
+        page.goto(f"{up.url}/ui/#token={token}")
+        page.get_by_role("link", name="Shadow").click()
+        forgetful = page.locator('section[data-name="shadow"]')
+        expect(forgetful.locator(".decider")).to_have_text(FORGETFUL)
+        for name in NAMES:
+            row = forgetful.locator(
+                f'tr[data-aggregate="vmi/default/{name}"][data-reason="live-only"]'
+            )
+            expect(row.locator("td.live")).to_contain_text("PodScheduled on node-1")
+            expect(row.locator("td.shadow")).to_have_text("nothing")
+        today = page.locator('section[data-name="shadow-2"]')
+        expect(today.locator(".none")).to_be_visible()
+        screenshot(page, "shadow")

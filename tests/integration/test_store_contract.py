@@ -223,13 +223,17 @@ async def test_buckets_keep_the_latest_value_per_key(log: EventLog) -> None:
     made = await log.bucket(name, description="a test's")
     assert made is not None
     assert await made.get("k") is None
+    assert await made.keys() == []
     await made.put("k", b"one")
     await made.put("k", b"two")
+    await made.put("a", b"other")
     found = await log.bucket(name, create=False)
     assert found is not None and await found.get("k") == b"two"
+    assert await found.keys() == ["a", "k"]
     await found.purge("k")
     await found.purge("never-there")
     assert await made.get("k") is None
+    assert await made.keys() == ["a"]
 
 
 async def test_an_unreachable_log_raises_the_ports_error(

@@ -15,6 +15,7 @@ const ROUTES = [
   [/^\/ui\/vmis\/([^/]+)\/([^/]+)\/?$/, async (ns, name) => (await import('./vm.js')).objectPage('vmi', ns, name)],
   [/^\/ui\/nodes\/([^/]+)\/?$/, async (name) => (await import('./node.js')).nodePage(name)],
   [/^\/ui\/metrics\/?$/, async () => (await import('./metrics.js')).metricsPage()],
+  [/^\/ui\/shadow\/?$/, async () => (await import('./shadow.js')).shadowPage()],
 ];
 
 async function route() {
@@ -65,6 +66,8 @@ function buildNav() {
   out.onclick = () => { session.clear(); location.assign('/ui/'); };
   markNav();
   if (metricsServed()) { nav.append(link('/ui/metrics', 'Metrics')); markNav(); }
+  nav.append(link('/ui/shadow', 'Shadow'));
+  markNav();
 }
 
 function loginForm(message) {
