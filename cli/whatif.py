@@ -125,6 +125,14 @@ def whatif(
     scheduler_policy: str = typer.Option(
         "", "--scheduler-policy", help=f"Place pending VMIs by: {' | '.join(scheduler.POLICIES)}"
     ),
+    scheduler_weights: str = typer.Option(
+        "",
+        "--scheduler-weights",
+        metavar="cpu=N,memory=N",
+        help="Score the nodes that fit by these resources' weighted shares of capacity "
+        "(kube-scheduler's NodeResourcesFit), with --scheduler-policy's strategy "
+        "(default spread)",
+    ),
     migration_policy: Path | None = typer.Option(
         None,
         "--migration-policy",
@@ -141,21 +149,30 @@ def whatif(
     (a scheduler policy, a migration policy, another decider) or none; each difference from
     the decisions the log records. With no change there must be none: a difference is a
     bug (a hidden input)."""
-    if sum(map(bool, (scheduler_policy, decider, migration_policy))) > 1:
-        raise _fail("one change at a time: --scheduler-policy, --migration-policy or --decider")
+    scheduling = scheduler_policy or scheduler_weights
+    if sum(map(bool, (scheduling, decider, migration_policy))) > 1:
+        raise _fail(
+            "one change at a time: --scheduler-policy/--scheduler-weights, --migration-policy "
+            "or --decider"
+        )
     if scheduler_policy and scheduler_policy not in scheduler.POLICIES:
         raise _fail(
             f"unknown scheduler policy {scheduler_policy!r}: {' | '.join(scheduler.POLICIES)}"
         )
+    try:
+        weights = scheduler.parse_weights(scheduler_weights)
+    except ValueError as e:
+        raise _fail(f"--scheduler-weights: {e}") from None
     prelude = None
     if decider:
         sandboxed, change = load_decider(decider), f"decider {decider}"
     elif migration_policy is not None:
         prelude = policy_prelude(migration_policy)
         sandboxed, change = ControllerReactor(), f"migration policy {migration_policy}"
-    elif scheduler_policy:
-        sandboxed = ControllerReactor(scheduler_policy=scheduler_policy)
-        change = f"scheduler policy {scheduler_policy}"
+    elif scheduling:
+        policy = scheduler_policy or scheduler.SPREAD
+        sandboxed = ControllerReactor(scheduler_policy=policy, scheduler_weights=weights)
+        change = f"scheduler policy {policy}" + (f" weights {scheduler_weights}" if weights else "")
     else:
         sandboxed, change = ControllerReactor(), "none"
     report, cause = _run(

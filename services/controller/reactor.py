@@ -72,6 +72,7 @@ class ControllerReactor:
         export_url: str = "",
         indexed: bool = True,
         scheduler_policy: str = scheduler.SPREAD,
+        scheduler_weights: scheduler.Weights = (),
     ) -> None:
         if scheduler_policy not in scheduler.POLICIES:
             raise ValueError(f"unknown scheduler policy {scheduler_policy!r}")
@@ -89,6 +90,8 @@ class ControllerReactor:
         self.indexed = indexed
         #: how pending VMIs' nodes are scored (scheduler.SPREAD, today's; or PACK)
         self.scheduler_policy = scheduler_policy
+        #: scored by these resources' weighted shares instead of allocated memory (whatif)
+        self.scheduler_weights = scheduler_weights
 
     def filters(self) -> Sequence[str]:
         # every kind, as the one filter that says so: JetStream walks every subject of
@@ -215,7 +218,9 @@ class ControllerReactor:
         out += migration.reconcile(state, ctx, self.migrations, reserved)
         out += evacuation.reconcile(state, ctx, self.migrations)
         out += taint_eviction.reconcile(state, ctx, self.migrations)
-        out += scheduler.schedule_pending(c, ctx, reserved, state.index, self.scheduler_policy)
+        out += scheduler.schedule_pending(
+            c, ctx, reserved, state.index, self.scheduler_policy, self.scheduler_weights
+        )
         return [Decision(ev) for ev in _unique(out)] + sets
 
 

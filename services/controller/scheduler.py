@@ -4,7 +4,8 @@
 tolerations, nodeSelector and required node affinity, free CPU/memory, required pod
 affinity/anti-affinity (against the labels of the non-final VMIs on each node, both ways);
 then scores: `spread` (the default) picks the node with the least allocated memory, `pack`
-the most (fewer nodes busier), then by name. It takes extra
+the most (fewer nodes busier), then by name; with resource weights, by the weighted share
+of capacity allocated instead (kube-scheduler's NodeResourcesFit). It takes extra
 constraints (excluded nodes, an added node selector) so migrations can place a target.
 When nothing fits it says why, in kube-scheduler's words."""
 
@@ -31,6 +32,26 @@ HOSTNAME = "kubernetes.io/hostname"
 SPREAD = "spread"  # the least allocated node that fits (kube-scheduler's LeastAllocated)
 PACK = "pack"  # the most allocated node that fits (MostAllocated: bin packing)
 POLICIES = (SPREAD, PACK)
+RESOURCES = ("cpu", "memory")  # what a weight may name
+# kube-scheduler's NodeResourcesFit scoringStrategy.resources: (resource, weight), in order;
+# none: nodes are ranked by allocated memory bytes alone (today's rank)
+Weights = tuple[tuple[str, int], ...]
+
+
+def parse_weights(text: str) -> Weights:
+    """`cpu=1,memory=2` → the weights; ValueError saying what is wrong."""
+    out = []
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        name, _, value = part.partition("=")
+        if name not in RESOURCES:
+            raise ValueError(f"unknown resource {name!r} in {text!r}: {' | '.join(RESOURCES)}")
+        if not value.isdigit() or not 0 <= int(value) <= 100:
+            raise ValueError(f"weight of {name} in {text!r}: an integer from 0 to 100")
+        out.append((name, int(value)))
+    if out and not sum(w for _, w in out):
+        raise ValueError(f"{text!r}: the weights are all 0")
+    return tuple(out)
+
 
 UNSCHEDULABLE = "node(s) were unschedulable"
 NODE_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
@@ -264,11 +285,14 @@ def place(
     reserved: Reserved | None = None,
     index: PlacementIndex | None = None,
     policy: str = SPREAD,
+    weights: Weights = (),
 ) -> Placement | NoFit:
     """Where a pod for this VMI manifest can run. `exclude`: nodes that must not be chosen
     (a migration's source); `extra_selector`: labels the node must also have. `index`
     (the controller's, in step with `cluster`) answers allocations without a scan.
-    `policy`: how the nodes that fit are scored (SPREAD or PACK)."""
+    `policy`: how the nodes that fit are scored (SPREAD or PACK); `weights`: by the
+    weighted share of each resource's capacity they would have allocated with this pod
+    (kube-scheduler's LeastAllocated / MostAllocated), rather than by allocated memory."""
     reserved = reserved or Reserved()
     spec = manifest.get("spec") or {}
     excluded = set(exclude)
@@ -294,11 +318,35 @@ def place(
         if why:
             reasons.update(why)
             continue
-        allocated_memory = used(node.name)[1] + reserved.memory[node.name]
-        fits.append((-allocated_memory if policy == PACK else allocated_memory, node.name))
+        if weights:
+            score = _weighted(node, used(node.name), reserved, cpu, mem, weights)
+        else:
+            score = used(node.name)[1] + reserved.memory[node.name]
+        fits.append((-score if policy == PACK else score, node.name))
     if fits:
         return Placement(min(fits)[1])
     return NoFit(unschedulable_message(len(cluster.nodes), reasons))
+
+
+def _weighted(
+    node: NodeView,
+    used: tuple[int, int],
+    reserved: Reserved,
+    cpu: int,
+    mem: int,
+    weights: Weights,
+) -> int:
+    """The weighted share (0-100) of the node's capacity allocated with this pod, in
+    kube-scheduler's integer arithmetic."""
+    requested = {
+        "cpu": (used[0] + reserved.cpu[node.name] + cpu, node.capacity.cpu_millis),
+        "memory": (used[1] + reserved.memory[node.name] + mem, node.capacity.memory_bytes),
+    }
+    total = 0
+    for name, weight in weights:
+        asked, capacity = requested[name]
+        total += weight * (asked * 100 // capacity if capacity else 100)
+    return total // sum(w for _, w in weights)
 
 
 def _filter(
@@ -379,10 +427,11 @@ def schedule_pending(
     reserved: Reserved | None = None,
     index: PlacementIndex | None = None,
     policy: str = SPREAD,
+    weights: Weights = (),
 ) -> list[Event]:
     """Place every VMI waiting for a node, oldest first; each placement counts against the
     capacity seen by the next (and `reserved`: e.g. migration targets placed in this pass);
-    `policy` scores the nodes that fit (see `place`).
+    `policy` and `weights` score the nodes that fit (see `place`).
     A VMI that does not fit gets Unschedulable once per distinct reason."""
     candidates = index.pending(cluster) if index is not None else cluster.vmis.values()
     pending = sorted(
@@ -399,7 +448,13 @@ def schedule_pending(
         if not waiting:
             pin = {HOSTNAME: pinned} if pinned else None
             result = place(
-                manifest, cluster, reserved=reserved, index=index, extra_selector=pin, policy=policy
+                manifest,
+                cluster,
+                reserved=reserved,
+                index=index,
+                extra_selector=pin,
+                policy=policy,
+                weights=weights,
             )
         agg = emit.vmi_aggregate(vmi)
         if isinstance(result, Placement):

@@ -206,6 +206,18 @@ async def test_a_changed_decider_is_caught(
     )
     bad = await whatif(nats_server, stream_settings, "--scheduler-policy", "best")
     assert bad.exit_code == 1 and "unknown scheduler policy 'best'" in bad.output
+    weighed = await whatif(nats_server, stream_settings, "--scheduler-weights", "disk=1")
+    assert (
+        weighed.exit_code == 1 and "--scheduler-weights: unknown resource 'disk'" in weighed.output
+    )
+    # equal nodes, each VM over 1% of one: by share of memory, the choices by bytes
+    same = await whatif(
+        nats_server, stream_settings, "--scheduler-weights", "memory=1", "-o", "json"
+    )
+    assert same.exit_code == 0, same.output
+    summary = json.loads(same.stdout)["summary"]
+    assert summary["change"] == "scheduler policy spread weights memory=1"
+    assert summary["placements"]["whatif"] == summary["placements"]["live"]
     policy = tmp_path / "policy.yaml"
     policy.write_text("kind: MigrationPolicy\nmetadata: {name: Not-A-Name}\nspec: {}\n")
     refused = await whatif(nats_server, stream_settings, "--migration-policy", str(policy))

@@ -131,6 +131,40 @@ def test_pack_scores_the_most_allocated_node_that_fits() -> None:
     assert scheduler.place(m, c) != scheduler.Placement(placed)
 
 
+def test_weights_score_the_share_of_capacity_not_the_bytes() -> None:
+    """A big node with more allocated and a small one with less: today's rank (allocated
+    memory bytes) spreads onto the small node; by the share of capacity (memory weighted),
+    onto the big one; packing by that share, onto the small one."""
+    w = World()
+    w.run(w.node_joined("big", memory=64 * GiB))
+    w.run(w.node_joined("small", memory=8 * GiB))
+    w.run(w.vm_created("a", memory="8Gi", spec={"nodeSelector": {"kubernetes.io/hostname": "big"}}))
+    w.run(w.vm_created("b", memory="2Gi", spec={"nodeSelector": {"kubernetes.io/hostname": "small"}}))
+    w.run(w.vm_created("c", memory="1Gi"))
+    c = w.state.cluster
+    m = c.vmis["default/c"].manifest
+    assert c.vmis["default/c"].node == "small"
+    assert scheduler.place(m, c) == scheduler.Placement("small")
+    memory = scheduler.parse_weights("memory=1")
+    assert scheduler.place(m, c, weights=memory) == scheduler.Placement("big")
+    assert scheduler.place(m, c, policy=scheduler.PACK, weights=memory) == scheduler.Placement(
+        "small"
+    )
+
+
+def test_weights_are_parsed_and_refused_in_one_line() -> None:
+    assert scheduler.parse_weights("cpu=1, memory=3") == (("cpu", 1), ("memory", 3))
+    assert scheduler.parse_weights("") == ()
+    for bad, said in (
+        ("disk=1", "unknown resource 'disk'"),
+        ("cpu=x", "weight of cpu"),
+        ("cpu=101", "weight of cpu"),
+        ("cpu=0,memory=0", "the weights are all 0"),
+    ):
+        with pytest.raises(ValueError, match=said):
+            scheduler.parse_weights(bad)
+
+
 # ------------------------------------------------- determinism over generated histories
 @st.composite
 def operations(draw: st.DrawFn) -> list[tuple[str, int]]:
