@@ -22,7 +22,7 @@ from eventstore.keyed import JetStreamKeyedRecords
 from eventstore.settings import StreamSettings
 from kinds.registry import REGISTRY
 from readside.runner import WATCH_HISTORY, ProjectionRunner
-from services.api import prometheus_proxy
+from services.api import prometheus_proxy, whatif_runs
 from services.api.app import create_app
 from services.api.auth import Authenticator, AuthFileError
 from services.api.guard import Guard
@@ -94,6 +94,9 @@ async def serve(
     if node_ports is not None:
         await node_ports.start()
     app.state[prometheus_proxy.STATE_KEY] = prometheus  # the web console's charts
+    # the console's what-if: replays in a process of their own, as this api's NATS user
+    connect_env = (nats_options or ConnectOptions.from_env()).env()
+    app.state[whatif_runs.STATE_KEY] = whatif_runs.WhatIfRuns(nats_url, connect_env)
     # the same intents over NATS request-reply (writers only: a replica in the queue
     # group would be handed writes it must refuse)
     over_nats = None if read_only else await serve_intents(nc, api, guard)

@@ -138,8 +138,9 @@ def test_weights_score_the_share_of_capacity_not_the_bytes() -> None:
     w = World()
     w.run(w.node_joined("big", memory=64 * GiB))
     w.run(w.node_joined("small", memory=8 * GiB))
-    w.run(w.vm_created("a", memory="8Gi", spec={"nodeSelector": {"kubernetes.io/hostname": "big"}}))
-    w.run(w.vm_created("b", memory="2Gi", spec={"nodeSelector": {"kubernetes.io/hostname": "small"}}))
+    on = "kubernetes.io/hostname"
+    w.run(w.vm_created("a", memory="8Gi", spec={"nodeSelector": {on: "big"}}))
+    w.run(w.vm_created("b", memory="2Gi", spec={"nodeSelector": {on: "small"}}))
     w.run(w.vm_created("c", memory="1Gi"))
     c = w.state.cluster
     m = c.vmis["default/c"].manifest

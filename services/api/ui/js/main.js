@@ -16,6 +16,7 @@ const ROUTES = [
   [/^\/ui\/nodes\/([^/]+)\/?$/, async (name) => (await import('./node.js')).nodePage(name)],
   [/^\/ui\/metrics\/?$/, async () => (await import('./metrics.js')).metricsPage()],
   [/^\/ui\/shadow\/?$/, async () => (await import('./shadow.js')).shadowPage()],
+  [/^\/ui\/whatif\/?$/, async () => (await import('./whatif.js')).whatIfPage()],
 ];
 
 async function route() {
@@ -66,7 +67,7 @@ function buildNav() {
   out.onclick = () => { session.clear(); location.assign('/ui/'); };
   markNav();
   if (metricsServed()) { nav.append(link('/ui/metrics', 'Metrics')); markNav(); }
-  nav.append(link('/ui/shadow', 'Shadow'));
+  nav.append(link('/ui/whatif', 'What-if'), link('/ui/shadow', 'Shadow'));
   markNav();
 }
 

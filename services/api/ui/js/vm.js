@@ -8,6 +8,7 @@ import { append, bytes, clear, h, link, since, table, tabs } from './dom.js';
 import { ManifestEditor } from './editor.js';
 import { SerialConsole, Vnc } from './guest.js';
 import { Timeline, Why } from './timeline.js';
+import { whatIfTab } from './whatif.js';
 
 const KINDS = {
   vm: { plural: 'virtualmachines', label: 'VirtualMachine', short: 'VM' },
@@ -97,7 +98,7 @@ export async function objectPage(kind, ns, name) {
   function areas() {
     // Console and VNC where the guest has them: a qemu node (its own, once placed), and
     // the devices its spec does not leave out
-    const out = [['overview', 'Overview'], ['yaml', 'YAML']];
+    const out = [['overview', 'Overview'], ['yaml', 'YAML'], ['whatif', 'What-if']];
     if (!mayConsole) return out;
     const v = kind === 'vm' ? vmi : obj;
     const node = v && (v.status || {}).nodeName;
@@ -160,6 +161,7 @@ export async function objectPage(kind, ns, name) {
     clear(instance).append(...parts);
   }
 
+  let whatIf = null; // the What-if tab, made when first shown
   let refetch = null;
   function historyChanged() {
     // the log has news about the object: read its history and cause again, once
@@ -223,6 +225,7 @@ export async function objectPage(kind, ns, name) {
     shownAreas = '';
     showTabs();
     if (area === 'yaml') clear(body).append(editor.el);
+    else if (area === 'whatif') clear(body).append(whatIf || (whatIf = whatIfTab(ns, name, () => [...migrations.keys()])));
     else if (area === 'console' || area === 'vnc') {
       if (!guestRunning()) {
         const text = vmiKnown ? 'The VMI is not running: its console and screen are there while it runs.' : 'Looking for the VMI…';
