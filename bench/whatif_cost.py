@@ -1,0 +1,107 @@
+"""What a what-if costs against a full rebuild of the views, on a real cluster's log.
+
+  python -m bench.whatif_cost [--vms 200] [--rate 20] [--nodes 3] [--rounds 3]
+
+Starts `virtstream up` (test mode), creates `--vms` VMs at `--rate` and waits for them to
+run, deletes every other one and waits for their VMIs to go: a log the real services
+wrote. Then, in this process, over the same stream, `--rounds` times each (the best kept):
+- rebuild: every event read and folded into the views (`Cluster`, the api's fold);
+- what-if, no change: every event read, folded and decided on by today's controller
+  decider (`virtstream whatif`'s sandbox), its decisions compared with the log's;
+- what-if, `pack`: the same with the scheduler policy changed.
+Prints each time, the what-ifs' ratios to the rebuild, and the differences found (none
+expected without a change: `whatif` would exit 1)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from bench.exec_common import Track, paced, remove_run, start_up, wait_ready, watch_vmis
+from eventstore.connection import ConnectOptions, connect_service
+from eventstore.jetstream import JetStreamStore
+from projections.cluster import Cluster
+from services.controller.reactor import ControllerReactor
+from services.controller.whatif import WhatIf
+
+
+async def rebuild(store: JetStreamStore) -> int:
+    cluster = Cluster()
+    n = 0
+    async for s in store.replay(None, raw=True):
+        cluster.apply(s)
+        n += 1
+    return n
+
+
+def whatif(policy: str) -> Callable[[JetStreamStore], Awaitable[int]]:
+    async def run(store: JetStreamStore) -> int:
+        sandbox = WhatIf(ControllerReactor(scheduler_policy=policy))
+        async for s in store.replay(None, raw=True, on_skip=sandbox.skip):
+            sandbox.feed(s)
+        return len(sandbox.report().differences)
+
+    return run
+
+
+async def best(rounds: int, body: Callable[[], Awaitable[int]]) -> tuple[float, int]:
+    times, result = [], 0
+    for _ in range(rounds):
+        t = time.perf_counter()
+        result = await body()
+        times.append(time.perf_counter() - t)
+    return min(times), result
+
+
+async def measure(a: argparse.Namespace) -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="vswi", dir="/tmp"))
+    up = start_up(data_dir, a.nodes, "64Gi", 64)
+    try:
+        await wait_ready(up, a.nodes)
+        track = Track(n=a.vms)
+        opened = asyncio.Event()
+        watcher = asyncio.create_task(watch_vmis(up.api, track, opened))
+        await asyncio.wait_for(opened.wait(), 10)
+        names = [f"w{i}" for i in range(a.vms)]
+        await paced(up, names, a.rate, "POST", 2, track)
+        await asyncio.wait_for(track.all_running.wait(), a.timeout)
+        gone = names[::2]
+        track.n = len(gone)
+        await paced(up, gone, a.rate, "DELETE", 2, track)
+        await asyncio.wait_for(track.all_removed.wait(), a.timeout)
+        watcher.cancel()
+        password = (data_dir / "credentials" / "nats-admin").read_text().strip()
+        options = ConnectOptions(user="admin", password=password)
+        nc = await connect_service(up.nats_url, "bench-whatif", options)
+        store = JetStreamStore(nc)
+        events = await store.stream_last_seq()
+        fold_s, _ = await best(a.rounds, lambda: rebuild(store))
+        same_s, same = await best(a.rounds, lambda: whatif("spread")(store))
+        pack_s, packed = await best(a.rounds, lambda: whatif("pack")(store))
+        await nc.close()
+    finally:
+        up.stop()
+        remove_run(data_dir, a.keep)
+    print(f"== a log of {events} events: {a.vms} VMs created, {len(gone)} deleted ==")
+    print(f"rebuild of the views: {fold_s:.3f} s ({events / fold_s:,.0f} events/s)")
+    print(f"what-if, no change:   {same_s:.3f} s (x{same_s / fold_s:.2f}), {same} differences")
+    print(f"what-if, pack:        {pack_s:.3f} s (x{pack_s / fold_s:.2f}), {packed} differences")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m bench.whatif_cost")
+    p.add_argument("--vms", type=int, default=200)
+    p.add_argument("--rate", type=float, default=20.0)
+    p.add_argument("--nodes", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=180.0)
+    p.add_argument("--keep", action="store_true", help="keep the data dir")
+    asyncio.run(measure(p.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
