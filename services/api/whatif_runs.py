@@ -4,7 +4,7 @@
 
 (kind `WhatIf`): the whole retained log replayed through the controller's decider with
 that scheduler change (`virtstream whatif`'s report, `status`). A replay folds and decides
-on every event, so it runs as a process of its own (services/controller/whatif_process.py)
+on every event, so it runs as a process of its own (services/whatif/__main__.py)
 with the api's NATS credentials, one at a time, and its report is kept until the log grows:
 asking again costs nothing while nothing happened. RBAC: the resource `whatif` of this
 group, cluster-admin only (a report names objects of every namespace)."""
@@ -51,7 +51,7 @@ class WhatIfRuns:
 
     async def _replay(self, policy: str, weights: str) -> dict[str, Any]:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "services.controller.whatif_process",
+            sys.executable, "-m", "services.whatif",
             "--nats-url", self.nats_url,
             "--scheduler-policy", policy, "--scheduler-weights", weights,
             env={**os.environ, **self.env},

@@ -1,4 +1,4 @@
-"""python -m services.controller.whatif_process --nats-url URL [--scheduler-policy P]
+"""python -m services.whatif --nats-url URL [--scheduler-policy P]
 [--scheduler-weights W]: the whole retained log replayed through the controller's decider
 with a scheduler change (services/controller/whatif.py), the report as one JSON line on
 stdout. The api runs it for the web console as a process of its own, so a replay's CPU
