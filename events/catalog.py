@@ -549,6 +549,22 @@ class ImportFinished(Event, tag="ImportFinished", frozen=True):
     error: str = ""
 
 
+class UploadReady(Event, tag="UploadReady", frozen=True):
+    """The handler of the node an upload DataVolume's claim is on has its
+    `ImportRequested` (source `upload`) and waits for the image (CDI's upload server pod
+    ready). Routed to that node, which is the one the api hands the bytes to."""
+
+
+class UploadReceived(Event, tag="UploadReceived", frozen=True):
+    """The upload proxy (the api) holds an upload's image whole: `file`, of `size`
+    bytes, staged under the claims' disk directory (`uploads/<namespace>/<file>`), for
+    the handler to convert into the claim's disk. Routed to the node that said
+    `UploadReady`."""
+
+    file: str
+    size: int
+
+
 class VolumeReclaimRequested(Event, tag="VolumeReclaimRequested", frozen=True):
     """A deleted claim's PersistentVolume of reclaim policy Delete: its node's handler is
     asked to delete the claim's disk, as Kubernetes' volume deleter deletes the asset
@@ -662,6 +678,8 @@ ResourceEvent = (
     | ImportRequested
     | ImportProgressed
     | ImportFinished
+    | UploadReady
+    | UploadReceived
     | VolumeReclaimRequested
     | VolumeReclaimed
     | MetadataChanged

@@ -10,7 +10,13 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
-from events.catalog import ImportFinished, ImportProgressed, ImportRequested
+from events.catalog import (
+    ImportFinished,
+    ImportProgressed,
+    ImportRequested,
+    UploadReady,
+    UploadReceived,
+)
 
 JSON = dict[str, Any]
 
@@ -25,11 +31,14 @@ BOUND_REASON = "cdi.kubevirt.io/storage.condition.bound.reason"
 CLONE_REQUEST = "k8s.io/CloneRequest"
 CREATED_FOR = "cdi.kubevirt.io/createdForDataVolume"
 POPULATED_FOR = "cdi.kubevirt.io/storage.populatedFor"
+UPLOAD_TARGET = "cdi.kubevirt.io/storage.upload.target"  # the claim takes an upload
+POD_READY = "cdi.kubevirt.io/storage.pod.ready"  # its upload server takes the bytes
 
 PENDING, SCHEDULED, IN_PROGRESS = "Pending", "ImportScheduled", "ImportInProgress"
 SUCCEEDED, FAILED = "Succeeded", "Failed"
 CLONE_SCHEDULED, CLONE_IN_PROGRESS = "CloneScheduled", "CloneInProgress"
-COMPLETE = "Import Complete"
+UPLOAD_SCHEDULED, UPLOAD_READY = "UploadScheduled", "UploadReady"
+COMPLETE, UPLOAD_COMPLETE = "Import Complete", "Upload Complete"
 
 
 def _time(at: float) -> str:
@@ -73,17 +82,38 @@ def is_clone(source: JSON) -> bool:
     return "pvc" in source
 
 
-def imported(
-    status: JSON, ev: ImportRequested | ImportProgressed | ImportFinished, at: float
-) -> JSON:
-    """The DataVolume's status after one of its importer's events."""
+def is_upload(source: JSON) -> bool:
+    return "upload" in source
+
+
+def uploading(status: JSON) -> bool:
+    return status.get("phase") in (UPLOAD_SCHEDULED, UPLOAD_READY)
+
+
+Importing = ImportRequested | ImportProgressed | ImportFinished | UploadReady | UploadReceived
+
+
+def imported(status: JSON, ev: Importing, at: float) -> JSON:
+    """The DataVolume's status after one of its importer's events (an upload's: its
+    upload server ready, the bytes received, then the same end as an import's)."""
     name = str(status.get("claimName") or ev.meta.aggregate.name)
     out: JSON = {**status, "claimName": name, "restartCount": 0}
     match ev:
         case ImportRequested(source=source):
-            out["phase"] = CLONE_SCHEDULED if is_clone(source) else SCHEDULED
+            phase = SCHEDULED
+            if is_clone(source):
+                phase = CLONE_SCHEDULED
+            elif is_upload(source):
+                phase = UPLOAD_SCHEDULED
+            out["phase"] = phase
             out["progress"] = "N/A"
             out["conditions"] = conditions(status, name, True, False, ("False", "", ""), at)
+        case UploadReady():
+            out["phase"] = UPLOAD_READY
+            running = ("True", "Pod is running", "")
+            out["conditions"] = conditions(status, name, True, False, running, at)
+        case UploadReceived():
+            pass  # CDI's phase stays UploadReady while the server processes the bytes
         case ImportProgressed(progress=progress):
             clone = status.get("phase") in (CLONE_SCHEDULED, CLONE_IN_PROGRESS)
             out["phase"] = CLONE_IN_PROGRESS if clone else IN_PROGRESS
@@ -98,14 +128,15 @@ def imported(
             else:
                 out["phase"] = SUCCEEDED
                 out["progress"] = "100.0%"
-                running = ("False", "Completed", COMPLETE)
+                done = UPLOAD_COMPLETE if uploading(status) else COMPLETE
+                running = ("False", "Completed", done)
                 out["conditions"] = conditions(status, name, True, True, running, at)
     return out
 
 
 def pod_phase(phase: str) -> tuple[str, str, str]:
     """The claim's (pod phase, running reason, running message) annotations for a phase."""
-    if phase in (IN_PROGRESS, CLONE_IN_PROGRESS):
+    if phase in (IN_PROGRESS, CLONE_IN_PROGRESS, UPLOAD_READY):
         return "Running", "Pod is running", ""
     if phase == SUCCEEDED:
         return "Succeeded", "Completed", COMPLETE

@@ -65,6 +65,8 @@ from events.catalog import (
     TargetPrepared,
     TargetPreparing,
     Unschedulable,
+    UploadReady,
+    UploadReceived,
     VMCreated,
     VMDeleted,
     VMEvent,
@@ -592,7 +594,13 @@ def evolve_resource(view: ResourceView | None, s: Stored) -> ResourceView | None
             return replace(
                 view, status_json=pack_manifest(status), version=s.seq, resource_version=s.seq
             )
-        case ImportRequested() | ImportProgressed() | ImportFinished():
+        case (
+            ImportRequested()
+            | ImportProgressed()
+            | ImportFinished()
+            | UploadReady()
+            | UploadReceived()
+        ):
             if view is None:
                 return None
             status = datavolumes.imported(view.status, ev, s.event.meta.occurred_at)

@@ -67,6 +67,8 @@ from events.catalog import (
     TargetPrepared,
     TargetPreparing,
     Unschedulable,
+    UploadReady,
+    UploadReceived,
     VMCreated,
     VMDeleted,
     VMICreated,
@@ -127,6 +129,7 @@ NORMAL, WARNING = "Normal", "Warning"
 CONTROLLER, HANDLER, SCHEDULER = "virt-controller", "virt-handler", "default-scheduler"
 KUBEVIRT = "kubevirt.io/v1"
 CDI_V1BETA1, CDI_CONTROLLER = "cdi.kubevirt.io/v1beta1", "datavolume-import-controller"
+CDI_UPLOAD = "datavolume-upload-controller"
 PV_CONTROLLER = "persistentvolume-controller"
 STARTED_BY_CREATING = "Started the virtual machine by creating the new virtual machine instance"
 STOPPED_BY_DELETING = "Stopped the virtual machine by deleting the virtual machine instance"
@@ -217,6 +220,13 @@ def _signature(n: Occurrence) -> Signature:
 # ------------------------------------------------------------ involved objects
 def _vmi(namespace: str, name: str, uid: str) -> InvolvedObject:
     return InvolvedObject("VirtualMachineInstance", namespace, name, uid, KUBEVIRT)
+
+
+def _uploads(agg: Aggregate, cluster: FoldReader) -> bool:
+    """The DataVolume takes an upload (its source is `upload`)."""
+    view = cluster.table(agg.kind).get(f"{agg.namespace}/{agg.name}")
+    spec = getattr(view, "spec", None) if view is not None else None
+    return isinstance(spec, dict) and "upload" in (spec.get("source") or {})
 
 
 def _of(agg: Aggregate, kind: str, api_version: str, cluster: FoldReader) -> InvolvedObject:
@@ -321,10 +331,25 @@ def occurrences(s: Stored, cluster: FoldReader) -> list[Occurrence]:
             msg = f"EvictionStrategy is set but vmi is not migratable; {message}"
             return [Occurrence(me, WARNING, "Migrated", msg, HANDLER, node)]
         # ------------------------------------------------------ CDI's importer
+        case ImportRequested(claim=claim, source=source) if "upload" in source:
+            me = _of(agg, "DataVolume", CDI_V1BETA1, cluster)
+            msg = f"Upload into {claim} scheduled"
+            return [Occurrence(me, NORMAL, "UploadScheduled", msg, CDI_UPLOAD)]
         case ImportRequested(claim=claim):
             me = _of(agg, "DataVolume", CDI_V1BETA1, cluster)
             msg = f"Import into {claim} scheduled"
             return [Occurrence(me, NORMAL, "ImportScheduled", msg, CDI_CONTROLLER)]
+        case UploadReady():
+            me = _of(agg, "DataVolume", CDI_V1BETA1, cluster)
+            msg = f"Upload into {agg.name} ready"
+            return [Occurrence(me, NORMAL, "UploadReady", msg, CDI_UPLOAD, ev.meta.node)]
+        case ImportFinished(error=error) if _uploads(agg, cluster):
+            me = _of(agg, "DataVolume", CDI_V1BETA1, cluster)
+            if error:
+                msg = f"Upload into {agg.name} failed: {error}"
+                return [Occurrence(me, WARNING, "UploadFailed", msg, CDI_UPLOAD, ev.meta.node)]
+            msg = f"Successfully uploaded into {agg.name}"
+            return [Occurrence(me, NORMAL, "UploadSucceeded", msg, CDI_UPLOAD, ev.meta.node)]
         case ImportProgressed(progress=progress):
             me = _of(agg, "DataVolume", CDI_V1BETA1, cluster)
             msg = f"Import into {agg.name} in progress: {progress}"
@@ -474,6 +499,7 @@ def occurrences(s: Stored, cluster: FoldReader) -> list[Occurrence]:
             | MetadataChanged()
             | VolumeReclaimRequested()
             | VolumeReclaimed()
+            | UploadReceived()
         ):
             return []
         case _:

@@ -6,7 +6,11 @@ chunk) and `ImportFinished`.
 
 A request is answered once: its job is done when `ImportFinished` is folded (it is routed
 back to this node) or when the executor reported it. One not finished after a restart is
-imported again (the claim's disk is replaced only by a complete import)."""
+imported again (the claim's disk is replaced only by a complete import).
+
+An upload (source `upload`, CDI's upload server) is the same job in two steps: the
+request is answered at once with `UploadReady` (this node takes the bytes), and the
+import runs once the api's `UploadReceived` says where it staged them."""
 
 from __future__ import annotations
 
@@ -25,6 +29,8 @@ from events.catalog import (
     ResourceEvent,
     ResourceStatusChanged,
     ResourceUpdated,
+    UploadReady,
+    UploadReceived,
     VolumeReclaimed,
     VolumeReclaimRequested,
     VolumesCopied,
@@ -39,6 +45,12 @@ class ImportJob(msgspec.Struct, kw_only=True):
     request_seq: int = 0  # its stream sequence: the answers' `causation_seq`
     running: bool = False
     done: bool = False
+    ready: bool = False  # an upload's UploadReady is recorded
+    received: UploadReceived | None = None  # an upload's bytes, staged by the api
+
+    @property
+    def upload(self) -> bool:
+        return "upload" in self.request.source
 
 
 class RunImport(msgspec.Struct, frozen=True):
@@ -86,6 +98,14 @@ def fold(jobs: Imports, stored: Stored) -> None:
             job = jobs.get(job_key(event.meta.aggregate))
             if job is not None:
                 job.done, job.running = True, False
+        case UploadReady():
+            job = jobs.get(job_key(event.meta.aggregate))
+            if job is not None:
+                job.ready = True
+        case UploadReceived():
+            job = jobs.get(job_key(event.meta.aggregate))
+            if job is not None and job.received is None:
+                job.received = event
         case (
             ResourceCreated()
             | ResourceUpdated()
@@ -116,13 +136,27 @@ def observe(jobs: Imports, obs: ImportStarted | ImportProgress | ImportDone) -> 
             job.done, job.running = True, False
 
 
-def plan(jobs: Imports, key: str) -> list[RunImport | ImportStarted]:
+def plan(
+    jobs: Imports, key: str, node: str, service: str, now: float
+) -> list[RunImport | ImportStarted | Event]:
+    """What a job needs next: its import run; an upload's `UploadReady` until it is
+    recorded, then, once its bytes are staged, the import of the staged file."""
     job = jobs.get(key)
     if job is None or job.done or job.running:
         return []
     req = job.request
     agg = req.meta.aggregate
-    run = RunImport(key, agg.namespace, req.claim, dict(req.source), req.size)
+    source = dict(req.source)
+    if job.upload:
+        if job.received is None:
+            if job.ready:
+                return []
+            cause = Cause(req.meta.correlation_id, req.meta.event_id, job.request_seq)
+            meta = output_meta(service, node, agg, f"upload-ready/{req.meta.event_id}", now,
+                               cause, node)  # fmt: skip
+            return [UploadReady(meta=meta)]
+        source = {"upload": {"file": job.received.file, "size": job.received.size}}
+    run = RunImport(key, agg.namespace, req.claim, source, req.size)
     return [run, ImportStarted(key)]
 
 

@@ -35,7 +35,13 @@ from services.handler.effects import (
     Observed,
     Release,
 )
-from services.handler.imports import ImportDone, ImportProgress, Imports, ImportStarted
+from services.handler.imports import (
+    ImportDone,
+    ImportProgress,
+    Imports,
+    ImportStarted,
+    RunImport,
+)
 from services.handler.migration import (
     MigrationNote,
     MigrationState,
@@ -202,7 +208,7 @@ class HandlerReactor:
         if agg.kind in _COPY_KINDS:
             return self._copy(state, volumes.job_key(agg))
         if agg.kind == ResourceKind.DATA_VOLUME:
-            return self._import(state, imports.job_key(agg))
+            return self._import(state, imports.job_key(agg), ctx.now)
         if agg.kind == ResourceKind.PV:
             return [*reclaim.plan(state.reclaims, stored)]
         if agg.kind == Kind.VMI:
@@ -258,7 +264,7 @@ class HandlerReactor:
                 out += self._copy(state, key)
         for key, ijob in state.imports.items():
             if not ijob.done:
-                out += self._import(state, key)
+                out += self._import(state, key, ctx.now)
         return out + self._decide(state, vkeys, mkeys, ctx.now)
 
     def wakeup(self, state: HandlerState) -> float | None:
@@ -300,10 +306,15 @@ class HandlerReactor:
             out.append(Note(step) if isinstance(step, CopyStarted) else step)
         return out
 
-    def _import(self, state: HandlerState, key: str) -> list[Output]:
+    def _import(self, state: HandlerState, key: str, now: float) -> list[Output]:
         out: list[Output] = []
-        for step in imports.plan(state.imports, key):
-            out.append(Note(step) if isinstance(step, ImportStarted) else step)
+        for step in imports.plan(state.imports, key, self.node, self.name, now):
+            if isinstance(step, ImportStarted):
+                out.append(Note(step))
+            elif isinstance(step, RunImport):
+                out.append(step)
+            else:
+                out.append(Decision(step, occ=False))
         return out
 
     def _source(self, state: HandlerState, mkey: str, now: float) -> list[Output]:

@@ -23,6 +23,8 @@ from events.catalog import (
     ResourceEvent,
     ResourceStatusChanged,
     ResourceUpdated,
+    UploadReady,
+    UploadReceived,
     VolumeCopy,
     VolumeReclaimed,
     VolumeReclaimRequested,
@@ -93,6 +95,8 @@ def fold(jobs: Jobs, stored: Stored) -> None:
             | ImportRequested()
             | ImportProgressed()
             | ImportFinished()
+            | UploadReady()
+            | UploadReceived()
             | VolumeReclaimRequested()
             | VolumeReclaimed()
         ):

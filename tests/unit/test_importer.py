@@ -37,10 +37,10 @@ def test_a_request_is_run_once_and_answered_a_tenth_at_a_time() -> None:
     req = request({"blank": {}})
     imports.fold(jobs, Stored(seq=7, subject="s", time=1.0, event=req))
     [key] = jobs
-    run, started = imports.plan(jobs, key)
+    run, started = imports.plan(jobs, key, "node-1", "h", 1.0)
     assert isinstance(run, imports.RunImport) and run.claim == "dv" and run.size == "64Mi"
     imports.observe(jobs, started)  # type: ignore[arg-type]
-    assert imports.plan(jobs, key) == []  # running: not started twice
+    assert imports.plan(jobs, key, "node-1", "h", 1.0) == []  # running: not started twice
     progress = imports.answer(jobs, imports.ImportProgress(key, 45.2), "node-1", "h", 2.0)
     again = imports.answer(jobs, imports.ImportProgress(key, 47.0), "node-1", "h", 2.0)
     assert isinstance(progress, ImportProgressed) and progress.progress == "45.20%"
@@ -49,14 +49,14 @@ def test_a_request_is_run_once_and_answered_a_tenth_at_a_time() -> None:
     assert isinstance(done, ImportFinished) and done.error == ""
     assert done.meta.causation_seq == 7
     imports.fold(jobs, Stored(seq=8, subject="s", time=3.0, event=done))
-    assert imports.plan(jobs, key) == []
+    assert imports.plan(jobs, key, "node-1", "h", 1.0) == []
 
 
 def _run(source: dict[str, object], disks: Path, images: Path | None = None) -> str:
     jobs: imports.Imports = {}
     imports.fold(jobs, Stored(seq=1, subject="s", time=1.0, event=request(source)))
     [key] = jobs
-    run = imports.plan(jobs, key)[0]
+    run = imports.plan(jobs, key, "node-1", "h", 1.0)[0]
     assert isinstance(run, imports.RunImport)
     return run_import(run, str(disks), str(images) if images else None, lambda _: None)
 
@@ -109,4 +109,4 @@ def test_a_pending_import_survives_the_handlers_checkpoint() -> None:
     again = codec.decode(codec.encode(state))
     assert list(again.imports) == list(state.imports)
     [key] = again.imports
-    assert isinstance(imports.plan(again.imports, key)[0], imports.RunImport)
+    assert isinstance(imports.plan(again.imports, key, "node-1", "h", 1.0)[0], imports.RunImport)
