@@ -53,6 +53,7 @@ from ops.prometheus_server import find_binary as find_prometheus
 from ops.supervisor import ServiceSpec, Supervisor, stop_recorded
 from ops.up_reaper import live_launchers, terminate_launchers, wait_launchers
 from services.launcher.images import default_image_dir
+from services.launcher.storage import uploads_dir
 
 console = Console(soft_wrap=True)
 
@@ -463,6 +464,12 @@ class Run:
                     # the disks VirtualMachineExports serve (real files in qemu mode only)
                     *(("--disk-dir", str(data_dir / "disks")) if o.hypervisor == "qemu" else ()),
                     *(() if o.common_instancetypes else ("--no-common-instancetypes",)),
+                    # CDI's uploads: tokens signed with the data dir's key, the bytes
+                    # staged where the handlers' imports read them
+                    "--upload-key-file",
+                    str(_key_file(data_dir, "upload.key")),
+                    "--upload-dir",
+                    str(uploads_dir(str(data_dir / "disks"))),
                 ),
                 metrics_url=f"{api_url}/metrics",
                 env=bus.env("api") if bus else {},
@@ -504,7 +511,7 @@ class Run:
             "--cluster-nodes",
             ",".join(self.node_names),
             "--export-key-file",
-            str(_export_key(data_dir)),
+            str(_key_file(data_dir, "export.key")),
             "--export-url",
             api_url,
         )
@@ -990,10 +997,10 @@ def stop_all_through_api(api_url: str) -> None:
                 http.delete(f"{vmi_kind.collection_path(ns)}/{md['name']}")
 
 
-def _export_key(data_dir: Path) -> Path:
-    """The controller's key for VirtualMachineExport tokens: made once per data dir,
-    readable by its owner only."""
-    path = data_dir / "export.key"
+def _key_file(data_dir: Path, name: str) -> Path:
+    """A signing key (the controller's for VirtualMachineExport tokens, the api's for
+    CDI's upload tokens): made once per data dir, readable by its owner only."""
+    path = data_dir / name
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:

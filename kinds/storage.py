@@ -15,8 +15,10 @@ import copy
 from typing import Any
 
 from core import admission, intents
-from core.context import Outcome, RequestContext
+from core.context import Append, Outcome, RequestContext
+from core.errors import unavailable
 from core.kind import SpecRefusal
+from events.catalog import UploadReceived
 from events.meta import ResourceKind
 from events.objects import (
     DataSource,
@@ -28,8 +30,9 @@ from events.objects import (
 from events.quantity import parse_quantity
 from kinds.resource import resource_spec
 from kinds.spec import PrinterColumn, Scope
+from projections import datavolumes as dvs
 from projections import storage
-from projections.cluster import Cluster
+from projections.cluster import Cluster, key
 
 JSON = dict[str, Any]
 CDI = "cdi.kubevirt.io"
@@ -296,6 +299,39 @@ DATA_VOLUME = resource_spec(
         PrinterColumn("Age", "date", ".metadata.creationTimestamp"),
     ),
 )
+
+
+# ------------------------------------------------------------------ uploads
+def upload_target(cluster: Cluster, namespace: str, claim: str) -> Any:
+    """The upload DataVolume of a claim that takes the bytes now, or the upload proxy's
+    refusal (CDI's words, 503): no such claim, done already, or not ready yet."""
+    found = storage.find_claim(cluster, namespace, claim)
+    dv = cluster.resources[ResourceKind.DATA_VOLUME].get(key(namespace, claim))
+    if found is None or dv is None or "upload" not in (dv.spec.get("source") or {}):
+        raise unavailable(f"rejecting Upload Request for PVC {claim} that doesn't exist")
+    phase = dv.status.get("phase")
+    if phase in (dvs.SUCCEEDED, dvs.FAILED):
+        raise unavailable(
+            f"rejecting Upload Request for PVC {claim} that already finished uploading"
+        )
+    if phase != dvs.UPLOAD_READY:
+        raise unavailable(
+            f"rejecting Upload Request for PVC {claim}: its upload server is not ready"
+        )
+    return dv
+
+
+def upload_received(
+    namespace: str, claim: str, node: str, file: str, size: int, expected: int,
+    cluster: Cluster, ctx: RequestContext,
+) -> Outcome:  # fmt: skip
+    """The upload proxy staged a claim's image: `UploadReceived` for the node that said
+    `UploadReady`, expecting the DataVolume's history as the proxy read it (`expected`),
+    so two uploads raced to one claim land one."""
+    dv = upload_target(cluster, namespace, claim)
+    meta = ctx.meta(ResourceKind.DATA_VOLUME, namespace, claim, uid=dv.uid, node=node)
+    event = UploadReceived(meta=meta, file=file, size=size)
+    return Outcome((Append(event, expected),), ResourceKind.DATA_VOLUME, key(namespace, claim))
 
 
 # ---------------------------------------------------------------- DataSource

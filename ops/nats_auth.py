@@ -173,6 +173,7 @@ def handler_user(node: str, password: str, stream: str = "VIRT") -> NatsUser:
                 # a DataVolume's import it runs (CDI's importer)
                 f"virt.datavolume.*.*.ImportProgressed.{n}",
                 f"virt.datavolume.*.*.ImportFinished.{n}",
+                f"virt.datavolume.*.*.UploadReady.{n}",
                 # a reclaimed volume's disk it deleted (the volume deleter)
                 f"virt.pv.*.*.VolumeReclaimed.{n}",
                 f"dlq.{service}",

@@ -53,6 +53,8 @@ async def serve(
     prometheus: prometheus_proxy.Upstream | None = None,
     disk_dir: Path | None = None,
     common_instancetypes: bool = True,
+    upload_key: bytes | None = None,
+    upload_dir: Path | None = None,
 ) -> None:
     """Run the api (or, read_only, the read side alone) until SIGINT/SIGTERM. With an
     `auth_file`, every request is authenticated and authorized by it; without
@@ -88,6 +90,8 @@ async def serve(
         guard,
         console_tls=console_tls.client_context() if console_tls else None,
         disk_dir=disk_dir,
+        upload_key=upload_key,
+        upload_dir=upload_dir,
     )
     # the node ports of NodePort Services, on this host (services/api/node_ports.py)
     node_ports = None if read_only else NodePorts(runner, host, app.state.get("console_tls"))
@@ -175,6 +179,16 @@ def main(argv: list[str] | None = None) -> None:
         "--disk-dir", type=Path, help="the nodes' disk dir: VirtualMachineExports serve it"
     )
     parser.add_argument(
+        "--upload-key-file",
+        type=Path,
+        help="the key CDI's upload tokens are signed with (every api replica the same)",
+    )
+    parser.add_argument(
+        "--upload-dir",
+        type=Path,
+        help="where uploads are staged for the nodes' handlers: their disk dir's uploads/",
+    )
+    parser.add_argument(
         "--no-common-instancetypes",
         action="store_true",
         help="do not deploy KubeVirt's common instance types and preferences at the start "
@@ -216,6 +230,8 @@ def main(argv: list[str] | None = None) -> None:
             ),
             disk_dir=args.disk_dir,
             common_instancetypes=not args.no_common_instancetypes,
+            upload_key=args.upload_key_file.read_bytes() if args.upload_key_file else None,
+            upload_dir=args.upload_dir,
         ),
         "virt-api",
     )

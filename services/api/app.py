@@ -41,6 +41,7 @@ from services.api import (
     protowire,
     reads,
     reviews,
+    upload_proxy,
     virt_api_info,
     writes,
 )
@@ -351,11 +352,15 @@ def create_app(
     *,
     console_tls: ssl.SSLContext | None = None,
     disk_dir: Path | None = None,
+    upload_key: bytes | None = None,
+    upload_dir: Path | None = None,
 ) -> Litestar:
     """The app for `api`; its kinds (`api.kinds`, the registry by default) give the routes.
     With a `guard`, every request is authenticated and authorized (`services/api/guard.py`);
     with `console_tls`, the nodes' console servers are dialled with it (mutual TLS); with
-    `disk_dir`, VirtualMachineExports serve the disk images there (`export_server.py`)."""
+    `disk_dir`, VirtualMachineExports serve the disk images there (`export_server.py`);
+    with `upload_key` and `upload_dir`, CDI's upload tokens are signed with that key and
+    uploads are staged in that directory (`upload_proxy.py`)."""
     kinds: Registry = api.kinds
     return Litestar(
         route_handlers=[
@@ -372,6 +377,7 @@ def create_app(
             *reviews.routes(guard),
             *WEB_ROUTES,
             *export_server.ROUTES,
+            *upload_proxy.ROUTES,
             *pod_logs.ROUTES,
             *virt_api_info.ROUTES,
         ],
@@ -382,6 +388,14 @@ def create_app(
         exception_handlers={ApiError: api_error_handler, HTTPException: http_error_handler},
         openapi_config=OpenAPIConfig(title="virtstream", version="0.1.0"),
         request_max_body_size=bodies.MAX_BODY_BYTES,
-        state=State({"api": api, "console_tls": console_tls, "disk_dir": disk_dir}),
+        state=State(
+            {
+                "api": api,
+                "console_tls": console_tls,
+                "disk_dir": disk_dir,
+                "upload_key": upload_key,
+                "upload_dir": upload_dir,
+            }
+        ),
         debug=False,
     )

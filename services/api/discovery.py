@@ -38,22 +38,24 @@ _VERBS = {"PUT": "update", "POST": "create", "GET": "get", "DELETE": "delete", "
 
 # The reviews a user asks about themselves (services/api/guard.py, reviews.py), each in
 # its built-in group: `kubectl auth can-i` (access, rules) and `kubectl auth whoami`.
-def _review(kind: str) -> JSON:
+# CDI's UploadTokenRequest (services/api/upload_proxy.py) is the same: create only, kept
+# nowhere, but namespaced and in its own group's v1beta1.
+def _review(kind: str, namespaced: bool = False) -> JSON:
     return {
         "name": f"{kind.lower()}s",
         "singularName": kind.lower(),
-        "namespaced": False,
+        "namespaced": namespaced,
         "kind": kind,
         "verbs": ["create"],
     }
 
 
-REVIEWS: dict[str, list[JSON]] = {
-    "authentication.k8s.io": [_review("SelfSubjectReview")],
-    "authorization.k8s.io": [
-        _review("SelfSubjectAccessReview"),
-        _review("SelfSubjectRulesReview"),
-    ],
+REVIEWS: dict[str, dict[str, list[JSON]]] = {
+    "authentication.k8s.io": {"v1": [_review("SelfSubjectReview")]},
+    "authorization.k8s.io": {
+        "v1": [_review("SelfSubjectAccessReview"), _review("SelfSubjectRulesReview")]
+    },
+    "upload.cdi.kubevirt.io": {"v1beta1": [_review("UploadTokenRequest", namespaced=True)]},
 }
 
 
@@ -135,8 +137,9 @@ def group_versions(kinds: Registry) -> dict[str, dict[str, list[JSON]]]:
             if rk is not None:
                 entry.update(group=rk[0], version=rk[1], kind=rk[2])
             subs.append(entry)
-    for group, reviews in REVIEWS.items():
-        out[group] = {"v1": [dict(r) for r in reviews]}
+    for group, versions in REVIEWS.items():
+        for version, reviews in versions.items():
+            out.setdefault(group, {}).setdefault(version, []).extend(dict(r) for r in reviews)
     return {g: _preferred_first(vs) for g, vs in out.items()}
 
 
@@ -265,19 +268,18 @@ def _aggregated_items(kinds: Registry, core: bool) -> Iterator[JSON]:
         parent.pop("categories", None)
         listed.append(parent)
     if not core:
-        for group, reviews in REVIEWS.items():
-            groups[group] = {
-                "v1": [
+        for group, versions in REVIEWS.items():
+            for version, reviews in versions.items():
+                groups.setdefault(group, {}).setdefault(version, []).extend(
                     {
                         "resource": r["name"],
-                        "responseKind": {"group": group, "version": "v1", "kind": r["kind"]},
-                        "scope": "Cluster",
+                        "responseKind": {"group": group, "version": version, "kind": r["kind"]},
+                        "scope": "Namespaced" if r["namespaced"] else "Cluster",
                         "singularResource": r["singularName"],
                         "verbs": r["verbs"],
                     }
                     for r in reviews
-                ]
-            }
+                )
     for group, versions in groups.items():
         yield {
             "metadata": {"name": group} if group else {},

@@ -36,7 +36,15 @@ from services.controller import emit
 JSON = dict[str, Any]
 TEMPLATES = b'"dataVolumeTemplates"'
 _DONE = (dvs.SUCCEEDED, dvs.FAILED)
-_REQUESTED = (dvs.SCHEDULED, dvs.IN_PROGRESS, dvs.CLONE_SCHEDULED, dvs.CLONE_IN_PROGRESS, *_DONE)
+_REQUESTED = (
+    dvs.SCHEDULED,
+    dvs.IN_PROGRESS,
+    dvs.CLONE_SCHEDULED,
+    dvs.CLONE_IN_PROGRESS,
+    dvs.UPLOAD_SCHEDULED,
+    dvs.UPLOAD_READY,
+    *_DONE,
+)
 
 
 # ------------------------------------------------------------- VM templates
@@ -215,8 +223,11 @@ def _claim(cluster: Cluster, dv: ResourceView, source: JSON, ctx: Context) -> De
         dvs.POD_PHASE: "Pending",
         dvs.CREATED_FOR: dv.uid,
         dvs.CONTENT_TYPE: str(dv.spec.get("contentType") or "kubevirt"),
-        dvs.SOURCE: "none" if kind == "blank" else kind,
     }
+    if kind == "upload":
+        annotations[dvs.UPLOAD_TARGET] = ""
+    else:
+        annotations[dvs.SOURCE] = "none" if kind == "blank" else kind
     if kind == "http":
         annotations[dvs.ENDPOINT] = str((source["http"] or {}).get("url") or "")
     elif kind == "registry":
@@ -267,6 +278,11 @@ def _annotate(claim: ResourceView, dv: ResourceView, phase: str, ctx: Context) -
         )
         message = str(running.get("message") or "")
     wanted = {dvs.POD_PHASE: pod, dvs.RUNNING_REASON: reason, dvs.RUNNING_MESSAGE: message}
+    if dvs.UPLOAD_TARGET in storage.annotations_of(claim):
+        # the upload server's readiness, which virtctl and the upload proxy wait for
+        wanted[dvs.POD_READY] = "true" if phase == dvs.UPLOAD_READY else "false"
+        if phase == dvs.SUCCEEDED:
+            wanted[dvs.RUNNING_MESSAGE] = dvs.UPLOAD_COMPLETE
     if phase in _DONE:
         wanted[dvs.POPULATED_FOR] = dv.name
     have = storage.annotations_of(claim)

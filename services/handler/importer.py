@@ -8,7 +8,9 @@ half-written disk a VM could boot.
 - blank: an empty qcow2 of the claim's size;
 - pvc: another claim's disk copied whole (CDI's host-assisted clone);
 - registry: `docker://<image>` found in the containerDisk catalogue (the images a
-  containerDisk volume boots), converted."""
+  containerDisk volume boots), converted;
+- upload: the image the upload proxy staged (`<disk_dir>/uploads/<ns>/<file>`, raw or
+  any format qemu-img reads), converted, the staged file removed whatever the outcome."""
 
 from __future__ import annotations
 
@@ -49,6 +51,15 @@ def run_import(
             case "pvc":
                 ns = str(spec.get("namespace") or action.namespace)
                 _convert(storage.claim_path(disk_dir, ns, str(spec.get("name") or "")), part)
+            case "upload":
+                uploads = storage.uploads_dir(disk_dir)
+                staged = storage.staged_upload(
+                    uploads, action.namespace, str(spec.get("file") or "")
+                )
+                try:
+                    _convert(staged, part)
+                finally:
+                    staged.unlink(missing_ok=True)
             case "registry":
                 reference = str(spec.get("url") or "").removeprefix("docker://")
                 found = images.find_disk_image(storage.catalogue_dir(image_dir), reference)

@@ -191,6 +191,18 @@ def claim_path(disk_dir: str, namespace: str, claim: str) -> Path:
     return Path(disk_dir) / "volumes" / namespace / f"{claim}.qcow2"
 
 
+def uploads_dir(disk_dir: str) -> Path:
+    """Where the upload proxy stages uploads for the handlers (the api's `--upload-dir`)."""
+    return Path(disk_dir) / "uploads"
+
+
+def staged_upload(uploads: Path, namespace: str, file: str) -> Path:
+    """An upload's bytes as staged: one file a namespace's directory, of a plain name."""
+    if not file or "/" in file or file.startswith("."):
+        raise ValueError(f"no staged upload {file!r}")
+    return uploads / namespace / file
+
+
 def backup_path(disk_dir: str, namespace: str, backup: str) -> Path:
     return Path(disk_dir) / "backups" / namespace / f"{backup}.qcow2"
 
