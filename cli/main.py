@@ -26,6 +26,7 @@ from cli.debug import register as register_debug
 from cli.expose import register as register_expose
 from cli.guest_io import register as register_guest_io
 from cli.help import use_plain_help
+from cli.image_upload import register as register_image_upload
 from cli.images import app as images_app
 from cli.port_forward import register as register_port_forward
 from cli.serve import SETTINGS as SERVE_SETTINGS
@@ -861,6 +862,7 @@ register_debug(app)
 register_guest_io(app)
 register_port_forward(app)
 register_expose(app, client, error)
+register_image_upload(app, client, error)
 register_whatif(app)
 app.command(context_settings=CONTEXT)(ui)
 app.add_typer(images_app, name="images")

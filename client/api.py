@@ -393,6 +393,19 @@ class Client:
     ) -> Any:
         return self._out(self._send(self.r.get(kind, name, namespace, opts)), opts)
 
+    def upload_token(self, claim: str, namespace: str | None = None) -> str:
+        """CDI's UploadTokenRequest for `claim`: the token its upload proxy takes."""
+        ns = self.r.ns(namespace)
+        body = {
+            "apiVersion": "upload.cdi.kubevirt.io/v1beta1",
+            "kind": "UploadTokenRequest",
+            "metadata": {"name": "token-for-virtctl", "namespace": ns},
+            "spec": {"pvcName": claim},
+        }
+        path = f"/apis/upload.cdi.kubevirt.io/v1beta1/namespaces/{ns}/uploadtokenrequests"
+        answer = _json(self.http.post(path, json=body))
+        return str(((answer or {}).get("status") or {}).get("token") or "")
+
     def list(
         self, kind: str, namespace: str | None = None, **opts: Unpack[ListOptions]
     ) -> list[Any]:
