@@ -27,6 +27,7 @@ from typing import Any
 
 import msgspec
 from litestar import Request, Response, head, post
+from litestar.params import FromPath
 
 from core import upload_tokens
 from core.errors import ApiError, bad_request, internal, invalid_request, unavailable
@@ -56,7 +57,9 @@ def upload_key(request: Request[Any, Any, Any]) -> bytes:
 
 
 @post(TOKENS_PATH, include_in_schema=False, status_code=200)
-async def uploadtokenrequests(request: Request[Any, Any, Any], namespace: str) -> Response[bytes]:
+async def uploadtokenrequests(
+    request: Request[Any, Any, Any], namespace: FromPath[str]
+) -> Response[bytes]:
     try:
         body = msgspec.json.decode(await request.body())
     except msgspec.DecodeError as e:
