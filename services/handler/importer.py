@@ -68,7 +68,8 @@ def run_import(
                 _qemu_img("create", "-q", "-f", "qcow2", str(part), str(_bytes(action.size)))
         _grow(part, action.size)
         part.replace(target)
-        report(100.0)
+        if kind != "upload":  # an upload's phase stays UploadReady until it succeeds
+            report(100.0)
     except Exception as e:  # a download, qemu-img or catalogue failure: reported, not raised
         log.warning("import failed", job=action.key, error=str(e))
         text = str(e).strip()
