@@ -140,17 +140,26 @@ def test_the_proxy_takes_only_a_valid_token_for_the_claim(cluster: Cluster, tmp_
     body = MARK + bytes(1 << 20)
     missing = proxy.post("/v1beta1/upload-async", content=body)
     assert missing.status_code == 400
-    granted = cluster.http.post(TOKENS, json={"spec": {"pvcName": "guarded"}})
-    assert granted.status_code == 200, granted.text
-    token = granted.json()["status"]["token"]
-    assert granted.json()["kind"] == "UploadTokenRequest"
+    request = {
+        "apiVersion": "upload.cdi.kubevirt.io/v1beta1",
+        "kind": "UploadTokenRequest",
+        "metadata": {"name": "upload-guarded"},
+        "spec": {"pvcName": "guarded"},
+    }
+    (tmp_path / "token.yaml").write_text(yaml.safe_dump(request))
+    made = cluster.kubectl("create", "-f", str(tmp_path / "token.yaml"), "-o", "json")
+    granted = json.loads(made.out)
+    assert granted["kind"] == "UploadTokenRequest"
+    assert granted["metadata"]["namespace"] == "default"
+    token = granted["status"]["token"]
     forged_body, _, signature = token.partition(".")
     other = cluster.http.post(TOKENS, json={"spec": {"pvcName": "uploaded"}}).json()
     forged = f"{other['status']['token'].partition('.')[0]}.{signature}"
-    for bad in ("nonsense", forged, f"{forged_body}.x{signature[1:]}"):
+    flipped = ("A" if signature[0] != "A" else "B") + signature[1:]  # another first byte
+    for bad in ("nonsense", forged, f"{forged_body}.{flipped}"):
         refused = proxy.post("/v1beta1/upload", content=body,
                              headers={"Authorization": f"Bearer {bad}"})  # fmt: skip
-        assert refused.status_code == 401, refused.text
+        assert refused.status_code == 401, (bad, token, refused.text)
         assert refused.json()["reason"] == "Unauthorized"
     # nothing changed: still waiting, nothing staged, no disk
     assert _get(cluster, "dv", "guarded")["status"]["phase"] == "UploadReady"
