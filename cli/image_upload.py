@@ -222,7 +222,7 @@ def register(
                 waiting = f"Waiting for PVC {name} upload pod to be ready..."
                 _wait(c, name, ns, wait_secs, _phase(dvs.UPLOAD_READY), say, waiting)
                 say("Pod now ready")
-                proxy = uploadproxy_url or settings.server
+                proxy = uploadproxy_url or str(c.http.base_url).rstrip("/")  # the api, as found
                 say(f"Uploading data to {proxy}")
                 send(proxy, c.upload_token(name, ns), image, insecure)
                 say(
