@@ -3,8 +3,9 @@ makes the DataVolume, waits for UploadReady, asks a token, sends a raw image wit
 progress line and sees it Succeeded; the claim's disk holds the bytes at the claim's size,
 with CDI's annotations and Events. The upload proxy takes only a valid token for the
 claim: none is 400, a forged one 401, and neither writes anything; a qcow2 sent to the
-synchronous path with its token is answered once the claim holds it. A failure of the
-command is one line and exit 1."""
+synchronous path with its token is answered once the claim holds it. An image qemu-img
+cannot read fails the DataVolume with qemu-img's reason (UploadFailed, no disk). A failure
+of the command is one line and exit 1."""
 
 from __future__ import annotations
 
@@ -194,3 +195,27 @@ def test_a_failed_upload_command_is_one_line(cluster: Cluster, tmp_path: Path) -
                 f"--image-path={tmp_path / 'absent.img'}")  # fmt: skip
     assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1
     assert "failed to open image file" in done.stderr
+
+
+def test_an_image_qemu_img_cannot_read_fails_the_data_volume(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    image = tmp_path / "broken.qcow2"  # a qcow2 header, then noise
+    image.write_bytes(b"QFI\xfb" + (3).to_bytes(4, "big") + os.urandom(4096))
+    done = _cli(cluster, "image-upload", "dv", "broken", "--size=64Mi",
+                f"--image-path={image}")  # fmt: skip
+    assert done.returncode == 1
+    [line] = done.stderr.strip().splitlines()
+    assert line.startswith("error: DataVolume default/broken failed: qemu-img convert failed:")
+    dv = _get(cluster, "dv", "broken")
+    assert dv["status"]["phase"] == "Failed"
+    running = next(c for c in dv["status"]["conditions"] if c["type"] == "Running")
+    assert running["reason"] == "Error" and "qemu-img convert failed" in running["message"]
+    notes = _get(cluster, "pvc", "broken")["metadata"]["annotations"]
+    assert notes["cdi.kubevirt.io/storage.pod.phase"] == "Failed"
+    events = _get(cluster, "events", "--field-selector", "involvedObject.name=broken")
+    failed = [e for e in events["items"] if e["reason"] == "UploadFailed"]
+    assert failed and failed[0]["type"] == "Warning"
+    assert failed[0]["message"].startswith("Upload into broken failed: qemu-img convert failed")
+    assert not _disk(cluster, "broken").exists()
+    assert list((cluster.home / "disks" / "uploads" / "default").iterdir()) == []
