@@ -1,12 +1,12 @@
 """`virtstream image-upload dv NAME --size=1Gi --image-path=FILE [--storage-class SC]
 [--access-mode MODE] [--volume-mode block|filesystem] [--no-create] [--insecure]
-[--uploadproxy-url URL] [--wait-secs N]`: virtctl's image-upload. It makes the DataVolume
-with an upload source (or, `--no-create`, takes the existing one), waits for its upload
-server (phase UploadReady), asks an UploadTokenRequest for the claim, sends the image to
-the upload proxy (the api's `/v1beta1/upload-async`, or `--uploadproxy-url`) with a
-progress line, and waits for the DataVolume to succeed. Any failure is one line and exit
-1. A bare claim (`image-upload pvc`) needs CDI's upload server for claims that no
-DataVolume owns, which this cluster does not run: it is refused with that reason."""
+[--uploadproxy-url URL] [--wait-secs N]` (and `pvc NAME`): virtctl's image-upload. It
+makes the DataVolume with an upload source (`pvc`: the claim with CDI's upload target
+annotation), or with `--no-create` takes the existing one, waits for its upload server
+(phase UploadReady; a claim's `cdi.kubevirt.io/storage.pod.ready`), asks an
+UploadTokenRequest for the claim, sends the image to the upload proxy (the api's
+`/v1beta1/upload-async`, or `--uploadproxy-url`) with a progress line, and waits for it
+to succeed. Any failure is one line and exit 1."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +59,26 @@ def datavolume(name: str, namespace: str, size: str, storage_class: str, access_
     }
 
 
-def _failed(dv: JSON) -> str:
+def claim(name: str, namespace: str, size: str, storage_class: str, access_mode: str,
+          volume_mode: str) -> JSON:  # fmt: skip
+    """The claim virtctl creates for `image-upload pvc`: CDI's upload target annotation,
+    the DataVolume's storage as its spec (ReadWriteOnce when unsaid)."""
+    spec = datavolume(name, namespace, size, storage_class, access_mode, volume_mode)["spec"]
+    body = dict(spec["storage"])
+    body.setdefault("accessModes", ["ReadWriteOnce"])
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "annotations": {dvs.UPLOAD_TARGET: ""},
+        },
+        "spec": body,
+    }
+
+
+def _dv_failed(dv: JSON) -> str:
     status = dv.get("status") or {}
     if status.get("phase") != dvs.FAILED:
         return ""
@@ -67,47 +87,91 @@ def _failed(dv: JSON) -> str:
     return str(running.get("message") or "the DataVolume failed")
 
 
-def _wait(c: Client, name: str, namespace: str, seconds: float, done: Callable[[JSON], bool],
-          say: Callable[[str], None], waiting: str) -> JSON:  # fmt: skip
-    """Poll the DataVolume until `done`; its failure or the deadline end the wait."""
-    deadline = time.monotonic() + seconds
-    logged = False
-    while True:
-        try:
-            dv: JSON = c.get("dv", name, namespace, raw=True)
-        except ApiError as e:
-            if e.code != 404:
-                raise
-            dv = {}
-        if dv and done(dv):
-            return dv
-        if dv and (why := _failed(dv)):
-            raise UploadError(f"DataVolume {namespace}/{name} failed: {why}")
-        if not logged:
-            say(waiting)
-            logged = True
-        if time.monotonic() > deadline:
-            raise UploadError(f"timed out waiting for DataVolume {namespace}/{name}")
-        time.sleep(POLL)
+def _notes(obj: JSON) -> JSON:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
+def _claim_failed(pvc: JSON) -> str:
+    notes = _notes(pvc)
+    if notes.get(dvs.POD_PHASE) != "Failed":
+        return ""
+    return str(notes.get(dvs.RUNNING_MESSAGE) or "the upload failed")
 
 
 def _phase(phase: str) -> Callable[[JSON], bool]:
     return lambda dv: (dv.get("status") or {}).get("phase") == phase
 
 
-def existing(c: Client, name: str, namespace: str) -> JSON | None:
-    """The DataVolume to upload into when it exists (refused when it cannot take one)."""
+@dataclass(frozen=True)
+class Target:
+    """What an upload goes into, and how its progress reads: a DataVolume's phase, or a
+    bare claim's CDI annotations."""
+
+    short: str
+    kind: str
+    resource: str
+    ready: Callable[[JSON], bool]
+    done: Callable[[JSON], bool]
+    failed: Callable[[JSON], str]
+
+
+TARGETS = {
+    "dv": Target(
+        "dv", "DataVolume", "datavolumes.cdi.kubevirt.io",
+        _phase(dvs.UPLOAD_READY), _phase(dvs.SUCCEEDED), _dv_failed,
+    ),
+    "pvc": Target(
+        "pvc", "PersistentVolumeClaim", "persistentvolumeclaims",
+        lambda pvc: _notes(pvc).get(dvs.POD_READY) == "true",
+        lambda pvc: _notes(pvc).get(dvs.POD_PHASE) == "Succeeded", _claim_failed,
+    ),
+}  # fmt: skip
+
+
+def _wait(
+    c: Client, t: Target, name: str, namespace: str, seconds: float,
+    done: Callable[[JSON], bool], say: Callable[[str], None], waiting: str,
+) -> JSON:  # fmt: skip
+    """Poll the target until `done`; its failure or the deadline end the wait."""
+    deadline = time.monotonic() + seconds
+    logged = False
+    while True:
+        try:
+            obj: JSON = c.get(t.short, name, namespace, raw=True)
+        except ApiError as e:
+            if e.code != 404:
+                raise
+            obj = {}
+        if obj and done(obj):
+            return obj
+        if obj and (why := t.failed(obj)):
+            raise UploadError(f"{t.kind} {namespace}/{name} failed: {why}")
+        if not logged and waiting:
+            say(waiting)
+            logged = True
+        if time.monotonic() > deadline:
+            raise UploadError(f"timed out waiting for {t.kind} {namespace}/{name}")
+        time.sleep(POLL)
+
+
+def existing(c: Client, t: Target, name: str, namespace: str) -> JSON | None:
+    """The DataVolume or claim to upload into when it exists (refused when it cannot take
+    one, in virtctl's words)."""
     try:
-        dv: JSON = c.get("dv", name, namespace, raw=True)
+        obj: JSON = c.get(t.short, name, namespace, raw=True)
     except ApiError as e:
         if e.code == 404:
             return None
         raise
-    if "upload" not in ((dv.get("spec") or {}).get("source") or {}):
+    if t.short == "dv":
+        takes = "upload" in ((obj.get("spec") or {}).get("source") or {})
+    else:
+        takes = dvs.UPLOAD_TARGET in _notes(obj)
+    if not takes:
         raise UploadError(f"PVC {namespace}/{name} not available for upload")
-    if (dv.get("status") or {}).get("phase") == dvs.SUCCEEDED:
+    if t.done(obj):
         raise UploadError(f"PVC {name} already successfully uploaded")
-    return dv
+    return obj
 
 
 def _message(resp: httpx.Response) -> str:
@@ -194,33 +258,30 @@ def register(
         """Upload a VM image to a DataVolume/PersistentVolumeClaim."""
         ns = namespace or settings.namespace
         say = typer.echo
-        if kind.lower() not in ("dv", "pvc"):
+        t = TARGETS.get(kind.lower())
+        if t is None:
             raise error(f"invalid resource type {kind}")
-        if kind.lower() == "pvc":
-            raise error(
-                "uploading into a bare PersistentVolumeClaim is not supported here: "
-                f"use `image-upload dv {name}` (a DataVolume with an upload source)"
-            )
         image = Path(image_path)
         if not image_path or not image.is_file():
             raise error(f"failed to open image file: {image_path or '--image-path is required'}")
         with client() as c:
             try:
-                dv = existing(c, name, ns)
-                if dv is None:
+                found = existing(c, t, name, ns)
+                if found is None:
                     if no_create:
-                        raise UploadError(f'datavolumes.cdi.kubevirt.io "{name}" not found')
+                        raise UploadError(f'{t.resource} "{name}" not found')
                     if not size:
-                        raise UploadError("when creating a DataVolume, --size must be given")
+                        raise UploadError(f"when creating a {t.kind}, --size must be given")
                     if storage_class:
                         c.get("sc", storage_class, raw=True)
-                    body = datavolume(name, ns, size, storage_class, access_mode, volume_mode)
+                    make = datavolume if t.short == "dv" else claim
+                    body = make(name, ns, size, storage_class, access_mode, volume_mode)
                     c.create(body, ns, raw=True)
-                    say(f"DataVolume {ns}/{name} created")
+                    say(f"{t.kind} {ns}/{name} created")
                 else:
                     say(f"Using existing PVC {ns}/{name}")
                 waiting = f"Waiting for PVC {name} upload pod to be ready..."
-                _wait(c, name, ns, wait_secs, _phase(dvs.UPLOAD_READY), say, waiting)
+                _wait(c, t, name, ns, wait_secs, t.ready, say, waiting)
                 say("Pod now ready")
                 proxy = uploadproxy_url or str(c.http.base_url).rstrip("/")  # the api, as found
                 say(f"Uploading data to {proxy}")
@@ -229,7 +290,7 @@ def register(
                     "Uploading data completed successfully, waiting for processing to "
                     "complete, you can hit ctrl-c without interrupting the progress"
                 )
-                _wait(c, name, ns, wait_secs, _phase(dvs.SUCCEEDED), lambda _: None, "")
+                _wait(c, t, name, ns, wait_secs, t.done, say, "")
                 say("Processing completed successfully")
                 say(f"Uploading {image_path} completed successfully")
             except (UploadError, OSError) as e:

@@ -302,23 +302,36 @@ DATA_VOLUME = resource_spec(
 
 
 # ------------------------------------------------------------------ uploads
-def upload_target(cluster: Cluster, namespace: str, claim: str) -> Any:
-    """The upload DataVolume of a claim that takes the bytes now, or the upload proxy's
-    refusal (CDI's words, 503): no such claim, done already, or not ready yet."""
+class NotReady(Exception):
+    """The claim will take an upload, but its upload server is not ready yet."""
+
+
+def upload_target(cluster: Cluster, namespace: str, claim: str) -> tuple[Any, Any]:
+    """(the kind, the object) whose aggregate an upload into `claim` goes to: its upload
+    DataVolume, or the claim itself when no DataVolume owns it. Refused as CDI's proxy
+    refuses (503): no such claim, not an upload target, done already; `NotReady` while
+    its upload server is not ready."""
     found = storage.find_claim(cluster, namespace, claim)
-    dv = cluster.resources[ResourceKind.DATA_VOLUME].get(key(namespace, claim))
-    if found is None or dv is None or "upload" not in (dv.spec.get("source") or {}):
+    if found is None:
         raise unavailable(f"rejecting Upload Request for PVC {claim} that doesn't exist")
-    phase = dv.status.get("phase")
-    if phase in (dvs.SUCCEEDED, dvs.FAILED):
+    notes = storage.annotations_of(found)
+    if dvs.UPLOAD_TARGET not in notes:
+        raise unavailable(f"PVC {claim} is not an upload target")
+    dv = cluster.resources[ResourceKind.DATA_VOLUME].get(key(namespace, claim))
+    owned = dv is not None and notes.get(dvs.CREATED_FOR) == dv.uid
+    if notes.get(dvs.POD_PHASE) in ("Succeeded", "Failed") or (
+        owned and dv is not None and dv.status.get("phase") in (dvs.SUCCEEDED, dvs.FAILED)
+    ):
         raise unavailable(
             f"rejecting Upload Request for PVC {claim} that already finished uploading"
         )
-    if phase != dvs.UPLOAD_READY:
-        raise unavailable(
-            f"rejecting Upload Request for PVC {claim}: its upload server is not ready"
-        )
-    return dv
+    if owned and dv is not None:
+        if dv.status.get("phase") != dvs.UPLOAD_READY:
+            raise NotReady(claim)
+        return ResourceKind.DATA_VOLUME, dv
+    if notes.get(dvs.POD_READY) != "true":
+        raise NotReady(claim)
+    return ResourceKind.PVC, found
 
 
 def upload_received(
@@ -326,12 +339,19 @@ def upload_received(
     cluster: Cluster, ctx: RequestContext,
 ) -> Outcome:  # fmt: skip
     """The upload proxy staged a claim's image: `UploadReceived` for the node that said
-    `UploadReady`, expecting the DataVolume's history as the proxy read it (`expected`),
-    so two uploads raced to one claim land one."""
-    dv = upload_target(cluster, namespace, claim)
-    meta = ctx.meta(ResourceKind.DATA_VOLUME, namespace, claim, uid=dv.uid, node=node)
+    `UploadReady`, expecting the target's history as the proxy read it (`expected`), so
+    two uploads raced to one claim land one."""
+    try:
+        kind, target = upload_target(cluster, namespace, claim)
+    except NotReady:
+        raise unavailable(not_ready(claim)) from None
+    meta = ctx.meta(kind, namespace, claim, uid=target.uid, node=node)
     event = UploadReceived(meta=meta, file=file, size=size)
-    return Outcome((Append(event, expected),), ResourceKind.DATA_VOLUME, key(namespace, claim))
+    return Outcome((Append(event, expected),), kind, key(namespace, claim))
+
+
+def not_ready(claim: str) -> str:
+    return f"rejecting Upload Request for PVC {claim}: its upload server is not ready"
 
 
 # ---------------------------------------------------------------- DataSource

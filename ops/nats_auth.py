@@ -174,6 +174,9 @@ def handler_user(node: str, password: str, stream: str = "VIRT") -> NatsUser:
                 f"virt.datavolume.*.*.ImportProgressed.{n}",
                 f"virt.datavolume.*.*.ImportFinished.{n}",
                 f"virt.datavolume.*.*.UploadReady.{n}",
+                # an upload into a claim no DataVolume owns
+                f"virt.pvc.*.*.UploadReady.{n}",
+                f"virt.pvc.*.*.ImportFinished.{n}",
                 # a reclaimed volume's disk it deleted (the volume deleter)
                 f"virt.pv.*.*.VolumeReclaimed.{n}",
                 f"dlq.{service}",

@@ -134,6 +134,28 @@ def imported(status: JSON, ev: Importing, at: float) -> JSON:
     return out
 
 
+UPLOAD_POD = "cdi.kubevirt.io/storage.uploadPodName"
+
+
+def claim_upload_notes(claim: str, ev: Importing) -> dict[str, str]:
+    """CDI's annotations on a claim no DataVolume owns after a step of its upload (there
+    is no DataVolume status to hold them): the upload server asked for, ready, done."""
+    match ev:
+        case ImportRequested():
+            return {POD_PHASE: "Pending", POD_READY: "false", UPLOAD_POD: f"cdi-upload-{claim}"}
+        case UploadReady():
+            return {POD_PHASE: "Running", POD_READY: "true", RUNNING_REASON: "Pod is running"}
+        case ImportFinished(error=error):
+            return {
+                POD_PHASE: "Failed" if error else "Succeeded",
+                POD_READY: "false",
+                RUNNING_REASON: "Error" if error else "Completed",
+                RUNNING_MESSAGE: error or UPLOAD_COMPLETE,
+            }
+        case ImportProgressed() | UploadReceived():
+            return {}
+
+
 def pod_phase(phase: str) -> tuple[str, str, str]:
     """The claim's (pod phase, running reason, running message) annotations for a phase."""
     if phase in (IN_PROGRESS, CLONE_IN_PROGRESS, UPLOAD_READY):

@@ -100,6 +100,7 @@ from events.catalog import (
     VolumesCopyRequested,
 )
 from events.envelope import Stored
+from events.meta import ResourceKind
 from projections import datavolumes, volumes
 from projections.views import (
     MigrationView,
@@ -603,6 +604,19 @@ def evolve_resource(view: ResourceView | None, s: Stored) -> ResourceView | None
         ):
             if view is None:
                 return None
+            if ev.meta.aggregate.kind == ResourceKind.PVC:  # a bare claim's upload
+                notes = datavolumes.claim_upload_notes(view.name, ev)
+                if not notes:
+                    return replace(view, version=s.seq)
+                manifest = view.manifest
+                metadata = dict(manifest.get("metadata") or {})
+                metadata["annotations"] = {**(metadata.get("annotations") or {}), **notes}
+                return replace(
+                    view,
+                    manifest_json=pack_manifest({**manifest, "metadata": metadata}),
+                    version=s.seq,
+                    resource_version=s.seq,
+                )
             status = datavolumes.imported(view.status, ev, s.event.meta.occurred_at)
             return replace(
                 view, status_json=pack_manifest(status), version=s.seq, resource_version=s.seq

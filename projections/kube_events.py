@@ -129,7 +129,7 @@ NORMAL, WARNING = "Normal", "Warning"
 CONTROLLER, HANDLER, SCHEDULER = "virt-controller", "virt-handler", "default-scheduler"
 KUBEVIRT = "kubevirt.io/v1"
 CDI_V1BETA1, CDI_CONTROLLER = "cdi.kubevirt.io/v1beta1", "datavolume-import-controller"
-CDI_UPLOAD = "datavolume-upload-controller"
+CDI_UPLOAD, CDI_UPLOAD_PVC = "datavolume-upload-controller", "upload-controller"
 PV_CONTROLLER = "persistentvolume-controller"
 STARTED_BY_CREATING = "Started the virtual machine by creating the new virtual machine instance"
 STOPPED_BY_DELETING = "Stopped the virtual machine by deleting the virtual machine instance"
@@ -331,6 +331,14 @@ def occurrences(s: Stored, cluster: FoldReader) -> list[Occurrence]:
             msg = f"EvictionStrategy is set but vmi is not migratable; {message}"
             return [Occurrence(me, WARNING, "Migrated", msg, HANDLER, node)]
         # ------------------------------------------------------ CDI's importer
+        case ImportFinished(error=error) if agg.kind == ResourceKind.PVC:
+            me = InvolvedObject("PersistentVolumeClaim", agg.namespace, agg.name, agg.uid, "v1")
+            if error:  # CDI's upload controller on a claim of its own
+                return [Occurrence(me, WARNING, "Error", error, CDI_UPLOAD_PVC, ev.meta.node)]
+            return [Occurrence(me, NORMAL, "UploadSucceeded", "Upload Successful",
+                               CDI_UPLOAD_PVC, ev.meta.node)]  # fmt: skip
+        case ImportRequested() | UploadReady() if agg.kind == ResourceKind.PVC:
+            return []
         case ImportRequested(claim=claim, source=source) if "upload" in source:
             me = _of(agg, "DataVolume", CDI_V1BETA1, cluster)
             msg = f"Upload into {claim} scheduled"

@@ -36,6 +36,7 @@ from events.meta import Aggregate, ResourceKind
 from events.objects import Status
 from kinds import storage as storage_kind
 from projections import datavolumes as dvs
+from projections import storage
 from services.api.http_plumbing import correlation_id_of
 from services.launcher.storage import staged_upload
 
@@ -46,6 +47,7 @@ UPLOAD, UPLOAD_ASYNC = f"/{VERSION}/upload", f"/{VERSION}/upload-async"
 PATHS = (UPLOAD, UPLOAD_ASYNC)  # what the guard hands to the token check here
 CHUNK = 1 << 20
 PROCESSING_SECONDS = 600.0  # how long a synchronous upload waits for the conversion
+READY_SECONDS = 30.0  # how long an upload waits for its upload server (CDI's proxy waits)
 _json = msgspec.json.Encoder()
 
 
@@ -92,20 +94,34 @@ def _granted(request: Request[Any, Any, Any]) -> upload_tokens.Grant:
     return grant
 
 
+async def _target(request: Request[Any, Any, Any], grant: upload_tokens.Grant) -> tuple[Any, Any]:
+    """The upload's target (`kinds/storage.py: upload_target`), waited for a little while
+    its upload server gets ready, as CDI's proxy waits."""
+    api = request.app.state.api
+    deadline = time.monotonic() + READY_SECONDS
+    while True:
+        try:
+            return storage_kind.upload_target(api.cluster, grant.namespace, grant.name)
+        except storage_kind.NotReady:
+            if time.monotonic() > deadline:
+                raise unavailable(storage_kind.not_ready(grant.name)) from None
+        await asyncio.sleep(0.25)
+
+
 async def _upload_node(
     request: Request[Any, Any, Any], grant: upload_tokens.Grant
 ) -> tuple[str, int]:
-    """(the node whose handler said UploadReady, the DataVolume's last sequence), from its
+    """(the node whose handler said UploadReady, the target's last sequence), from its
     history; refused when its bytes were received already."""
     api = request.app.state.api
-    dv = storage_kind.upload_target(api.cluster, grant.namespace, grant.name)
+    kind, target = await _target(request, grant)
     if api.store is None:
         raise unavailable("this server is a read replica: upload to a writer")
-    agg = Aggregate(ResourceKind.DATA_VOLUME, grant.namespace, grant.name, dv.uid)
+    agg = Aggregate(kind, grant.namespace, grant.name, target.uid)
     node, last = "", 0
     for stored in await api.store.load(agg):
         last = max(last, stored.seq)
-        if stored.event.meta.aggregate.uid != dv.uid:
+        if stored.event.meta.aggregate.uid != target.uid:
             continue
         if isinstance(stored.event, UploadReady):
             node = stored.event.meta.node
@@ -114,9 +130,7 @@ async def _upload_node(
                 f"rejecting Upload Request for PVC {grant.name}: uploading in progress"
             )
     if not node:
-        raise unavailable(
-            f"rejecting Upload Request for PVC {grant.name}: its upload server is not ready"
-        )
+        raise unavailable(storage_kind.not_ready(grant.name))
     return node, last
 
 
@@ -168,22 +182,41 @@ async def _upload(request: Request[Any, Any, Any], wait: bool) -> Response[bytes
     return Response(b"", status_code=200)
 
 
+def _outcome(request: Request[Any, Any, Any], grant: upload_tokens.Grant) -> str | None:
+    """ "" once the claim holds the image, its failure's message, None while processing:
+    the upload DataVolume's phase, or a bare claim's pod phase annotation."""
+    cluster = request.app.state.api.cluster
+    k = f"{grant.namespace}/{grant.name}"
+    claim = cluster.resources[ResourceKind.PVC].get(k)
+    if claim is None:
+        return "the claim is gone"
+    notes = storage.annotations_of(claim)
+    dv = cluster.resources[ResourceKind.DATA_VOLUME].get(k)
+    if dv is not None and notes.get(dvs.CREATED_FOR) == dv.uid:
+        status: JSON = dv.status
+        if status.get("phase") == dvs.SUCCEEDED:
+            return ""
+        if status.get("phase") != dvs.FAILED:
+            return None
+        conditions = status.get("conditions") or []
+        running: JSON = next((c for c in conditions if c.get("type") == "Running"), {})
+        return str(running.get("message") or "the DataVolume failed")
+    phase = notes.get(dvs.POD_PHASE)
+    if phase == "Succeeded":
+        return ""
+    return str(notes.get(dvs.RUNNING_MESSAGE) or "failed") if phase == "Failed" else None
+
+
 async def _processed(request: Request[Any, Any, Any], grant: upload_tokens.Grant) -> None:
-    """A synchronous upload's answer waits for the claim to hold the image (the
-    DataVolume Succeeded) or its failure, as CDI's upload server answers after
-    processing."""
-    api = request.app.state.api
+    """A synchronous upload's answer waits for the claim to hold the image or its
+    failure, as CDI's upload server answers after processing."""
     deadline = time.monotonic() + PROCESSING_SECONDS
     while time.monotonic() < deadline:
-        dv = api.cluster.resources[ResourceKind.DATA_VOLUME].get(f"{grant.namespace}/{grant.name}")
-        status: JSON = dv.status if dv is not None else {}
-        if status.get("phase") == dvs.SUCCEEDED:
+        outcome = _outcome(request, grant)
+        if outcome == "":
             return
-        if dv is None or status.get("phase") == dvs.FAILED:
-            conditions = status.get("conditions") or []
-            running: JSON = next((c for c in conditions if c.get("type") == "Running"), {})
-            message = str(running.get("message") or "the DataVolume is gone")
-            raise internal(f"Upload into {grant.name} failed: {message}")
+        if outcome is not None:
+            raise internal(f"Upload into {grant.name} failed: {outcome}")
         await asyncio.sleep(0.25)
     raise unavailable(f"the upload into {grant.name} is still being processed")
 

@@ -18,7 +18,12 @@ blank controllers, one importer per DataVolume).
   once that claim holds its data.
 - A claim of its name it did not make (a restore's, marked
   `cdi.kubevirt.io/storage.populatedFor`, or one a user made) is adopted as populated:
-  Succeeded, nothing imported over it."""
+  Succeeded, nothing imported over it.
+- A claim no DataVolume owns that carries `cdi.kubevirt.io/storage.upload.target` (CDI's
+  upload controller, `virtctl image-upload pvc`): once bound (a WaitForFirstConsumer one
+  is given the upload server's node), `ImportRequested` with an upload source on the
+  claim's aggregate goes to its node; the steps of the upload are folded into CDI's
+  annotations on the claim (`projections/datavolumes.py: claim_upload_notes`)."""
 
 from __future__ import annotations
 
@@ -298,3 +303,38 @@ def _updated(claim: ResourceView, annotations: dict[str, str], k: str, ctx: Cont
     agg = emit.resource_aggregate(ResourceKind.PVC, claim)
     event = ResourceUpdated(meta=emit.meta(ctx, agg, k), manifest={**manifest, "metadata": meta})
     return Decision(event)
+
+
+# --------------------------------------------------- uploads into bare claims
+def is_bare_upload(cluster: Cluster, claim: ResourceView) -> bool:
+    """A claim that asks for an upload and that no DataVolume makes."""
+    if b"storage.upload.target" not in claim.manifest_json:
+        return False  # most claims: no decoding of their annotations
+    notes = storage.annotations_of(claim)
+    return (
+        dvs.UPLOAD_TARGET in notes
+        and dvs.CREATED_FOR not in notes
+        and key(claim.namespace, claim.name) not in cluster.resources[ResourceKind.DATA_VOLUME]
+    )
+
+
+def reconcile_claim_upload(cluster: Cluster, claim: ResourceView, ctx: Context) -> list[Decision]:
+    """The upload server's request for a bare upload claim, once (its pod phase annotation
+    says it was made); a WaitForFirstConsumer claim is given the node first."""
+    if not is_bare_upload(cluster, claim) or storage.deleting(claim):
+        return []
+    if storage.annotations_of(claim).get(dvs.POD_PHASE):
+        return []
+    node = storage.claim_node(claim) or _importer_node(cluster, claim)
+    if not storage.bound(claim):
+        waits = not storage.claim_node(claim) and not claim.spec.get("volumeName")
+        if node and waits and _waits_for_consumer(cluster, claim):
+            return [_select(claim, node, ctx)]
+        return []
+    if not node:
+        return []
+    agg = emit.resource_aggregate(ResourceKind.PVC, claim)
+    meta = emit.meta(ctx, agg, f"pvc-upload/{claim.uid}", node=node)
+    size = str((claim.status.get("capacity") or {}).get("storage") or "")
+    request = ImportRequested(meta=meta, claim=claim.name, source={"upload": {}}, size=size)
+    return [Decision(request, occ=False)]

@@ -256,6 +256,7 @@ def _storage(state: ControllerState, scope: _Scope, ctx: Context) -> list[Decisi
         claim = c.resources[ResourceKind.PVC].get(k)
         if claim is not None:
             out += storage.reconcile_claim(c, claim, state.claims.users(k), ctx)
+            out += datavolume.reconcile_claim_upload(c, claim, ctx)
     for uid in sorted(scope.released):
         out += storage.released(c, uid, ctx)
     for k in sorted(scope.sources):

@@ -64,6 +64,7 @@ from services.handler.volumes import CopyStarted, Jobs, VolumesCopyDone
 from services.runtime.reactor import Note
 
 _COPY_KINDS = (ResourceKind.SNAPSHOT_CONTENT, ResourceKind.RESTORE)
+_IMPORT_KINDS = (ResourceKind.DATA_VOLUME, ResourceKind.PVC)  # a bare claim's upload too
 _MIGRATION_TYPES = frozenset(t.__name__ for t in get_args(MigrationEvent))
 
 
@@ -121,6 +122,7 @@ class HandlerReactor:
             subjects.node_filter(ResourceKind.SNAPSHOT_CONTENT, self.node),
             subjects.node_filter(ResourceKind.RESTORE, self.node),
             subjects.node_filter(ResourceKind.DATA_VOLUME, self.node),
+            subjects.node_filter(ResourceKind.PVC, self.node),  # uploads into bare claims
             subjects.node_filter(ResourceKind.PV, self.node),  # disks to delete
         ]
 
@@ -143,7 +145,7 @@ class HandlerReactor:
             return k in state.migrations.sources
         if kind in _COPY_KINDS:
             return any(j.startswith(f"{kind}/{ns}/{name}/") for j in state.copies)
-        if kind == ResourceKind.DATA_VOLUME:
+        if kind in _IMPORT_KINDS:
             return any(j.startswith(f"{kind}/{ns}/{name}/") for j in state.imports)
         return True  # its node, and anything else it folds: few, kept
 
@@ -151,7 +153,7 @@ class HandlerReactor:
         if stored.event.meta.aggregate.kind in _COPY_KINDS:
             volumes.fold(state.copies, stored)
             return state
-        if stored.event.meta.aggregate.kind == ResourceKind.DATA_VOLUME:
+        if stored.event.meta.aggregate.kind in _IMPORT_KINDS:
             imports.fold(state.imports, stored)
             return state
         fold_event(state.records, stored)
@@ -207,7 +209,7 @@ class HandlerReactor:
         mkeys: list[str] = []
         if agg.kind in _COPY_KINDS:
             return self._copy(state, volumes.job_key(agg))
-        if agg.kind == ResourceKind.DATA_VOLUME:
+        if agg.kind in _IMPORT_KINDS:
             return self._import(state, imports.job_key(agg), ctx.now)
         if agg.kind == ResourceKind.PV:
             return [*reclaim.plan(state.reclaims, stored)]

@@ -219,3 +219,29 @@ def test_an_image_qemu_img_cannot_read_fails_the_data_volume(
     assert failed[0]["message"].startswith("Upload into broken failed: qemu-img convert failed")
     assert not _disk(cluster, "broken").exists()
     assert list((cluster.home / "disks" / "uploads" / "default").iterdir()) == []
+
+
+def test_image_upload_fills_a_new_bare_claim(cluster: Cluster, tmp_path: Path) -> None:
+    image = tmp_path / "disk.img"
+    image.write_bytes(MARK + os.urandom(1 << 20))
+    done = _cli(cluster, "image-upload", "pvc", "bare", "--size=16Mi",
+                f"--image-path={image}")  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "PersistentVolumeClaim default/bare created" in done.stdout
+    assert f"Uploading {image} completed successfully" in done.stdout
+    pvc = _get(cluster, "pvc", "bare")
+    assert pvc["status"]["phase"] == "Bound"
+    notes = pvc["metadata"]["annotations"]
+    assert notes["cdi.kubevirt.io/storage.upload.target"] == ""
+    assert notes["cdi.kubevirt.io/storage.pod.phase"] == "Succeeded"
+    assert notes["cdi.kubevirt.io/storage.pod.ready"] == "false"
+    assert notes["cdi.kubevirt.io/storage.uploadPodName"] == "cdi-upload-bare"
+    disk = _disk(cluster, "bare")
+    assert _info(disk)["virtual-size"] == 16 << 20
+    assert _raw(disk, tmp_path)[: len(MARK) + (1 << 20)] == image.read_bytes()
+    events = _get(cluster, "events", "--field-selector", "involvedObject.name=bare")
+    succeeded = [e for e in events["items"] if e["reason"] == "UploadSucceeded"]
+    assert succeeded and succeeded[0]["message"] == "Upload Successful"
+    assert succeeded[0]["involvedObject"]["kind"] == "PersistentVolumeClaim"
+    assert "No DataVolume" not in done.stdout
+    assert cluster.kubectl("get", "dv", "bare", check=False).code != 0  # none was made

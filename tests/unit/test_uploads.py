@@ -29,7 +29,7 @@ from services.handler.importer import run_import
 from services.launcher.storage import claim_path, staged_upload, uploads_dir
 from tests.factories import meta
 from tests.unit.test_controller_world import of
-from tests.unit.test_storage import claim, world
+from tests.unit.test_storage import claim, claim_manifest, world
 
 KEY = b"k" * 32
 
@@ -182,3 +182,34 @@ def test_a_staged_upload_becomes_the_claims_disk_and_goes(tmp_path: Path) -> Non
     assert raw.read_bytes()[:9] == b"uploaded!" and raw.stat().st_size == 8 << 20
     missing = imports.RunImport("k", "default", "up", {"upload": {"file": "../x"}}, "8Mi")
     assert run_import(missing, disks, None, lambda _: None) == "no staged upload '../x'"
+
+
+def test_a_bare_upload_claim_gets_an_upload_server_and_cdis_annotations() -> None:
+    """A claim no DataVolume makes, with CDI's upload target annotation (`image-upload
+    pvc`): once bound, one ImportRequested with an upload source on the claim's aggregate;
+    each step of the upload is folded into the claim's annotations, as CDI's upload
+    controller writes them."""
+    w = world()
+    body = claim_manifest("bare", ["ReadWriteOnce"], "local", "16Mi")
+    body["metadata"]["annotations"] = {"cdi.kubevirt.io/storage.upload.target": ""}
+    out = w.settle(w.when(ResourceCreated(meta=w.m(ResourceKind.PVC, "bare"), manifest=body)))
+    [request] = of(out, ImportRequested)
+    assert request.meta.aggregate.kind == ResourceKind.PVC and request.source == {"upload": {}}
+    assert request.meta.node == "node-1"
+    notes = storage.annotations_of(claim(w, "bare"))
+    assert notes["cdi.kubevirt.io/storage.pod.phase"] == "Pending"
+    assert notes["cdi.kubevirt.io/storage.uploadPodName"] == "cdi-upload-bare"
+    plain = claim_manifest("other", ["ReadWriteOnce"], "local")
+    assert of(w.run(ResourceCreated(meta=w.m(ResourceKind.PVC, "other"), manifest=plain)),
+              ImportRequested) == []  # fmt: skip
+    w.run(UploadReady(meta=w.m(ResourceKind.PVC, "bare", "node-1")))
+    notes = storage.annotations_of(claim(w, "bare"))
+    assert notes["cdi.kubevirt.io/storage.pod.phase"] == "Running"
+    assert notes["cdi.kubevirt.io/storage.pod.ready"] == "true"
+    w.run(ImportFinished(meta=w.m(ResourceKind.PVC, "bare", "node-1"), error="bad image"))
+    notes = storage.annotations_of(claim(w, "bare"))
+    assert notes["cdi.kubevirt.io/storage.pod.phase"] == "Failed"
+    assert notes["cdi.kubevirt.io/storage.condition.running.message"] == "bad image"
+    assert (
+        of(w.run(UploadReady(meta=w.m(ResourceKind.PVC, "bare", "node-1"))), ImportRequested) == []
+    )
