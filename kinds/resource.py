@@ -98,7 +98,9 @@ def resource_spec(
         spec_refusal=spec_refusal,
         delete=delete_act(me),
         table=lambda c: c.resources[event_kind],
-        render=lambda _c, v, _now: _in_version(render_resource(v), f"{group}/{version}"),
+        render=lambda _c, v, _now: _in_version(
+            render_resource(v), f"{group}/{version}" if group else version
+        ),
         evolve=evolve_resource,
         versions=versions,
         status_subresource=status_subresource,

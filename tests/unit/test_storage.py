@@ -401,3 +401,17 @@ def test_a_vmi_waiting_for_a_claim_being_deleted_does_not_hold_it() -> None:
     out = w.run(w.vmi_created("a", spec=with_claims("data")))
     assert not of(out, PodScheduled)
     assert "default/data" not in w.state.cluster.resources[ResourceKind.PVC]
+
+
+def test_core_kinds_are_served_in_v1_not_slash_v1() -> None:
+    """A kind of the core group renders `apiVersion: v1`, as the API server's."""
+    from kinds.registry import REGISTRY
+
+    w = world()
+    body = claim_manifest("c", ["ReadWriteOnce"], "local")
+    w.run(ResourceCreated(meta=w.m(ResourceKind.PVC, "c"), manifest=body))
+    spec = REGISTRY.resource("persistentvolumeclaims")
+    assert spec.render(w.state.cluster, claim(w, "c"), 0.0)["apiVersion"] == "v1"
+    sc = REGISTRY.resource("storageclasses")
+    local = w.state.cluster.resources[ResourceKind.STORAGE_CLASS]["local"]
+    assert sc.render(w.state.cluster, local, 0.0)["apiVersion"] == "storage.k8s.io/v1"
