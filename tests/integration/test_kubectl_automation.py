@@ -72,6 +72,7 @@ def test_create_configmap_sends_protobuf_and_is_validated(cluster: Cluster) -> N
     assert out.strip() == "configmap/settings created"
     cm = json.loads(cluster.kubectl("get", "cm", "settings", "-o", "json").out)
     assert cm["data"] == {"mode": "fast", "level": "3"}
+    assert cm["apiVersion"] == "v1"  # the core group's, as the API server writes it
     bad = cluster.kubectl("create", "configmap", "bad", "--from-literal=a b=c", check=False)
     assert bad.code == 1
     assert "a valid config key must consist of alphanumeric characters" in bad.err
@@ -79,6 +80,7 @@ def test_create_configmap_sends_protobuf_and_is_validated(cluster: Cluster) -> N
     core, _ = _clients(cluster)
     names = [c.metadata.name for c in core.list_namespaced_config_map("default").items]
     assert "settings" in names
+    assert core.read_namespaced_config_map("settings", "default").api_version == "v1"
 
 
 def test_virt_api_version_and_healthz(cluster: Cluster) -> None:
