@@ -74,12 +74,19 @@ def _disk(cluster: Cluster, name: str) -> Path:
     return cluster.home / "disks" / "volumes" / "default" / f"{name}.qcow2"
 
 
-def test_image_upload_fills_a_new_data_volume(cluster: Cluster, tmp_path: Path) -> None:
+def _uploaded(
+    cluster: Cluster, tmp_path: Path, target: str, name: str, size: str, mib: int
+) -> tuple[Path, subprocess.CompletedProcess[str]]:
+    """`image-upload` of a new image (MARK, then `mib` random MiB) into a new target."""
     image = tmp_path / "disk.img"
-    image.write_bytes(MARK + os.urandom(3 << 20))
-    done = _cli(cluster, "image-upload", "dv", "uploaded", "--size=64Mi",
-                f"--image-path={image}")  # fmt: skip
+    image.write_bytes(MARK + os.urandom(mib << 20))
+    done = _cli(cluster, "image-upload", target, name, f"--size={size}", f"--image-path={image}")
     assert done.returncode == 0, done.stdout + done.stderr
+    return image, done
+
+
+def test_image_upload_fills_a_new_data_volume(cluster: Cluster, tmp_path: Path) -> None:
+    image, done = _uploaded(cluster, tmp_path, "dv", "uploaded", "64Mi", 3)
     assert "DataVolume default/uploaded created" in done.stdout
     assert "Pod now ready" in done.stdout
     assert f"{3 * (1 << 20) + len(MARK)} / {3 * (1 << 20) + len(MARK)} bytes [100.0%]" in (
@@ -222,11 +229,7 @@ def test_an_image_qemu_img_cannot_read_fails_the_data_volume(
 
 
 def test_image_upload_fills_a_new_bare_claim(cluster: Cluster, tmp_path: Path) -> None:
-    image = tmp_path / "disk.img"
-    image.write_bytes(MARK + os.urandom(1 << 20))
-    done = _cli(cluster, "image-upload", "pvc", "bare", "--size=16Mi",
-                f"--image-path={image}")  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
+    image, done = _uploaded(cluster, tmp_path, "pvc", "bare", "16Mi", 1)
     assert "PersistentVolumeClaim default/bare created" in done.stdout
     assert f"Uploading {image} completed successfully" in done.stdout
     pvc = _get(cluster, "pvc", "bare")
