@@ -18,6 +18,7 @@ from typing_extensions import Unpack
 
 from client import apply as client_apply
 from client.credentials import ApiCredentials, for_api
+from core.errors import ApiError
 from events.manifest import api_group, dump, load
 from events.objects import Status
 from kinds.registry import REGISTRY, Registry
@@ -70,20 +71,6 @@ class Req(NamedTuple):
 CLIENT_SIDE_MANAGER = "virtstream-client-side-apply"  # kubectl's is kubectl-client-side-apply
 SERVER_SIDE_MANAGER = "virtstream"  # kubectl's is kubectl
 AT_TIME_HEADER = "virtstream-at-time"  # the time a time-travel answer shows
-
-
-class ApiError(Exception):
-    def __init__(self, status: Status) -> None:
-        super().__init__(status.message)
-        self.status = status
-
-    @property
-    def code(self) -> int:
-        return self.status.code
-
-    @property
-    def reason(self) -> str:
-        return self.status.reason
 
 
 def resource(kind: str, kinds: Registry = REGISTRY) -> KindSpec:

@@ -6,7 +6,8 @@ from events.objects import Status, StatusCause, StatusDetails
 
 
 class ApiError(Exception):
-    """An answer that is a Status body (the api turns it into a response)."""
+    """An answer that is a Status body: what the api raises to answer with it, and what its
+    clients (client/api.py) raise when they are answered with it."""
 
     def __init__(self, status: Status) -> None:
         super().__init__(status.message)
@@ -15,6 +16,10 @@ class ApiError(Exception):
     @property
     def code(self) -> int:
         return self.status.code
+
+    @property
+    def reason(self) -> str:
+        return self.status.reason
 
 
 class Resource:
