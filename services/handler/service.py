@@ -115,19 +115,19 @@ class HandlerEffects:
         await self.fleet.open({r.uid: key for key, r in self.records().items()})
 
     async def execute(self, action: Action) -> None:
-        if isinstance(action, CopyVolumes):
-            self._spawn(self._copy(action))
-            return
-        if isinstance(action, RunImport):
-            self._spawn(self._import(action))
-            return
-        if isinstance(action, ReadMigration):
-            self._spawn(self._read(action))
-            return
-        if isinstance(action, DeleteDisk):
-            self._spawn(self._delete_disk(action))
-            return
-        await self.fleet.execute(action)
+        """The node's jobs beside the launchers, each in a task of its own (their outcomes
+        come back to the inbox); the launchers' actions to the fleet."""
+        match action:
+            case CopyVolumes():
+                self._spawn(self._copy(action))
+            case RunImport():
+                self._spawn(self._import(action))
+            case ReadMigration():
+                self._spawn(self._read(action))
+            case DeleteDisk():
+                self._spawn(self._delete_disk(action))
+            case _:
+                await self.fleet.execute(action)
 
     def _spawn(self, work: Coroutine[None, None, None]) -> None:
         task = asyncio.create_task(work)
