@@ -67,12 +67,14 @@ QUANTITY_FORMAT = (
     "quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
 )
 
-# Which validating webhook KubeVirt names in its denial message, per kind.
+# Which validating webhook KubeVirt (or CDI) names in its denial message, per kind.
 WEBHOOKS = {
     "VirtualMachine": "virtualmachine-validator.kubevirt.io",
     "VirtualMachineInstance": "virtualmachineinstances-create-validator.kubevirt.io",
     "VirtualMachineInstanceMigration": "migration-create-validator.kubevirt.io",
     "MigrationPolicy": "migration-policy-validator.kubevirt.io",
+    "DataVolume": "datavolume-validate.cdi.kubevirt.io",  # CDI's
+    "DataImportCron": "dataimportcron-validate.cdi.kubevirt.io",
 }
 
 _MAC = re.compile(r"^[0-9A-Fa-f]{2}([:-])[0-9A-Fa-f]{2}(\1[0-9A-Fa-f]{2}){4}$")

@@ -22,6 +22,7 @@ from events.objects import Status
 from kinds import (
     clone,
     configmap,
+    dataimportcron,
     event,
     export,
     instancetype,
@@ -253,5 +254,6 @@ REGISTRY = Registry(
         *service.SPECS,
         nad.SPEC,
         configmap.SPEC,
+        dataimportcron.SPEC,
     )
 )

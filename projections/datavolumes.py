@@ -41,7 +41,7 @@ UPLOAD_SCHEDULED, UPLOAD_READY = "UploadScheduled", "UploadReady"
 COMPLETE, UPLOAD_COMPLETE = "Import Complete", "Upload Complete"
 
 
-def _time(at: float) -> str:
+def timestamp(at: float) -> str:
     return dt.datetime.fromtimestamp(int(at), dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
@@ -49,7 +49,7 @@ def condition(old: JSON, ctype: str, status: str, reason: str, message: str, at:
     """One condition, its transition time kept while its status does not change."""
     prev = next((c for c in old.get("conditions") or [] if c.get("type") == ctype), None)
     same = prev is not None and prev.get("status") == status
-    since = str(prev.get("lastTransitionTime")) if same and prev else _time(at)
+    since = str(prev.get("lastTransitionTime")) if same and prev else timestamp(at)
     # the heartbeat is the transition: a status that only aged would be a new event a pass
     return {
         "type": ctype,

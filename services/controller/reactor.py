@@ -23,6 +23,7 @@ from projections.views import ResourceView
 from services.controller import (
     backoff,
     clone,
+    dataimportcron,
     datavolume,
     evacuation,
     export,
@@ -56,6 +57,7 @@ class _Scope:
     claims: set[str] = field(default_factory=set)  # PVCs and DataVolumes, "ns/name"
     released: set[str] = field(default_factory=set)  # uids of deleted claims
     sources: set[str] = field(default_factory=set)  # DataSources
+    crons: set[str] = field(default_factory=set)  # DataImportCrons
 
 
 class ControllerReactor:
@@ -133,8 +135,14 @@ class ControllerReactor:
                 scope.claims.update(_claims_of(state, k))
             case ResourceKind.DATA_SOURCE:
                 scope.sources.add(key(agg.namespace, agg.name))
+            case dataimportcron.KIND_TOKEN:
+                scope.crons.add(key(agg.namespace, agg.name))
             case ResourceKind.PVC | ResourceKind.DATA_VOLUME:
-                scope.claims.add(key(agg.namespace, agg.name))
+                k = key(agg.namespace, agg.name)
+                scope.claims.add(k)
+                dv = state.cluster.resources[ResourceKind.DATA_VOLUME].get(k)
+                if dv is not None and (cron := dataimportcron.cron_of(dv)):
+                    scope.crons.add(key(agg.namespace, cron))  # its import's progress
                 if agg.kind == ResourceKind.PVC and isinstance(stored.event, ResourceDeleted):
                     scope.released.add(agg.uid)
             case ResourceKind.PV if isinstance(stored.event, VolumeReclaimed):
@@ -159,6 +167,7 @@ class ControllerReactor:
         scope.claims.update(c.resources[ResourceKind.PVC])
         scope.claims.update(c.resources[ResourceKind.DATA_VOLUME])
         scope.sources.update(c.resources[ResourceKind.DATA_SOURCE])
+        scope.crons.update(c.resources[dataimportcron.KIND_TOKEN])
         return self._decide(state, scope, ctx, check_nodes=True, collect=True)
 
     def _decide(
@@ -263,6 +272,10 @@ def _storage(state: ControllerState, scope: _Scope, ctx: Context) -> list[Decisi
         ds = c.resources[ResourceKind.DATA_SOURCE].get(k)
         if ds is not None:
             out += datavolume.reconcile_source(c, ds, ctx)
+    for k in sorted(scope.crons):
+        cron = c.resources[dataimportcron.KIND_TOKEN].get(k)
+        if cron is not None:
+            out += dataimportcron.reconcile(c, cron, ctx)
     return out
 
 

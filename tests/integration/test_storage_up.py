@@ -393,3 +393,64 @@ def test_blank_and_clone_data_volumes(cluster: Cluster, tmp_path: Path) -> None:
     refused = cluster.kubectl("create", "-f", str(path), check=False)
     assert refused.code != 0
     assert "Data volume should have either Source or SourceRef" in refused.err
+
+
+def test_a_data_import_cron_keeps_its_data_source_on_the_latest_import(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A DataImportCron cloning a golden claim (a `pvc` source): its import is a DataVolume
+    named for the DataSource and the claim's uid, labelled with the cron; once it succeeded
+    the DataSource it made names it and the cron is UpToDate. A bad schedule is refused in
+    CDI's webhook's words."""
+    golden = {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume",
+        "metadata": {"name": "golden"},
+        "spec": {
+            "source": {"blank": {}},
+            "storage": {"resources": {"requests": {"storage": "32Mi"}}},
+        },
+    }
+    _apply(cluster, tmp_path, golden)
+    until(lambda: _get(cluster, "dv", "golden")["status"]["phase"] == "Succeeded", 60, "golden")
+    cron: dict[str, Any] = {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataImportCron",
+        "metadata": {"name": "golden-cron"},
+        "spec": {
+            "template": {"spec": {
+                "source": {"pvc": {"namespace": "default", "name": "golden"}},
+                "storage": {"resources": {"requests": {"storage": "32Mi"}}},
+            }},
+            "schedule": "0 */12 * * *",
+            "managedDataSource": "golden-latest",
+        },
+    }  # fmt: skip
+    _apply(cluster, tmp_path, cron)
+
+    def up_to_date() -> dict[str, Any]:
+        status: dict[str, Any] = _get(cluster, "dic", "golden-cron")["status"]
+        conditions = {c["type"]: c["status"] for c in status["conditions"]}
+        return status if conditions.get("UpToDate") == "True" else {}
+
+    status = until(up_to_date, 60, "the cron up to date")
+    claim_uid = _get(cluster, "pvc", "golden")["metadata"]["uid"]
+    name = f"golden-latest-{claim_uid[:12]}"
+    assert status["currentImports"] == [{"DataVolumeName": name, "Digest": f"uid:{claim_uid}"}]
+    assert status["lastImportedPVC"] == {"namespace": "default", "name": name}
+    dv = _get(cluster, "dv", name)
+    assert dv["metadata"]["labels"]["cdi.kubevirt.io/dataImportCron"] == "golden-cron"
+    assert dv["status"]["phase"] == "Succeeded"
+    ds = _get(cluster, "datasource", "golden-latest")
+    assert ds["spec"]["source"] == {"pvc": {"name": name, "namespace": "default"}}
+    until(lambda: _get(cluster, "das", "golden-latest")["status"]["conditions"][0]["status"]
+          == "True", 30, "the DataSource ready")  # fmt: skip
+    assert _rows(cluster.kubectl("get", "dic").out)[1][0] == "golden-cron"
+    bad = {**cron, "metadata": {"name": "bad-cron"}, "spec": {**cron["spec"], "schedule": "x"}}
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    refused = cluster.kubectl("create", "-f", str(path), check=False)
+    assert refused.code != 0
+    assert 'The DataImportCron "bad-cron" is invalid: spec.Schedule: Illegal cron schedule' in (
+        refused.err
+    )

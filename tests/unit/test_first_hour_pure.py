@@ -216,6 +216,7 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "services",
         "network-attachment-definitions",
         "configmaps",
+        "dics",
     )
 
 
