@@ -24,15 +24,16 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Histogram
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from events.envelope import Stored
 from events.meta import Kind, ResourceKind
+from kinds import dataimportcron
 from projections import storage
 from projections.allocation import node_allocated
 from projections.cluster import Cluster, Touched
 from projections.render import printable_status
-from projections.views import MigrationView, VMIView, VMView
+from projections.views import MigrationView, ResourceView, VMIView, VMView
 
 # KubeVirt's PhaseTransitionTimeBuckets (seconds), so histogram_quantile answers compare.
 PHASE_TRANSITION_BUCKETS = (
@@ -444,6 +445,50 @@ class ProjectionMetrics:
                 1.0,
             )
         yield from (ready, pending, restarts, profiles)
+        yield from self._cdi_progress(dvs)
+        yield self._cdi_crons(default is None)
+
+    def _cdi_progress(self, dvs: Iterable[ResourceView]) -> Iterator[Metric]:
+        """CDI's importer's and cloner's progress (a percentage) of each DataVolume while
+        its import or clone runs, by the DataVolume's uid (`ownerUID`), as their pods
+        export it while they run."""
+        imports = CounterMetricFamily(
+            "kubevirt_cdi_import_progress",
+            "The import progress in percentage",
+            labels=["ownerUID"],
+        )
+        clones = CounterMetricFamily(
+            "kubevirt_cdi_clone_progress", "The clone progress in percentage", labels=["ownerUID"]
+        )
+        running = {"ImportInProgress": imports, "CloneInProgress": clones}
+        for dv in dvs:
+            family = running.get(str(dv.status.get("phase") or ""))
+            if family is None:
+                continue
+            try:
+                percent = float(str(dv.status.get("progress") or "0").rstrip("%"))
+            except ValueError:
+                continue  # "N/A"
+            family.add_metric([dv.uid], percent)
+        yield from (imports, clones)
+
+    def _cdi_crons(self, no_default_class: bool) -> Metric:
+        """1 for each DataImportCron whose latest import is not up to date (`pending` while
+        its import waits for a default storage class)."""
+        outdated = GaugeMetricFamily(
+            "kubevirt_cdi_dataimportcron_outdated",
+            "DataImportCron has an outdated import",
+            labels=["namespace", "cron_name", "pending"],
+        )
+        for cron in self.cluster.resources[dataimportcron.KIND_TOKEN].values():
+            conditions = cron.status.get("conditions") or []
+            up = any(c.get("type") == "UpToDate" and c.get("status") == "True" for c in conditions)
+            template = ((cron.spec.get("template") or {}).get("spec") or {}).get("storage") or {}
+            pending = not up and no_default_class and not template.get("storageClassName")
+            outdated.add_metric(
+                [cron.namespace, cron.name, str(pending).lower()], 0.0 if up else 1.0
+            )
+        return outdated
 
 
 def template_meta(vm_manifest: dict[str, Any]) -> dict[str, Any]:

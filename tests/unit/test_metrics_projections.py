@@ -375,3 +375,28 @@ def test_cdis_metrics_name_the_storage_classes() -> None:
         )
         == 1
     )
+
+
+def test_cdis_progress_and_outdated_crons() -> None:
+    """An import or clone in progress exports its percentage by the DataVolume's uid; a
+    DataImportCron not up to date is outdated (1), then 0 once its import succeeded."""
+    from events.catalog import ImportFinished, ImportProgressed, ResourceCreated
+    from events.meta import ResourceKind
+    from kinds import dataimportcron
+    from tests.unit.test_dataimportcron import cron
+    from tests.unit.test_storage import world
+
+    w = world()
+    registry = CollectorRegistry()
+    ProjectionMetrics(w.state.cluster, histograms=PhaseHistograms(registry)).register(registry)
+    created = ResourceCreated(meta=w.m(dataimportcron.KIND_TOKEN, "fedora-cron"), manifest=cron())
+    w.settle(w.when(created))
+    labels = {"namespace": "default", "cron_name": "fedora-cron", "pending": "false"}
+    assert registry.get_sample_value("kubevirt_cdi_dataimportcron_outdated", labels) == 1
+    [dv] = w.state.cluster.resources[ResourceKind.DATA_VOLUME].values()
+    w.run(ImportProgressed(meta=w.m(ResourceKind.DATA_VOLUME, dv.name, "node-1"), progress="42.5%"))
+    owner = {"ownerUID": dv.uid}
+    assert registry.get_sample_value("kubevirt_cdi_import_progress_total", owner) == 42.5
+    w.settle(w.when(ImportFinished(meta=w.m(ResourceKind.DATA_VOLUME, dv.name, "node-1"))))
+    assert registry.get_sample_value("kubevirt_cdi_import_progress_total", owner) is None
+    assert registry.get_sample_value("kubevirt_cdi_dataimportcron_outdated", labels) == 0
