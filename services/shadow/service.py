@@ -20,8 +20,7 @@ import msgspec
 import structlog
 
 from eventstore import follow, shadows
-from eventstore.jetstream import JetStreamStore
-from eventstore.port import Bucket
+from eventstore.port import Bucket, EventLog
 from eventstore.tasks import finish
 from services.controller.checkpoint import ControllerCodec
 from services.controller.reactor import NAME as CONTROLLER
@@ -53,7 +52,7 @@ class Latest(msgspec.Struct, frozen=True):
 class ShadowService:
     def __init__(
         self,
-        store: JetStreamStore,
+        store: EventLog,
         decider: Decider,
         spec: str,
         *,
