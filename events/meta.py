@@ -43,6 +43,7 @@ class ResourceKind(StrEnum):
     PVC = "pvc"
     DATA_VOLUME = "datavolume"
     DATA_SOURCE = "datasource"
+    DATA_IMPORT_CRON = "dataimportcron"
 
 
 # An aggregate kind as its subject token: a Kind, or a generic kind's (a ResourceKind, or

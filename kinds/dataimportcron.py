@@ -17,11 +17,12 @@ from cronsim import CronSim, CronSimError
 
 from core import admission
 from core.kind import SpecRefusal
+from events.meta import ResourceKind
 from events.objects import SpecObject, _always
 from kinds.resource import resource_spec
 from projections.cluster import Cluster
 
-KIND_TOKEN = "dataimportcron"
+KIND_TOKEN = ResourceKind.DATA_IMPORT_CRON
 WEBHOOK = "dataimportcron-validate.cdi.kubevirt.io"
 GARBAGE_COLLECT = ("Outdated", "Never")
 UNSETTABLE = ("sourceRef", "contentType", "checkpoints", "finalCheckpoint")

@@ -248,12 +248,12 @@ REGISTRY = Registry(
         *clone.SPECS,
         *export.SPECS,
         *storage.SPECS,
+        dataimportcron.SPEC,
         preset.SPEC,
         *event.SPECS,
         pod.SPEC,
         *service.SPECS,
         nad.SPEC,
         configmap.SPEC,
-        dataimportcron.SPEC,
     )
 )

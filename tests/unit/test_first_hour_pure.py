@@ -212,11 +212,11 @@ def test_references_accept_the_default_namespace_and_print_as_written() -> None:
         "persistentvolumeclaims",
         "dvs",
         "das",
+        "dics",
         "vmipresets",
         "services",
         "network-attachment-definitions",
         "configmaps",
-        "dics",
     )
 
 

@@ -22,7 +22,7 @@ from events.envelope import Stored
 from events.meta import CLUSTER_SCOPED, Kind, ResourceKind, own_kind
 from events.objects import VirtualMachineInstance
 from kinds import columns as col
-from kinds import configmap, dataimportcron, nad, pod, preset, service
+from kinds import configmap, nad, pod, preset, service
 from kinds.registry import REGISTRY, Registry
 from kinds.spec import Column, KindSpec, PrinterColumn, Scope
 from projections import kube_events
@@ -106,7 +106,6 @@ def test_every_aggregate_kind_has_one_registered_kind() -> None:
         service.KIND,
         nad.KIND_TOKEN,
         configmap.KIND_TOKEN,
-        dataimportcron.KIND_TOKEN,
     ]
     assert REGISTRY.event_kinds == (
         *Kind,
@@ -116,7 +115,6 @@ def test_every_aggregate_kind_has_one_registered_kind() -> None:
         service.KIND,
         nad.KIND_TOKEN,
         configmap.KIND_TOKEN,
-        dataimportcron.KIND_TOKEN,
     )
     assert REGISTRY.of(kube_events.KIND) is derived[0]  # core/v1 is what watches follow
     for spec in REGISTRY:
