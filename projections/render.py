@@ -14,7 +14,7 @@ from typing import Any, assert_never
 
 from events.catalog import ERR_IMAGE_PULL, SYNC_FAILED_CONDITION, InterfaceStatus, NodeSystemInfo
 from events.meta import Kind, KindToken, own_kind
-from projections import namespaces, storage, volumes
+from projections import disk_targets, namespaces, storage, volumes
 from projections.allocation import node_allocated
 from projections.cluster import Cluster
 from projections.migratability import live_migratable
@@ -177,6 +177,41 @@ def _interface(i: InterfaceStatus) -> JSON:
     return out
 
 
+def _volume_status(cluster: Cluster, vmi: VMIView, spec: JSON) -> list[JSON]:
+    """KubeVirt's `status.volumeStatus`: every volume in the spec's order, its disk's
+    target once the domain exists, a claim's facts for a persistentVolumeClaim or
+    dataVolume volume (virt-controller's `persistentVolumeClaimInfo`); hotplugged volumes
+    as `volumes.volume_status` says, and those leaving after them."""
+    hotplugged = {
+        str(e["name"]): e for e in volumes.volume_status(spec, vmi.volume_targets, vmi.pod_name)
+    }
+    started = vmi.ever_running and not vmi.final
+    disks = ((spec.get("domain") or {}).get("devices") or {}).get("disks") or []
+    targets = disk_targets.boot_targets(disks) if started else {}
+    out: list[JSON] = []
+    for volume in spec.get("volumes") or []:
+        name = str(volume.get("name") or "")
+        if name in hotplugged:
+            out.append(hotplugged.pop(name))
+            continue
+        entry: JSON = {"name": name, "target": targets.get(name, "")}
+        claim_name = storage.claim_of(volume)
+        found = storage.find_claim(cluster, vmi.namespace, claim_name) if claim_name else None
+        if found is not None:
+            claim_spec = found.spec
+            mode = str(claim_spec.get("volumeMode") or "Filesystem")
+            entry["persistentVolumeClaimInfo"] = {
+                "claimName": claim_name,
+                "accessModes": list(claim_spec.get("accessModes") or []),
+                "volumeMode": mode,
+                "capacity": dict(found.status.get("capacity") or {}),
+                "requests": dict((claim_spec.get("resources") or {}).get("requests") or {}),
+                "filesystemOverhead": "0.055" if mode == "Filesystem" else "0",
+            }
+        out.append(entry)
+    return out + list(hotplugged.values())
+
+
 def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
     obj = vmi.manifest  # a fresh decode: ours to change
     obj["metadata"] = _metadata(
@@ -225,9 +260,8 @@ def render_vmi(cluster: Cluster, vmi: VMIView) -> JSON:
         status[DOMAIN_STATUS_KEY] = domain_status(vmi)
     if vmi.active_pods:
         status["activePods"] = dict(vmi.active_pods)
-    hotplugged = volumes.volume_status(obj.get("spec") or {}, vmi.volume_targets, vmi.pod_name)
-    if hotplugged:
-        status["volumeStatus"] = hotplugged
+    if volume_status := _volume_status(cluster, vmi, obj.get("spec") or {}):
+        status["volumeStatus"] = volume_status
     if vmi.interfaces and not vmi.final:
         status["interfaces"] = [_interface(i) for i in vmi.interfaces]
     mig = cluster.migrations.get(f"{vmi.namespace}/{vmi.migration}") if vmi.migration else None

@@ -11,6 +11,7 @@ from events.meta import ResourceKind
 from events.quantity import parse_quantity
 from projections.cluster import Cluster, key
 from projections.views import ResourceView
+from projections.volumes import claim_of
 
 JSON = dict[str, Any]
 
@@ -75,16 +76,6 @@ def binding_mode(klass: ResourceView) -> str:
 # ------------------------------------------------------------------- claims
 def find_claim(cluster: Cluster, namespace: str, name: str) -> ResourceView | None:
     return cluster.resources[ResourceKind.PVC].get(key(namespace, name))
-
-
-def claim_of(volume: JSON) -> str:
-    """The claim a persistentVolumeClaim or dataVolume volume names ("" for the others:
-    a DataVolume's claim has its name)."""
-    if volume.get("persistentVolumeClaim") is not None:
-        return str((volume["persistentVolumeClaim"] or {}).get("claimName") or "")
-    if volume.get("dataVolume") is not None:
-        return str((volume["dataVolume"] or {}).get("name") or "")
-    return ""
 
 
 def claims_of(manifest: JSON) -> Iterator[str]:

@@ -11,11 +11,12 @@ JSON = dict[str, Any]
 _decode = msgspec.json.Decoder(dict[str, Any])
 
 
-def claim(volume: JSON) -> str:
-    """The claim a persistentVolumeClaim or dataVolume volume names ("" otherwise)."""
-    if "persistentVolumeClaim" in volume:
+def claim_of(volume: JSON) -> str:
+    """The claim a persistentVolumeClaim or dataVolume volume names ("" for the others:
+    a DataVolume's claim has its name)."""
+    if volume.get("persistentVolumeClaim") is not None:
         return str((volume["persistentVolumeClaim"] or {}).get("claimName") or "")
-    if "dataVolume" in volume:
+    if volume.get("dataVolume") is not None:
         return str((volume["dataVolume"] or {}).get("name") or "")
     return ""
 
@@ -64,7 +65,7 @@ def volume_status(spec: JSON, targets: tuple[tuple[str, str], ...], pod: str) ->
             }
         else:
             entry |= {"target": "", "phase": "Pending", "reason": "VolumePending"}
-        entry["persistentVolumeClaimInfo"] = {"claimName": claim(volume)}
+        entry["persistentVolumeClaimInfo"] = {"claimName": claim_of(volume)}
         out.append(entry)
     names = {str(v.get("name")) for v in wanted}
     for name, target in targets:

@@ -15,6 +15,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from events.quantity import parse_cpu_millis, parse_quantity
+from projections.disk_targets import device_and_bus, prefix_of, target_name
 from services.launcher.images import KernelBoot
 
 METADATA_NS = "urn:virtstream:launcher:1"
@@ -30,10 +31,6 @@ class DomainType(enum.StrEnum):
     TEST = "test"
     QEMU = "qemu"
     KVM = "kvm"
-
-
-# libvirt requires unique target names across buses: sata, scsi and usb all use sdX.
-_TARGET_PREFIX = {"virtio": "vd", "sata": "sd", "scsi": "sd", "usb": "sd"}
 
 
 def domain_name(vmi: Mapping[str, Any]) -> str:
@@ -289,34 +286,9 @@ def _add_os(
     ET.SubElement(os_el, "smbios", mode="sysinfo")
 
 
-def _target_name(prefix: str, index: int) -> str:
-    # Linux disk naming: a..z, aa..az, ba.. (bijective base 26).
-    letters = ""
-    index += 1
-    while index:
-        index, rem = divmod(index - 1, 26)
-        letters = chr(ord("a") + rem) + letters
-    return prefix + letters
-
-
-def _device_and_bus(disk: Mapping[str, Any]) -> tuple[str, str]:
-    if "cdrom" in disk:
-        return "cdrom", (disk.get("cdrom") or {}).get("bus") or "sata"
-    if "lun" in disk:
-        return "lun", (disk.get("lun") or {}).get("bus") or "scsi"
-    return "disk", (disk.get("disk") or {}).get("bus") or "sata"
-
-
-def _prefix(bus: str, name: str) -> str:
-    prefix = _TARGET_PREFIX.get(bus)
-    if prefix is None:
-        raise ValueError(f"unsupported disk bus {bus!r} for disk {name!r}")
-    return prefix
-
-
 def _disk_element(disk: Mapping[str, Any], path: str | None, target: str) -> ET.Element:
     name = disk["name"]
-    device, bus = _device_and_bus(disk)
+    device, bus = device_and_bus(disk)
     el = ET.Element("disk", type="file", device=device)
     fmt = "qcow2" if path is not None and path.endswith(".qcow2") else "raw"
     ET.SubElement(el, "driver", name="qemu", type=fmt, cache="none")
@@ -343,26 +315,26 @@ def _add_disks(
     counters: dict[str, int] = {}
     for disk in disks:
         name = disk["name"]
-        device, bus = _device_and_bus(disk)
-        prefix = _prefix(bus, name)
+        device, bus = device_and_bus(disk)
+        prefix = prefix_of(bus, name)
         index = counters.get(prefix, 0)
         counters[prefix] = index + 1
         path = disk_paths.get(name)
         if path is None and device != "cdrom":  # an empty CD-ROM tray is valid, a disk is not
             path = f"{disk_dir}/{dom_name}/{name}.img"
-        devices.append(_disk_element(disk, path, _target_name(prefix, index)))
+        devices.append(_disk_element(disk, path, target_name(prefix, index)))
 
 
 def hotplug_disk_xml(disk: Mapping[str, Any], path: str, live_xml: str) -> tuple[str, str]:
     """(the disk's XML, its target) to attach `disk` to the running domain whose live XML
     is `live_xml`: the first target of its bus that no disk uses."""
-    _, bus = _device_and_bus(disk)
-    prefix = _prefix(bus, disk["name"])
+    _, bus = device_and_bus(disk)
+    prefix = prefix_of(bus, disk["name"])
     used = {t.get("dev") for t in ET.fromstring(live_xml).iterfind("./devices/disk/target")}
     index = 0
-    while _target_name(prefix, index) in used:
+    while target_name(prefix, index) in used:
         index += 1
-    target = _target_name(prefix, index)
+    target = target_name(prefix, index)
     return ET.tostring(_disk_element(disk, path, target), encoding="unicode"), target
 
 

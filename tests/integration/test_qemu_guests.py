@@ -368,7 +368,7 @@ def test_volumes_are_sized_as_written_and_hot_plugged_into_the_running_guest(
 
         def ready() -> dict[str, Any] | None:
             entries = cluster.vmi("volumes")["status"].get("volumeStatus") or []
-            found = [e for e in entries if e["name"] == "hot-data" and e["phase"] == "Ready"]
+            found = [e for e in entries if e["name"] == "hot-data" and e.get("phase") == "Ready"]
             return found[0] if found else None
 
         entry = until(ready, timeout=60, what="the hotplugged volume Ready")
@@ -389,7 +389,12 @@ def test_volumes_are_sized_as_written_and_hot_plugged_into_the_running_guest(
         out = cluster.cli("removevolume", "volumes", "--volume-name", "hot-data")
         assert out.returncode == 0, out.stderr
         until(
-            lambda: not cluster.vmi("volumes")["status"].get("volumeStatus"),
+            lambda: (
+                "hot-data"
+                not in [
+                    e["name"] for e in cluster.vmi("volumes")["status"].get("volumeStatus") or []
+                ]
+            ),
             timeout=60,
             what="the volume detached",
         )

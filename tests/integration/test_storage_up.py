@@ -454,3 +454,79 @@ def test_a_data_import_cron_keeps_its_data_source_on_the_latest_import(
     assert 'The DataImportCron "bad-cron" is invalid: spec.Schedule: Illegal cron schedule' in (
         refused.err
     )
+
+
+def test_a_vm_manager_on_kubevirts_api_runs_unchanged(cluster: Cluster, image_server: str) -> None:
+    """What a VM manager built on KubeVirt's API does, through the `kubernetes` Python
+    client and nothing of ours: its pools are the StorageClasses, an image is a DataVolume
+    whose progress it reads from CDI's annotations on the claim, a data disk is a claim; it
+    creates a VM from the image with an extra disk, lists and inspects it, stops, starts
+    and deletes it."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(str(cluster.kubeconfig))
+    # typed loosely, as the other client tests take it: its models' Optional fields
+    core: Any = client.CoreV1Api(api)
+    custom: Any = client.CustomObjectsApi(api)
+    storage_api: Any = client.StorageV1Api(api)
+    pools = {sc.metadata.name: sc for sc in storage_api.list_storage_class().items}
+    marked = "storageclass.kubernetes.io/is-default-class"
+    default = next(n for n, sc in pools.items() if (sc.metadata.annotations or {}).get(marked))
+    assert default == "local" and "shared" in pools
+    cdi = ("cdi.kubevirt.io", "v1beta1", "default", "datavolumes")
+    custom.create_namespaced_custom_object(*cdi, {
+        "apiVersion": "cdi.kubevirt.io/v1beta1", "kind": "DataVolume",
+        "metadata": {"name": "mgr-image"},
+        "spec": {"source": {"http": {"url": image_server}}, "storage": {
+            "storageClassName": default, "resources": {"requests": {"storage": "64Mi"}}}},
+    })  # fmt: skip
+
+    def imported() -> bool:
+        notes = core.read_namespaced_persistent_volume_claim(
+            "mgr-image", "default"
+        ).metadata.annotations
+        assert notes["cdi.kubevirt.io/storage.import.endpoint"] == image_server
+        return bool(notes.get("cdi.kubevirt.io/storage.pod.phase") == "Succeeded")
+
+    until(imported, 60, "the import, by CDI's annotations")
+    core.create_namespaced_persistent_volume_claim("default", {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "mgr-data"},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "32Mi"}}},
+    })  # fmt: skip
+    vms = ("kubevirt.io", "v1", "default", "virtualmachines")
+
+    def names() -> list[str]:
+        items: list[dict[str, Any]] = custom.list_namespaced_custom_object(*vms)["items"]
+        return [v["metadata"]["name"] for v in items]
+
+    custom.create_namespaced_custom_object(*vms, {
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "metadata": {"name": "mgr-vm"},
+        "spec": {"runStrategy": "Always", "template": {"spec": {
+            "domain": {"devices": {"disks": [{"name": "root", "disk": {"bus": "virtio"}},
+                                             {"name": "data", "disk": {"bus": "virtio"}}]},
+                       "resources": {"requests": {"memory": "64Mi"}}},
+            "volumes": [{"name": "root", "dataVolume": {"name": "mgr-image"}},
+                        {"name": "data", "persistentVolumeClaim": {"claimName": "mgr-data"}}]}}},
+    })  # fmt: skip
+
+    def printable() -> str:
+        vm = custom.get_namespaced_custom_object(*vms, "mgr-vm")
+        return str((vm.get("status") or {}).get("printableStatus") or "")
+
+    until(lambda: printable() == "Running", 60, "mgr-vm running")
+    assert "mgr-vm" in names()
+    vmi = custom.get_namespaced_custom_object(
+        "kubevirt.io", "v1", "default", "virtualmachineinstances", "mgr-vm"
+    )
+    assert [v["name"] for v in vmi["spec"]["volumes"]] == ["root", "data"]
+    assert {v["name"] for v in vmi["status"]["volumeStatus"]} >= {"root", "data"}
+    sub = "/apis/subresources.kubevirt.io/v1/namespaces/default/virtualmachines/mgr-vm"
+    for verb, want in (("stop", "Stopped"), ("start", "Running")):
+        json_body = {"Content-Type": "application/json"}
+        request = api.param_serialize(
+            "PUT", f"{sub}/{verb}", body={}, auth_settings=["BearerToken"], header_params=json_body
+        )
+        api.call_api(*request).read()
+        until(lambda w=want: printable() == w, 60, f"mgr-vm {want}")  # type: ignore[misc]
+    custom.delete_namespaced_custom_object(*vms, "mgr-vm")
+    until(lambda: "mgr-vm" not in names(), 60, "mgr-vm gone")

@@ -104,10 +104,11 @@ def test_addvolume_patches_the_spec_routed_to_the_node_and_shows_the_volume_stat
     fold(c, added)
     obj = render_vmi(c, c.vmis["default/vm1"])
     assert [v["name"] for v in obj["spec"]["volumes"]] == ["root", "data"]
-    (pending,) = obj["status"]["volumeStatus"]
+    root, pending = obj["status"]["volumeStatus"]  # every volume, in the spec's order
+    assert root["name"] == "root" and "phase" not in root
     assert (pending["name"], pending["phase"]) == ("data", "Pending")
     fold(c, VolumeAttached(meta=meta(Kind.VMI, "vm1", node="n1"), name="data", target="sda"))
-    (ready,) = render_vmi(c, c.vmis["default/vm1"])["status"]["volumeStatus"]
+    _, ready = render_vmi(c, c.vmis["default/vm1"])["status"]["volumeStatus"]
     assert ready["target"] == "sda" and ready["phase"] == "Ready"
     assert ready["message"] == "Successfully attach hotplugged volume data to VM"
     assert ready["hotplugVolume"] == {"attachPodName": "virt-launcher-vm1-x"}
@@ -120,9 +121,11 @@ def test_addvolume_patches_the_spec_routed_to_the_node_and_shows_the_volume_stat
     fold(c, removed)
     obj = render_vmi(c, c.vmis["default/vm1"])
     assert [v["name"] for v in obj["spec"]["volumes"]] == ["root"]
-    assert obj["status"]["volumeStatus"][0]["phase"] == "Detaching"
+    root, leaving = obj["status"]["volumeStatus"]
+    assert root["name"] == "root" and (leaving["name"], leaving["phase"]) == ("data", "Detaching")
     fold(c, VolumeDetached(meta=meta(Kind.VMI, "vm1", node="n1"), name="data"))
-    assert "volumeStatus" not in render_vmi(c, c.vmis["default/vm1"])["status"]
+    volume_status = render_vmi(c, c.vmis["default/vm1"])["status"]["volumeStatus"]
+    assert [v["name"] for v in volume_status] == ["root"]
 
 
 def test_kubevirts_refusals_of_an_addvolume_and_a_removevolume() -> None:
