@@ -482,9 +482,12 @@ def test_a_vm_manager_on_kubevirts_api_runs_unchanged(cluster: Cluster, image_se
     })  # fmt: skip
 
     def imported() -> bool:
-        notes = core.read_namespaced_persistent_volume_claim(
-            "mgr-image", "default"
-        ).metadata.annotations
+        try:
+            claim = core.read_namespaced_persistent_volume_claim("mgr-image", "default")
+        except client.ApiException as e:  # its claim not made yet
+            assert e.status == 404
+            return False
+        notes = claim.metadata.annotations
         assert notes["cdi.kubevirt.io/storage.import.endpoint"] == image_server
         return bool(notes.get("cdi.kubevirt.io/storage.pod.phase") == "Succeeded")
 
