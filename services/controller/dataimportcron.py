@@ -25,7 +25,7 @@ from projections import datavolumes as dvs
 from projections import storage
 from projections.cluster import Cluster, key
 from projections.views import ResourceView
-from services.controller import emit
+from services.controller import datavolume, emit
 
 JSON = dict[str, Any]
 LABEL = "cdi.kubevirt.io/dataImportCron"
@@ -87,14 +87,7 @@ def _import(cron: ResourceView, name: str, ctx: Context) -> Decision:
         "labels": {**(meta.get("labels") or {}), LABEL: cron.name},
         "annotations": {**(meta.get("annotations") or {}), IMMEDIATE: "true"},
     }
-    manifest = {
-        "apiVersion": "cdi.kubevirt.io/v1beta1",
-        "kind": "DataVolume",
-        "metadata": metadata,
-        "spec": dict(template.get("spec") or {}),
-    }
-    agg = Aggregate(kind=ResourceKind.DATA_VOLUME, namespace=cron.namespace, name=name)
-    return Decision(ResourceCreated(meta=emit.meta(ctx, agg, k), manifest=manifest), expected=0)
+    return datavolume.create(cron.namespace, name, metadata, template, k, ctx)
 
 
 def _data_source(

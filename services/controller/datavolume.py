@@ -80,16 +80,23 @@ def reconcile_templates(cluster: Cluster, vm: VMView, ctx: Context) -> list[Deci
             "uid": emit.new_uid(ctx, k),
             "ownerReferences": [owner],
         }
-        manifest = {
-            "apiVersion": "cdi.kubevirt.io/v1beta1",
-            "kind": "DataVolume",
-            "metadata": metadata,
-            "spec": dict(template.get("spec") or {}),
-        }
-        agg = Aggregate(kind=ResourceKind.DATA_VOLUME, namespace=vm.namespace, name=name)
-        created = ResourceCreated(meta=emit.meta(ctx, agg, k), manifest=manifest)
-        out.append(Decision(created, expected=0))
+        out.append(create(vm.namespace, name, metadata, template, k, ctx))
     return out
+
+
+def create(namespace: str, name: str, metadata: JSON, template: JSON, k: str, ctx: Context
+           ) -> Decision:  # fmt: skip
+    """A DataVolume made from a template's spec (a VM's, a DataImportCron's), once: it must
+    not exist (`expected=0`), and its id and uid are keyed by `k`."""
+    manifest = {
+        "apiVersion": "cdi.kubevirt.io/v1beta1",
+        "kind": "DataVolume",
+        "metadata": metadata,
+        "spec": dict(template.get("spec") or {}),
+    }
+    agg = Aggregate(kind=ResourceKind.DATA_VOLUME, namespace=namespace, name=name)
+    created = ResourceCreated(meta=emit.meta(ctx, agg, k), manifest=manifest)
+    return Decision(created, expected=0)
 
 
 # --------------------------------------------------------------- DataVolumes
