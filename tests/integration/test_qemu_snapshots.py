@@ -71,7 +71,12 @@ class Guest:
         self.run(f"echo MARK-$(echo {marker})-{TOKEN} | dd of=/dev/vdc bs=512 seek=8; sync")
 
     def read(self) -> str | None:
-        out = self.run("dd if=/dev/vdc bs=512 skip=8 count=1 2>/dev/null | tr -cd 'A-Za-z0-9-'")
+        """The marker on the data disk; None while there is none or while the just-booted
+        guest's console does not answer its WebSocket handshake in time (asked again)."""
+        try:
+            out = self.run("dd if=/dev/vdc bs=512 skip=8 count=1 2>/dev/null | tr -cd 'A-Za-z0-9-'")
+        except TimeoutError:
+            return None
         found = re.findall(rf"MARK-([AB])-{TOKEN}", out)
         return found[-1] if found else None
 
