@@ -30,7 +30,7 @@ from kinds.registry import REGISTRY
 from projections.cluster import Cluster
 from services.controller import decider_spec, scheduler
 from services.controller.reactor import ControllerReactor
-from services.controller.whatif import Decider, Report, WhatIf
+from services.controller.whatif import Decider, Report, WhatIf, scheduler_change
 
 
 def load_decider(spec: str) -> Decider:
@@ -172,7 +172,7 @@ def whatif(
     elif scheduling:
         policy = scheduler_policy or scheduler.SPREAD
         sandboxed = ControllerReactor(scheduler_policy=policy, scheduler_weights=weights)
-        change = f"scheduler policy {policy}" + (f" weights {scheduler_weights}" if weights else "")
+        change = scheduler_change(policy, scheduler_weights)
     else:
         sandboxed, change = ControllerReactor(), "none"
     report, cause = _run(

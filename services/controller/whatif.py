@@ -37,6 +37,7 @@ from events.catalog import Event, PodScheduled
 from events.codec import event_type
 from events.envelope import Context, Decision, Stored
 from events.subjects import event_subject
+from services.controller import scheduler
 from services.controller.reactor import NAME
 
 
@@ -109,6 +110,15 @@ def side(ev: Event, seq: int = 0, other: Event | None = None) -> Side:
         fields = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k))
     node = ev.node if isinstance(ev, PodScheduled) else ev.meta.node
     return Side(type=event_type(ev), node=node, seq=seq, fields=fields)
+
+
+def scheduler_change(policy: str, weights: str) -> str:
+    """How a report names a scheduler change ("none" for none), the CLI's and the api's alike."""
+    if not policy and not weights:
+        return "none"
+    return f"scheduler policy {policy or scheduler.SPREAD}" + (
+        f" weights {weights}" if weights else ""
+    )
 
 
 class WhatIf:

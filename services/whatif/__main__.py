@@ -22,16 +22,7 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
 from services.controller import scheduler
 from services.controller.reactor import ControllerReactor
-from services.controller.whatif import Report, WhatIf
-
-
-def change_of(policy: str, weights: str) -> str:
-    """What the report names as its change (as `virtstream whatif` does)."""
-    if not policy and not weights:
-        return "none"
-    return f"scheduler policy {policy or scheduler.SPREAD}" + (
-        f" weights {weights}" if weights else ""
-    )
+from services.controller.whatif import Report, WhatIf, scheduler_change
 
 
 async def replay(nats_url: str, policy: str, weights: str) -> Report:
@@ -42,7 +33,7 @@ async def replay(nats_url: str, policy: str, weights: str) -> Report:
             scheduler_policy=policy or scheduler.SPREAD,
             scheduler_weights=scheduler.parse_weights(weights),
         )
-        sandbox = WhatIf(decider, change=change_of(policy, weights))
+        sandbox = WhatIf(decider, change=scheduler_change(policy, weights))
         async for stored in store.replay(None, raw=True, on_skip=sandbox.skip):
             sandbox.feed(stored)
         return sandbox.report()
