@@ -33,6 +33,7 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from eventstore.nats_errors import translated
+from eventstore.port import Unavailable
 from eventstore.tasks import finish
 
 BUCKET = "virt-leases"
@@ -171,7 +172,11 @@ async def while_holding(
     releases the lease for a standby; a lost one raises `LeaseLost`, so the process exits
     and its supervisor starts it again as a standby."""
     bound = log.bind(key=lease.key, identity=lease.identity)
-    bound.info("standby: waiting for the lease", holder=await lease.holder())
+    try:
+        holder = await lease.holder()
+    except Unavailable:  # (only said: acquiring rides out a log that is away)
+        holder = "unknown: the bucket does not answer"
+    bound.info("standby: waiting for the lease", holder=holder)
     if not await lease.acquire(stopping):
         return
     bound.info("active: holding the lease", ttl=lease.ttl)

@@ -45,6 +45,7 @@ from services.runtime.acks import INFRASTRUCTURE, Acks
 from services.runtime.append_window import AppendWindow
 from services.runtime.appends import Appends, GaveUp
 from services.runtime.checkpointing import Checkpointer
+from services.runtime.failover import riding_out
 from services.runtime.folding import Ahead, Folding, Unordered
 from services.runtime.inbox import Inbox
 from services.runtime.metrics_access import MetricsAccess
@@ -296,14 +297,18 @@ class ServiceShell(Generic[S, A, Ob]):
                     self.log.error("decision failed", observation=repr(obs), error=repr(e))
 
     async def run(self, started: Callable[[], Any] | None = None) -> None:
-        await self.store.ensure()
-        consumer = await self.store.durable(
-            self.name, self.filters, ack_wait=self.ack_wait, batch=self.batch
+        await riding_out(self.store.ensure, self.log, "streams")
+        consumer = await riding_out(
+            lambda: self.store.durable(
+                self.name, self.filters, ack_wait=self.ack_wait, batch=self.batch
+            ),
+            self.log,
+            "consumer",
         )
         if self.folding.last_folded == 0:
             await self._load_checkpoint()
         start = self.folding.last_folded + 1
-        end = await self.store.stream_last_seq()
+        end = await riding_out(self.store.stream_last_seq, self.log, "last sequence")
         n = await self.appends.catch_up(start_seq=start)
         self.upto = max(self.upto, end)
         self.log.info("caught up", events=n, last_seq=self.folding.last_folded, from_seq=start)
@@ -324,7 +329,7 @@ class ServiceShell(Generic[S, A, Ob]):
                 started()
             while not self._stop.is_set():
                 try:
-                    msgs = await self._fetch(consumer)
+                    msgs = await riding_out(lambda: self._fetch(consumer), self.log, "pull")
                 except TimeoutError:
                     # nothing deliverable: the backlog is empty (and the series exists
                     # from the first idle poll, not only after the first batch)
@@ -392,6 +397,8 @@ class ServiceShell(Generic[S, A, Ob]):
     async def _fetch(self, consumer: Consumer) -> list[Message]:
         """The next deliveries: at once while there is a backlog; else a long wait, which
         a stop ends (a message it had pulled is redelivered to the next incarnation)."""
+        if self._stop.is_set():  # (a stop while a failed pull waited to be asked again)
+            return []
         if consumer.pending > 0:
             return await consumer.fetch(timeout=min(self.tick_interval, 1.0))
         self._waiting = asyncio.ensure_future(consumer.fetch(timeout=IDLE_FETCH))
