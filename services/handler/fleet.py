@@ -133,18 +133,7 @@ class LauncherFleet:
         if self.zygote is not None and self.zygote.poll() is None:
             self.zygote.kill()
             await asyncio.to_thread(self.zygote.wait)
-        killed: set[int] = set()
-        for sweep in range(2):
-            if sweep:
-                await asyncio.sleep(FENCE_SECOND_SWEEP)
-            for pidfile in self.launchers_dir.glob("*.pid"):
-                if (pid := rundir.read_pid(pidfile)) and rundir.pid_alive(pid):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)
-                    killed.add(pid)
-        if self.launch.domain_type is not DomainType.TEST:
-            await asyncio.to_thread(destroy_unowned_domains, self.launch.hypervisor_uri, set())
-        return len(killed)
+        return await fence_node(self.launchers_dir, self.launch)
 
     def _spawn_task(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(coro)
@@ -209,6 +198,7 @@ class LauncherFleet:
                 sock,
                 migration_target=a.migration_target,
                 pod_address=a.pod_address,
+                attachments=a.attachments,
                 **self.launch.spawn_kwargs(),  # type: ignore[arg-type]
             )
             if self._closing:  # the fence came while the zygote forked: it must not run
@@ -444,3 +434,27 @@ class LauncherFleet:
 
 def _gone(o: Observed) -> Observed:
     return replace(o, gone=True, ended_at=time.time() if o.ended_at is None else o.ended_at)
+
+
+async def fence_node(launchers_dir: Path, launch: LaunchSettings) -> int:
+    """Stop every VM of the node: SIGKILL every launcher its pidfiles name (a test domain
+    dies with it) and, in qemu mode, destroy every domain of the node's libvirtd. Returns
+    how many launchers there were."""
+    killed: set[int] = set()
+    for sweep in range(2):
+        if sweep:
+            await asyncio.sleep(FENCE_SECOND_SWEEP)
+        killed |= _kill_launchers(launchers_dir)
+    if launch.domain_type is not DomainType.TEST:
+        await asyncio.to_thread(destroy_unowned_domains, launch.hypervisor_uri, set())
+    return len(killed)
+
+
+def _kill_launchers(launchers_dir: Path) -> set[int]:
+    killed = set()
+    for pidfile in launchers_dir.glob("*.pid"):
+        if (pid := rundir.read_pid(pidfile)) and rundir.pid_alive(pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            killed.add(pid)
+    return killed

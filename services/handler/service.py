@@ -28,12 +28,14 @@ from eventstore import heartbeats as heartbeat
 from eventstore.connection import connect_service
 from eventstore.jetstream import JetStreamStore
 from eventstore.settings import StreamSettings
+from eventstore.tasks import finish
 from projections.evolve import evolve_migration
 from projections.views import MigrationView
 from services.handler.checkpoint import HandlerCodec
 from services.handler.console_server import ConsoleServer
 from services.handler.effects import Action, MigrationRead, ReadMigration
-from services.handler.fleet import LauncherFleet
+from services.handler.fence_clock import FenceClock
+from services.handler.fleet import LauncherFleet, fence_node
 from services.handler.host import capacity, labels, system_info
 from services.handler.importer import run_import
 from services.handler.imports import ImportDone, ImportProgress, RunImport
@@ -190,8 +192,15 @@ class Handler:
     """One node's virt-handler (`store`: run on it; else connect to the config's NATS URL
     and close the connection at the end)."""
 
-    def __init__(self, cfg: HandlerConfig, *, store: JetStreamStore | None = None) -> None:
+    def __init__(
+        self,
+        cfg: HandlerConfig,
+        *,
+        store: JetStreamStore | None = None,
+        clock: FenceClock | None = None,
+    ) -> None:
         self.cfg = cfg
+        self.clock = clock or FenceClock(Path(cfg.run_dir) / cfg.node.name)
         self.node = cfg.node.name
         self.name = service_name(self.node)
         self.store = store
@@ -281,12 +290,14 @@ class Handler:
             kv = await heartbeat.ensure_bucket(store.js, replicas=store.settings.replicas)
             self.last_heartbeat = time.time()
             await heartbeat.put(kv, self.node, self.last_heartbeat)
+            self.clock.confirmed(self.last_heartbeat)
             LAUNCHERS.labels(self.node).set_function(lambda: fleet.connected)
             HEARTBEAT_AGE.labels(self.node).set_function(lambda: time.time() - self.last_heartbeat)
             heartbeats = asyncio.create_task(self._heartbeats(kv))
             if cfg.fence_timeout:
                 fencing = asyncio.create_task(self._fence_watch(fleet))
                 fencing.add_done_callback(lambda _: shell.stop())
+                self.clock.watched = True  # (the watch before this one ends)
             if self._stopped:
                 return
             await shell.run(
@@ -337,17 +348,51 @@ class Handler:
             try:
                 await heartbeat.put(kv, self.node, now)
                 self.last_heartbeat = now
+                self.clock.confirmed(now)
             except Exception as e:  # NATS reconnecting: the next beat tries again
                 self.log.warning("heartbeat failed", error=repr(e))
 
 
 async def serve(cfg: HandlerConfig) -> None:
-    """Run one handler process until SIGTERM/SIGINT, with /metrics when configured."""
-    await run_process(
-        service_name(cfg.node.name),
-        cfg.nats_url,
-        lambda store: Handler(cfg, store=store),
-        metrics_port=cfg.metrics_port,
-        settings=cfg.settings,
-        metrics_access=cfg.metrics_access,
-    )
+    """Run one handler process until SIGTERM/SIGINT, with /metrics when configured. Until
+    its handler runs (connected, a heartbeat confirmed), the node is fenced by the clock
+    its earlier incarnations kept (`fence_clock.py`)."""
+    clock = FenceClock(Path(cfg.run_dir) / cfg.node.name)
+    clock.started(time.time())
+    early = asyncio.create_task(_fence_until_running(cfg, clock)) if cfg.fence_timeout else None
+    try:
+        await run_process(
+            service_name(cfg.node.name),
+            cfg.nats_url,
+            lambda store: Handler(cfg, store=store, clock=clock),
+            metrics_port=cfg.metrics_port,
+            settings=cfg.settings,
+            metrics_access=cfg.metrics_access,
+        )
+    finally:
+        if early is not None:
+            await finish(early)
+
+
+#: a starting handler's fence comes later than a running one's (x this), its first beat
+#: being a connect and a bucket lookup away; still well before the node timeout (x 2)
+STARTING_FENCE = 1.5
+
+
+async def _fence_until_running(cfg: HandlerConfig, clock: FenceClock) -> None:
+    """A handler starting while cut off from the bus (its connection failing, restarted
+    again and again) stops its node's VMs when the last confirmed heartbeat is a fence
+    timeout old, as a running one does."""
+    launchers_dir = Path(cfg.run_dir) / cfg.node.name / "launchers"
+    while not clock.watched:
+        if time.time() > clock.due(cfg.fence_timeout * STARTING_FENCE):
+            n = await fence_node(launchers_dir, cfg.launch)
+            if n:
+                log.error(
+                    "fenced while starting: no heartbeat reached the bus, stopped every VM "
+                    "of the node",
+                    node=cfg.node.name,
+                    launchers=n,
+                )
+            return
+        await asyncio.sleep(min(0.5, cfg.fence_timeout / 10))
