@@ -156,6 +156,17 @@ class VMISoftRebootRequested(Event, tag="VMISoftRebootRequested", frozen=True):
 
 
 # ------------------------------------------------- VirtualMachineInstance (controller)
+class Attachment(msgspec.Struct, frozen=True, kw_only=True):
+    """A pod's address on a secondary network: a `multus` network whose definition is a
+    `bridge` with `host-local` IPAM (the scheduler's allocation from its subnet)."""
+
+    network: str  # the VMI's network (spec.networks[].name), its interface's name too
+    definition: str  # "namespace/name" of the NetworkAttachmentDefinition
+    address: str  # "" when the subnet had none free
+    subnet: str  # "10.200.0.0/24"
+    gateway: str  # the bridge's own address
+
+
 class PodScheduled(Event, tag="PodScheduled", frozen=True):
     """The scheduler placed the VMI's launcher pod; carries the spec so the handler needs
     nothing but its own node's events."""
@@ -167,6 +178,8 @@ class PodScheduled(Event, tag="PodScheduled", frozen=True):
     #: the pod's address on its node's pod network (the scheduler's allocation from the
     #: node's pod CIDR; "" when the node has none): the VMI keeps it, across migrations too
     pod_address: str = ""
+    #: its addresses on secondary networks, allocated as the pod network's; kept too
+    attachments: tuple[Attachment, ...] = ()
 
 
 class Unschedulable(Event, tag="Unschedulable", frozen=True):

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import hashlib
+import ipaddress
 import os
 import shutil
 import signal
@@ -84,9 +86,9 @@ def ensure(data_dir: Path, nodes: list[str]) -> PodNetwork:
     return create(data_dir, nodes)
 
 
-def _dhcp_alive(net: PodNetwork, node: str) -> bool:
+def _dhcp_alive(net: PodNetwork, name: str) -> bool:
     try:
-        os.kill(int((Path(net.dir) / f"{node}.pid").read_text().strip()), 0)
+        os.kill(int((Path(net.dir) / f"{name}.pid").read_text().strip()), 0)
     except (OSError, ValueError):
         return False
     return True
@@ -132,7 +134,7 @@ def create(data_dir: Path, nodes: list[str]) -> PodNetwork:
             _ip("link", "add", n.bridge, "type", "bridge", "forward_delay", "0", netns=netns)
             _ip("addr", "add", f"{n.gateway}/24", "dev", n.bridge, netns=netns)
             _ip("link", "set", n.bridge, "up", netns=netns)
-            _start_dhcp(dnsmasq, net, node, n)
+            _start_dhcp(dnsmasq, net, node, n, router=True)
     except (PodNetworkUnavailable, OSError, subprocess.SubprocessError) as e:
         destroy(data_dir)
         raise PodNetworkUnavailable(str(e)) from None
@@ -147,17 +149,20 @@ def _sysctl(netns: str, setting: str) -> None:
         raise PodNetworkUnavailable(f"sysctl {setting} in {netns}: {done.stderr.strip()}")
 
 
-def _start_dhcp(dnsmasq: str, net: PodNetwork, node: str, n: NodeNetwork) -> None:
-    hosts = net.hosts_dir(node)
+def _start_dhcp(dnsmasq: str, net: PodNetwork, name: str, n: NodeNetwork, router: bool) -> None:
+    """The DHCP server of a bridge, its files named `name` (a node's, or a secondary
+    network's bridge); `router`: it offers its bridge as the guests' default route."""
+    hosts = net.hosts_dir(name)
     hosts.mkdir(parents=True, exist_ok=True)
-    base = Path(net.dir) / node
-    first = n.gateway.rsplit(".", 1)[0] + ".0"
+    base = Path(net.dir) / name
+    subnet = ipaddress.ip_network(n.cidr, strict=False)
     cmd = [
         "ip", "netns", "exec", net.netns, dnsmasq,
         "--conf-file=/dev/null", "--port=0", "--no-resolv", "--no-hosts",
         f"--interface={n.bridge}", "--bind-interfaces", "--except-interface=lo",
         # only the pods the log gave an address get one (static: no dynamic pool)
-        f"--dhcp-range={first},static,255.255.255.0,infinite",
+        f"--dhcp-range={subnet.network_address},static,{subnet.netmask},infinite",
+        *(() if router else ("--dhcp-option=3",)),  # option 3 empty: no default route
         f"--dhcp-hostsdir={hosts}", f"--dhcp-leasefile={base}.leases",
         "--dhcp-authoritative", f"--pid-file={base}.pid", f"--log-facility={base}.log",
         "--log-dhcp", "--user=root", "--group=root",
@@ -205,6 +210,53 @@ def plug(
     return name
 
 
+def attachment_bridge(definition: str) -> str:
+    """The bridge of a secondary network (a definition's "namespace/name") in the
+    namespace: one for the cluster, as every node's guests share one L2 segment."""
+    return "vb" + hashlib.sha256(definition.encode()).hexdigest()[:12]
+
+
+def attach(
+    net: PodNetwork,
+    node: str,
+    host_tap: str,
+    vmi_uid: str,
+    mac: str,
+    attachment: tuple[str, str, str, str, str],
+) -> str:
+    """Put the guest's tap `host_tap` on a secondary network's bridge, made (with its DHCP
+    server, its gateway's address, no default route) by whichever guest needs it first,
+    and give the NIC with `mac` its address. `attachment`: (network, definition, address,
+    subnet, gateway). Returns the tap's name in the namespace."""
+    network, definition, address, subnet, gateway = attachment
+    bridge = attachment_bridge(definition)
+    prefix = ipaddress.ip_network(subnet, strict=False).prefixlen
+    n = NodeNetwork(bridge=bridge, cidr=subnet, gateway=gateway)
+    with open(Path(net.dir) / f"{bridge}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # launchers of one cluster, each its own process
+        if not _in_netns(net.netns, bridge):
+            _ip("link", "add", bridge, "type", "bridge", "forward_delay", "0", netns=net.netns)
+            _ip("addr", "add", f"{gateway}/{prefix}", "dev", bridge, netns=net.netns)
+            _ip("link", "set", bridge, "up", netns=net.netns)
+        if not _dhcp_alive(net, bridge):
+            dnsmasq = shutil.which("dnsmasq") or shutil.which("dnsmasq", path="/usr/sbin")
+            if dnsmasq is None:
+                raise PodNetworkUnavailable("dnsmasq is not installed")
+            _start_dhcp(dnsmasq, net, bridge, n, router=False)
+    name = tap_name(node, f"{vmi_uid}/{network}")
+    (net.hosts_dir(bridge) / name).write_text(f"{mac},{address}\n")
+    if not _in_netns(net.netns, name):
+        _ip("link", "set", host_tap, "netns", net.netns, "name", name)
+        _ip("link", "set", name, "master", bridge, "up", netns=net.netns)
+    return name
+
+
+def detach(net: PodNetwork, node: str, vmi_uid: str, network: str, definition: str) -> None:
+    """Forget the guest's address on a secondary network (as `unplug` on the pod's)."""
+    bridge = attachment_bridge(definition)
+    _forget(net, bridge, bridge, tap_name(node, f"{vmi_uid}/{network}"))
+
+
 def _in_netns(netns: str, name: str) -> bool:
     cmd = ["ip", "-n", netns, "link", "show", "dev", name]
     return subprocess.run(cmd, capture_output=True, timeout=10).returncode == 0
@@ -213,7 +265,12 @@ def _in_netns(netns: str, name: str) -> bool:
 def unplug(net: PodNetwork, node: str, vmi_uid: str) -> None:
     """Forget the guest's DHCP host entry and release its lease, so that the address can be
     given to another guest (the tap goes with its QEMU)."""
-    entry = net.hosts_dir(node) / tap_name(node, vmi_uid)
+    _forget(net, node, net.nodes[node].bridge, tap_name(node, vmi_uid))
+
+
+def _forget(net: PodNetwork, name: str, bridge: str, tap: str) -> None:
+    """Remove the DHCP host entry `tap` of the server `name` on `bridge`, and its lease."""
+    entry = net.hosts_dir(name) / tap
     try:
         mac, address = entry.read_text().strip().split(",", 1)
     except (OSError, ValueError):
@@ -222,10 +279,10 @@ def unplug(net: PodNetwork, node: str, vmi_uid: str) -> None:
     # dnsmasq keeps a removed file's entries until SIGHUP (which reads the dir afresh):
     # without it the address stays bound to this MAC and the next guest given it gets none
     with contextlib.suppress(OSError, ValueError):
-        os.kill(int((Path(net.dir) / f"{node}.pid").read_text().strip()), signal.SIGHUP)
+        os.kill(int((Path(net.dir) / f"{name}.pid").read_text().strip()), signal.SIGHUP)
     release = shutil.which("dhcp_release") or shutil.which("dhcp_release", path="/usr/bin")
     if release is not None:
-        cmd = ["ip", "netns", "exec", net.netns, release, net.nodes[node].bridge, address, mac]
+        cmd = ["ip", "netns", "exec", net.netns, release, bridge, address, mac]
         subprocess.run(cmd, capture_output=True, timeout=10)
 
 

@@ -7,6 +7,7 @@ renders the launcher pod: `failed to locate network attachment definition ns/nam
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from typing import Any
 
@@ -46,6 +47,49 @@ def nad_key(namespace: str, network_name: str) -> tuple[str, str]:
         ns, name = network_name.split("/", 1)
         return ns, name
     return namespace, network_name
+
+
+class BridgeIpam(msgspec.Struct, frozen=True, kw_only=True):
+    """What a `bridge` definition with `host-local` IPAM gives a pod: an address of `subnet`
+    within [first, last], never the gateway's (the bridge's own address)."""
+
+    subnet: str
+    gateway: str
+    first: str
+    last: str
+
+
+def bridge_ipam(spec: Any) -> BridgeIpam | None:
+    """The IPAM of a definition whose CNI configuration is the `bridge` plugin with
+    `host-local` addresses (its `subnet`, or its first `ranges` entry, with `rangeStart`,
+    `rangeEnd` and `gateway` as the plugin reads them); None for any other (no address)."""
+    try:
+        config = json.loads(spec.get("config") or "{}")
+    except (ValueError, TypeError, AttributeError):
+        return None
+    plugins = config.get("plugins") if isinstance(config, dict) else None
+    if isinstance(plugins, list) and plugins and isinstance(plugins[0], dict):
+        config = plugins[0]  # a conflist: the first plugin is the interface's
+    if not isinstance(config, dict) or config.get("type") != "bridge":
+        return None
+    ipam = config.get("ipam")
+    if not isinstance(ipam, dict) or ipam.get("type") != "host-local":
+        return None
+    ranges = ipam.get("ranges")
+    block = ipam
+    if not ipam.get("subnet") and isinstance(ranges, list) and ranges and ranges[0]:
+        block = ranges[0][0] if isinstance(ranges[0], list) else ranges[0]
+    try:
+        net = ipaddress.ip_network(str(block.get("subnet") or ""), strict=False)
+        hosts = (net.network_address + 1, net.broadcast_address - 1)
+        gateway = ipaddress.ip_address(str(block.get("gateway") or hosts[0]))
+        first = ipaddress.ip_address(str(block.get("rangeStart") or hosts[0]))
+        last = ipaddress.ip_address(str(block.get("rangeEnd") or hosts[1]))
+    except (ValueError, AttributeError):
+        return None
+    if net.version != 4 or net.prefixlen > 30:
+        return None
+    return BridgeIpam(subnet=str(net), gateway=str(gateway), first=str(first), last=str(last))
 
 
 def missing(cluster: Cluster, namespace: str, networks: list[Any]) -> list[str]:

@@ -255,7 +255,7 @@ def evolve_vmi(view: VMIView | None, s: Stored) -> VMIView | None:
         case PodScheduled(node=node, pod_name=pod, pod_uid=pod_uid, pod_address=address):
             return _phase(
                 v, "Scheduling", at, node=_s(node), pod_name=pod, pod_uid=pod_uid,
-                unschedulable="", pod_address=address,
+                unschedulable="", pod_address=address, attachments=ev.attachments,
             )  # fmt: skip
         case Unschedulable(message=msg):
             # KubeVirt: the launcher pod exists but cannot be placed → Scheduling

@@ -11,7 +11,7 @@ from typing import Any
 
 import msgspec
 
-from events.catalog import InterfaceStatus, NodeSystemInfo, Resources, Taint
+from events.catalog import Attachment, InterfaceStatus, NodeSystemInfo, Resources, Taint
 
 Manifest = dict[str, Any]
 
@@ -129,6 +129,7 @@ class VMIView(PhasedView, frozen=True, kw_only=True):
     pod_uid: str = ""
     #: PodScheduled's: the VMI's address on the pod network, kept across migrations
     pod_address: str = ""
+    attachments: tuple[Attachment, ...] = ()  # PodScheduled's: on secondary networks
     launcher_pid: int = 0
     launcher_exited: bool = False
     qemu_pid: int = 0

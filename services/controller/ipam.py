@@ -20,3 +20,14 @@ def allocate(cidr: str, held: Iterable[str]) -> str:
         if (address := str(host)) not in taken:
             return address
     return ""
+
+
+def allocate_in(first: str, last: str, reserved: str, held: Iterable[str]) -> str:
+    """The lowest address from `first` to `last` that is neither `reserved` (a gateway)
+    nor held; "" when none is free (a secondary network's host-local range)."""
+    taken = {*held, reserved}
+    start, end = int(ipaddress.ip_address(first)), int(ipaddress.ip_address(last))
+    for n in range(start, end + 1):
+        if (address := str(ipaddress.ip_address(n))) not in taken:
+            return address
+    return ""

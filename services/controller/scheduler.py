@@ -16,8 +16,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from events.catalog import Event, PodScheduled, Taint, Unschedulable
+from events.catalog import Attachment, Event, PodScheduled, Taint, Unschedulable
 from events.envelope import Context
+from kinds import nad
 from projections import claims, storage
 from projections.allocation import node_allocated, vmi_requests
 from projections.cluster import Cluster, key
@@ -78,6 +79,7 @@ class Reserved:
     memory: Counter[str] = field(default_factory=Counter)
     manifests: dict[str, list[JSON]] = field(default_factory=dict)
     pod_addresses: set[str] = field(default_factory=set)
+    attachment_addresses: dict[str, set[str]] = field(default_factory=dict)  # by definition
 
     def add(self, node: str, manifest: JSON) -> None:
         c, m = vmi_requests(manifest)
@@ -411,6 +413,47 @@ def pod_address(cluster: Cluster, node: str, reserved: Reserved) -> str:
     return ipam.allocate(view.pod_cidr, held | reserved.pod_addresses)
 
 
+def attachments(
+    cluster: Cluster, namespace: str, manifest: Mapping[str, Any], reserved: Reserved
+) -> tuple[Attachment, ...]:
+    """An address on each secondary network whose definition is a `bridge` with
+    `host-local` IPAM (`kinds/nad.py`): held are those of every VMI that has not ended.
+    A network of another kind of definition gets none (its NIC is QEMU's user network)."""
+    networks = (manifest.get("spec") or {}).get("networks") or []
+    out = []
+    table = cluster.resources[nad.KIND_TOKEN]
+    for network in networks:
+        multus = network.get("multus") if isinstance(network, Mapping) else None
+        if not isinstance(multus, Mapping) or not multus.get("networkName"):
+            continue
+        ns, name = nad.nad_key(namespace, str(multus["networkName"]))
+        view = table.get(key(ns, name))
+        block = nad.bridge_ipam(view.manifest.get("spec") or {}) if view else None
+        if block is None:
+            continue
+        definition = f"{ns}/{name}"
+        held = {
+            a.address
+            for v in cluster.vmis.values()
+            if not v.final
+            for a in v.attachments
+            if a.definition == definition
+        }
+        taken = reserved.attachment_addresses.setdefault(definition, set())
+        address = ipam.allocate_in(block.first, block.last, block.gateway, held | taken)
+        taken.add(address)
+        out.append(
+            Attachment(
+                network=str(network.get("name") or ""),
+                definition=definition,
+                address=address,
+                subnet=block.subnet,
+                gateway=block.gateway,
+            )
+        )
+    return tuple(out)
+
+
 def needs_node(vmi: VMIView) -> bool:
     # Scheduling without a node = its pod is pending, Unschedulable (KubeVirt's phase)
     return (
@@ -470,6 +513,7 @@ def schedule_pending(
                     pod_uid=emit.new_uid(ctx, k),
                     manifest=pod_manifest(cluster, vmi, manifest),
                     pod_address=address,
+                    attachments=attachments(cluster, vmi.namespace, manifest, reserved),
                 )
             )
         elif result.message != vmi.unschedulable:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import msgspec
 from msgspec.structs import replace
 
-from events.catalog import MigrationScheduled
+from events.catalog import Attachment, MigrationScheduled
 from events.meta import Aggregate
 from projections.views import MigrationView
 from services.handler.imports import ImportDone, ImportProgress, RunImport
@@ -86,6 +86,7 @@ class Launch(msgspec.Struct, frozen=True):
     manifest: bytes  # the VMI manifest the launcher is spawned with (metadata filled in)
     migration_target: bool = False
     pod_address: str = ""  # the guest's, on the pod network (a migration's: in the domain)
+    attachments: tuple[Attachment, ...] = ()  # its addresses on secondary networks (as well)
 
 
 class Send(msgspec.Struct, frozen=True):

@@ -167,7 +167,9 @@ def plan(key: str, r: VMIRecord | None, o: Observed | None, node: str, now: floa
     if o is None:
         if r.launcher_pid == 0 and not r.migrated_in and not r.wants_stop and not r.stopped:
             manifest = launch_manifest(r.manifest, key, r.uid)
-            return [Launch(key, r.uid, manifest, pod_address=r.pod_address)]
+            return [
+                Launch(key, r.uid, manifest, pod_address=r.pod_address, attachments=r.attachments)
+            ]
         if (r.launcher_pid or r.migrated_in) and not r.exited:
             # the launcher vanished while nobody watched (e.g. killed while the handler was down)
             if not r.stopped:

@@ -14,6 +14,7 @@ from typing import Any, assert_never
 import msgspec
 
 from events.catalog import (
+    Attachment,
     DomainMigratedIn,
     DomainPaused,
     DomainResumed,
@@ -64,6 +65,7 @@ class VMIRecord(msgspec.Struct, frozen=True, kw_only=True):
     # would cost ~5x, held for every VMI on the node
     manifest_json: bytes
     pod_address: str = ""  # PodScheduled's: the guest's address on the pod network
+    attachments: tuple[Attachment, ...] = ()  # PodScheduled's: on secondary networks
     # the intent behind the handler's next events (correlation/causation of its appends)
     correlation_id: str = ""
     causation_id: str = ""
@@ -175,6 +177,7 @@ def fold_event(state: NodeState, stored: Stored) -> NodeState:
             pod_uid=event.pod_uid,
             manifest_json=msgspec.json.encode(event.manifest),
             pod_address=event.pod_address,
+            attachments=event.attachments,
             correlation_id=event.meta.correlation_id,
             causation_id=event.meta.event_id,
             causation_seq=stored.seq,

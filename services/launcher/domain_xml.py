@@ -14,6 +14,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from events.catalog import Attachment
 from events.quantity import parse_cpu_millis, parse_quantity
 from projections.disk_targets import device_and_bus, prefix_of, target_name
 from services.launcher.images import KernelBoot
@@ -92,6 +93,7 @@ def build_domain_xml(
     kernel_boot: KernelBoot | None = None,
     console_log: str | None = None,
     pod_address: str = "",
+    attachments: Collection[Attachment] = (),
 ) -> str:
     """The libvirt domain XML for a VMI.
 
@@ -105,7 +107,9 @@ def build_domain_xml(
     (a pty, for interactive use) also writes everything the guest prints to this file.
     `pod_address`: the VMI's address on its node's pod network (its scheduling event's);
     the pod network's interface is then a tap (`host/pod_network.py`) and the address is
-    kept in the metadata, so it travels with a live migration.
+    kept in the metadata, so it travels with a live migration. `attachments`: its
+    addresses on secondary networks; each of their interfaces is a tap as well, and they
+    are kept in the metadata in the same way.
     """
     name = domain_name(vmi)
     meta = vmi.get("metadata") or {}
@@ -114,7 +118,8 @@ def build_domain_xml(
     root = ET.Element("domain", type=str(domain_type))
     ET.SubElement(root, "name").text = name
     ET.SubElement(root, "uuid").text = firmware_uuid(vmi)
-    _add_metadata(root, meta, pod_address, pod_ports(vmi) if pod_address else None)
+    attached = [a for a in attachments if a.address]
+    _add_metadata(root, meta, pod_address, pod_ports(vmi) if pod_address else None, attached)
 
     memory = str(guest_memory_bytes(vmi))
     ET.SubElement(root, "memory", unit="b").text = memory
@@ -156,8 +161,10 @@ def build_domain_xml(
         channel = ET.SubElement(devices, "channel", type="unix")
         ET.SubElement(channel, "source", mode="bind")
         ET.SubElement(channel, "target", type="virtio", name=GUEST_AGENT_CHANNEL)
-    pod = pod_interface(vmi) if pod_address else None
-    _add_interfaces(devices, devices_spec.get("interfaces") or [], pod)
+    taps = {a.network for a in attached}
+    if pod_address and (pod := pod_interface(vmi)):
+        taps.add(pod)
+    _add_interfaces(devices, devices_spec.get("interfaces") or [], taps)
     serial = ET.SubElement(devices, "serial", type="pty")
     if console_log:
         # QEMU writes the log itself (stdio_handler "file"); a new boot starts it afresh.
@@ -198,6 +205,7 @@ def _add_metadata(
     meta: Mapping[str, Any],
     pod_address: str = "",
     ports: tuple[int, ...] | None = None,
+    attachments: Collection[Attachment] = (),
 ) -> None:
     # Lets a re-attaching handler (or a human with virsh) tie a domain back to its VMI.
     metadata = ET.SubElement(root, "metadata")
@@ -212,6 +220,32 @@ def _add_metadata(
         vmi.set("podAddress", pod_address)
     if ports is not None:
         vmi.set("podPorts", ",".join(map(str, ports)))
+    for a in attachments:
+        ET.SubElement(
+            vmi,
+            f"{{{METADATA_NS}}}attachment",
+            network=a.network,
+            definition=a.definition,
+            address=a.address,
+            subnet=a.subnet,
+            gateway=a.gateway,
+        )
+
+
+def attachments_of(domain_xml: str) -> tuple[Attachment, ...]:
+    """The VMI's secondary network addresses kept in a domain's metadata."""
+    el = ET.fromstring(domain_xml).find(f"./metadata/{{{METADATA_NS}}}vmi")
+    found = el.iterfind(f"{{{METADATA_NS}}}attachment") if el is not None else ()
+    return tuple(
+        Attachment(
+            network=a.get("network", ""),
+            definition=a.get("definition", ""),
+            address=a.get("address", ""),
+            subnet=a.get("subnet", ""),
+            gateway=a.get("gateway", ""),
+        )
+        for a in found
+    )
 
 
 def pod_address_of(domain_xml: str) -> str:
@@ -348,13 +382,14 @@ def disk_xml_of(live_xml: str, target: str) -> str | None:
 
 
 def _add_interfaces(
-    devices: ET.Element, interfaces: list[Mapping[str, Any]], pod: str | None
+    devices: ET.Element, interfaces: list[Mapping[str, Any]], taps: Collection[str]
 ) -> None:
-    # The pod network's interface is a tap libvirt makes (`vnetN`) and the launcher puts on
-    # its node's bridge; without a pod network (test mode, a host that cannot make one) and
-    # for other networks, QEMU's user-mode networking, which needs no privileges.
+    # The pod network's interface, and each on a secondary network with an address, is a
+    # tap libvirt makes (`vnetN`) and the launcher puts on its bridge; without a pod
+    # network (test mode, a host that cannot make one) and for other networks, QEMU's
+    # user-mode networking, which needs no privileges.
     for iface in interfaces:
-        kind = "ethernet" if iface["name"] == pod else "user"
+        kind = "ethernet" if iface["name"] in taps else "user"
         el = ET.SubElement(devices, "interface", type=kind)
         if iface.get("macAddress"):
             ET.SubElement(el, "mac", address=str(iface["macAddress"]).lower().replace("-", ":"))

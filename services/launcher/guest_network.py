@@ -30,11 +30,15 @@ def guest_interfaces(
     return tuple(out)
 
 
-def pod_tap(live_xml: str) -> tuple[str, str] | None:
-    """The pod network's NIC of a live domain: its tap on the host (libvirt's `vnetN`) and
-    its MAC; None without one (or before libvirt named the tap)."""
+def taps(live_xml: str) -> dict[str, tuple[str, str]]:
+    """The tap NICs of a live domain (the pod network's, a secondary network's) by the
+    VMI's interface name: each one's tap on the host (libvirt's `vnetN`) and its MAC; none
+    before libvirt named them."""
+    out = {}
     for el in ET.fromstring(live_xml).iterfind("./devices/interface"):
-        target, mac = el.find("target"), el.find("mac")
-        if el.get("type") == "ethernet" and target is not None and mac is not None:
-            return target.get("dev", ""), mac.get("address", "").lower()
-    return None
+        target, mac, alias = el.find("target"), el.find("mac"), el.find("alias")
+        if el.get("type") != "ethernet" or target is None or mac is None or alias is None:
+            continue
+        name = alias.get("name", "").removeprefix(ALIAS_PREFIX)
+        out[name] = (target.get("dev", ""), mac.get("address", "").lower())
+    return out

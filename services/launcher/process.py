@@ -30,6 +30,7 @@ from typing import Any, assert_never
 
 import msgspec
 
+from events.catalog import Attachment
 from host import pod_network
 from services.launcher import lifecycle as lc
 from services.launcher import rundir, storage
@@ -37,6 +38,7 @@ from services.launcher.domain_state import DomainEvent, DomainState, StateReason
 from services.launcher.domain_xml import (
     DEFAULT_DISK_DIR,
     DomainType,
+    attachments_of,
     build_domain_xml,
     disk_xml_of,
     domain_name,
@@ -44,8 +46,9 @@ from services.launcher.domain_xml import (
     guest_memory_bytes,
     hotplug_disk_xml,
     pod_address_of,
+    pod_interface,
 )
-from services.launcher.guest_network import guest_interfaces, pod_tap
+from services.launcher.guest_network import guest_interfaces, taps
 from services.launcher.hypervisor import (
     TEST_URI,
     Hypervisor,
@@ -96,6 +99,9 @@ class LauncherConfig(msgspec.Struct, kw_only=True):
     pod_network_dir: str | None = None
     node: str = ""
     pod_address: str = ""
+    #: the VMI's addresses on secondary networks (its scheduling event's): each of their
+    #: interfaces is a tap on that network's bridge in the pod network's namespace
+    attachments: tuple[Attachment, ...] = ()
     #: A migration target gives up (and exits) when no domain arrives within this time.
     migration_target_timeout_seconds: float = 600.0
     #: The socket, already bound and listening, inherited from the zygote (see
@@ -143,6 +149,7 @@ class Launcher:
         self._tasks: set[asyncio.Task[None]] = set()
         self._serving: set[asyncio.Task[Any]] = set()
         self._plugging = asyncio.Lock()
+        self._attached: dict[str, str] = {}  # network → definition, of the taps plugged
         # Created in run() so it binds to the loop that runs the launcher.
         self._exited: asyncio.Event
 
@@ -354,6 +361,7 @@ class Launcher:
             kernel_boot=kernel_boot,
             console_log=console_log,
             pod_address=config.pod_address if config.pod_network_dir else "",
+            attachments=config.attachments if config.pod_network_dir else (),
         )
 
     def _call(self, call: lc.HypervisorCall) -> None:
@@ -430,28 +438,45 @@ class Launcher:
 
     async def _plug_once(self, network_dir: str, routed: bool) -> None:
         config = self._config
+        uid = str((config.vmi.get("metadata") or {}).get("uid") or "")
         try:
             xml = await asyncio.to_thread(self._hv.live_xml)
-            address = pod_address_of(xml)
-            tap = pod_tap(xml)
-            if not address or tap is None:
-                return
-            uid = str((config.vmi.get("metadata") or {}).get("uid") or "")
+            address, found = pod_address_of(xml), taps(xml)
             net = await asyncio.to_thread(pod_network.load, network_dir)
-            await asyncio.to_thread(
-                pod_network.plug, net, config.node, tap[0], uid, tap[1], address, routed
-            )
-            log.info("pod network: %s at %s on %s", tap[1], address, config.node)
+            tap = found.get(pod_interface(config.vmi) or "")
+            if address and tap is not None:
+                await asyncio.to_thread(
+                    pod_network.plug, net, config.node, tap[0], uid, tap[1], address, routed
+                )
+                log.info("pod network: %s at %s on %s", tap[1], address, config.node)
         except (HypervisorError, OSError, pod_network.PodNetworkUnavailable, KeyError) as e:
             log.warning("pod network: the guest's tap not plugged: %s", e)
+            return
+        for a in attachments_of(xml):
+            if (tap := found.get(a.network)) is None or not a.address:
+                continue
+            fields = (a.network, a.definition, a.address, a.subnet, a.gateway)
+            try:
+                await asyncio.to_thread(
+                    pod_network.attach, net, config.node, tap[0], uid, tap[1], fields
+                )
+            except (OSError, pod_network.PodNetworkUnavailable) as e:
+                log.warning("network %s: the guest's tap not plugged: %s", a.network, e)
+                continue
+            self._attached[a.network] = a.definition
+            log.info("network %s (%s): %s at %s", a.network, a.definition, tap[1], a.address)
 
     def _unplug(self) -> None:
         config = self._config
-        if config.pod_network_dir is None or not config.pod_address:
+        if config.pod_network_dir is None:
             return
         uid = str((config.vmi.get("metadata") or {}).get("uid") or "")
         with contextlib.suppress(OSError):
-            pod_network.unplug(pod_network.load(config.pod_network_dir), config.node, uid)
+            net = pod_network.load(config.pod_network_dir)
+            if config.pod_address:
+                pod_network.unplug(net, config.node, uid)
+            for network, definition in self._attached.items():
+                pod_network.detach(net, config.node, uid, network, definition)
 
     async def _poll_interfaces(self) -> None:
         """While the guest agent is connected, what it says of the guest's NICs (KubeVirt's

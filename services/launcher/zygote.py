@@ -35,6 +35,7 @@ from typing import Any
 import libvirt
 import msgspec
 
+from events.catalog import Attachment
 from services.launcher import rundir
 from services.launcher.domain_state import DomainEvent, StateReason
 from services.launcher.domain_xml import DEFAULT_DISK_DIR, DomainType
@@ -72,6 +73,7 @@ class SpawnRequest(msgspec.Struct, kw_only=True):
     pod_network_dir: str | None = None
     node: str = ""
     pod_address: str = ""
+    attachments: tuple[Attachment, ...] = ()
 
 
 class SpawnReply(msgspec.Struct, kw_only=True):
@@ -116,6 +118,7 @@ def spawn_launcher(
     pod_network_dir: str | None = None,
     node: str = "",
     pod_address: str = "",
+    attachments: tuple[Attachment, ...] = (),
     timeout: float = 5.0,
 ) -> int:
     """Ask the zygote for a launcher; returns its pid (blocks ~2 ms).
@@ -139,6 +142,7 @@ def spawn_launcher(
         pod_network_dir=pod_network_dir,
         node=node,
         pod_address=pod_address,
+        attachments=attachments,
     )
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(timeout)
@@ -462,6 +466,7 @@ def _run_child(request: SpawnRequest, vmi: dict[str, Any], listen_fd: int) -> No
             pod_network_dir=request.pod_network_dir,
             node=request.node,
             pod_address=request.pod_address,
+            attachments=request.attachments,
             listen_fd=_LISTEN_FD,
         )
         if request.default_disk_size:

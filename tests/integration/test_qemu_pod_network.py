@@ -221,6 +221,55 @@ def test_addresses_ssh_and_a_session_that_survives_a_live_migration(
         cluster.delete_vmi(name)
 
 
+NADS = "/apis/k8s.cni.cncf.io/v1/namespaces/default/network-attachment-definitions"
+BLUE = {
+    "cniVersion": "0.3.1", "name": "blue", "type": "bridge", "bridge": "blue",
+    "ipam": {"type": "host-local", "ranges": [[{
+        "subnet": "10.200.0.0/24", "rangeStart": "10.200.0.10", "rangeEnd": "10.200.0.20",
+    }]]},
+}  # fmt: skip
+
+
+def test_a_secondary_network_is_a_second_nic_on_its_bridge(cluster: Cluster, key: Path) -> None:
+    """A `multus` network naming a `bridge` definition with `host-local` IPAM: the guest's
+    second NIC is on that network's bridge in the cluster's namespace, with the address the
+    scheduler allocated from the definition's range (by DHCP, no default route through it),
+    shown in status.interfaces under the interface's name, and reachable from the
+    namespace; deleting the VMI gives the address back."""
+    nad = {
+        "apiVersion": "k8s.cni.cncf.io/v1", "kind": "NetworkAttachmentDefinition",
+        "metadata": {"name": "blue"}, "spec": {"config": json.dumps(BLUE)},
+    }  # fmt: skip
+    assert cluster.http.post(NADS, json=nad).is_success
+    vmi = guest("pn-multus", key)
+    vmi["spec"]["domain"]["devices"]["interfaces"].append({"name": "blue", "bridge": {}})
+    vmi["spec"]["networks"].append({"name": "blue", "multus": {"networkName": "blue"}})
+    assert cluster.http.post(VMIS, json=vmi).is_success
+    cluster.phase("pn-multus", "Running")
+
+    def blue() -> dict[str, Any] | None:
+        for iface in cluster.vmi("pn-multus")["status"].get("interfaces") or []:
+            if iface["name"] == "blue" and any("." in a for a in iface.get("ipAddresses") or ()):
+                return dict(iface)
+        return None
+
+    iface = until(blue, timeout=BOOT_TIMEOUT, what="the second NIC's address")
+    assert iface["interfaceName"] == "eth1" and iface["ipAddress"] == "10.200.0.10", iface
+    net = pod_network.load(cluster.data_dir / "podnet")
+    with pod_network.connect_in(net.netns, "10.200.0.10", 22, timeout=30) as sock:
+        sock.setblocking(True)
+        sock.settimeout(30)
+        assert sock.recv(64).startswith(b"SSH-")  # the guest's SSH server, on that NIC
+    routes = cluster.cli(*ssh_args(key, "pn-multus", "-c", "ip route"))
+    assert routes.returncode == 0, routes.stderr
+    defaults = [r for r in routes.stdout.splitlines() if r.startswith("default")]
+    assert len(defaults) == 1 and "dev eth0" in defaults[0], routes.stdout
+
+    cluster.delete_vmi("pn-multus")
+    hosts = net.hosts_dir(pod_network.attachment_bridge("default/blue"))
+    until(lambda: not list(hosts.iterdir()), what="the address given back")
+
+
 def test_the_readmes_ssh_lines_run_as_printed(cluster: Cluster, tmp_path: Path) -> None:
     """The README's key, VM and ssh lines in a shell with the CLI on PATH, in a directory
     and a HOME of their own (so no known host yet, and no terminal to ask on): the VM

@@ -6,17 +6,22 @@ from __future__ import annotations
 
 import itertools
 import json
+import xml.etree.ElementTree as ET
 from typing import Any
 
+import msgspec
 import pytest
 
 from core import intents
 from core.context import RequestContext
 from core.errors import ApiError
+from events.catalog import Attachment
 from events.envelope import Stored
 from kinds import nad
 from kinds.registry import REGISTRY
 from projections.cluster import Cluster
+from services.controller import scheduler
+from services.launcher.domain_xml import DomainType, attachments_of, build_domain_xml
 from tests.factories import with_namespaces
 
 _ids = itertools.count(1)
@@ -88,3 +93,57 @@ def test_a_vmi_naming_a_missing_definition_is_refused_in_kubevirts_words() -> No
     applied(c, intents.create(c, nads, "default", nad_body(json.dumps(CONFIG)), ctx()))
     assert intents.create(c, spec, "default", vmi_body("br-test"), ctx()).appends  # its own ns
     assert intents.create(c, spec, "default", vmi_body("default/br-test"), ctx()).appends
+
+
+def test_a_bridge_definition_with_host_local_addresses_has_an_ipam() -> None:
+    block = nad.bridge_ipam({"config": json.dumps(CONFIG)})
+    assert block == nad.BridgeIpam(
+        subnet="192.168.100.0/24", gateway="192.168.100.1",
+        first="192.168.100.1", last="192.168.100.254",
+    )  # fmt: skip
+    ranged = {**CONFIG, "ipam": {"type": "host-local", "ranges": [[{
+        "subnet": "10.200.0.0/24", "rangeStart": "10.200.0.10", "rangeEnd": "10.200.0.11",
+        "gateway": "10.200.0.254"}]]}}  # fmt: skip
+    assert nad.bridge_ipam({"config": json.dumps(ranged)}) == nad.BridgeIpam(
+        subnet="10.200.0.0/24", gateway="10.200.0.254", first="10.200.0.10", last="10.200.0.11"
+    )
+    # another plugin, or other addresses: no address of ours (QEMU's user network)
+    assert nad.bridge_ipam({"config": json.dumps({**CONFIG, "type": "macvlan"})}) is None
+    assert nad.bridge_ipam({"config": json.dumps({**CONFIG, "ipam": {"type": "dhcp"}})}) is None
+    assert nad.bridge_ipam({}) is None
+
+
+def test_the_scheduler_allocates_each_secondary_address_from_the_range_once() -> None:
+    c = with_namespaces()
+    nads = REGISTRY.resource("network-attachment-definitions")
+    ranged = {**CONFIG, "ipam": {"type": "host-local", "subnet": "10.9.0.0/24",
+                                 "rangeStart": "10.9.0.1", "rangeEnd": "10.9.0.3"}}  # fmt: skip
+    applied(c, intents.create(c, nads, "default", nad_body(json.dumps(ranged)), ctx()))
+    reserved = scheduler.Reserved()
+    got = [scheduler.attachments(c, "default", vmi_body("br-test"), reserved) for _ in range(3)]
+    # the gateway (.1, the subnet's first) is the bridge's; .2 and .3, then none left
+    assert [a.address for (a,) in got] == ["10.9.0.2", "10.9.0.3", ""]
+    (first,) = got[0]
+    assert first == Attachment(
+        network="sec", definition="default/br-test", address="10.9.0.2",
+        subnet="10.9.0.0/24", gateway="10.9.0.1",
+    )  # fmt: skip
+
+
+def test_a_secondary_nic_is_a_tap_and_its_address_travels_in_the_domain() -> None:
+    body = vmi_body("br-test")
+    body["metadata"]["uid"] = "u1"
+    a = Attachment(
+        network="sec", definition="default/br-test", address="10.9.0.2",
+        subnet="10.9.0.0/24", gateway="10.9.0.1",
+    )  # fmt: skip
+    xml = build_domain_xml(body, domain_type=DomainType.QEMU, pod_address="10.244.1.2",
+                           attachments=(a,))  # fmt: skip
+    kinds = [i.get("type") for i in ET.fromstring(xml).iterfind("./devices/interface")]
+    assert kinds == ["ethernet", "ethernet"]
+    assert attachments_of(xml) == (a,)
+    # without an address (a full range): QEMU's user network, nothing kept
+    xml = build_domain_xml(body, domain_type=DomainType.QEMU, pod_address="10.244.1.2",
+                           attachments=(msgspec.structs.replace(a, address=""),))  # fmt: skip
+    kinds = [i.get("type") for i in ET.fromstring(xml).iterfind("./devices/interface")]
+    assert kinds == ["ethernet", "user"] and attachments_of(xml) == ()

@@ -23,7 +23,7 @@ from services.launcher.domain_xml import (
     pod_interface,
     pod_ports_of,
 )
-from services.launcher.guest_network import pod_tap
+from services.launcher.guest_network import taps
 from tests.unit.test_controller_world import World, of
 
 
@@ -102,16 +102,22 @@ def test_the_pod_interface_is_a_tap_and_the_address_and_ports_travel_in_the_meta
     assert pod_ports_of(plain) is None
 
 
-def test_pod_tap_reads_libvirts_tap_and_mac_from_the_live_xml() -> None:
+def test_taps_reads_libvirts_taps_and_macs_by_interface_from_the_live_xml() -> None:
     live = (
         "<domain><devices>"
-        '<interface type="user"><mac address="52:54:00:00:00:01"/></interface>'
+        '<interface type="user"><mac address="52:54:00:00:00:01"/><alias name="ua-u"/>'
+        "</interface>"
         '<interface type="ethernet"><mac address="52:54:00:AA:BB:CC"/>'
-        '<target dev="vnet7"/></interface>'
+        '<target dev="vnet7"/><alias name="ua-default"/></interface>'
+        '<interface type="ethernet"><mac address="52:54:00:AA:BB:CD"/>'
+        '<target dev="vnet8"/><alias name="ua-blue"/></interface>'
         "</devices></domain>"
     )
-    assert pod_tap(live) == ("vnet7", "52:54:00:aa:bb:cc")
-    assert pod_tap("<domain><devices/></domain>") is None
+    assert taps(live) == {
+        "default": ("vnet7", "52:54:00:aa:bb:cc"),
+        "blue": ("vnet8", "52:54:00:aa:bb:cd"),
+    }
+    assert taps("<domain><devices/></domain>") == {}
 
 
 def node(**kw: Any) -> NodeView:
