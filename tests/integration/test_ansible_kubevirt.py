@@ -4,7 +4,9 @@ with the kubeconfig `up` writes: playbooks of tests/ansible/ create a VM from an
 type and a preference and wait for it, describe it and its VMI, stop, start and restart it
 (each repeat unchanged) and delete it; `ansible -m setup` gathers a guest's facts over SSH
 as the image's default user (cloud-user for CentOS Stream) with the guest's python3. The
-inventory plugin reads core v1 Services too: its test runs where the server serves them.
+inventory plugin reads core v1 Services too; its hosts are the guests' addresses on a
+secondary network (a bridge NetworkAttachmentDefinition), which ssh reaches from the
+cluster's network namespace.
 
 One cluster and one VM for the module (two shared cores, TCG)."""
 
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from host import pod_network
 from tests.conftest import REPO
 from tests.integration.polling import until
 from tests.integration.qemu_support import qemu_marks
@@ -56,8 +59,9 @@ def key() -> Iterator[Path]:
 
 
 def ansible(
-    cluster: Cluster, tool: str, *args: str, timeout: float = 600
+    cluster: Cluster, tool: str, *args: str, timeout: float = 600, netns: str = ""
 ) -> subprocess.CompletedProcess[str]:
+    """An Ansible tool with the kubeconfig `up` wrote; `netns`: run in that namespace."""
     kubeconfig = str(cluster.data_dir / "kubeconfig")  # written by `virtstream up`
     env = {
         **os.environ,
@@ -71,8 +75,9 @@ def ansible(
         "ANSIBLE_HOST_KEY_CHECKING": "False",
         "ANSIBLE_NOCOLOR": "True",
     }
+    inside = ["ip", "netns", "exec", netns] if netns else []
     return subprocess.run(
-        [str(BIN / tool), *args], env=env, cwd=REPO, capture_output=True, text=True,
+        [*inside, str(BIN / tool), *args], env=env, cwd=REPO, capture_output=True, text=True,
         timeout=timeout,
     )  # fmt: skip
 
@@ -141,16 +146,16 @@ def test_the_inventory_plugin_groups_the_vms(cluster: Cluster, key: Path) -> Non
     vmi = f"/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstances/{VM}"
     until(
         lambda: any(
-            i.get("name") == "default" and i.get("ipAddress")
+            i.get("name") == "bridge-network" and "." in str(i.get("ipAddress"))
             for i in (cluster.http.get(vmi).json().get("status") or {}).get("interfaces") or []
         ),
         timeout=120,
-        what="the guest's address on the default network",
+        what="the guest's address on the secondary network",
     )
     source = cluster.data_dir / "inventory.kubevirt.yml"
     source.write_text(
-        "plugin: kubevirt.core.kubevirt\nnamespaces: [default]\n"
-        "label_selector: app=ansible-test\ncreate_groups: true\nnetwork_name: default\n"
+        "plugin: kubevirt.core.kubevirt\nnamespaces: [default]\nlabel_selector: "
+        "app=ansible-test\ncreate_groups: true\nnetwork_name: bridge-network\n"
         f"cache: true\ncache_plugin: ansible.builtin.jsonfile\n"
         f"cache_connection: {cluster.data_dir / 'inventory-cache'}\n"
     )
@@ -161,6 +166,21 @@ def test_the_inventory_plugin_groups_the_vms(cluster: Cluster, key: Path) -> Non
     assert host in listed["namespace_default"]["hosts"]
     assert host in listed["label_app_ansible_test"]["hosts"]
     hostvars = listed["_meta"]["hostvars"][host]
-    assert plain(hostvars["ansible_host"]).startswith("10.244.")  # the `default` network's
+    address = plain(hostvars["ansible_host"])
+    assert address.startswith("10.201."), address  # the secondary network's
     assert plain(hostvars["vmi_node_name"]) == "node-1"
     assert (cluster.data_dir / "inventory-cache").is_dir()
+
+    # ssh to that address, as kubevirt.core's tests do, from where the bridge is: the
+    # cluster's network namespace (the host's own network is never touched)
+    inventory = cluster.data_dir / "bridged.ini"
+    inventory.write_text(
+        f"[guests]\n{host} ansible_host={address} ansible_user=cloud-user "
+        f"ansible_ssh_private_key_file={key} ansible_python_interpreter=/usr/bin/python3 "
+        "ansible_ssh_common_args='-o UserKnownHostsFile=/dev/null -o StrictHostKeyChecking=no'\n"
+    )
+    netns = pod_network.netns_name(cluster.data_dir)
+    done = ansible(cluster, "ansible", "-i", str(inventory), host, "-m", "setup", "-a",
+                   "filter=ansible_all_ipv4_addresses", netns=netns)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert address in done.stdout, done.stdout
