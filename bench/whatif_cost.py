@@ -1,6 +1,6 @@
 """What a what-if costs against a full rebuild of the views, on a real cluster's log.
 
-  python -m bench.whatif_cost [--vms 200] [--rate 20] [--nodes 3] [--rounds 3]
+  python -m bench.whatif_cost [--vms 200] [--rate 20] [--nodes 3] [--rounds 3] [--profile F]
 
 Starts `virtstream up` (test mode), creates `--vms` VMs at `--rate` and waits for them to
 run, deletes every other one and waits for their VMIs to go: a log the real services
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import pstats
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -82,6 +84,13 @@ async def measure(a: argparse.Namespace) -> None:
         fold_s, _ = await best(a.rounds, lambda: rebuild(store))
         same_s, same = await best(a.rounds, lambda: whatif("spread")(store))
         pack_s, packed = await best(a.rounds, lambda: whatif("pack")(store))
+        if a.profile:  # one more what-if, no change, under cProfile: where its time goes
+            profiler = cProfile.Profile()
+            profiler.enable()
+            await whatif("spread")(store)
+            profiler.disable()
+            profiler.dump_stats(a.profile)
+            pstats.Stats(a.profile).sort_stats("tottime").print_stats(25)
         await nc.close()
     finally:
         up.stop()
@@ -100,6 +109,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--timeout", type=float, default=180.0)
     p.add_argument("--keep", action="store_true", help="keep the data dir")
+    p.add_argument("--profile", default="", help="cProfile's stats of one what-if go here")
     asyncio.run(measure(p.parse_args()))
 
 
