@@ -9,7 +9,9 @@ index can never drift from the views it summarises). What they answer equals a f
 - the non-final VMIs without a node (the scheduler's candidates);
 - the non-final placed VMIs with required pod anti-affinity (the only peers a new pod
   without affinity terms of its own must be checked against);
-- the non-final migrations."""
+- the non-final migrations;
+- the addresses held by non-final VMIs: on the pod network, and per secondary network's
+  definition (what the scheduler must not hand out again)."""
 
 from __future__ import annotations
 
@@ -39,6 +41,8 @@ class PlacementIndex:
         self.unplaced: set[str] = set()
         self.anti_affine: set[str] = set()
         self.active_migrations: set[str] = set()
+        self._addresses: dict[str, tuple[tuple[str, str], ...]] = {}  # vmi key → held
+        self.held: dict[str, set[str]] = {}  # "" (the pod network) or a definition → held
 
     # ------------------------------------------------------------------ upkeep
     def touched(self, cluster: Cluster, touched: Iterable[Touched]) -> None:
@@ -79,6 +83,24 @@ class PlacementIndex:
             used[2] += 1
         _flag(self.unplaced, k, live and vmi is not None and not vmi.node)
         _flag(self.anti_affine, k, anti)
+        self._hold(k, vmi if live else None)
+
+    def _hold(self, k: str, vmi: VMIView | None) -> None:
+        held: tuple[tuple[str, str], ...] = ()
+        if vmi is not None:
+            pod = (("", vmi.pod_address),) if vmi.pod_address else ()
+            held = pod + tuple((a.definition, a.address) for a in vmi.attachments if a.address)
+        old = self._addresses.pop(k, ())
+        if old == held:
+            if held:
+                self._addresses[k] = held
+            return
+        for network, address in old:
+            self.held[network].discard(address)
+        for network, address in held:
+            self.held.setdefault(network, set()).add(address)
+        if held:
+            self._addresses[k] = held
 
     def _migration(self, k: str, mig: MigrationView | None) -> None:
         _flag(self.active_migrations, k, mig is not None and not mig.final)

@@ -403,18 +403,40 @@ def pod_manifest(cluster: Cluster, vmi: VMIView, manifest: JSON) -> JSON:
     return claims.with_claim_sizes(manifest, {k: v for k, v in sizes.items() if v})
 
 
-def pod_address(cluster: Cluster, node: str, reserved: Reserved) -> str:
-    """A free address of the node's pod CIDR (`ipam.py`): held are those of every VMI that
-    has not ended, wherever it runs now (an address follows its VMI's migrations)."""
+def held_addresses(cluster: Cluster, network: str, index: PlacementIndex | None = None) -> set[str]:
+    """The addresses VMIs that have not ended hold on the pod network (`network` "") or on
+    a secondary network's definition, wherever they run now (an address follows its VMI's
+    migrations): from the index, else a scan of every VMI."""
+    if index is not None:
+        return index.held.get(network, set())
+    if not network:
+        return {v.pod_address for v in cluster.vmis.values() if v.pod_address and not v.final}
+    return {
+        a.address
+        for v in cluster.vmis.values()
+        if not v.final
+        for a in v.attachments
+        if a.definition == network and a.address
+    }
+
+
+def pod_address(
+    cluster: Cluster, node: str, reserved: Reserved, index: PlacementIndex | None = None
+) -> str:
+    """A free address of the node's pod CIDR (`ipam.py`)."""
     view = cluster.nodes.get(node)
     if view is None or not view.pod_cidr:
         return ""
-    held = {v.pod_address for v in cluster.vmis.values() if v.pod_address and not v.final}
-    return ipam.allocate(view.pod_cidr, held | reserved.pod_addresses)
+    held = held_addresses(cluster, "", index)
+    return ipam.allocate(view.pod_cidr, ipam.Taken(held, reserved.pod_addresses))
 
 
 def attachments(
-    cluster: Cluster, namespace: str, manifest: Mapping[str, Any], reserved: Reserved
+    cluster: Cluster,
+    namespace: str,
+    manifest: Mapping[str, Any],
+    reserved: Reserved,
+    index: PlacementIndex | None = None,
 ) -> tuple[Attachment, ...]:
     """An address on each secondary network whose definition is a `bridge` with
     `host-local` IPAM (`kinds/nad.py`): held are those of every VMI that has not ended.
@@ -432,15 +454,9 @@ def attachments(
         if block is None:
             continue
         definition = f"{ns}/{name}"
-        held = {
-            a.address
-            for v in cluster.vmis.values()
-            if not v.final
-            for a in v.attachments
-            if a.definition == definition
-        }
+        held = held_addresses(cluster, definition, index)
         taken = reserved.attachment_addresses.setdefault(definition, set())
-        address = ipam.allocate_in(block.first, block.last, block.gateway, held | taken)
+        address = ipam.allocate_in(block.first, block.last, block.gateway, ipam.Taken(held, taken))
         taken.add(address)
         out.append(
             Attachment(
@@ -502,7 +518,7 @@ def schedule_pending(
         agg = emit.vmi_aggregate(vmi)
         if isinstance(result, Placement):
             reserved.add(result.node, manifest)
-            address = pod_address(cluster, result.node, reserved)
+            address = pod_address(cluster, result.node, reserved, index)
             reserved.pod_addresses.add(address)
             k = f"schedule/{vmi.uid}"
             out.append(
@@ -513,7 +529,7 @@ def schedule_pending(
                     pod_uid=emit.new_uid(ctx, k),
                     manifest=pod_manifest(cluster, vmi, manifest),
                     pod_address=address,
-                    attachments=attachments(cluster, vmi.namespace, manifest, reserved),
+                    attachments=attachments(cluster, vmi.namespace, manifest, reserved, index),
                 )
             )
         elif result.message != vmi.unschedulable:

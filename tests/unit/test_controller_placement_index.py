@@ -15,7 +15,7 @@ from events.catalog import Event
 from events.envelope import Stored
 from projections.allocation import node_allocated
 from services.controller.placement_index import PlacementIndex, has_required_anti_affinity
-from services.controller.scheduler import needs_node
+from services.controller.scheduler import held_addresses, needs_node
 from tests.unit import (
     test_controller_backoff,
     test_controller_migration,
@@ -39,10 +39,15 @@ def assert_index_matches(w: World) -> None:
         if not v.final and v.node and has_required_anti_affinity(v.manifest)
     }
     assert index.active_migrations == {k for k, m in c.migrations.items() if not m.final}
+    for network in {"", *index.held}:  # the addresses held, as a scan finds them
+        assert held_addresses(c, network, index) == held_addresses(c, network), network
     rebuilt = PlacementIndex()
     rebuilt.rebuild(c)
     assert rebuilt.unplaced == index.unplaced
     assert rebuilt.anti_affine == index.anti_affine
+    assert {n: s for n, s in rebuilt.held.items() if s} == {
+        n: s for n, s in index.held.items() if s
+    }
 
 
 def _scenarios() -> list[Callable[[], Any]]:

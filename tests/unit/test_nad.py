@@ -15,14 +15,16 @@ import pytest
 from core import intents
 from core.context import RequestContext
 from core.errors import ApiError
-from events.catalog import Attachment
+from events.catalog import Attachment, PodScheduled, VMICreated, VMIFailed
 from events.envelope import Stored
+from events.meta import Kind
 from kinds import nad
 from kinds.registry import REGISTRY
 from projections.cluster import Cluster
 from services.controller import scheduler
 from services.launcher.domain_xml import DomainType, attachments_of, build_domain_xml
-from tests.factories import with_namespaces
+from tests.factories import vmi_manifest, with_namespaces
+from tests.unit.test_controller_world import World
 
 _ids = itertools.count(1)
 CONFIG = {
@@ -147,3 +149,32 @@ def test_a_secondary_nic_is_a_tap_and_its_address_travels_in_the_domain() -> Non
                            attachments=(msgspec.structs.replace(a, address=""),))  # fmt: skip
     kinds = [i.get("type") for i in ET.fromstring(xml).iterfind("./devices/interface")]
     assert kinds == ["ethernet", "user"] and attachments_of(xml) == ()
+
+
+def test_a_secondary_address_is_held_while_its_vmi_lives_and_then_given_again() -> None:
+    """Through the controller's fold and its index (what a pass asks, without a scan)."""
+    w = World()
+    w.run(w.node_joined("n1", pod_cidr="10.244.1.0/24"))
+    nads = REGISTRY.resource("network-attachment-definitions")
+    ranged = {**CONFIG, "ipam": {"type": "host-local", "subnet": "10.9.0.0/24"}}
+    created = intents.create(
+        with_namespaces(), nads, "default", nad_body(json.dumps(ranged)), ctx()
+    )
+    for append in created.appends:
+        w.fold(append.event)
+
+    def started(name: str) -> tuple[str, ...]:
+        manifest = vmi_manifest(name)
+        manifest["spec"].update(vmi_body("br-test")["spec"])
+        out = w.run(VMICreated(meta=w.m(Kind.VMI, name), manifest=manifest))
+        (scheduled,) = [e for e in out if isinstance(e, PodScheduled)]
+        assert scheduler.held_addresses(w.state.cluster, "default/br-test", w.state.index) == (
+            scheduler.held_addresses(w.state.cluster, "default/br-test")
+        )
+        return tuple(a.address for a in scheduled.attachments)
+
+    assert started("a") == ("10.9.0.2",)
+    assert started("b") == ("10.9.0.3",)
+    w.run(VMIFailed(meta=w.m(Kind.VMI, "a", "n1"), reason="Test"))  # `a` ended: free again
+    assert "10.9.0.2" not in w.state.index.held["default/br-test"]
+    assert started("c") == ("10.9.0.2",)
