@@ -77,6 +77,7 @@ from nats.js.api import (
 )
 
 from bench.exec_common import REPO, Up, start_up, wait_ready
+from cli.whatif import run_whatif
 from client import credentials
 from events import subjects
 from events.catalog import Event, Resources
@@ -90,8 +91,10 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.kv import JsBucket
 from eventstore.settings import StreamSettings
 from ops.nats_server import find_binary
+from projections.cluster import Cluster
 from projections.replay import Step
 from readside import causality, timetravel, verify
+from services.controller.reactor import ControllerReactor
 from services.upkeep import retire
 
 NS = "default"
@@ -253,6 +256,11 @@ class Copy:
             if i in self.seqs:
                 return f"{m['svc']}/{self.seqs[i]}/{m['n']}"
         renamed = self.rename(eid.encode()).decode()
+        # a decision's id ends with the version (a sequence) it was decided on: the copy's
+        # decision was decided on the copy's event, as a replay of the year decides it
+        head, _, tail = renamed.rpartition("/")
+        if head and tail.isdigit() and (at := self.t.seq_index.get(int(tail), -1)) in self.seqs:
+            return f"{head}/{self.seqs[at]}"
         return renamed if renamed != eid else f"{eid}~{self.k}"
 
     def cause_seq(self, seq: int) -> int:
@@ -535,6 +543,8 @@ async def debug_figures(up: Up, early: str, late: str) -> dict[str, float]:
                     if report is not None and not report.ok:
                         out["verify_differences"] = len(report.differences)
                         print(f"verify found {len(report.differences)} differences", flush=True)
+                if WHATIF:
+                    out.update(await whatif_figures(writer))
                 out.update(await storage_figures(admin))
             finally:
                 await admin.close()
@@ -545,6 +555,33 @@ async def debug_figures(up: Up, early: str, late: str) -> dict[str, float]:
 
 COMPRESSION_COST = True  # --no-compression-cost: skip the two scratch mirrors (long at 1M)
 FULL_VERIFY = True  # --no-verify: skip `verify` (its first run folds the whole archive)
+WHATIF = False  # --whatif: `whatif` over the whole year against a rebuild of the views
+
+
+async def whatif_figures(store: JetStreamStore) -> dict[str, float]:
+    """`virtstream whatif` with no change over the whole log (the archive included)
+    against a rebuild of the views from the same log, one after the other: their times
+    and the differences the what-if found (none expected)."""
+    started = time.perf_counter()
+    cluster = Cluster()
+    async for s in store.replay(None, raw=True):
+        cluster.apply(s)
+    rebuild_s = time.perf_counter() - started
+    started = time.perf_counter()
+    report, _ = await run_whatif(store, ControllerReactor(), "", "", "")
+    whatif_s = time.perf_counter() - started
+    print(
+        f"whatif {whatif_s:.1f} s (rebuild {rebuild_s:.1f} s, x{whatif_s / rebuild_s:.2f}): "
+        f"{report.events} events, {len(report.differences)} differences",
+        flush=True,
+    )
+    for d in report.differences[:5]:
+        print(f"  {d}", flush=True)
+    return {
+        "whatif_s": whatif_s,
+        "whatif_rebuild_s": rebuild_s,
+        "whatif_differences": len(report.differences),
+    }
 
 
 async def storage_figures(nc: NATS) -> dict[str, float]:
@@ -624,10 +661,8 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
     and codecs: during a real year each service saved one every 10,000 events or minute,
     so the newest was at most that old (the restarts measured fold such a tail on top).
     Returns the seconds it took (the year's one full fold)."""
-    from projections.cluster import Cluster
     from readside import view_checkpoints
     from services.controller.checkpoint import ControllerCodec
-    from services.controller.reactor import ControllerReactor
     from services.controller.state import ControllerState
     from services.handler.checkpoint import HandlerCodec
     from services.handler.node_info import NodeConfig
@@ -969,6 +1004,8 @@ FIGURES = [
     ("get_at_early_s", "get --at (early VM, early point)", "s"),
     ("get_at_late_s", "get --at (kept VM, last point)", "s"),
     ("verify_s", "verify", "s"),
+    ("whatif_s", "whatif, no change, the whole log", "s"),
+    ("whatif_rebuild_s", "a rebuild of the views from the same log", "s"),
     ("disk_bytes_per_event", "disk bytes per event", "B"),
     ("stream_bytes", "event stream (hot) bytes", "B"),
 ]
@@ -1054,14 +1091,20 @@ def main() -> None:
         help="skip `verify` (its first run folds the whole archive: ~12 min at 5M here)",
     )
     ap.add_argument(
+        "--whatif",
+        action="store_true",
+        help="time `whatif` over the whole log against a rebuild of the views",
+    )
+    ap.add_argument(
         "--reuse",
         type=Path,
         help="measure again on the year a --keep run left in this dir (no fill; kept)",
     )
     a = ap.parse_args()
-    global COMPRESSION_COST, FULL_VERIFY
+    global COMPRESSION_COST, FULL_VERIFY, WHATIF
     COMPRESSION_COST = not a.no_compression_cost
     FULL_VERIFY = not a.no_verify
+    WHATIF = a.whatif
     results: dict[str, dict[str, float]] = {}
     with contextlib.suppress(OSError, ValueError):
         results = json.loads(a.results.read_text())
