@@ -190,13 +190,18 @@ def evolve_vm(view: VMView | None, s: Stored) -> VMView | None:
             return replace(v, deleted_at=at, deletion_grace_period_seconds=grace)
         case VMStartRequested(paused=paused):
             return replace(
-                v, requests=(*v.requests, StateChangeRequest("Start")), start_paused=paused
+                v,
+                requests=(*v.requests, StateChangeRequest("Start", seq=s.seq)),
+                start_paused=paused,
             )
         case VMStopRequested(vmi_uid=uid, grace_period_seconds=grace):
-            stop = StateChangeRequest("Stop", uid, grace)
+            stop = StateChangeRequest("Stop", uid, grace, s.seq)
             return replace(v, requests=(*v.requests, stop))
         case VMRestartRequested(vmi_uid=uid, grace_period_seconds=grace):
-            reqs = (StateChangeRequest("Stop", uid, grace), StateChangeRequest("Start"))
+            reqs = (
+                StateChangeRequest("Stop", uid, grace, s.seq),
+                StateChangeRequest("Start", seq=s.seq),
+            )
             return replace(v, requests=(*v.requests, *reqs))
         case VMStateChangeRequestsCleared():
             return replace(v, requests=(), start_paused=False)

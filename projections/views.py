@@ -36,6 +36,7 @@ class StateChangeRequest(msgspec.Struct, frozen=True):
     action: str  # Start | Stop
     uid: str = ""  # the VMI uid a Stop is for
     grace_period_seconds: int | None = None  # a Stop's override of the VMI's grace period
+    seq: int = 0  # the request's event: what the queue is named by when it is cleared
 
 
 class StartFailure(msgspec.Struct, frozen=True):

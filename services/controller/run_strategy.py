@@ -208,11 +208,13 @@ def reconcile(state: ControllerState, vm: VMView, ctx: Context) -> list[Event]:
             elif vm.create_failure_generation != vm.generation:
                 out.append(_create_refused(vm, ctx, admission.no_memory()))
     if p.clear_requests:
+        # named by the last request it clears, not by the VM's version: deciding it again
+        # before its own append is folded (a pipelined pass, a replay in log order) is
+        # the same decision, a duplicate, not a second clear
+        last = vm.requests[-1].seq or vm.version
         out.append(
             VMStateChangeRequestsCleared(
-                meta=emit.meta(
-                    ctx, emit.vm_aggregate(vm), f"requests-cleared/{vm.uid}/{vm.version}"
-                )
+                meta=emit.meta(ctx, emit.vm_aggregate(vm), f"requests-cleared/{vm.uid}/{last}")
             )
         )
     return out

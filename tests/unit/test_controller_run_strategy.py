@@ -9,6 +9,7 @@ from events.catalog import (
     VMRestartRequested,
     VMRunStrategyChanged,
     VMStartRequested,
+    VMStateChangeRequestsCleared,
     VMStopRequested,
 )
 from events.meta import Kind
@@ -144,3 +145,19 @@ def test_a_stop_grace_period_reaches_the_vmi_deletion() -> None:
     (deletion,) = of(out, VMIDeleteRequested)
     assert deletion.grace_period_seconds == 7
     assert deletion.meta.node == w.vmi().node  # type: ignore[union-attr]
+
+
+def test_clearing_the_requests_decided_again_before_its_own_append_is_the_same_decision() -> None:
+    """The live controller folds its own appends as they land; a replay in log order (what-if)
+    may decide on an event that came between the decision and its append: the clear it
+    decides there is the same event (the same id, a duplicate), not a second one."""
+    w = running("Always")
+    uid = w.vmi().uid  # type: ignore[union-attr]
+    w.given(VMRunStrategyChanged(meta=w.m(Kind.VM, "vm1"), run_strategy="Halted"))
+    first = of(w.when(VMStopRequested(meta=w.m(Kind.VM, "vm1"), vmi_uid=uid)),
+               VMStateChangeRequestsCleared)  # fmt: skip
+    # another event of the VM lands before the clear does (its version moves on)
+    again = of(w.when(VMRunStrategyChanged(meta=w.m(Kind.VM, "vm1"), run_strategy="Halted")),
+               VMStateChangeRequestsCleared)  # fmt: skip
+    assert len(first) == len(again) == 1
+    assert first[0].meta.event_id == again[0].meta.event_id
