@@ -23,7 +23,7 @@ from kinds.resource import resource_spec
 from projections.cluster import Cluster
 
 KIND_TOKEN = ResourceKind.DATA_IMPORT_CRON
-WEBHOOK = "dataimportcron-validate.cdi.kubevirt.io"
+WEBHOOK = admission.WEBHOOKS["DataImportCron"]
 GARBAGE_COLLECT = ("Outdated", "Never")
 UNSETTABLE = ("sourceRef", "contentType", "checkpoints", "finalCheckpoint")
 # robfig/cron's descriptors, which CDI's parser takes, as the five fields they stand for
@@ -56,36 +56,33 @@ def valid_schedule(schedule: str) -> bool:
 
 def _admit(_: Cluster, typed: Any, __: str) -> tuple[Any, list[Any]]:
     causes = admission.validate_name(typed.metadata.name, typed.metadata.generate_name)
-    if causes:
-        return typed, causes
-    spec: JSON = typed.spec
+    if not causes and (refused := _refusal(typed.spec)) is not None:
+        causes = [admission.cause("FieldValueInvalid", *refused)]
+    return typed, causes
+
+
+def _refusal(spec: JSON) -> tuple[str, str] | None:
+    """The first rule the spec breaks, as (message, field), in the webhook's order."""
     template: JSON = (spec.get("template") or {}).get("spec") or {}
     source: JSON = template.get("source") or {}
+    keep, collect = spec.get("importsToKeep"), spec.get("garbageCollect")
+    schedule = str(spec.get("schedule") or "")
     if "registry" not in source and "pvc" not in source:
-        return typed, [admission.cause("FieldValueInvalid", "Missing source", "spec.Template")]
+        return "Missing source", "spec.Template"
     if any(template.get(f) for f in UNSETTABLE):
         message = "Unsettable fields: SourceRef, ContentType, Checkpoints, FinalCheckpoint"
-        return typed, [admission.cause("FieldValueInvalid", message, "spec.Template")]
+        return message, "spec.Template"
     if "registry" in source and not (source["registry"] or {}).get("url"):
-        message = "Source registry should have either URL or ImageStream"
-        return typed, [admission.cause("FieldValueInvalid", message, "Template.source.Registry")]
-    schedule = str(spec.get("schedule") or "")
+        return "Source registry should have either URL or ImageStream", "Template.source.Registry"
     if schedule and not valid_schedule(schedule):
-        return typed, [
-            admission.cause("FieldValueInvalid", "Illegal cron schedule", "spec.Schedule")
-        ]
-    keep = spec.get("importsToKeep")
+        return "Illegal cron schedule", "spec.Schedule"
     if keep is not None and (not isinstance(keep, int) or keep < 0):
-        message = "Illegal ImportsToKeep value"
-        return typed, [admission.cause("FieldValueInvalid", message, "spec.ImportsToKeep")]
-    collect = spec.get("garbageCollect")
+        return "Illegal ImportsToKeep value", "spec.ImportsToKeep"
     if collect is not None and collect not in GARBAGE_COLLECT:
-        message = "Illegal GarbageCollect value"
-        return typed, [admission.cause("FieldValueInvalid", message, "spec.GarbageCollect")]
+        return "Illegal GarbageCollect value", "spec.GarbageCollect"
     if not spec.get("managedDataSource"):
-        message = "Illegal ManagedDataSource value"
-        return typed, [admission.cause("FieldValueInvalid", message, "spec.ManagedDataSource")]
-    return typed, []
+        return "Illegal ManagedDataSource value", "spec.ManagedDataSource"
+    return None
 
 
 SPEC = resource_spec(

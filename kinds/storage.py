@@ -287,7 +287,7 @@ DATA_VOLUME = resource_spec(
     subresource_group="upload.cdi.kubevirt.io",
     updatable=False,
     spec_refusal=SpecRefusal(
-        "datavolume-validate.cdi.kubevirt.io",
+        admission.WEBHOOKS["DataVolume"],
         "Cannot update spec for DataVolume",
         "FieldValueInvalid",
         "spec",
