@@ -17,7 +17,7 @@ from core.kind import CallArgs
 from events.catalog import VMIVolumeAdded, VMIVolumeRemoved
 from events.meta import Kind
 from events.objects import Status, StatusCause, StatusDetails
-from projections import storage, volumes
+from projections import volumes
 from projections.cluster import Cluster, key
 from projections.views import VMIView
 
@@ -106,7 +106,7 @@ def addvolume(
         if isinstance(source.get(kind), dict):
             volume[kind] = {**source[kind], "hotpluggable": True}
             break
-    claim = storage.claim_of(volume)
+    claim = volumes.claim_of(volume)
     for existing in spec.get("volumes") or []:
         if existing.get("name") == vol_name:
             raise conflict(
@@ -114,7 +114,7 @@ def addvolume(
                 name,
                 f"Unable to add volume [{vol_name}] because volume with that name already exists",
             )
-        if claim and storage.claim_of(existing) == claim:
+        if claim and volumes.claim_of(existing) == claim:
             raise conflict(
                 RES, name, f"Unable to add volume source [{claim}] because it already exists"
             )
@@ -140,7 +140,7 @@ def removevolume(
     vmi = _running(cluster, namespace, name)
     found = None
     for existing in (vmi.manifest.get("spec") or {}).get("volumes") or []:
-        if existing.get("name") == vol_name or storage.claim_of(existing) == vol_name:
+        if existing.get("name") == vol_name or volumes.claim_of(existing) == vol_name:
             found = existing
             break
     if found is None:

@@ -195,7 +195,7 @@ def _volume_status(cluster: Cluster, vmi: VMIView, spec: JSON) -> list[JSON]:
             out.append(hotplugged.pop(name))
             continue
         entry: JSON = {"name": name, "target": targets.get(name, "")}
-        claim_name = storage.claim_of(volume)
+        claim_name = volumes.claim_of(volume)
         found = storage.find_claim(cluster, vmi.namespace, claim_name) if claim_name else None
         if found is not None:
             claim_spec = found.spec
