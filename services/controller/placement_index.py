@@ -90,12 +90,7 @@ class PlacementIndex:
         if vmi is not None:
             pod = (("", vmi.pod_address),) if vmi.pod_address else ()
             held = pod + tuple((a.definition, a.address) for a in vmi.attachments if a.address)
-        old = self._addresses.pop(k, ())
-        if old == held:
-            if held:
-                self._addresses[k] = held
-            return
-        for network, address in old:
+        for network, address in self._addresses.pop(k, ()):
             self.held[network].discard(address)
         for network, address in held:
             self.held.setdefault(network, set()).add(address)
