@@ -222,13 +222,17 @@ def attach(
     host_tap: str,
     vmi_uid: str,
     mac: str,
-    attachment: tuple[str, str, str, str, str],
+    *,
+    network: str,
+    definition: str,
+    address: str,
+    subnet: str,
+    gateway: str,
 ) -> str:
-    """Put the guest's tap `host_tap` on a secondary network's bridge, made (with its DHCP
-    server, its gateway's address, no default route) by whichever guest needs it first,
-    and give the NIC with `mac` its address. `attachment`: (network, definition, address,
-    subnet, gateway). Returns the tap's name in the namespace."""
-    network, definition, address, subnet, gateway = attachment
+    """Put the guest's tap `host_tap` (its interface on the VMI's `network`) on the bridge
+    of `definition`, made (with its DHCP server, the `gateway` address of `subnet`, no
+    default route) by whichever guest needs it first, and give the NIC with `mac` its
+    `address`. Returns the tap's name in the namespace."""
     bridge = attachment_bridge(definition)
     prefix = ipaddress.ip_network(subnet, strict=False).prefixlen
     n = NodeNetwork(bridge=bridge, cidr=subnet, gateway=gateway)

@@ -455,10 +455,15 @@ class Launcher:
         for a in attachments_of(xml):
             if (tap := found.get(a.network)) is None or not a.address:
                 continue
-            fields = (a.network, a.definition, a.address, a.subnet, a.gateway)
             try:
                 await asyncio.to_thread(
-                    pod_network.attach, net, config.node, tap[0], uid, tap[1], fields
+                    pod_network.attach,
+                    net,
+                    config.node,
+                    tap[0],
+                    uid,
+                    tap[1],
+                    **msgspec.structs.asdict(a),
                 )
             except (OSError, pod_network.PodNetworkUnavailable) as e:
                 log.warning("network %s: the guest's tap not plugged: %s", a.network, e)
