@@ -10,8 +10,10 @@ Per size, on a fresh data dir under /tmp:
    template: what the real services wrote.
 2. **a year of it**: `up` stops; its nats-server alone serves the store while the template
    is appended again and again through the JetStream adapter's connection (publish_async,
-   in waves of interleaved lifecycles, `occurred_at` spread over a year) until the stream
-   holds N events. Each copy gets its own names, uids and event ids; an id that names its
+   in waves of interleaved lifecycles, `occurred_at` spread over a year; with `--whatif`
+   one after another) until the stream holds N events. Each copy gets its own names, uids
+   (a uid the controller derives from its decision's id, and the launcher pod's name drawn
+   from it, derived from the copy's decision id) and event ids; an id that names its
    cause's stream sequence (`<service>/<seq>/<n>`) names the copy's cause, causation and
    correlation ids follow, and a cause's sequence (`causationSeq`) is the copy's of that
    cause, so `why` walks a copy as it walks the original. `ALIVE` copies
@@ -91,9 +93,11 @@ from eventstore.jetstream import JetStreamStore
 from eventstore.kv import JsBucket
 from eventstore.settings import StreamSettings
 from ops.nats_server import find_binary
+from projections import launcher_pods
 from projections.cluster import Cluster
 from projections.replay import Step
 from readside import causality, timetravel, verify
+from services.controller import emit
 from services.controller.reactor import ControllerReactor
 from services.upkeep import retire
 
@@ -102,6 +106,9 @@ TEMPLATE = "histtmplvm"  # distinctive: replaced by each copy's name wherever it
 TEMPLATE_MIG = f"{TEMPLATE}-mig"
 YEAR = 365 * 24 * 3600.0
 WAVE = 20  # lifecycles interleaved at a time
+# with --whatif one at a time: interleaved copies of one recorded life were placed where
+# the template was, on the same node at once, which the scheduler would not have done; a
+# year of copies one after another is a history today's controller would have written
 # the VMs that stay (Halted), at every size: the same cluster, a day or a year old (a
 # share of the copies would make the larger years larger clusters too)
 ALIVE = 250
@@ -217,6 +224,10 @@ class Template:
         self.seq_index = {s.seq: i for i, s in enumerate(events)}
         self.ids = {s.event.meta.event_id for s in events}
         self.uids = sorted({u for raw in self.raw for u in UUID.findall(raw)})
+        # a uid the controller derived from its decision's id (emit.new_uid): a copy derives
+        # its own from the copy's decision id, as the controller deciding on the copy would
+        decided = {emit.uid_of(s.event.meta.event_id): s.event.meta.event_id for s in events}
+        self.derived = {u: decided[u.decode()] for u in self.uids if u.decode() in decided}
         self.t0 = events[0].event.meta.occurred_at
         deletes = [i for i, s in enumerate(events) if type(s.event).__name__ == "VMDeleted"]
         # the VM is stopped (VMI removed) before its deletion: a copy cut there is Halted
@@ -234,17 +245,34 @@ class Copy:
         self.k = k
         self.name = f"h{k:07d}"
         self.base = base_time
-        self.uids = [
-            (u, str(uuid.uuid5(uuid.NAMESPACE_OID, f"{k}/{u.decode()}")).encode()) for u in t.uids
-        ]
+        self.uids: dict[bytes, bytes] = {}  # the template's uid → the copy's, as met
         self.seqs: dict[int, int] = {}  # template index → the copy's stream sequence
         # the first copy ends (the early VM is a long-deleted one), every `keep_every`th stays
         self.length = t.keep_len if k % keep_every == keep_every - 1 else len(t)
 
+    def uid(self, old: bytes) -> bytes:
+        """The copy's uid for a template's: a derived one from the copy's decision id (once
+        the events its id names are written), any other one of the copy's own."""
+        new = self.uids.get(old)
+        if new is None:
+            eid = self.t.derived.get(old)
+            if eid is not None:
+                new = emit.uid_of(self.event_id(eid)).encode()
+            else:
+                new = str(uuid.uuid5(uuid.NAMESPACE_OID, f"{self.k}/{old.decode()}")).encode()
+            self.uids[old] = new
+        return new
+
     def rename(self, raw: bytes) -> bytes:
+        present = [u for u in self.t.uids if u in raw]
+        for old in present:  # a launcher pod's name ends with a suffix drawn from a uid
+            pod = launcher_pods.pod_name(TEMPLATE, old.decode()).encode()
+            if pod in raw:
+                new = launcher_pods.pod_name(self.name, self.uid(old).decode()).encode()
+                raw = raw.replace(pod, new)
         raw = raw.replace(TEMPLATE.encode(), self.name.encode())
-        for old, new in self.uids:
-            raw = raw.replace(old, new)
+        for old in present:
+            raw = raw.replace(old, self.uid(old))
         return raw
 
     def event_id(self, eid: str) -> str:
@@ -290,8 +318,10 @@ class Copy:
         return decode(msgspec.json.encode(d))
 
 
-def copies(t: Template, first_seq: int, total: int, now: float) -> Iterator[tuple[Copy, Event]]:
-    """Events until `total` are written: waves of WAVE interleaved copies."""
+def copies(
+    t: Template, first_seq: int, total: int, now: float, width: int = WAVE
+) -> Iterator[tuple[Copy, Event]]:
+    """Events until `total` are written: waves of `width` interleaved copies."""
     every = max(1, int(total / len(t)) // ALIVE)  # ALIVE of the copies are kept
     per_copy = (len(t) * (every - 1) + t.keep_len) / every
     n_copies = max(1, int(total / per_copy) + 1)
@@ -299,8 +329,8 @@ def copies(t: Template, first_seq: int, total: int, now: float) -> Iterator[tupl
     written = 0
     k = 0
     while written < total:
-        wave = [Copy(t, k + j, now - YEAR + (k + j) * YEAR / n_copies, every) for j in range(WAVE)]
-        k += WAVE
+        wave = [Copy(t, k + j, now - YEAR + (k + j) * YEAR / n_copies, every) for j in range(width)]
+        k += width
         step = 0
         while wave and written < total:
             alive = []
@@ -329,7 +359,8 @@ async def fill(js_nc: NATS, stream: str, t: Template, total: int) -> tuple[int, 
     started = time.perf_counter()
     pending = 0
     first_name = kept = ""
-    for seq, (c, ev) in enumerate(copies(t, first, total, time.time()), start=first):
+    written = copies(t, first, total, time.time(), 1 if WHATIF else WAVE)
+    for seq, (c, ev) in enumerate(written, start=first):
         first_name = first_name or c.name
         if c.length < len(t) and len(c.seqs) == c.length:
             kept = c.name

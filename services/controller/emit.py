@@ -38,7 +38,12 @@ def meta(ctx: Context, aggregate: Aggregate, key: str, *, node: str = "") -> Met
 
 def new_uid(ctx: Context, key: str) -> str:
     """A new object uid, the same for the same decision (see module doc)."""
-    return str(uuid.uuid5(_NS, f"{ctx.service}/{key}"))
+    return uid_of(f"{ctx.service}/{key}")
+
+
+def uid_of(event_id: str) -> str:
+    """The uid `new_uid` gives the decision whose event id is `event_id`."""
+    return str(uuid.uuid5(_NS, event_id))
 
 
 def resource_aggregate(kind: KindToken, res: ResourceView) -> Aggregate:
