@@ -29,6 +29,7 @@ from eventstore.jetstream import JetStreamStore
 from projections.cluster import Cluster
 from services.controller.reactor import ControllerReactor
 from services.controller.whatif import WhatIf
+from services.whatif import replay as whatif_replay
 
 
 async def rebuild(store: JetStreamStore) -> int:
@@ -43,9 +44,7 @@ async def rebuild(store: JetStreamStore) -> int:
 def whatif(policy: str) -> Callable[[JetStreamStore], Awaitable[int]]:
     async def run(store: JetStreamStore) -> int:
         sandbox = WhatIf(ControllerReactor(scheduler_policy=policy))
-        async for s in store.replay(None, raw=True, on_skip=sandbox.skip):
-            sandbox.feed(s)
-        return len(sandbox.report().differences)
+        return len((await whatif_replay.replay(store, sandbox)).differences)
 
     return run
 
@@ -84,10 +83,12 @@ async def measure(a: argparse.Namespace) -> None:
         fold_s, _ = await best(a.rounds, lambda: rebuild(store))
         same_s, same = await best(a.rounds, lambda: whatif("spread")(store))
         pack_s, packed = await best(a.rounds, lambda: whatif("pack")(store))
-        if a.profile:  # one more what-if, no change, under cProfile: where its time goes
+        if a.profile:  # one more what-if, no change, read and decided in this process
+            sandbox = WhatIf(ControllerReactor())
             profiler = cProfile.Profile()
             profiler.enable()
-            await whatif("spread")(store)
+            async for s in store.replay(None, raw=True, on_skip=sandbox.skip):
+                sandbox.feed(s)
             profiler.disable()
             profiler.dump_stats(a.profile)
             pstats.Stats(a.profile).sort_stats("tottime").print_stats(25)

@@ -31,6 +31,7 @@ from projections.cluster import Cluster
 from services.controller import decider_spec, scheduler
 from services.controller.reactor import ControllerReactor
 from services.controller.whatif import Decider, Report, WhatIf, scheduler_change
+from services.whatif import replay as whatif_replay
 
 
 def load_decider(spec: str) -> Decider:
@@ -102,9 +103,10 @@ async def run_whatif(
     the live decisions of the window's causes are read to the log's end."""
     first, last = await _window(store, since, until)
     sandbox = WhatIf(decider, since=first, until=last, change=change, prelude=prelude)
-    async for stored in store.replay(None, raw=True, on_skip=sandbox.skip):
-        sandbox.feed(stored)
-    report = sandbox.report()
+    try:
+        report = await whatif_replay.replay(store, sandbox)
+    except whatif_replay.DeciderFailed as e:
+        raise _fail(f"the decider failed: {e}") from None
     cause = None
     fd = report.summary.first_divergence
     if fd and fd["cause"]:

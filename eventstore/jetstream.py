@@ -40,7 +40,7 @@ from events.catalog import Event
 from events.codec import decode, encode, event_type
 from events.envelope import Appended, Stored
 from events.meta import Aggregate
-from eventstore import archive, checkpoints, direct, nats_headers
+from eventstore import archive, checkpoints, direct, nats_headers, records
 from eventstore.index import Index
 from eventstore.kv import JsBucket, find_bucket, make_bucket
 from eventstore.nats_errors import translated
@@ -60,21 +60,16 @@ REDELIVERY_HEADER = "Virt-Redelivery-Of"  # the original stream sequence of a re
 IDLE_HEARTBEAT = 2.0
 
 
-def _stored(msg: Msg) -> Stored:
+def _record(msg: Msg) -> Record:
     md = msg.metadata
     ts = md.timestamp.timestamp() if md.timestamp else 0.0
     again = (msg.headers or {}).get(REDELIVERY_HEADER, "")
-    try:
-        event = decode(msg.data)
-    except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        raise Undecodable(str(e)) from e
-    return Stored(
-        seq=md.sequence.stream,
-        subject=archive.original_subject(msg.subject, event),
-        time=ts,
-        event=event,
-        redelivery_of=int(again) if again.isdigit() else 0,
-    )
+    redelivery_of = int(again) if again.isdigit() else 0
+    return Record(int(md.sequence.stream), msg.subject, msg.data, md.num_pending, ts, redelivery_of)
+
+
+def _stored(msg: Msg) -> Stored:
+    return records.stored(_record(msg))
 
 
 def _own_subject(msg: Msg) -> bool:
@@ -410,14 +405,13 @@ class JetStreamStore:
                     yield stored
 
     async def records(
-        self, *, start_seq: int = 1, follow: bool = False
+        self, *, start_seq: int = 1, follow: bool = False, as_archived: bool = False
     ) -> AsyncGenerator[Record, None]:
-        msgs = self._replay_msgs(start_seq=start_seq, follow=follow)
+        msgs = self._replay_msgs(start_seq=start_seq, follow=follow, own_subjects=not as_archived)
         with translated():
             async with contextlib.aclosing(msgs):
                 async for msg in msgs:
-                    md = msg.metadata
-                    yield Record(int(md.sequence.stream), msg.subject, msg.data, md.num_pending)
+                    yield _record(msg)
 
     async def _replay_msgs(
         self,

@@ -452,7 +452,7 @@ class MemoryLog:
             await self.changed(3600.0)
 
     async def records(
-        self, *, start_seq: int = 1, follow: bool = False
+        self, *, start_seq: int = 1, follow: bool = False, as_archived: bool = False
     ) -> AsyncGenerator[Record, None]:
         self.check()
         seq = max(1, start_seq)
@@ -461,7 +461,7 @@ class MemoryLog:
             while seq <= len(self.messages) and (end is None or seq <= end):
                 m = self.messages[seq - 1]
                 seq += 1
-                yield Record(m.seq, m.subject, m.data, len(self.messages) - m.seq)
+                yield Record(m.seq, m.subject, m.data, len(self.messages) - m.seq, m.time)
             if not follow:
                 return
             await self.changed(3600.0)

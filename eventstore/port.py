@@ -56,16 +56,27 @@ class Refused(EventLogError):
 
 class Record:
     """One stored message as its bytes, for a reader that copies the log rather than folds
-    it (the debugging index): its sequence, subject, data, and how many messages followed
-    it in the log when it was read (0: it was the last)."""
+    it (the debugging index) or decodes it elsewhere (`eventstore/records.py`): its
+    sequence, subject, data, how many messages followed it in the log when it was read (0:
+    it was the last), when it was stored and the sequence it retries (0: none)."""
 
-    __slots__ = ("data", "pending", "seq", "subject")
+    __slots__ = ("data", "pending", "redelivery_of", "seq", "subject", "time")
 
-    def __init__(self, seq: int, subject: str, data: bytes, pending: int) -> None:
+    def __init__(
+        self,
+        seq: int,
+        subject: str,
+        data: bytes,
+        pending: int,
+        time: float = 0.0,
+        redelivery_of: int = 0,
+    ) -> None:
         self.seq = seq
         self.subject = subject
         self.data = data
         self.pending = pending
+        self.time = time
+        self.redelivery_of = redelivery_of
 
 
 class Delivery(Protocol):
@@ -243,9 +254,13 @@ class EventLog(Protocol):
         can move past them)."""
         ...
 
-    def records(self, *, start_seq: int = 1, follow: bool = False) -> AsyncIterator[Record]:
+    def records(
+        self, *, start_seq: int = 1, follow: bool = False, as_archived: bool = False
+    ) -> AsyncIterator[Record]:
         """Every stored message from `start_seq` on, undecoded, in stream order; ends at the
-        last one that existed when it began unless `follow`."""
+        last one that existed when it began unless `follow`. `as_archived`: an archived
+        message keeps the archive's subject (`records.stored` gives it its own as it
+        decodes it), for a reader that decodes elsewhere."""
         ...
 
     async def durable(

@@ -45,9 +45,7 @@ class ClaimIndex:
             claims = old[1]
         else:
             claims = tuple(key(vmi.namespace, c) for c in storage.claims_of(vmi.manifest))
-        if not claims:
-            return
-        self._of[k] = (packed, claims)
+        self._of[k] = (packed, claims)  # none kept too: the next event decodes nothing
         for c in claims:
             self._users.setdefault(c, set()).add(k)
 

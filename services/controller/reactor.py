@@ -205,8 +205,26 @@ class ControllerReactor:
             out += run_strategy.reconcile(state, vm, ctx)
             sets += datavolume.reconcile_templates(c, vm, ctx)
         sets += _storage(state, scope, ctx)
-        # replica sets, pools, snapshots, restores, clones, exports: those the event
-        # concerns (a content whose snapshot is gone is the garbage collector's)
+        if scope.owned is None or scope.owned:  # (most events concern none of these)
+            sets += self._owned_sets(c, scope, ctx)
+        if collect:
+            out += gc.collect(c, ctx)
+        # the migrations and the pending VMIs are the index's: none, nothing to look at
+        reserved = scheduler.Reserved() if state.index.active_migrations else None
+        if reserved is not None:
+            out += migration.reconcile(state, ctx, self.migrations, reserved)
+        out += evacuation.reconcile(state, ctx, self.migrations)
+        out += taint_eviction.reconcile(state, ctx, self.migrations)
+        if state.index.unplaced:
+            out += scheduler.schedule_pending(
+                c, ctx, reserved, state.index, self.scheduler_policy, self.scheduler_weights
+            )
+        return [Decision(ev) for ev in _unique(out)] + sets
+
+    def _owned_sets(self, c: Cluster, scope: _Scope, ctx: Context) -> list[Decision]:
+        """Replica sets, pools, snapshots, restores, clones, exports: those the event
+        concerns (a content whose snapshot is gone is the garbage collector's)."""
+        sets: list[Decision] = []
         for rs in _owned(c, scope, ResourceKind.VMIRS):
             sets += replicas.reconcile_replicaset(c, rs, ctx)
         for pool in _owned(c, scope, ResourceKind.VMPOOL):
@@ -221,24 +239,15 @@ class ControllerReactor:
             sets += export.reconcile_export(
                 c, vm_export, ctx, key_=self.export_key, base_url=self.export_url
             )
-        if collect:
-            out += gc.collect(c, ctx)
-        reserved = scheduler.Reserved()
-        out += migration.reconcile(state, ctx, self.migrations, reserved)
-        out += evacuation.reconcile(state, ctx, self.migrations)
-        out += taint_eviction.reconcile(state, ctx, self.migrations)
-        out += scheduler.schedule_pending(
-            c, ctx, reserved, state.index, self.scheduler_policy, self.scheduler_weights
-        )
-        return [Decision(ev) for ev in _unique(out)] + sets
+        return sets
 
 
 def _owned(c: Cluster, scope: _Scope, kind: str) -> list[ResourceView]:
     """The objects of `kind` the pass reconciles: all on a tick, else those the event
     concerns (sorted: a pass is deterministic)."""
-    table = c.resources[kind]
     if scope.owned is None:
-        return list(table.values())
+        return list(c.resources[kind].values())
+    table = c.resources[kind]
     keys = sorted(k for kd, k in scope.owned if kd == kind)
     return [table[k] for k in keys if k in table]
 

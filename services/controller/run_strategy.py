@@ -7,7 +7,6 @@ planning again on the resulting state yields nothing new."""
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -126,7 +125,7 @@ def vmi_manifest(vm: VMView, uid: str) -> dict[str, Any]:
     """The VMI a VM's template describes, owned by the VM."""
     template = (vm.manifest.get("spec") or {}).get("template") or {}
     tmeta = template.get("metadata") or {}
-    spec = copy.deepcopy(template.get("spec") or {})
+    spec = template.get("spec") or {}  # `vm.manifest` is decoded afresh: ours to change
     if vm.start_paused:
         spec["startStrategy"] = "Paused"
     metadata: dict[str, Any] = {"name": vm.name, "namespace": vm.namespace, "uid": uid}

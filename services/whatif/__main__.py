@@ -23,6 +23,7 @@ from eventstore.settings import StreamSettings
 from services.controller import scheduler
 from services.controller.reactor import ControllerReactor
 from services.controller.whatif import Report, WhatIf, scheduler_change
+from services.whatif import replay as whatif_replay
 
 
 async def replay(nats_url: str, policy: str, weights: str) -> Report:
@@ -34,9 +35,7 @@ async def replay(nats_url: str, policy: str, weights: str) -> Report:
             scheduler_weights=scheduler.parse_weights(weights),
         )
         sandbox = WhatIf(decider, change=scheduler_change(policy, weights))
-        async for stored in store.replay(None, raw=True, on_skip=sandbox.skip):
-            sandbox.feed(stored)
-        return sandbox.report()
+        return await whatif_replay.replay(store, sandbox)
     finally:
         await nc.close()
 

@@ -135,6 +135,7 @@ def outcome(w: World) -> dict[str, Any]:
         "resources": {
             kind: {k: (v.spec, v.status) for k, v in table.items()}
             for kind, table in c.resources.items()
+            if table  # (a kind's empty table is there once a pass looked it up)
         },
         "vms": {k: (v.uid, v.run_strategy, v.deleted_at) for k, v in c.vms.items()},
         "vmis": {k: (v.uid, v.phase) for k, v in c.vmis.items()},
