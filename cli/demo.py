@@ -9,9 +9,11 @@ cluster that stays up."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -182,9 +184,14 @@ def _guest_console(
 
 
 def run_demo(
-    api_url: str, nodes: int, say: Say = print, console_run_dir: Path | None = None
+    api_url: str,
+    nodes: int,
+    say: Say = print,
+    console_run_dir: Path | None = None,
+    nats_url: str = "",
 ) -> bool:
-    """console_run_dir: `up`'s run dir in qemu mode (the guests' console logs live there)."""
+    """console_run_dir: `up`'s run dir in qemu mode (the guests' console logs live there);
+    nats_url: the log's, for the tour's last step (a what-if over it), skipped without."""
     manifest = yaml.safe_load(EXAMPLE.read_text())
     name = manifest["metadata"]["name"]
     vmi_path = f"{VMIS}/{name}"
@@ -199,6 +206,8 @@ def run_demo(
             )
             with LiveTable(api_url, say):
                 _tour(http, manifest, name, vmi_path, nodes, say, console_run_dir)
+            if nats_url:
+                _whatif(nats_url, say)
             say(f"[bold green]demo passed[/] in {time.monotonic() - t0:.2f}s")
             return True
         except DemoFailed as e:
@@ -296,6 +305,33 @@ def _migrate(http: httpx.Client, name: str, vmi_path: str, say: Say) -> None:
         raise DemoFailed(f"migration failed: {failed[0]}")
     status = (_get(http, vmi_path) or {}).get("status", {})
     say(f"  VMI {name} now runs on [bold]{status.get('nodeName')}[/] (phase {status.get('phase')})")
+
+
+def _whatif(nats_url: str, say: Say) -> None:
+    """The log so far through today's controller decider again: it must decide alike."""
+    t = _step(
+        say,
+        "whatif",
+        "the log replayed through the controller's decider in a sandbox (nothing is "
+        "appended): each decision the log records is made again",
+    )
+    cmd = [sys.executable, "-m", "cli.main", "whatif", "-o", "json", "--nats-url", nats_url]
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+        report = json.loads(done.stdout) if done.stdout.strip() else None
+    except (subprocess.TimeoutExpired, ValueError) as e:
+        raise DemoFailed(f"whatif: {e}") from None
+    if report is None:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise DemoFailed(f"whatif: {last}")
+    s, differ = report["summary"], len(report["differences"])
+    say(
+        f"  {report['events']} events decided on again: {s['reproduced']} of the "
+        f"{s['live_decisions']} decisions recorded reproduced, {differ} differ "
+        f"({time.monotonic() - t:.2f}s)"
+    )
+    if differ:
+        raise DemoFailed(f"whatif: {differ} decisions differ from the log's (a decider bug)")
 
 
 def using_it(api_url: str, nats_url: str, say: Say) -> None:

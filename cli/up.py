@@ -581,7 +581,13 @@ class Run:
         def _demo() -> None:
             try:
                 guests = self.run_dir if self.o.hypervisor == "qemu" else None
-                passed = run_demo(self.api_url, self.o.nodes, console.print, console_run_dir=guests)
+                passed = run_demo(
+                    self.api_url,
+                    self.o.nodes,
+                    console.print,
+                    console_run_dir=guests,
+                    nats_url=self.nats_url,
+                )
             except Exception as e:
                 console.print(f"[red]demo failed[/]: {e!r}")
                 passed = False

@@ -59,7 +59,8 @@ def _attempts(cluster: Cluster, vmi: VMIView) -> list[MigrationView]:
 def reconcile(state: ControllerState, ctx: Context, config: MigrationConfig) -> list[Event]:
     c = state.cluster
     out: list[Event] = []
-    for node in sorted((n for n in c.nodes.values() if n.draining), key=lambda n: n.name):
+    draining = [n for n in c.nodes.values() if n.draining]
+    for node in sorted(draining, key=lambda n: n.name) if draining else ():
         for vmi in sorted(c.vmis_on(node.name), key=lambda v: (v.namespace, v.name)):
             if not settled(state, vmi, node):
                 out += evict(state, node, vmi, ctx, config)

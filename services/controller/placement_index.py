@@ -60,13 +60,23 @@ class PlacementIndex:
             self._migration(k, mig)
 
     def _vmi(self, k: str, vmi: VMIView | None) -> None:
-        old = self._counted.pop(k, None)
+        old = self._counted.get(k)
+        live = vmi is not None and not vmi.final
+        if (
+            old is not None
+            and live
+            and vmi is not None
+            and old[0] == vmi.node
+            and old[4] is vmi.manifest_json
+        ):
+            self._hold(k, vmi)  # on the same node with the same manifest: counted already
+            return
+        self._counted.pop(k, None)
         if old is not None:
             used = self._used[old[0]]
             used[0] -= old[1]
             used[1] -= old[2]
             used[2] -= 1
-        live = vmi is not None and not vmi.final
         anti = False
         if live and vmi is not None and vmi.node:
             packed = vmi.manifest_json
@@ -90,6 +100,8 @@ class PlacementIndex:
         if vmi is not None:
             pod = (("", vmi.pod_address),) if vmi.pod_address else ()
             held = pod + tuple((a.definition, a.address) for a in vmi.attachments if a.address)
+        if held == self._addresses.get(k, ()):
+            return
         for network, address in self._addresses.pop(k, ()):
             self.held[network].discard(address)
         for network, address in held:

@@ -46,7 +46,7 @@ from services.controller.state import evolve as evolve_state
 NAME = "virt-controller"
 
 
-@dataclass
+@dataclass(slots=True)
 class _Scope:
     vms: set[str] = field(default_factory=set)  # "ns/name"
     vmis: set[str] = field(default_factory=set)

@@ -43,8 +43,8 @@ def due_at(tolerations: Sequence[JSON], node: NodeView) -> float | None:
 def reconcile(state: ControllerState, ctx: Context, config: MigrationConfig) -> list[Event]:
     c = state.cluster
     out: list[Event] = []
-    tainted = (n for n in c.nodes.values() if not n.draining and _no_execute(n))
-    for node in sorted(tainted, key=lambda n: n.name):
+    tainted = [n for n in c.nodes.values() if n.taints and not n.draining and _no_execute(n)]
+    for node in sorted(tainted, key=lambda n: n.name) if tainted else ():
         for vmi in sorted(c.vmis_on(node.name), key=lambda v: (v.namespace, v.name)):
             if evacuation.settled(state, vmi, node):
                 continue

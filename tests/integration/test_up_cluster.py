@@ -217,6 +217,7 @@ def test_up_demo_stays_up_in_its_own_data_dir(data_dir: Path) -> None:
     try:
         demo.wait_for("The cluster keeps running")
         assert "demo passed" in demo.text and "VMI Running" in demo.text
+        assert "decisions recorded reproduced, 0 differ" in demo.text  # the tour's what-if
         assert "$ virtstream start vm-cirros" in demo.text  # the narration
         assert re.search(r"vm-cirros\s+Paused\s+Running\s+node-\d", demo.text)  # the live table
         assert (data_dir / ".virtstream-demo").is_dir() and not (data_dir / ".virtstream").exists()
