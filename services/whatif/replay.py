@@ -50,13 +50,16 @@ async def replay(store: EventLog, sandbox: WhatIf) -> Report:
     os.close(aout)
     done = False
     try:
-        batch: _Frame = []
-        async for r in store.records(as_archived=True):
-            batch.append((r.seq, r.subject, r.time, r.data, r.redelivery_of))
-            if len(batch) >= BATCH:
-                _send(rout, batch)
-                batch = []
-        _send(rout, batch, True)
+        try:
+            batch: _Frame = []
+            async for r in store.records(as_archived=True):
+                batch.append((r.seq, r.subject, r.time, r.data, r.redelivery_of))
+                if len(batch) >= BATCH:
+                    _send(rout, batch)
+                    batch = []
+            _send(rout, batch, True)
+        except BrokenPipeError:
+            pass  # the child stopped before the end: its answer says why
         os.close(rout)
         rout = -1
         answer = _read_all(ain)

@@ -85,6 +85,13 @@ async def test_a_deciders_failure_is_raised_with_its_error(forked: list[int]) ->
     store, _ = logged()
     with pytest.raises(replay.DeciderFailed, match="KeyError: 'no such node'"):
         await replay.replay(store, WhatIf(Broken(node_timeout=1e9)))
+    # and when the reader still has more than the pipe holds to write after the failure
+    log = history().log
+    while sum(len(m.data) for m in store.messages) < 4 * replay.PIPE_BYTES:
+        for s in log:
+            store.store_raw(s.subject, encode(s.event))
+    with pytest.raises(replay.DeciderFailed, match="KeyError: 'no such node'"):
+        await replay.replay(store, WhatIf(Broken(node_timeout=1e9)))
     assert waited(forked)
 
 
