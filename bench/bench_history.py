@@ -750,8 +750,10 @@ async def prebuild_checkpoints(nc: NATS, last: int, nodes: int) -> float:
     print(f"archive caught up {mirrored - saved:.1f} s later", flush=True)
     retirer = retire.Retirer(store, retire.ClusterViews(lambda: views), pace=0.0)
     await retirer.start()  # the recorded floor and the log's trimming
-    await retirer.stop()  # its round is driven here
+    await retirer.stop()  # its rounds are driven here
     await retirer.round()
+    while retirer.behind:  # a year's way, a floor move at a time
+        await retirer.round()
     retired = time.perf_counter()
     print(
         f"year's hot log: {retirer.retired} ended aggregates purged in {retired - mirrored:.1f} s",

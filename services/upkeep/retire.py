@@ -7,8 +7,9 @@ A round, every few seconds:
    asks have folded and the durable consumers' ack floors, less the hot window (`window`
    events stay in the hot log whatever they are);
 2. the ended aggregates whose terminal events lie between the old floor and the new one
-   are found, and the floor is recorded with every one of them not yet retired (its
-   `pending`), so a restart resumes them; then those that have ended are purged from the
+   are found (at most `MOVE` a round: a longer way is several moves), and the floor is
+   recorded with every one of them not yet retired (its `pending`), so a restart resumes
+   them; then those that have ended are purged from the
    hot log up to their end. "Ended" is read from the subjects, whose last token but one
    is the event type, so finding them reads only the terminal events between the two
    floors: a VMI's life ends at `VMIRemoved`; a VM at `VMDeleted` once the VM is gone
@@ -23,6 +24,7 @@ so."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -43,6 +45,11 @@ STEP = 1_000  # the floor moves in steps at least this large
 # a pause after each purge: a purge is a write the server fsyncs, and a round after a long
 # time (an upgrade) purges thousands; the services' own requests go first
 PACE = 0.005
+
+# the ended aggregates one floor move takes on at most: the floor is recorded with them in
+# one message (~150 bytes each, under the server's payload limit); a longer way (a retirer
+# that was down for long, a year set up at once) is gone in several moves
+MOVE = 2_000
 
 # the terminal event types, as subject filters
 TERMINAL = [
@@ -139,6 +146,7 @@ class Retirer:
         # only once the aggregate has news
         self._checked: dict[str, int] = {}
         self._seen = -1  # what the views had folded at the last round
+        self.behind = False  # the last round moved the floor short of where it may go
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> bool:
@@ -172,7 +180,9 @@ class Retirer:
                 raise
             except Exception as e:  # the next round tries again
                 log.warning("retiring ended aggregates failed", error=repr(e))
-            await asyncio.sleep(self.interval)
+                self.behind = False
+            if not self.behind:
+                await asyncio.sleep(self.interval)
 
     async def round(self, folded: int | None = None) -> int:
         """One round; returns how many aggregates left the hot log."""
@@ -185,12 +195,20 @@ class Retirer:
         if folded is not None:
             upto = min(upto, folded)
         new = upto - self.window
+        self.behind = False
         if new >= self.floor + self.step or (new > self.floor and self.pending):
-            async for s in self.store.replay(
+            found = 0
+            terminal = self.store.replay(
                 TERMINAL, start_seq=max(1, self.floor), until_seq=new - 1, raw=True
-            ):
-                p = PendingEnd.of(s.event.meta.aggregate, s.seq)
-                self.pending[p.scope] = p
+            )
+            async with contextlib.aclosing(terminal):
+                async for s in terminal:
+                    p = PendingEnd.of(s.event.meta.aggregate, s.seq)
+                    self.pending[p.scope] = p
+                    found += 1
+                    if found >= MOVE and s.seq + 1 < new:
+                        new, self.behind = s.seq + 1, True  # the rest on the next move
+                        break
             self.floor = new
             # the floor and the work under it, before anything under it is purged
             await trim.record_floor(new, list(self.pending.values()))
@@ -217,7 +235,7 @@ class Retirer:
             retired += 1
             await asyncio.sleep(self.pace)
         # the views bound the floor and nothing is pending: the next round waits for news
-        self._seen = folded_now if upto == folded_now else -1
+        self._seen = folded_now if upto == folded_now and not self.behind else -1
         if retired:  # the record holds only what is left to do
             await trim.record_floor(self.floor, list(self.pending.values()))
         self.retired += retired

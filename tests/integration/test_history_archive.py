@@ -11,7 +11,14 @@ from collections.abc import Callable
 import pytest
 
 from events import subjects
-from events.catalog import Event, MigrationAbortRequested, NodeCordoned, VMDeleted, VMStartRequested
+from events.catalog import (
+    Event,
+    MigrationAbortRequested,
+    NodeCordoned,
+    VMCreated,
+    VMDeleted,
+    VMStartRequested,
+)
 from events.meta import Aggregate, Kind
 from eventstore import archive, direct
 from eventstore.jetstream import JetStreamStore
@@ -19,9 +26,10 @@ from projections.cluster import Cluster
 from projections.views_codec import encode_views
 from readside import causality, timetravel
 from readside.runner import ProjectionRunner
+from services.upkeep import retire
 from services.upkeep.retire import ClusterViews, Retirer
-from tests.debug_scenario import NS, lifecycle
-from tests.factories import meta
+from tests.debug_scenario import NS, Script, lifecycle
+from tests.factories import meta, vm_manifest
 
 VM1 = Aggregate(kind=Kind.VM, namespace=NS, name="vm1")
 VMI1 = Aggregate(kind=Kind.VMI, namespace=NS, name="vm1")
@@ -121,3 +129,42 @@ async def test_a_long_lived_aggregate_reads_whole_across_the_archive_and_the_hot
     scope = [subjects.aggregate_filter(Kind.VM, NS, "long")]
     got = [s async for s in store.replay(scope, start_seq=everything[5].seq)]
     assert got == everything[5:]
+
+
+async def test_a_long_way_for_the_floor_is_gone_in_moves_each_recorded_small(
+    archived: JetStreamStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ended aggregates by the thousand under the floor at once (a retirer down for long)
+    are taken on a move at a time, each floor record holding at most a move's: the record
+    is one message, under the server's payload limit, however long the way."""
+    store = archived
+    monkeypatch.setattr(retire, "MOVE", 3)
+    s = Script()
+    for i in range(10):
+        s.emit(VMCreated, Kind.VM, f"old{i}", by="api", manifest=vm_manifest(f"old{i}"))
+        s.emit(VMDeleted, Kind.VM, f"old{i}", by="api")
+    s.emit(NodeCordoned, Kind.NODE, "node-1", by="api", dt=1.0)  # the floor passes the ends
+    for ev in s.events:
+        await store.append(ev)
+    await mirrored(store)
+    runner = ProjectionRunner(store)
+    await runner.start()
+    try:
+        retirer = Retirer(store, ClusterViews(lambda: runner.cluster), window=0, step=1)
+        await retirer.start()
+        await retirer.stop()  # its rounds are driven here
+        trim = store.trimming()
+        assert trim is not None
+        moves = []
+        while True:
+            await retirer.round()
+            recorded = await trim.floor()
+            assert len(recorded.pending) <= 3
+            moves.append(recorded.floor)
+            if not retirer.behind:
+                break
+    finally:
+        await runner.stop()
+    assert len(moves) >= 4 and moves == sorted(moves)
+    assert retirer.retired == 10
+    assert (await store.js.stream_info(store.stream)).state.messages == 1  # the node's
