@@ -24,7 +24,6 @@ so."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -201,7 +200,7 @@ class Retirer:
             terminal = self.store.replay(
                 TERMINAL, start_seq=max(1, self.floor), until_seq=new - 1, raw=True
             )
-            async with contextlib.aclosing(terminal):
+            try:
                 async for s in terminal:
                     p = PendingEnd.of(s.event.meta.aggregate, s.seq)
                     self.pending[p.scope] = p
@@ -209,6 +208,10 @@ class Retirer:
                     if found >= MOVE and s.seq + 1 < new:
                         new, self.behind = s.seq + 1, True  # the rest on the next move
                         break
+            finally:  # a read left early lets go of its subscription now
+                close = getattr(terminal, "aclose", None)
+                if close is not None:
+                    await close()
             self.floor = new
             # the floor and the work under it, before anything under it is purged
             await trim.record_floor(new, list(self.pending.values()))
