@@ -13,7 +13,7 @@ dropped. The log keeps every event; the records are rebuilt from it on demand.""
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import heapq
 from collections.abc import Mapping
 from typing import Any, Protocol, assert_never
 
@@ -657,26 +657,26 @@ def _on_migrating_vmi(
 # ---------------------------------------------------------------------- records
 class KubeEvents:
     """The Event records, by "namespace/name", with the correlator's index (signature →
-    record), each object's records oldest first, and every record in order of its last
-    occurrence (the window drops from the front). `apply` is the one place that mutates."""
+    record), each object's records oldest first, and every record by the time of its last
+    occurrence (the window drops the earliest; a heap, as a clock running ahead on one node
+    stamps records later than the ones folded after them). `apply` is the one place that
+    mutates."""
 
     def __init__(self) -> None:
         self.table: dict[str, KubeEventView] = {}
         self._by_signature: dict[Signature, str] = {}
         self._by_object: dict[str, list[str]] = {}
-        self._order: OrderedDict[str, None] = OrderedDict()
+        # (last occurrence, key): an entry whose record was dropped or counted since is stale
+        self._due: list[tuple[float, str]] = []
         self._objects: dict[str, InvolvedObject] = {}
 
     @classmethod
     def of(cls, records: dict[str, KubeEventView]) -> KubeEvents:
         """The records as a snapshot kept them; the indexes are derived."""
         out = cls()
-        # each object's records in the order they were made (the bound drops the first),
-        # all of them in the order they last counted (the window drops from the front)
+        # each object's records in the order they were made (the bound drops the first)
         for k, r in sorted(records.items(), key=lambda kv: kv[1].ordinal):
             out._index(k, r)
-        for k, _ in sorted(records.items(), key=lambda kv: (kv[1].resource_version, kv[1].ordinal)):
-            out._order.move_to_end(k)
         return out
 
     def _index(self, k: str, r: KubeEventView) -> None:
@@ -684,7 +684,7 @@ class KubeEvents:
         self._by_signature[_signature_of(r)] = k
         self._by_object.setdefault(_object_key(r.involved), []).append(k)
         self._objects.setdefault(_object_key(r.involved), r.involved)
-        self._order[k] = None
+        heapq.heappush(self._due, (r.last_at, k))
 
     def apply(self, s: Stored, cluster: FoldReader) -> list[str]:
         """Record what `s` stands for (`cluster`: the fold before `s`); the keys of the
@@ -704,7 +704,8 @@ class KubeEvents:
             self.table[k] = msgspec.structs.replace(
                 old, count=old.count + 1, last_at=at, resource_version=seq, version=seq
             )
-            self._order.move_to_end(k)
+            if at != old.last_at:
+                heapq.heappush(self._due, (at, k))
             return k
         o = note.involved
         namespace = o.namespace or DEFAULT_NAMESPACE
@@ -739,17 +740,18 @@ class KubeEvents:
 
     def _expire(self, now: float) -> list[str]:
         out = []
-        while self._order:
-            k = next(iter(self._order))
-            if self.table[k].last_at >= now - WINDOW:
-                break
+        horizon = now - WINDOW
+        while self._due and self._due[0][0] < horizon:
+            at, k = heapq.heappop(self._due)
+            r = self.table.get(k)
+            if r is None or r.last_at != at:
+                continue  # dropped, or counted again since: its newer entry stands
             self._drop(k)
             out.append(k)
         return out
 
     def _drop(self, k: str) -> None:
         r = self.table.pop(k)
-        self._order.pop(k, None)
         self._by_signature.pop(_signature_of(r), None)
         keys = self._by_object.get(_object_key(r.involved))
         if keys is not None:

@@ -358,6 +358,29 @@ def test_records_older_than_the_window_of_log_time_are_dropped() -> None:
     assert [r.message for r in log.records] == ["late"]
 
 
+def test_a_record_stamped_ahead_holds_back_no_other_records_expiry() -> None:
+    """A node whose clock runs a day ahead stamps its events a day late: its record waits
+    for the window to reach it, every other one goes when the window passes it (a fold in
+    log order that stopped at the first record not due kept the whole log's records)."""
+    log = Log()
+    log(VMICreated(meta=log.meta(Kind.VMI, uid=VMI_UID), manifest=_vmi()))
+    ahead = log.t + 86400.0
+    log(Unschedulable(meta=log.meta(Kind.VMI, at=ahead), reason="Unschedulable", message="ahead"))
+    for i in range(3):
+        log(Unschedulable(meta=log.meta(Kind.VMI), reason="Unschedulable", message=f"m{i}"))
+        log.t += kube_events.WINDOW
+    log(Unschedulable(meta=log.meta(Kind.VMI), reason="Unschedulable", message="last"))
+    assert [r.message for r in log.records] == ["ahead", "last"]
+    restored = view_checkpoints.decode_views(view_checkpoints.encode_views(log.cluster))
+    log.t = ahead + kube_events.WINDOW + 1
+    log(Unschedulable(meta=log.meta(Kind.VMI), reason="Unschedulable", message="later"))
+    assert [r.message for r in log.records] == ["later"]
+    more = Unschedulable(meta=log.meta(Kind.VMI), reason="Unschedulable", message="later")
+    restored.apply(Stored(seq=log.seq, subject="s", time=log.t, event=more))
+    assert restored.kube_events is not None
+    assert [r.message for r in restored.kube_events.table.values()] == ["later"]
+
+
 def test_the_same_log_folds_to_the_same_records_and_a_snapshot_keeps_them() -> None:
     a, b = started(Log()), started(Log())
     assert a.records == b.records  # names and uids come from the log, not a clock
