@@ -7,7 +7,9 @@ from another module, a policy's prelude) and touches no connection and no event 
 Only bytes cross: batches of records (sequence, subject, time, data, the sequence a
 redelivery retries) as msgpack, length-prefixed, on one pipe; the report, or the error
 that stopped the decider, on another. A read that fails ends the records without their
-end mark: the child goes without a report."""
+end mark: the child goes without a report. The writes block: while the pipe is full the
+child is the slower side, and the server holds what this process has not read yet (no
+thread beside a fork)."""
 
 from __future__ import annotations
 
