@@ -95,7 +95,7 @@ COLUMNS = (
 
 
 def _render(cluster: Cluster, vmi: VMIView, _now: float) -> JSON:
-    return render_pod(render_vmi(cluster, vmi))
+    return render_pod(render_vmi(cluster, vmi), vmi.pod_address)
 
 
 SPEC = KindSpec(

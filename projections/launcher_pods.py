@@ -186,8 +186,10 @@ def pod_ip(vmi: JSON) -> str:
     return ""
 
 
-def render_pod(vmi: JSON) -> JSON:
-    """The launcher pod of a VMI as the api renders it (its resourceVersion the VMI's)."""
+def render_pod(vmi: JSON, pod_address: str = "") -> JSON:
+    """The launcher pod of a VMI as the api renders it (its resourceVersion the VMI's);
+    `pod_address`: the pod network's address the VMI was scheduled with (a pod's IP is its
+    network's from the start, as CNI gives it, not once the guest agent reports it)."""
     meta = vmi.get("metadata") or {}
     status = vmi.get("status") or {}
     spec = vmi.get("spec") or {}
@@ -268,7 +270,7 @@ def render_pod(vmi: JSON) -> JSON:
             )
     pod_status: JSON = {"phase": phase, "conditions": conditions, "qosClass": "Burstable"}
     if node:
-        address = pod_ip(vmi)
+        address = pod_address or pod_ip(vmi)
         pod_status["hostIP"] = "127.0.0.1"
         pod_status["hostIPs"] = [{"ip": "127.0.0.1"}]
         if address:

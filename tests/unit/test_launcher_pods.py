@@ -116,6 +116,9 @@ def test_a_running_vmi_is_a_running_launcher_pod_with_kubevirt_labels(log: Log) 
     for ctype in ("PodScheduled", "Initialized", "ContainersReady", "Ready"):
         assert conditions[ctype] == "True", ctype
     assert pod["metadata"]["uid"] == launcher_pods.launcher_uid(UID, POD)  # for its whole life
+    # its IP is the pod network's from its scheduling, before any guest agent reports one
+    assert pod["status"]["podIP"] == "10.244.1.2"
+    assert pod["status"]["podIPs"] == [{"ip": "10.244.1.2"}]
 
 
 def test_the_pod_phase_follows_the_vmi(log: Log) -> None:
