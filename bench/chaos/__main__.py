@@ -2,7 +2,8 @@
 faults one at a time over a VM workload on a cluster of network-namespace hosts
 (bench/chaos/cluster.py), and after each one what became of the VMs: acknowledged creates
 lost, VMs run twice, and how long until every VM was Running again and `virtstream verify`
-passed.
+passed. At the end, `virtstream whatif` over the whole log the faults left: how many of the
+controller's recorded decisions today's decider makes again (reported, not judged).
 
 The last row is `virtstream up` itself, the one-machine install: killed with SIGKILL while
 VMs are created, then started again on its data dir 0.5 s later, once, as systemd's
@@ -194,6 +195,29 @@ class Run:
             time.sleep(2.0)
         return done.returncode == 0, said[-600:]
 
+    def whatif(self) -> dict[str, Any]:
+        """`virtstream whatif` over the whole log the faults left: the decisions today's
+        controller decides otherwise than the log records them (none, when every failover,
+        redelivery and restart left a history the controller would write again)."""
+        done = subprocess.run(
+            [sys.executable, "-m", "cli.main", "whatif", "-o", "json", "--nats-url",
+             self.nats_url],
+            cwd=REPO, capture_output=True, timeout=300,
+        )  # fmt: skip
+        try:
+            report = json.loads(done.stdout)
+        except ValueError:
+            said = done.stderr.decode(errors="replace").strip().splitlines()
+            return {"error": said[-1] if said else f"exit {done.returncode}, no report"}
+        s = report["summary"]
+        return {
+            "events": report["events"],
+            "recorded": s["live_decisions"],
+            "reproduced": s["reproduced"],
+            "differences": len(report["differences"]),
+            "first": report["differences"][:3],
+        }
+
     def unsettled(self) -> str:
         """What keeps the cluster from settling, in a few words (for the table)."""
         st = self.state()
@@ -342,6 +366,7 @@ def chaos(
             "unacked_but_stored": len(set(final) - run.acked),
         }
         run.stop_watching()
+        result["final"]["whatif"] = run.whatif()
     finally:
         c.stop()
     return result
@@ -444,6 +469,14 @@ def table(result: dict[str, Any]) -> str:
             f"final state equals the fault-free run's: {final.get('equal_to_fault_free')} "
             f"({final.get('acked')} acknowledged VMs, all Running)"
         )
+        w = final.get("whatif") or {}
+        if "error" in w:
+            lines.append(f"whatif over the whole log: {w['error']}")
+        elif w:
+            lines.append(
+                f"whatif over the whole log: {w['events']} events, {w['reproduced']} of the "
+                f"{w['recorded']} decisions recorded reproduced, {w['differences']} differ"
+            )
     kept = [r["work"] for r in [result, *result["faults"]] if "work" in r]
     if kept and not passed(result):
         lines.append(f"logs and stores left for a look: {', '.join(kept)}")
