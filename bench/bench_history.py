@@ -78,6 +78,7 @@ from nats.js.api import (
     StreamSource,
 )
 
+from bench import whatif_cost
 from bench.exec_common import REPO, Up, start_up, wait_ready
 from cli.whatif import run_whatif
 from client import credentials
@@ -594,9 +595,7 @@ async def whatif_figures(store: JetStreamStore) -> dict[str, float]:
     against a rebuild of the views from the same log, one after the other: their times
     and the differences the what-if found (none expected)."""
     started = time.perf_counter()
-    cluster = Cluster()
-    async for s in store.replay(None, raw=True):
-        cluster.apply(s)
+    await whatif_cost.rebuild(store)
     rebuild_s = time.perf_counter() - started
     started = time.perf_counter()
     report, _ = await run_whatif(store, ControllerReactor(), "", "", "")

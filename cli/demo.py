@@ -9,11 +9,9 @@ cluster that stays up."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -25,6 +23,7 @@ import httpx
 import yaml
 from rich.markup import escape
 
+from cli import whatif_process
 from cli.settings import DEFAULT_SERVER
 from client import apply as client_apply
 from client import credentials
@@ -315,23 +314,18 @@ def _whatif(nats_url: str, say: Say) -> None:
         "the log replayed through the controller's decider in a sandbox (nothing is "
         "appended): each decision the log records is made again",
     )
-    cmd = [sys.executable, "-m", "cli.main", "whatif", "-o", "json", "--nats-url", nats_url]
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
-        report = json.loads(done.stdout) if done.stdout.strip() else None
-    except (subprocess.TimeoutExpired, ValueError) as e:
-        raise DemoFailed(f"whatif: {e}") from None
-    if report is None:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise DemoFailed(f"whatif: {last}")
-    s, differ = report["summary"], len(report["differences"])
+    w = whatif_process.summary(nats_url, timeout=60)
+    if "error" in w:
+        raise DemoFailed(f"whatif: {w['error']}")
     say(
-        f"  {report['events']} events decided on again: {s['reproduced']} of the "
-        f"{s['live_decisions']} decisions recorded reproduced, {differ} differ "
+        f"  {w['events']} events decided on again: {w['reproduced']} of the "
+        f"{w['recorded']} decisions recorded reproduced, {w['differences']} differ "
         f"({time.monotonic() - t:.2f}s)"
     )
-    if differ:
-        raise DemoFailed(f"whatif: {differ} decisions differ from the log's (a decider bug)")
+    if w["differences"]:
+        raise DemoFailed(
+            f"whatif: {w['differences']} decisions differ from the log's (a decider bug)"
+        )
 
 
 def using_it(api_url: str, nats_url: str, say: Say) -> None:

@@ -39,6 +39,7 @@ from typing import Any
 import httpx
 
 from bench.chaos.cluster import NODES, ChaosCluster
+from cli import whatif_process
 from client import credentials
 from ops.ports import free_port
 from ops.supervisor import interrupt
@@ -195,29 +196,6 @@ class Run:
             time.sleep(2.0)
         return done.returncode == 0, said[-600:]
 
-    def whatif(self) -> dict[str, Any]:
-        """`virtstream whatif` over the whole log the faults left: the decisions today's
-        controller decides otherwise than the log records them (none, when every failover,
-        redelivery and restart left a history the controller would write again)."""
-        done = subprocess.run(
-            [sys.executable, "-m", "cli.main", "whatif", "-o", "json", "--nats-url",
-             self.nats_url],
-            cwd=REPO, capture_output=True, timeout=300,
-        )  # fmt: skip
-        try:
-            report = json.loads(done.stdout)
-        except ValueError:
-            said = done.stderr.decode(errors="replace").strip().splitlines()
-            return {"error": said[-1] if said else f"exit {done.returncode}, no report"}
-        s = report["summary"]
-        return {
-            "events": report["events"],
-            "recorded": s["live_decisions"],
-            "reproduced": s["reproduced"],
-            "differences": len(report["differences"]),
-            "first": report["differences"][:3],
-        }
-
     def unsettled(self) -> str:
         """What keeps the cluster from settling, in a few words (for the table)."""
         st = self.state()
@@ -366,7 +344,7 @@ def chaos(
             "unacked_but_stored": len(set(final) - run.acked),
         }
         run.stop_watching()
-        result["final"]["whatif"] = run.whatif()
+        result["final"]["whatif"] = whatif_process.summary(run.nats_url)
     finally:
         c.stop()
     return result

@@ -9,14 +9,13 @@ A round, every few seconds:
 2. the ended aggregates whose terminal events lie between the old floor and the new one
    are found (at most `MOVE` a round: a longer way is several moves), and the floor is
    recorded with every one of them not yet retired (its `pending`), so a restart resumes
-   them; then those that have ended are purged from the
-   hot log up to their end. "Ended" is read from the subjects, whose last token but one
-   is the event type, so finding them reads only the terminal events between the two
-   floors: a VMI's life ends at `VMIRemoved`; a VM at `VMDeleted` once the VM is gone
-   from the views; a migration, a policy or another resource once its deletion was
-   requested and the object is gone (a migration deleted while it runs ends when it is
-   final: it waits in `pending` until then). Each check asks the views (`Views`), folded
-   past the floor.
+   them; then those that have ended are purged from the hot log up to their end.
+   "Ended" is read from the subjects, whose last token but one is the event type, so
+   finding them reads only the terminal events between the two floors: a VMI's life ends
+   at `VMIRemoved`; a VM at `VMDeleted` once the VM is gone from the views; a migration,
+   a policy or another resource once its deletion was requested and the object is gone
+   (a migration deleted while it runs ends when it is final: it waits in `pending` until
+   then). Each check asks the views (`Views`), folded past the floor.
 
 A hot log that denies purges (made before the archive) is never trimmed; one line says
 so."""
