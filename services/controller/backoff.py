@@ -1,8 +1,9 @@
 """Crash-loop backoff (KubeVirt's status.startFailure).
 
 A VMI that ends without ever reaching Running counts one start failure; the VM's next VMI
-waits `delay(n)`: n² * base plus a deterministic jitter (derived from the failed VMI's uid,
-so a replay computes the same deadline), capped at `max_delay`. Cleared once a VMI reaches
+waits `delay(n)` from the moment the failed VMI ended: n² * base plus a deterministic jitter
+(derived from the failed VMI's uid), capped at `max_delay`. Both the moment and the jitter are
+in the log, so a replay computes the same deadline whichever event it notices the failure on. Cleared once a VMI reaches
 Running, or when the strategy no longer restarts by itself (Manual, Halted)."""
 
 from __future__ import annotations
@@ -37,14 +38,19 @@ def delay(count: int, uid: str, cfg: BackoffConfig) -> float:
     return min(cfg.max_delay, base * (1 + cfg.jitter * jitter_fraction(uid)))
 
 
+def ended_at(vmi: VMIView) -> float | None:
+    """When the VMI entered its present phase (its end, for a final one)."""
+    return next((at for phase, at in reversed(vmi.transitions) if phase == vmi.phase), None)
+
+
 def failed_to_start(vmi: VMIView) -> bool:
     """Ended without ever running, and not because someone deleted it first."""
     if not vmi.final or vmi.ever_running:
         return False
     if vmi.deletion_requested_at is None:
         return True
-    ended_at = next((at for phase, at in reversed(vmi.transitions) if phase == vmi.phase), None)
-    return ended_at is not None and ended_at < vmi.deletion_requested_at
+    end = ended_at(vmi)
+    return end is not None and end < vmi.deletion_requested_at
 
 
 def blocked(vm: VMView, now: float) -> bool:
@@ -68,12 +74,13 @@ def reconcile(vm: VMView, vmi: VMIView | None, ctx: Context, cfg: BackoffConfig)
         and (sf is None or sf.last_failed_vmi_uid != vmi.uid)
     ):
         count = (sf.consecutive_fail_count if sf else 0) + 1
+        end = ended_at(vmi)
         return [
             VMStartFailed(
                 meta=emit.meta(ctx, emit.vm_aggregate(vm), f"start-failed/{vmi.uid}"),
                 consecutive_fail_count=count,
                 last_failed_vmi_uid=vmi.uid,
-                retry_after=ctx.now + delay(count, vmi.uid, cfg),
+                retry_after=(ctx.now if end is None else end) + delay(count, vmi.uid, cfg),
             )
         ]
     return []

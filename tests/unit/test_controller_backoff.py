@@ -44,6 +44,25 @@ def test_a_vmi_that_never_ran_counts_a_failure_and_delays_the_next() -> None:
     assert sf2.consecutive_fail_count == 2 and sf2.retry_after - w.now >= 40
 
 
+def test_the_deadline_counts_from_the_failed_vmis_end_whenever_it_is_noticed() -> None:
+    """A replay may notice the failure on a later event than the live controller did; both
+    must decide the same deadline."""
+    cfg = BackoffConfig(base=10.0)
+    deadlines = []
+    for late in (0.0, 7.0):
+        w = World(backoff_config=cfg)
+        w.given(w.node_joined("node1"))
+        w.run(w.vm_created())
+        failed_uid = w.vmi().uid  # type: ignore[union-attr]
+        w.run(w.launcher_started())
+        ended = w.now
+        w.given(w.domain_stopped(reason=StopReason.CRASHED))  # folded, not yet reacted to
+        w.now += late
+        sf = of(w.when(w.launcher_exited()), VMStartFailed)[0]
+        deadlines.append(sf.retry_after)
+    assert deadlines[0] == deadlines[1] == ended + delay(1, failed_uid, cfg)
+
+
 def test_backoff_is_capped() -> None:
     w = World(backoff_config=BackoffConfig(base=10.0, max_delay=30.0))
     w.given(w.node_joined("node1"))
