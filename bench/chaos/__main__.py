@@ -3,7 +3,7 @@ faults one at a time over a VM workload on a cluster of network-namespace hosts
 (bench/chaos/cluster.py), and after each one what became of the VMs: acknowledged creates
 lost, VMs run twice, and how long until every VM was Running again and `virtstream verify`
 passed. At the end, `virtstream whatif` over the whole log the faults left: how many of the
-controller's recorded decisions today's decider makes again (reported, not judged).
+controller's recorded decisions today's decider makes again (the chaos test wants all).
 
 The last row is `virtstream up` itself, the one-machine install: killed with SIGKILL while
 VMs are created, then started again on its data dir 0.5 s later, once, as systemd's

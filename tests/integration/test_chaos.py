@@ -2,8 +2,9 @@
 100-VM workload (kill -9 of the api, the active controller, a handler, a launcher, the
 NATS meta leader, a handler host's link cut past the node timeout, and `virtstream up`
 itself); after each, no acknowledged create is lost, no VM ran twice and `virtstream
-verify` passes; every VM is Running again and the final state is the fault-free one.
-Needs root and iproute2 (about two minutes)."""
+verify` passes; every VM is Running again and the final state is the fault-free one; and a
+what-if over the whole log finds every decision as it was recorded. Needs root and iproute2
+(about two minutes)."""
 
 from __future__ import annotations
 
@@ -41,4 +42,8 @@ def test_no_fault_loses_or_doubles_a_vm() -> None:
         assert row["verify"], f"{row['fault']}: verify said {row.get('verify_said')!r}"
         assert row["recovered_s"] is not None, f"{row['fault']}: {row.get('unsettled')}"
     assert result["final"]["equal_to_fault_free"], result["final"]
+    # the log the faults left replays through today's deciders as it was decided
+    whatif = result["final"]["whatif"]
+    assert "error" not in whatif and whatif["events"] > 0, whatif
+    assert whatif["differences"] == 0, whatif["first"]
     assert done.returncode == 0, done.stderr.decode()[-2000:]  # a failed row fails the run
