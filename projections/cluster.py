@@ -37,7 +37,6 @@ from projections.evolve import (
 from projections.kube_events import KIND as KUBE_EVENTS
 from projections.kube_events import KubeEvents
 from projections.views import (
-    ManifestView,
     MigrationView,
     NodeView,
     PolicyView,
@@ -104,23 +103,6 @@ class Cluster:
             vmi = self.vmis.get(k)
             if vmi is not None:
                 yield vmi
-
-    def owned(self) -> Iterator[tuple[KindToken, ManifestView]]:
-        """Every object that exists and has owner references, with its kind."""
-        tables: list[tuple[KindToken, dict[str, Any]]] = [
-            (Kind.VM, self.vms),
-            (Kind.VMI, self.vmis),
-            (Kind.MIGRATION, self.migrations),
-            *self.resources.items(),
-        ]
-        for kind, table in tables:
-            for view in table.values():
-                if view.owners and not (isinstance(view, MigrationView) and view.gone):
-                    yield kind, view
-
-    def dependents(self, uid: str) -> Iterator[tuple[KindToken, ManifestView]]:
-        """The objects an owner reference of which names `uid`."""
-        return ((k, v) for k, v in self.owned() if uid in v.owners)
 
     def active_migration(self, namespace: str, vmi_name: str) -> MigrationView | None:
         for mig in self.migrations.values():

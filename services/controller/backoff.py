@@ -3,8 +3,9 @@
 A VMI that ends without ever reaching Running counts one start failure; the VM's next VMI
 waits `delay(n)` from the moment the failed VMI ended: n² * base plus a deterministic jitter
 (derived from the failed VMI's uid), capped at `max_delay`. Both the moment and the jitter are
-in the log, so a replay computes the same deadline whichever event it notices the failure on. Cleared once a VMI reaches
-Running, or when the strategy no longer restarts by itself (Manual, Halted)."""
+in the log, so a replay computes the same deadline whichever event it notices the failure on.
+Cleared once a VMI reaches Running, or when the strategy no longer restarts by itself
+(Manual, Halted)."""
 
 from __future__ import annotations
 

@@ -53,4 +53,5 @@ class ControllerCodec:
         state.index.rebuild(state.cluster)
         state.dependents.rebuild(state.cluster)
         state.claims.rebuild(state.cluster)
+        state.ownership.rebuild(state.cluster)
         return state

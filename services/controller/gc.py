@@ -14,11 +14,12 @@ finalizers, honoured by the controller as the API server's garbage collector doe
   in it deleted, as Kubernetes' namespace controller does; once nothing is left, it goes.
 
 Each deletion is its kind's (a VMI's guest stopped first, a VM's VMI torn down); every
-decision is keyed by the uids it answers, so deciding it again appends nothing new."""
+decision is keyed by the uids it answers, so deciding it again appends nothing new. Which
+objects lost their owners, which are marked and which migrations are surplus is the
+controller's ownership index's (`ownership.py`): a pass costs what it finds, not a walk."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 from events.catalog import (
@@ -36,6 +37,7 @@ from projections import namespaces
 from projections.cluster import Cluster
 from projections.views import ManifestView, MigrationView, PolicyView, VMIView, VMView
 from services.controller import emit, run_strategy
+from services.controller.ownership import Ownership
 
 #: events after which an owner may be gone (a replica set, a pool, a snapshot, a policy),
 #: or a finalizer or an owner reference changed: the collector looks at once. A tick
@@ -45,57 +47,14 @@ TRIGGERS = (ResourceDeleted, PolicyDeleted, MetadataChanged)
 FOREGROUND, ORPHAN = "foregroundDeletion", "orphan"
 
 
-def _tables(cluster: Cluster) -> Iterator[tuple[KindToken, dict[str, Any]]]:
-    yield Kind.VM, cluster.vms
-    yield Kind.VMI, cluster.vmis
-    yield Kind.MIGRATION, cluster.migrations
-    yield Kind.POLICY, cluster.policies
-    yield from cluster.resources.items()
-
-
-def _views(cluster: Cluster) -> Iterator[tuple[KindToken, Any]]:
-    for kind, table in _tables(cluster):
-        for view in table.values():
-            if not (isinstance(view, MigrationView) and view.gone):
-                yield kind, view
-
-
-def live_uids(cluster: Cluster) -> set[str]:
-    """The uids of every object that exists (a finished, deleted migration does not)."""
-    return {v.uid for _, v in _views(cluster) if getattr(v, "uid", "")}
-
-
-#: KubeVirt's migration controller keeps a VMI's newest five finalized migrations and
-#: deletes the older ones (defaultFinalizedMigrationGarbageCollectionBuffer): a VMI that
-#: migrates every night does not keep a year of migration objects
-FINALIZED_MIGRATIONS_KEPT = 5
-
-
-def finalized_surplus(cluster: Cluster) -> list[MigrationView]:
-    """Each VMI's finalized, undeleted migrations beyond its newest five, oldest first."""
-    by_vmi: dict[tuple[str, str], list[MigrationView]] = {}
-    for mig in cluster.migrations.values():
-        if mig.final and not mig.deleted:
-            by_vmi.setdefault((mig.namespace, mig.vmi_name), []).append(mig)
-    out: list[MigrationView] = []
-    for migs in by_vmi.values():
-        if len(migs) > FINALIZED_MIGRATIONS_KEPT:
-            migs.sort(key=lambda m: (m.created_at, m.name))
-            out += migs[:-FINALIZED_MIGRATIONS_KEPT]
-    return out
-
-
-def collect(cluster: Cluster, ctx: Context) -> list[Event]:
-    live = live_uids(cluster)
+def collect(cluster: Cluster, own: Ownership, ctx: Context) -> list[Event]:
     out: list[Event] = []
-    for kind, view in cluster.owned():
-        if not any(u in live for u in view.owners):
-            out += _delete(kind, view, ctx)
-    for mig in finalized_surplus(cluster):
+    for kind, k in sorted(own.orphans):
+        out += _delete(kind, cluster.table(kind)[k], ctx)
+    for mig in own.finalized_surplus(cluster):
         out += _delete(Kind.MIGRATION, mig, ctx)
-    for kind, view in _views(cluster):
-        if view.marked:
-            out += _finalize(cluster, kind, view, ctx)
+    for kind, k in sorted(own.marked):
+        out += _finalize(cluster, own, kind, cluster.table(kind)[k], ctx)
     return out
 
 
@@ -188,19 +147,25 @@ def _emptied(cluster: Cluster, namespace: str, ctx: Context) -> list[Event] | No
     return out
 
 
-def _finalize(cluster: Cluster, kind: KindToken, view: Any, ctx: Context) -> list[Event]:
+def _dependents(cluster: Cluster, own: Ownership, uid: str) -> list[tuple[KindToken, Any]]:
+    return [(kind, cluster.table(kind)[k]) for kind, k in own.dependents(uid)]
+
+
+def _finalize(
+    cluster: Cluster, own: Ownership, kind: KindToken, view: Any, ctx: Context
+) -> list[Event]:
     if kind == namespaces.KIND:
         emptied = _emptied(cluster, view.name, ctx)
         if emptied is not None:
             return emptied
     fins = view.finalizers
     if ORPHAN in fins:
-        deps = list(cluster.dependents(view.uid))
+        deps = _dependents(cluster, own, view.uid)
         if deps:
             return [_orphan(k, d, view.uid, ctx) for k, d in deps]
         return [_without(kind, view, ORPHAN, ctx)]
     if FOREGROUND in fins:
-        deps = list(cluster.dependents(view.uid))
+        deps = _dependents(cluster, own, view.uid)
         if deps:
             return [ev for k, d in deps for ev in _delete(k, d, ctx)]
         return [_without(kind, view, FOREGROUND, ctx)]

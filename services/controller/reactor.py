@@ -179,8 +179,8 @@ class ControllerReactor:
         check_nodes: bool,
         collect: bool,
     ) -> list[Decision]:
-        """`collect`: run the garbage collector (it looks at every object: on a tick, and
-        after an event that may have left dependents without their owner)."""
+        """`collect`: run the garbage collector (on a tick, and after an event that may
+        have left dependents without their owner)."""
         c = state.cluster
         out: list[Event] = []
         sets: list[Decision] = []
@@ -208,7 +208,7 @@ class ControllerReactor:
         if scope.owned is None or scope.owned:  # (most events concern none of these)
             sets += self._owned_sets(c, scope, ctx)
         if collect:
-            out += gc.collect(c, ctx)
+            out += gc.collect(c, state.ownership, ctx)
         # the migrations and the pending VMIs are the index's: none, nothing to look at
         reserved = scheduler.Reserved() if state.index.active_migrations else None
         if reserved is not None:

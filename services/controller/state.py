@@ -47,6 +47,7 @@ from projections.cluster import Cluster, key, view_key
 from projections.views import MigrationView, VMIView, VMView
 from services.controller.claim_index import ClaimIndex
 from services.controller.dependents import Dependents
+from services.controller.ownership import Ownership
 from services.controller.placement_index import PlacementIndex
 
 
@@ -74,6 +75,8 @@ class ControllerState:
     dependents: Dependents = field(default_factory=Dependents)
     # which live VMIs name which claims (a claim's protection, a VMI's claims)
     claims: ClaimIndex = field(default_factory=ClaimIndex)
+    # what the garbage collector looks for: owners gone, deletions begun, surplus migrations
+    ownership: Ownership = field(default_factory=Ownership)
 
 
 def evolve(state: ControllerState, s: Stored) -> ControllerState:
@@ -134,6 +137,7 @@ def evolve(state: ControllerState, s: Stored) -> ControllerState:
     state.index.touched(state.cluster, touched)
     state.dependents.touched(state.cluster, touched)
     state.claims.touched(state.cluster, touched)
+    state.ownership.touched(state.cluster, touched)
     for kind, view in before:
         if view is not None:
             _forget_ended(state, kind, k, view)

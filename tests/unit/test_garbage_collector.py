@@ -31,6 +31,7 @@ from events.meta import Kind, ResourceKind
 from kinds.registry import REGISTRY
 from projections.cluster import Cluster
 from services.controller import gc
+from services.controller.ownership import Ownership
 from tests.factories import meta
 from tests.unit.test_controller_world import World
 from tests.unit.test_replicas import pool_manifest, rs_manifest, rs_vmis, world
@@ -73,12 +74,13 @@ def test_an_object_with_a_live_owner_or_no_owner_uid_stays() -> None:
     w.run(ResourceCreated(meta=meta(ResourceKind.VMIRS, "web"), manifest=rs_manifest(1)))
     c = w.state.cluster
     (vmi,) = c.vmis.values()
-    assert vmi.owners == ["rs-uid"] and "rs-uid" in gc.live_uids(c)
-    assert gc.collect(c, ctx(w)) == []
+    own = w.state.ownership
+    assert vmi.owners == ["rs-uid"] and own.live("rs-uid")
+    assert gc.collect(c, own, ctx(w)) == []
     # a reference without a uid names no owner
     refs = [{"apiVersion": "v1", "kind": "Thing", "name": "x"}]
     w.given(MetadataChanged(meta=meta(Kind.VMI, vmi.name), metadata={"ownerReferences": refs}))
-    assert gc.collect(c, ctx(w)) == []
+    assert gc.collect(c, own, ctx(w)) == []
 
 
 def _delete(w: World, kind: str, name: str, policy: str = "Background") -> list[Event]:
@@ -176,7 +178,9 @@ def test_a_vmis_finalized_migrations_beyond_its_newest_five_are_deleted() -> Non
         cluster.migrations[f"{mig.namespace}/{mig.name}"] = mig
     running = msgspec.structs.replace(done, name="m8", uid="u8", phase="Running")
     cluster.migrations[f"{running.namespace}/m8"] = running
-    assert [m.name for m in gc.finalized_surplus(cluster)] == ["m0", "m1"]
-    events = gc.collect(cluster, Context("virt-controller", "", 0.0, None))
+    own = Ownership()
+    own.rebuild(cluster)
+    assert [m.name for m in own.finalized_surplus(cluster)] == ["m0", "m1"]
+    events = gc.collect(cluster, own, Context("virt-controller", "", 0.0, None))
     deletions = [e for e in events if isinstance(e, MigrationAbortRequested)]
     assert sorted(e.meta.aggregate.name for e in deletions) == ["m0", "m1"]
