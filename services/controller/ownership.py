@@ -17,7 +17,7 @@ from typing import Any
 
 from events.meta import Kind, KindToken
 from projections.cluster import Cluster, Touched
-from projections.views import ManifestView, MigrationView
+from projections.views import ManifestView, MigrationView, VMIView, VMView
 
 Ref = tuple[KindToken, str]  # (kind, table key)
 #: KubeVirt's migration controller keeps a VMI's newest five finalized migrations and
@@ -47,8 +47,18 @@ class Ownership:
     # ------------------------------------------------------------------ upkeep
     def touched(self, cluster: Cluster, touched: Iterable[Touched]) -> None:
         for kind, k in touched:
-            if kind != Kind.NODE:
-                self._object(kind, k, cluster.table(kind).get(k))
+            if kind == Kind.NODE:
+                continue
+            view = cluster.table(kind).get(k)
+            old = self._seen.get((kind, k))
+            if (
+                old is not None
+                and isinstance(view, VMIView | VMView)
+                and old[1] is view.manifest_json
+                and old[0] == view.uid
+            ):
+                continue  # (most events) the same object, its metadata unchanged
+            self._object(kind, k, view)
 
     def rebuild(self, cluster: Cluster) -> None:
         self.__init__()  # type: ignore[misc]
