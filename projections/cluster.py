@@ -68,6 +68,13 @@ class Cluster:
         # without events of its own, each table begun by its first event (or lookup)
         self.resources: defaultdict[KindToken, dict[str, ResourceView]] = defaultdict(dict)
         self.vmis_by_node: dict[str, set[str]] = {}
+        self._own_tables: dict[KindToken, dict[str, Any]] = {
+            Kind.VM: self.vms,
+            Kind.VMI: self.vmis,
+            Kind.MIGRATION: self.migrations,
+            Kind.NODE: self.nodes,
+            Kind.POLICY: self.policies,
+        }  # (`table`'s lookup, on every event)
         self.last_seq = 0
         # Kubernetes' Events derived from the log (projections/kube_events.py): folded by
         # the api's read side, not by the controller, whose decisions never read them
@@ -76,6 +83,9 @@ class Cluster:
     # ------------------------------------------------------------------ queries
     def table(self, kind: KindToken) -> dict[str, Any]:
         """The views of one kind, by key."""
+        own = self._own_tables.get(kind)
+        if own is not None:
+            return own
         if kind == KUBE_EVENTS:
             return self.kube_events.table if self.kube_events is not None else {}
         match own_kind(kind):

@@ -74,8 +74,12 @@ def cluster_of(v: Views) -> Cluster:
     """A cluster holding the views, with its derived index."""
     c = Cluster()
     c.last_seq = v.last_seq
-    c.vms, c.vmis, c.migrations = dict(v.vms), dict(v.vmis), dict(v.migrations)
-    c.nodes, c.policies = dict(v.nodes), dict(v.policies)
+    # filled in place: the cluster's kind → table lookup holds these dicts
+    c.vms.update(v.vms)
+    c.vmis.update(v.vmis)
+    c.migrations.update(v.migrations)
+    c.nodes.update(v.nodes)
+    c.policies.update(v.policies)
     c.resources.update({k: dict(t) for k, t in v.resources.items()})
     if v.kube_events is not None:
         c.kube_events = KubeEvents.of(v.kube_events)

@@ -131,6 +131,8 @@ class Dependents:
         elif agg.kind == Kind.NODE:
             for ns in {vmi.namespace for vmi in cluster.vmis_on(agg.name)}:
                 out |= self._sets.get(ns, set())
+        if k not in self._by_name:
+            return out  # (most events) nothing names it
         frontier = {k}
         seen: set[str] = set()
         for _ in range(DEPTH):

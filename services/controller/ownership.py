@@ -17,7 +17,7 @@ from typing import Any
 
 from events.meta import Kind, KindToken
 from projections.cluster import Cluster, Touched
-from projections.views import ManifestView, MigrationView, VMIView, VMView
+from projections.views import ManifestView, MigrationView
 
 Ref = tuple[KindToken, str]  # (kind, table key)
 #: KubeVirt's migration controller keeps a VMI's newest five finalized migrations and
@@ -52,13 +52,16 @@ class Ownership:
             view = cluster.table(kind).get(k)
             old = self._seen.get((kind, k))
             if (
-                old is not None
-                and isinstance(view, VMIView | VMView)
-                and old[1] is view.manifest_json
-                and old[0] == view.uid
+                old is None
+                or view is None
+                or old[1] is not view.manifest_json
+                or old[0] != view.uid
             ):
-                continue  # (most events) the same object, its metadata unchanged
-            self._object(kind, k, view)
+                self._object(kind, k, view)
+            elif isinstance(view, MigrationView):  # its metadata unchanged, its phase may be
+                if view.gone or (view.final and not view.deleted) != (k in self._counted):
+                    self._object(kind, k, view)
+            # else (most events): the same object, its metadata unchanged
 
     def rebuild(self, cluster: Cluster) -> None:
         self.__init__()  # type: ignore[misc]
