@@ -58,9 +58,10 @@ class Ownership:
                 or old[0] != view.uid
             ):
                 self._object(kind, k, view)
-            elif isinstance(view, MigrationView):  # its metadata unchanged, its phase may be
-                if view.gone or (view.final and not view.deleted) != (k in self._counted):
-                    self._object(kind, k, view)
+            elif isinstance(view, MigrationView) and (
+                view.gone or (view.final and not view.deleted) != (k in self._counted)
+            ):
+                self._object(kind, k, view)  # its metadata unchanged, not its phase
             # else (most events): the same object, its metadata unchanged
 
     def rebuild(self, cluster: Cluster) -> None:
