@@ -40,7 +40,7 @@ from events.catalog import Event
 from events.codec import decode, encode, event_type
 from events.envelope import Appended, Stored
 from events.meta import Aggregate
-from eventstore import archive, checkpoints, direct, nats_headers, records
+from eventstore import archive, checkpoints, direct, nats_headers, push, records
 from eventstore.index import Index
 from eventstore.kv import JsBucket, find_bucket, make_bucket
 from eventstore.nats_errors import translated
@@ -572,7 +572,7 @@ class JetStreamStore:
                     return
             while True:
                 try:
-                    msg = await sub.next_msg(timeout=None if follow else 5.0)
+                    msg = await push.next_msg(sub, None if follow else 5.0)
                 except TimeoutError:
                     if follow:
                         continue
