@@ -12,11 +12,14 @@ wakes. A subscription of another shape (nats-py's internals moved) always goes t
 
 from __future__ import annotations
 
+from typing import Any
+
 from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
 
 
-def _queued(sub: JetStreamContext.PushSubscription) -> Msg | None:
+def _queued(sub: JetStreamContext.PushSubscription) -> tuple[Msg, Any] | None:
+    """The message at the head of the queue and the subscription's JetStream state."""
     inner = getattr(sub, "_sub", None)
     queue = getattr(inner, "_pending_queue", None)
     jsi = getattr(inner, "_jsi", None)
@@ -25,15 +28,15 @@ def _queued(sub: JetStreamContext.PushSubscription) -> Msg | None:
     msg: Msg = queue.get_nowait()
     queue.task_done()
     inner._pending_size -= len(msg.data)  # type: ignore[union-attr]
-    return msg
+    return msg, jsi
 
 
 async def next_msg(sub: JetStreamContext.PushSubscription, timeout: float | None) -> Msg:
     """The subscription's next message: `sub.next_msg(timeout)`, cheaper when one waits."""
-    msg = _queued(sub)
-    if msg is None:
+    queued = _queued(sub)
+    if queued is None:
         return await sub.next_msg(timeout)
-    jsi = sub._sub._jsi
+    msg, jsi = queued
     jsi._active = True
     if jsi.get_js_delivered() >= jsi._fciseq and jsi._fcr:
         # the queue is empty: the server may send more (as `next_msg` would answer)
