@@ -40,7 +40,7 @@ from events.catalog import Event
 from events.codec import decode, encode, event_type
 from events.envelope import Appended, Stored
 from events.meta import Aggregate
-from eventstore import archive, checkpoints, direct, nats_headers, push, records
+from eventstore import archive, checkpoints, direct, nats_headers, push, records, reply
 from eventstore.index import Index
 from eventstore.kv import JsBucket, find_bucket, make_bucket
 from eventstore.nats_errors import translated
@@ -61,11 +61,10 @@ IDLE_HEARTBEAT = 2.0
 
 
 def _record(msg: Msg) -> Record:
-    md = msg.metadata
-    ts = md.timestamp.timestamp() if md.timestamp else 0.0
+    at = reply.position(msg)
     again = (msg.headers or {}).get(REDELIVERY_HEADER, "")
     redelivery_of = int(again) if again.isdigit() else 0
-    return Record(int(md.sequence.stream), msg.subject, msg.data, md.num_pending, ts, redelivery_of)
+    return Record(at.seq, msg.subject, msg.data, at.pending, at.time, redelivery_of)
 
 
 def _stored(msg: Msg) -> Stored:
@@ -455,7 +454,7 @@ class JetStreamStore:
                         self._narrow_msgs(self.archive, wide[0], start_seq or 1, until_seq)
                     ) as old:
                         async for msg in old:
-                            last = int(msg.metadata.sequence.stream)
+                            last = reply.position(msg).seq
                             if keep is None or keep(msg):
                                 yield msg
                     held = int((await holds).state.last_seq)
@@ -479,7 +478,7 @@ class JetStreamStore:
                     )
                 ) as old:
                     async for msg in old:
-                        last = int(msg.metadata.sequence.stream)
+                        last = reply.position(msg).seq
                         if keep is None or keep(msg):
                             yield msg
                 if until_seq is not None and until_seq <= held:
@@ -577,11 +576,11 @@ class JetStreamStore:
                     if follow:
                         continue
                     raise
-                seq = msg.metadata.sequence.stream
+                seq, pending, _ = reply.position(msg)
                 if until_seq is not None and seq > until_seq:
                     return
                 yield msg
-                if not follow and (msg.metadata.num_pending == 0 or seq == until_seq):
+                if not follow and (pending == 0 or seq == until_seq):
                     return
         finally:
             # a generator closed after its connection (a caller's early exit) has nothing left

@@ -1,6 +1,7 @@
 """Reading an ordered push consumer through `eventstore/push.py` on a real nats-server:
 every message in order, and a reader slower than the server still bounded by the server's
-flow control (the queue in the client does not grow to the whole stream)."""
+flow control (the queue in the client does not grow to the whole stream); each message's
+place read from its reply subject as nats-py's metadata has it."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 from nats.aio.client import Client as NATS
 from nats.js.api import ConsumerConfig, DeliverPolicy
 
-from eventstore import push
+from eventstore import push, reply
 from tests.conftest import unique
 
 MESSAGES = 20_000
@@ -47,7 +48,10 @@ async def test_a_slow_reader_gets_every_message_in_order_with_a_bounded_queue(
     try:
         while len(seqs) < MESSAGES:
             msg = await push.next_msg(sub, 10.0)
-            seqs.append(msg.metadata.sequence.stream)
+            at, md = reply.position(msg), msg.metadata  # ours, and nats-py's
+            assert (at.seq, at.pending) == (md.sequence.stream, md.num_pending)
+            assert at.time == md.timestamp.timestamp()
+            seqs.append(at.seq)
             most_queued = max(most_queued, sub.pending_msgs)
             if len(seqs) % 500 == 0:
                 # a fold slower than the server (CPU, not awaiting): the server runs ahead
