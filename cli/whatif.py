@@ -5,7 +5,6 @@ user); appends nothing."""
 
 from __future__ import annotations
 
-import itertools
 import os
 import time
 from collections.abc import Callable
@@ -19,18 +18,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.debug import POINT_HELP, NatsUrl, StreamName, _console, _fail, _json_line, _point, _run
-from core import intents
-from core.context import RequestContext
 from core.errors import ApiError
 from events.catalog import Event
 from events.codec import event_type
 from events.envelope import Stored
 from eventstore.jetstream import JetStreamStore
-from kinds.registry import REGISTRY
-from projections.cluster import Cluster
 from services.controller import decider_spec, scheduler
 from services.controller.reactor import ControllerReactor
 from services.controller.whatif import Decider, Report, WhatIf, scheduler_change
+from services.whatif import changes
 from services.whatif import replay as whatif_replay
 
 
@@ -43,39 +39,15 @@ def load_decider(spec: str) -> Decider:
 
 
 def policy_prelude(path: Path) -> Callable[[Any, Stored], list[Event]]:
-    """`--migration-policy FILE`: the MigrationPolicy in FILE, created (or, when the
-    cluster has one of its name then, updated) as the window begins, through the kind's
-    own admission; refused at once, in the api's words, when the api would refuse it."""
+    """`--migration-policy FILE`: the MigrationPolicy in FILE, put in place as the window
+    begins (`services/whatif/changes.py`); refused at once, in the api's words, when the
+    api would refuse it."""
     try:
-        manifest = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as e:
+        return changes.migration_policy(yaml.safe_load(path.read_text()))
+    except (OSError, yaml.YAMLError, changes.NotAPolicy) as e:
         raise _fail(f"--migration-policy {path}: {e}") from None
-    if not isinstance(manifest, dict) or manifest.get("kind") != "MigrationPolicy":
-        raise _fail(f"--migration-policy {path}: not a MigrationPolicy manifest")
-    spec = REGISTRY.resource("migrationpolicies")
-
-    def decided(cluster: Cluster, now: float) -> list[Event]:
-        ids = itertools.count(1)
-        ctx = RequestContext(
-            now=now,
-            correlation_id="whatif",
-            new_id=lambda: f"{next(ids):032x}",
-            suffix=lambda: "whatif",
-        )
-        name = str((manifest.get("metadata") or {}).get("name") or "")
-        if spec.key("", name) in spec.table(cluster):
-            outcome = intents.update(
-                cluster, spec, "", name, manifest, ctx, updatable=(spec.plural,)
-            )
-        else:
-            outcome = intents.create(cluster, spec, "", manifest, ctx)
-        return [a.event for a in outcome.appends]
-
-    try:
-        decided(Cluster(), 0.0)  # the api's refusal now, not mid-replay
     except ApiError as e:
         raise _fail(f"--migration-policy {path}: {e.status.message}") from None
-    return lambda state, at: decided(state.cluster, at.time)
 
 
 async def _window(store: JetStreamStore, since: str, until: str) -> tuple[int, int | None]:

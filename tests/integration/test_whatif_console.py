@@ -97,3 +97,70 @@ def test_the_console_shows_the_cluster_and_a_vms_what_if(up: RunningUp) -> None:
         mine = page.locator("table.differences tbody tr")
         expect(mine).to_have_count(1)
         expect(mine.locator("td.whatif")).to_contain_text("PodScheduled on node-1")
+
+
+MIGRATIONS = "/apis/kubevirt.io/v1/namespaces/default/virtualmachineinstancemigrations"
+SLOW = {
+    "apiVersion": "migrations.kubevirt.io/v1alpha1",
+    "kind": "MigrationPolicy",
+    "metadata": {"name": "slow"},
+    "spec": {"bandwidthPerMigration": "1Mi"},
+}
+
+
+def review(policy: dict[str, Any], **change: str) -> dict[str, Any]:
+    spec = {"migrationPolicy": policy, **change}
+    return {"apiVersion": "debug.virtstream.io/v1alpha1", "kind": "WhatIf", "spec": spec}
+
+
+def test_a_migration_policy_reports_the_migrations_it_would_have_set_otherwise(
+    up: RunningUp,
+) -> None:
+    """(Last: its migration moves a VMI, which the placement tests above compare.) The
+    policy is put in place as the log begins: the migration that ran without one would have
+    been scheduled with its settings; one the api would refuse is refused in its words, and
+    two changes at once are one too many. The console asks the same from a VM's tab."""
+    mig = {
+        "apiVersion": "kubevirt.io/v1",
+        "kind": "VirtualMachineInstanceMigration",
+        "metadata": {"name": "wi-mig", "namespace": "default"},
+        "spec": {"vmiName": NAMES[0]},
+    }
+    up.http.post(MIGRATIONS, json=mig).raise_for_status()
+    until(lambda: status_of(up.http, f"{MIGRATIONS}/wi-mig").get("phase") == "Succeeded", 90)
+    r = up.http.post(WHATIF, json=review(SLOW), timeout=120)
+    assert r.status_code == 200, r.text
+    doc = r.json()
+    assert doc["kind"] == "WhatIf" and doc["spec"]["migrationPolicy"] == SLOW
+    status = doc["status"]
+    assert status["summary"]["change"] == "migration policy slow"
+    mine = [d for d in status["differences"] if d["aggregate"] == "migration/default/wi-mig"]
+    assert [(d["live"]["type"], d["live"]["fields"]) for d in mine] == [
+        ("MigrationScheduled", ["settings"])
+    ]
+    bad = up.http.post(WHATIF, json=review({**SLOW, "metadata": {"name": "Not-A-Name"}}))
+    assert bad.status_code == 422, bad.text
+    assert bad.json()["kind"] == "Status" and "Not-A-Name" in bad.json()["message"]
+    both = up.http.post(WHATIF, json=review(SLOW, schedulerPolicy="pack"))
+    assert both.status_code == 400 and "one change at a time" in both.json()["message"]
+    other = up.http.post(WHATIF, json=review({"kind": "VirtualMachine"}))
+    assert other.status_code == 400 and "not a MigrationPolicy" in other.json()["message"]
+
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    from playwright.sync_api import expect
+
+    token = (up.data_dir / "credentials" / "admin-token").read_text().strip()
+    with chromium() as browser:
+        browser.set_default_timeout(60_000)
+        page = browser.new_page()
+        page.goto(f"{up.url}/ui/#token={token}")
+        page.goto(f"{up.url}/ui/vms/default/{NAMES[0]}?tab=whatif")
+        text = "kind: MigrationPolicy\nmetadata: {name: slow}\nspec: {bandwidthPerMigration: 1Mi}\n"
+        page.fill("#whatif-migration-policy", text)
+        page.get_by_role("button", name="What if?").click()
+        expect(page.locator("#whatif-summary")).to_contain_text("change: migration policy slow")
+        row = page.locator('table.differences tr[data-aggregate="migration/default/wi-mig"]')
+        expect(row.locator("td.live")).to_contain_text("MigrationScheduled")
+        expect(row.locator("td.live")).to_contain_text("settings differ")

@@ -1,15 +1,28 @@
 // What-if: the log replayed through the controller's decider with a scheduler change
 // (`GET /apis/debug.virtstream.io/v1alpha1/whatif`, which runs `virtstream whatif`'s
-// replay), each decision that differs from the one the log records. The cluster's page
+// replay) or a MigrationPolicy put in place as the log begins (a `POST` of a WhatIf whose
+// spec holds it), each decision that differs from the one the log records. The cluster's page
 // (`/ui/whatif`) shows the summary; a VM's page shows what concerns its VMI and migrations.
 
-import { getJSON, url } from './api.js';
+import { load } from '../vendor/js-yaml/js-yaml.mjs';
+import { ApiError, getJSON, url } from './api.js';
 import { clear, h, link } from './dom.js';
 
 const PATH = '/apis/debug.virtstream.io/v1alpha1/whatif';
 
-export function fetchWhatIf(policy, weights) {
-  return getJSON(url(PATH, { schedulerPolicy: policy, schedulerWeights: weights }));
+// `change`: { policy, weights } (a scheduler change) or { migrationPolicy } (YAML or JSON)
+export function fetchWhatIf(change) {
+  if (!change.migrationPolicy) {
+    return getJSON(url(PATH, { schedulerPolicy: change.policy, schedulerWeights: change.weights }));
+  }
+  let manifest;
+  try {
+    manifest = load(change.migrationPolicy);
+  } catch (e) {
+    return Promise.reject(new ApiError(400, { message: `the migration policy is not YAML: ${e.message}`, reason: 'BadRequest' }));
+  }
+  const body = { apiVersion: 'debug.virtstream.io/v1alpha1', kind: 'WhatIf', spec: { migrationPolicy: manifest } };
+  return getJSON(PATH, { method: 'POST', body });
 }
 
 function side(s) {
@@ -32,25 +45,34 @@ export function differencesTable(differences) {
       h('td', { class: 'live' }, side(d.live)), h('td', { class: 'whatif' }, side(d.whatif))))));
 }
 
-// the change's inputs and a Run button; `onRun(policy, weights)` when pressed
+// the change's inputs and a Run button; `onRun(change)` when pressed (`fetchWhatIf`'s)
 export function whatIfForm(onRun) {
   const policy = h('select', { name: 'policy', id: 'whatif-policy' },
     h('option', { value: 'pack' }, 'pack (the most allocated node)'),
     h('option', { value: 'spread' }, 'spread (the least allocated node: today\'s)'));
   const weights = h('input', { name: 'weights', id: 'whatif-weights', placeholder: 'cpu=1,memory=1 (optional)' });
+  const migration = h('textarea', {
+    name: 'migration-policy', id: 'whatif-migration-policy', rows: '4', spellcheck: 'false',
+    placeholder: 'or a MigrationPolicy (YAML), in place from the log\'s start, instead of the scheduler change',
+  });
   const form = h('form', { class: 'whatif-form' },
     h('label', { for: 'whatif-policy' }, 'Scheduler policy '), policy, ' ',
     h('label', { for: 'whatif-weights' }, 'weights '), weights, ' ',
-    h('button', { type: 'submit', class: 'primary' }, 'What if?'));
-  form.addEventListener('submit', (ev) => { ev.preventDefault(); onRun(policy.value, weights.value.trim()); });
+    h('button', { type: 'submit', class: 'primary' }, 'What if?'),
+    h('div', {}, h('label', { for: 'whatif-migration-policy' }, 'Migration policy'), migration));
+  form.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const text = migration.value.trim();
+    onRun(text ? { migrationPolicy: text } : { policy: policy.value, weights: weights.value.trim() });
+  });
   return form;
 }
 
 // runs the replay and hands its document to `show`, saying so while it runs
-export async function run(out, policy, weights, show) {
+export async function run(out, change, show) {
   clear(out).append(h('p', { class: 'muted', id: 'whatif-running' }, 'Replaying the log through the changed decider…'));
   try {
-    show(await fetchWhatIf(policy, weights));
+    show(await fetchWhatIf(change));
   } catch (e) {
     clear(out).append(h('p', { class: 'error', role: 'alert' }, e.line || String(e)));
   }
@@ -79,8 +101,8 @@ export function whatIfPage() {
       st.summary.first_divergence ? h('p', {}, `First divergence at event ${st.summary.first_divergence.cause} (${st.summary.first_divergence.aggregate})`) : '');
   };
   const el = h('div', { class: 'page whatif' }, h('h2', {}, 'What-if'),
-    h('p', { class: 'muted' }, 'The cluster\'s whole retained log, replayed through the controller with a scheduler change: each decision that would have differed. Nothing is appended.'),
-    whatIfForm((p, w) => run(out, p, w, show)), out);
+    h('p', { class: 'muted' }, 'The cluster\'s whole retained log, replayed through the controller with a scheduler change or a migration policy: each decision that would have differed. Nothing is appended.'),
+    whatIfForm((change) => run(out, change, show)), out);
   return { el, stop() {} };
 }
 
@@ -95,6 +117,6 @@ export function whatIfTab(ns, name, migrationNames) {
         : h('p', { class: 'none' }, 'The change would have scheduled and migrated this VM as the live controller did.'));
   };
   return h('div', { class: 'whatif-tab' },
-    h('p', { class: 'muted' }, 'What the scheduler change would have done with this VM\'s scheduling and migrations, on the cluster as it was.'),
-    whatIfForm((p, w) => run(out, p, w, show)), out);
+    h('p', { class: 'muted' }, 'What a scheduler change or a migration policy would have done with this VM\'s scheduling and migrations, on the cluster as it was.'),
+    whatIfForm((change) => run(out, change, show)), out);
 }
