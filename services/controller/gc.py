@@ -42,7 +42,7 @@ from services.controller.ownership import Ownership
 #: events after which an owner may be gone (a replica set, a pool, a snapshot, a policy),
 #: or a finalizer or an owner reference changed: the collector looks at once. A tick
 #: (about a second) looks anyway: a VM's or a VMI's removal, frequent and rarely an
-#: owner's, waits for it rather than scanning every object each time
+#: owner's, waits for it rather than revisit, on each event, every orphan still going
 TRIGGERS = (ResourceDeleted, PolicyDeleted, MetadataChanged)
 FOREGROUND, ORPHAN = "foregroundDeletion", "orphan"
 
