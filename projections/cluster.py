@@ -104,6 +104,17 @@ class Cluster:
             case never:
                 assert_never(never)
 
+    def object_tables(self) -> list[tuple[KindToken, dict[str, Any]]]:
+        """Every kind's table but the nodes' (the handlers' own, in no namespace and named
+        by no owner reference)."""
+        return [
+            (Kind.VM, self.vms),
+            (Kind.VMI, self.vmis),
+            (Kind.MIGRATION, self.migrations),
+            (Kind.POLICY, self.policies),
+            *self.resources.items(),
+        ]
+
     def vmi_of_vm(self, vm: VMView) -> VMIView | None:
         vmi = self.vmis.get(key(vm.namespace, vm.name))
         return vmi if vmi and vmi.owner_vm_uid == vm.uid else None

@@ -33,12 +33,7 @@ def phase(view: ResourceView) -> str:
 
 def _tables(cluster: Cluster) -> list[tuple[KindToken, dict[str, Any]]]:
     """The namespaced kinds' views (a cluster-scoped generic kind's namespace is none)."""
-    return [
-        (Kind.VM, cluster.vms),
-        (Kind.VMI, cluster.vmis),
-        (Kind.MIGRATION, cluster.migrations),
-        *((k, t) for k, t in cluster.resources.items() if k != KIND),
-    ]
+    return [(k, t) for k, t in cluster.object_tables() if k not in (Kind.POLICY, KIND)]
 
 
 def contents(cluster: Cluster, name: str) -> Iterator[tuple[KindToken, Any]]:

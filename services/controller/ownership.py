@@ -66,14 +66,7 @@ class Ownership:
 
     def rebuild(self, cluster: Cluster) -> None:
         self.__init__()  # type: ignore[misc]
-        tables: list[tuple[KindToken, dict[str, Any]]] = [
-            (Kind.VM, cluster.vms),
-            (Kind.VMI, cluster.vmis),
-            (Kind.MIGRATION, cluster.migrations),
-            (Kind.POLICY, cluster.policies),
-            *cluster.resources.items(),
-        ]
-        for kind, table in tables:
+        for kind, table in cluster.object_tables():
             for k, view in table.items():
                 self._object(kind, k, view)
 

@@ -28,16 +28,9 @@ from tests.unit.test_replicas import pool_manifest, rs_manifest
 
 
 def _views(c: Cluster) -> list[tuple[KindToken, str, Any]]:
-    tables: list[tuple[KindToken, dict[str, Any]]] = [
-        (Kind.VM, c.vms),
-        (Kind.VMI, c.vmis),
-        (Kind.MIGRATION, c.migrations),
-        (Kind.POLICY, c.policies),
-        *c.resources.items(),
-    ]
     return [
         (kind, k, v)
-        for kind, table in tables
+        for kind, table in c.object_tables()
         for k, v in table.items()
         if not (isinstance(v, MigrationView) and v.gone)
     ]
