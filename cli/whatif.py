@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +18,7 @@ from rich.table import Table
 
 from cli.debug import POINT_HELP, NatsUrl, StreamName, _console, _fail, _json_line, _point, _run
 from core.errors import ApiError
-from events.catalog import Event
 from events.codec import event_type
-from events.envelope import Stored
 from eventstore.jetstream import JetStreamStore
 from services.controller import decider_spec, scheduler
 from services.controller.reactor import ControllerReactor
@@ -38,7 +35,7 @@ def load_decider(spec: str) -> Decider:
         raise _fail(f"--decider {e}") from None
 
 
-def policy_prelude(path: Path) -> Callable[[Any, Stored], list[Event]]:
+def policy_prelude(path: Path) -> changes.Prelude:
     """`--migration-policy FILE`: the MigrationPolicy in FILE, put in place as the window
     begins (`services/whatif/changes.py`); refused at once, in the api's words, when the
     api would refuse it."""
@@ -69,7 +66,7 @@ async def run_whatif(
     since: str,
     until: str,
     change: str,
-    prelude: Callable[[Any, Stored], list[Event]] | None = None,
+    prelude: changes.Prelude | None = None,
 ) -> tuple[Report, dict[str, Any] | None]:
     """Fold the whole log once (the archive included), decide on each event of the window;
     the live decisions of the window's causes are read to the log's end."""
