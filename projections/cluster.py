@@ -74,7 +74,7 @@ class Cluster:
             Kind.MIGRATION: self.migrations,
             Kind.NODE: self.nodes,
             Kind.POLICY: self.policies,
-        }  # (`table`'s lookup, on every event)
+        }  # (`table`'s lookup, on every event; never reassigned: `views_codec` fills them)
         self.last_seq = 0
         # Kubernetes' Events derived from the log (projections/kube_events.py): folded by
         # the api's read side, not by the controller, whose decisions never read them
@@ -107,13 +107,8 @@ class Cluster:
     def object_tables(self) -> list[tuple[KindToken, dict[str, Any]]]:
         """Every kind's table but the nodes' (the handlers' own, in no namespace and named
         by no owner reference)."""
-        return [
-            (Kind.VM, self.vms),
-            (Kind.VMI, self.vmis),
-            (Kind.MIGRATION, self.migrations),
-            (Kind.POLICY, self.policies),
-            *self.resources.items(),
-        ]
+        own = [(k, t) for k, t in self._own_tables.items() if k != Kind.NODE]
+        return [*own, *self.resources.items()]
 
     def vmi_of_vm(self, vm: VMView) -> VMIView | None:
         vmi = self.vmis.get(key(vm.namespace, vm.name))
