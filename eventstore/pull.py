@@ -1,42 +1,127 @@
-"""Pulling from a durable consumer without stalls.
+"""Pulling from a durable consumer with a standing request, not one request per message.
 
-nats-py's `fetch(batch > 1, timeout)` on an idle consumer leaves a waiting pull request on
-the server; when the client's timeout and the server's expiry race, that request takes the
-next message, and the following fetch then holds it while it waits for a batch or a status
-that only comes at its own expiry: up to the whole timeout (measured: p99 50 ms, max 825 ms
-for messages trickling in; bench/bench_exec.py saw ~1 s deletions). So: while the consumer
-says messages are pending (`num_pending` of the last one), fetch a batch (the server
-answers at once); otherwise wait for ONE message, which fetch returns as soon as it
-arrives (a message taken by an earlier request is already in the inbox and is returned
-first). Measured on the same trickle: p99 8 ms, max 10 ms."""
+nats-py's `fetch` sends a pull request for every call, and a caught-up service fetched one
+message at a time (a larger batch stalls on an idle consumer: the request left behind by a
+fetch that timed out takes the next message, and the following fetch waits for a batch
+that comes only at its expiry). So each event a service was delivered cost a request, a
+delivery and an ack: a third of the controller's and the handlers' messages to nats-server
+were pull requests.
+
+Here, as nats.go's `Consume` does, the consumer keeps requests standing at the server for
+up to `batch` messages, each expiring after `EXPIRES`, and asks again once less than half
+of that is left or the last request is about to expire; a fetch returns whatever the
+subscription holds as soon as one message is there. The server's status messages keep the
+account: a request that ends (408 on expiry, 409 on a leadership change or a deleted
+consumer) says how many of its messages it will no longer send (`Nats-Pending-Messages`;
+without it, every request is taken as gone). A reconnect, or an expiry with no word from
+the server, drops every request too, so the worst a lost status costs is one `EXPIRES`."""
 
 from __future__ import annotations
 
 import contextlib
+import time
 
+import msgspec
 import nats
 from nats.aio.msg import Msg
 from nats.js.client import JetStreamContext
+from nats.js.errors import APIError
+
+from eventstore.reply import position
+
+EXPIRES = 5.0  # a request's life at the server: a consumer at rest asks this often
+RENEW = 0.5  # ask again this long before the last request expires (no gap at rest)
+GRACE = 1.0  # past the last expiry with no status from the server: its requests are gone
+GAP = 0.1  # a request refused at once (409, no count) is asked again this much later
+_GONE = ("404", "408", "409")  # a request ended (what nats-py's fetch takes as a timeout)
+_HEARTBEAT = "100"
+_STATUS = "Status"
+_LEFT = "Nats-Pending-Messages"
 
 
 class Puller:
     def __init__(self, psub: JetStreamContext.PullSubscription, batch: int) -> None:
         self.psub = psub
-        self.batch = batch
+        self.batch = max(1, batch)
         self.pending = 0  # the consumer's backlog as of the last message fetched
+        self.credit = 0  # messages the standing requests may still deliver
+        self.ends = 0.0  # when the last request expires at the server (monotonic)
+        self.reconnects = -1  # the connection's reconnect count when it was asked
+        self.refused = -GAP  # when a request was last ended without a count (monotonic)
 
     async def fetch(self, timeout: float) -> list[Msg]:
-        """Like `psub.fetch`: raises TimeoutError (nats' or asyncio's) when nothing came."""
-        try:
-            if self.pending > 0:
-                msgs = await self.psub.fetch(self.batch, timeout=timeout)
-            else:
-                msgs = await self.psub.fetch(1, timeout=timeout)
-        except (TimeoutError, nats.errors.TimeoutError):
-            self.pending = 0
-            raise
+        """The messages there are, at least one; raises TimeoutError (nats' or asyncio's)
+        when none came within `timeout`."""
+        deadline = time.monotonic() + timeout
+        while True:
+            await self._ask()
+            msgs = self._take([])
+            if msgs:
+                return self._fetched(msgs)
+            now = time.monotonic()
+            if now >= deadline:
+                self.pending = 0
+                raise TimeoutError
+            wake = self.ends - RENEW if self.credit else self.refused + GAP
+            wait = min(deadline, wake) - now
+            try:
+                msg = await self.psub._sub.next_msg(timeout=max(wait, 0.001))
+            except (TimeoutError, nats.errors.TimeoutError):
+                continue
+            if self._data(msg):
+                return self._fetched(self._take([msg]))
+
+    async def _ask(self) -> None:
+        """Keep about `batch` messages asked for, and a request standing."""
+        nc = self.psub._nc
+        now = time.monotonic()
+        if nc.stats["reconnects"] != self.reconnects or now > self.ends + GRACE:
+            self.credit = 0  # the server forgot them (or we lost its word that it did)
+            self.reconnects = nc.stats["reconnects"]
+        if self.credit > self.batch // 2 and now < self.ends - RENEW:
+            return
+        if not self.credit and now < self.refused + GAP:
+            return  # refused a moment ago: not a loop of requests
+        # a request about to expire is renewed whole (its remainder is taken off when its
+        # expiry is told); otherwise the count is topped up to a batch
+        n = self.batch - self.credit if self.credit <= self.batch // 2 else self.batch
+        request = {"batch": n, "expires": int(EXPIRES * 1e9)}
+        await nc.publish(self.psub._nms, msgspec.json.encode(request), self.psub._deliver)
+        self.credit += n
+        self.ends = now + EXPIRES
+
+    def _take(self, msgs: list[Msg]) -> list[Msg]:
+        """`msgs` and the data messages queued behind them, up to a batch, at once."""
+        sub = self.psub._sub
+        queue = sub._pending_queue
+        while len(msgs) < self.batch and not queue.empty():
+            msg = queue.get_nowait()
+            queue.task_done()
+            sub._pending_size -= len(msg.data)
+            if self._data(msg):
+                msgs.append(msg)
+        return msgs
+
+    def _data(self, msg: Msg) -> bool:
+        """Whether it is a message of the stream; a status is accounted for (an error
+        the server answered a request with is raised, as nats-py's fetch raises it)."""
+        status = msg.headers.get(_STATUS) if msg.headers else None
+        if status is None:
+            self.credit = max(self.credit - 1, 0)
+            return True
+        if status == _HEARTBEAT:
+            return False
+        if status not in _GONE:
+            raise APIError.from_msg(msg)
+        left = msg.headers.get(_LEFT) if msg.headers else None
+        if left and left.isdigit():
+            self.credit = max(self.credit - int(left), 0)
+        else:
+            self.credit, self.refused = 0, time.monotonic()
+        return False
+
+    def _fetched(self, msgs: list[Msg]) -> list[Msg]:
         self.pending = 0
-        if msgs:
-            with contextlib.suppress(Exception):  # a message without JetStream metadata
-                self.pending = msgs[-1].metadata.num_pending
+        with contextlib.suppress(Exception):  # a message without JetStream metadata
+            self.pending = position(msgs[-1]).pending
         return msgs
