@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -172,7 +173,12 @@ def cpu_line(cpu: dict[str, float], span: float, n: int) -> str:
 
 
 def start_up(
-    data_dir: Path, nodes: int, node_memory: str, node_cpus: int, sync_interval: str = "always"
+    data_dir: Path,
+    nodes: int,
+    node_memory: str,
+    node_cpus: int,
+    sync_interval: str = "always",
+    extra: Sequence[str] = (),
 ) -> Up:
     port, nats_port = free_port(), free_port()
     log = open(data_dir.parent / f"{data_dir.name}-up.log", "wb")  # noqa: SIM115
@@ -196,6 +202,7 @@ def start_up(
             str(node_cpus),
             "--sync-interval",
             sync_interval,
+            *extra,
         ],
         cwd=REPO,
         stdout=log,

@@ -1,14 +1,16 @@
 """The smoke benchmark, run before every stop: is the create path as light as it was?
 
   python -m bench.smoke [--vms 150] [--rate 30] [--nodes 4] [--rest 10] [--baseline FILE]
-                        [--write-baseline]
+                        [--write-baseline] [--profile DIR] [--messages]
 
 One cluster (`virtstream up`, test mode), the same run's floor (a raw JetStream 6-hop chain
 and raw zygote spawns: bench/exec_common.py), then about 150 VMs created at 30/s, then
 `--rest` seconds with nothing asked. It prints:
 - create→Running p50 / p99 and their ratios to the floor's (fork→Running + the raw chain);
 - CPU ms per VMI by process during the create phase (launches included);
-- the cluster's CPU at rest, as a share of one core.
+- the cluster's CPU at rest, as a share of one core;
+- with `--messages`, nats-server's messages in and out per VMI by user, and the events
+  stored per VMI (from its monitoring port, which `up` then opens: `bench/nats_traffic.py`).
 
 Each figure is compared with `docs/perf/smoke-baseline.json`: one more than 25% worse (and
 worse by more than an absolute slack, so a figure near zero does not flap) is printed on a
@@ -30,6 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import nats_traffic
 from bench.exec_common import (
     REPO,
     Track,
@@ -61,7 +64,7 @@ PROCESS_SLACK_MS = 1.0
 
 async def measure(a: argparse.Namespace) -> dict[str, object]:
     data_dir = Path(tempfile.mkdtemp(prefix="vss", dir="/tmp"))
-    up = start_up(data_dir, a.nodes, "64Gi", 64)
+    up = start_up(data_dir, a.nodes, "64Gi", 64, extra=["--nats-monitoring"] if a.messages else [])
     try:
         await wait_ready(up, a.nodes)
         await asyncio.sleep(a.settle)  # start-up work (imports, catch-up) ends first
@@ -73,6 +76,9 @@ async def measure(a: argparse.Namespace) -> dict[str, object]:
         await asyncio.wait_for(opened.wait(), 10)
         names = [f"s{int(time.time()) % 100000}-{i}" for i in range(a.vms)]
         profilers = start_profilers(up, a.profile) if a.profile else []
+        monitoring = nats_traffic.monitoring_url(data_dir) if a.messages else ""
+        traffic = nats_traffic.snapshot(monitoring) if monitoring else None
+        messages: dict[str, object] = {}
         before = cpu_snapshot(up)
         t0 = time.perf_counter()
         await paced(up, names, a.rate, "POST", 4, track)
@@ -80,6 +86,8 @@ async def measure(a: argparse.Namespace) -> dict[str, object]:
             await asyncio.wait_for(track.all_running.wait(), a.timeout)
         span = time.perf_counter() - t0
         create_cpu = cpu_delta(before, cpu_snapshot(up))
+        if traffic is not None:
+            messages = nats_traffic.per_vmi(traffic, nats_traffic.snapshot(monitoring), a.vms)
         for prof in profilers:
             prof.send_signal(signal.SIGINT)
         for prof in profilers:
@@ -125,6 +133,7 @@ async def measure(a: argparse.Namespace) -> dict[str, object]:
         "rest_core_pct_by_process": {
             k: round(v / a.rest * 100, 2) for k, v in sorted(rest.items())
         },
+        **({"nats_messages_per_vmi": messages} if messages else {}),
     }
 
 
@@ -148,6 +157,9 @@ def report(now: dict[str, object]) -> None:
         f"{k} {v}" for k, v in sorted(rest_by.items(), key=lambda x: -x[1]) if v >= 0.05
     )
     print(f"at rest: {now['rest_core_pct']}% of one core: {rcells}")
+    messages = now.get("nats_messages_per_vmi")
+    if isinstance(messages, dict):
+        print(nats_traffic.line(messages))
 
 
 def compare(now: dict[str, object], base: dict[str, object]) -> list[str]:
@@ -181,6 +193,11 @@ def main() -> None:
     p.add_argument("--write-baseline", action="store_true")
     p.add_argument("--profile", type=Path, default=None, help="py-spy's samples go here")
     p.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    p.add_argument(
+        "--messages",
+        action="store_true",
+        help="count nats-server's messages per VMI by user (opens its monitoring port)",
+    )
     a = p.parse_args()
     now = asyncio.run(measure(a))
     report(now)
