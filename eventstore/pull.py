@@ -48,16 +48,22 @@ class Puller:
         self.ends = 0.0  # when the last request expires at the server (monotonic)
         self.reconnects = -1  # the connection's reconnect count when it was asked
         self.refused = -GAP  # when a request was last ended without a count (monotonic)
+        self.failed: APIError | None = None  # an error status, raised after what came before
 
     async def fetch(self, timeout: float) -> list[Msg]:
         """The messages there are, at least one; raises TimeoutError (nats' or asyncio's)
         when none came within `timeout`."""
         deadline = time.monotonic() + timeout
         while True:
+            if self.failed is not None:
+                failed, self.failed = self.failed, None
+                raise failed
             await self._ask()
             msgs = self._take([])
             if msgs:
                 return self._fetched(msgs)
+            if self.failed is not None:
+                continue
             now = time.monotonic()
             if now >= deadline:
                 self.pending = 0
@@ -70,6 +76,7 @@ class Puller:
                 continue
             if self._data(msg):
                 return self._fetched(self._take([msg]))
+            # a status: accounted for, or an error raised at the top
 
     async def _ask(self) -> None:
         """Keep about `batch` messages asked for, and a request standing."""
@@ -94,7 +101,7 @@ class Puller:
         """`msgs` and the data messages queued behind them, up to a batch, at once."""
         sub = self.psub._sub
         queue = sub._pending_queue
-        while len(msgs) < self.batch and not queue.empty():
+        while len(msgs) < self.batch and not queue.empty() and self.failed is None:
             msg = queue.get_nowait()
             queue.task_done()
             sub._pending_size -= len(msg.data)
@@ -104,7 +111,8 @@ class Puller:
 
     def _data(self, msg: Msg) -> bool:
         """Whether it is a message of the stream; a status is accounted for (an error
-        the server answered a request with is raised, as nats-py's fetch raises it)."""
+        the server answered a request with is kept, to be raised as nats-py's fetch raises
+        it once the messages that came before it are handed over)."""
         status = msg.headers.get(_STATUS) if msg.headers else None
         if status is None:
             self.credit = max(self.credit - 1, 0)
@@ -112,7 +120,9 @@ class Puller:
         if status == _HEARTBEAT:
             return False
         if status not in _GONE:
-            raise APIError.from_msg(msg)
+            self.failed = APIError.from_msg(msg)
+            self.credit, self.refused = 0, time.monotonic()
+            return False
         left = msg.headers.get(_LEFT) if msg.headers else None
         if left and left.isdigit():
             self.credit = max(self.credit - int(left), 0)
