@@ -35,16 +35,18 @@ def load_decider(spec: str) -> Decider:
         raise _fail(f"--decider {e}") from None
 
 
-def policy_prelude(path: Path) -> changes.Prelude:
+def policy_prelude(path: Path) -> tuple[changes.Prelude, str]:
     """`--migration-policy FILE`: the MigrationPolicy in FILE, put in place as the window
-    begins (`services/whatif/changes.py`); refused at once, in the api's words, when the
-    api would refuse it."""
+    begins (`services/whatif/changes.py`), and the change named as the api names it;
+    refused at once, in the api's words, when the api would refuse it."""
     try:
-        return changes.migration_policy(yaml.safe_load(path.read_text()))
+        manifest = yaml.safe_load(path.read_text())
+        prelude = changes.migration_policy(manifest)
     except (OSError, yaml.YAMLError, changes.NotAPolicy) as e:
         raise _fail(f"--migration-policy {path}: {e}") from None
     except ApiError as e:
         raise _fail(f"--migration-policy {path}: {e.status.message}") from None
+    return prelude, f"{changes.policy_name(manifest)} ({path})"
 
 
 async def _window(store: JetStreamStore, since: str, until: str) -> tuple[int, int | None]:
@@ -138,8 +140,8 @@ def whatif(
     if decider:
         sandboxed, change = load_decider(decider), f"decider {decider}"
     elif migration_policy is not None:
-        prelude = policy_prelude(migration_policy)
-        sandboxed, change = ControllerReactor(), f"migration policy {migration_policy}"
+        prelude, change = policy_prelude(migration_policy)
+        sandboxed = ControllerReactor()
     elif scheduling:
         policy = scheduler_policy or scheduler.SPREAD
         sandboxed = ControllerReactor(scheduler_policy=policy, scheduler_weights=weights)

@@ -260,11 +260,10 @@ def test_a_migration_policy_from_the_windows_start_changes_the_migrations_settin
         "apiVersion: migrations.kubevirt.io/v1alpha1\nkind: MigrationPolicy\n"
         "metadata: {name: slow}\nspec:\n  bandwidthPerMigration: 1Mi\n"
     )
+    prelude, change = policy_prelude(policy)
+    assert change == f"migration policy slow ({policy})"  # named as the api names it
     sandbox = WhatIf(
-        ControllerReactor(node_timeout=1e9),
-        since=start,
-        change="migration policy",
-        prelude=policy_prelude(policy),
+        ControllerReactor(node_timeout=1e9), since=start, change=change, prelude=prelude
     )
     for s in w.log:
         sandbox.feed(s)
