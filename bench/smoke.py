@@ -2,6 +2,7 @@
 
   python -m bench.smoke [--vms 150] [--rate 30] [--nodes 4] [--rest 10] [--baseline FILE]
                         [--write-baseline] [--profile DIR] [--messages]
+                        [--sync-interval always|DURATION]
 
 One cluster (`virtstream up`, test mode), the same run's floor (a raw JetStream 6-hop chain
 and raw zygote spawns: bench/exec_common.py), then about 150 VMs created at 30/s, then
@@ -64,7 +65,8 @@ PROCESS_SLACK_MS = 1.0
 
 async def measure(a: argparse.Namespace) -> dict[str, object]:
     data_dir = Path(tempfile.mkdtemp(prefix="vss", dir="/tmp"))
-    up = start_up(data_dir, a.nodes, "64Gi", 64, extra=["--nats-monitoring"] if a.messages else [])
+    monitored = ["--nats-monitoring"] if a.messages else []
+    up = start_up(data_dir, a.nodes, "64Gi", 64, a.sync_interval, extra=monitored)
     try:
         await wait_ready(up, a.nodes)
         await asyncio.sleep(a.settle)  # start-up work (imports, catch-up) ends first
@@ -193,6 +195,11 @@ def main() -> None:
     p.add_argument("--write-baseline", action="store_true")
     p.add_argument("--profile", type=Path, default=None, help="py-spy's samples go here")
     p.add_argument("--json", action="store_true", help="print the figures as JSON too")
+    p.add_argument(
+        "--sync-interval",
+        default="always",
+        help="nats-server's (the baseline's is always: every write fsynced before its ack)",
+    )
     p.add_argument(
         "--messages",
         action="store_true",
