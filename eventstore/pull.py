@@ -9,8 +9,9 @@ were pull requests.
 
 Here, as nats.go's `Consume` does, the consumer keeps requests standing at the server for
 up to `batch` messages, each expiring after `EXPIRES`, and asks again once less than half
-of that is left or the last request is about to expire; a fetch returns whatever the
-subscription holds as soon as one message is there. The server's status messages keep the
+of that is left (an expiry the server tells leaves none at rest: one request and one
+status per `EXPIRES`); a fetch returns whatever the subscription holds as soon as one
+message is there. The server's status messages keep the
 account: a request that ends (408 on expiry, 409 on a leadership change or a deleted
 consumer) says how many of its messages it will no longer send (`Nats-Pending-Messages`;
 without it, every request is taken as gone). A reconnect, or an expiry with no word from
@@ -30,7 +31,6 @@ from nats.js.errors import APIError
 from eventstore.reply import position
 
 EXPIRES = 5.0  # a request's life at the server: a consumer at rest asks this often
-RENEW = 0.5  # ask again this long before the last request expires (no gap at rest)
 GRACE = 1.0  # past the last expiry with no status from the server: its requests are gone
 GAP = 0.1  # a request refused at once (409, no count) is asked again this much later
 _GONE = ("404", "408", "409")  # a request ended (what nats-py's fetch takes as a timeout)
@@ -68,7 +68,7 @@ class Puller:
             if now >= deadline:
                 self.pending = 0
                 raise TimeoutError
-            wake = self.ends - RENEW if self.credit else self.refused + GAP
+            wake = self.ends + GRACE if self.credit else self.refused + GAP
             wait = min(deadline, wake) - now
             try:
                 msg = await self.psub._sub.next_msg(timeout=max(wait, 0.001))
@@ -85,13 +85,11 @@ class Puller:
         if nc.stats["reconnects"] != self.reconnects or now > self.ends + GRACE:
             self.credit = 0  # the server forgot them (or we lost its word that it did)
             self.reconnects = nc.stats["reconnects"]
-        if self.credit > self.batch // 2 and now < self.ends - RENEW:
+        if self.credit > self.batch // 2:
             return
         if not self.credit and now < self.refused + GAP:
             return  # refused a moment ago: not a loop of requests
-        # a request about to expire is renewed whole (its remainder is taken off when its
-        # expiry is told); otherwise the count is topped up to a batch
-        n = self.batch - self.credit if self.credit <= self.batch // 2 else self.batch
+        n = self.batch - self.credit
         request = {"batch": n, "expires": int(EXPIRES * 1e9)}
         await nc.publish(self.psub._nms, msgspec.json.encode(request), self.psub._deliver)
         self.credit += n
