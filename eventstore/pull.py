@@ -11,10 +11,10 @@ Here, as nats.go's `Consume` does, the consumer keeps requests standing at the s
 up to `batch` messages, each expiring after `EXPIRES`, and asks again once less than half
 of that is left (an expiry the server tells leaves none at rest: one request and one
 status per `EXPIRES`); a fetch returns whatever the subscription holds as soon as one
-message is there. The server's status messages keep the
-account: a request that ends (408 on expiry, 409 on a leadership change or a deleted
-consumer) says how many of its messages it will no longer send (`Nats-Pending-Messages`;
-without it, every request is taken as gone). A reconnect, or an expiry with no word from
+message is there. The server's status messages keep the account: a request that ends (408
+on expiry, 409 on a leadership change or a deleted consumer) says how many of its messages
+it will no longer send (`Nats-Pending-Messages`; without it, every request is taken as
+gone, and asked again after `GAP`). A reconnect, or an expiry with no word from
 the server, drops every request too, so the worst a lost status costs is one `EXPIRES`."""
 
 from __future__ import annotations
