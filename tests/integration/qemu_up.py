@@ -65,9 +65,21 @@ class Cluster:
         self._reader = threading.Thread(target=self._read, args=(self.proc,), daemon=True)
         self._reader.start()
         self.http = up_client(self.port, timeout=10)
-        until(lambda: self.http.get(VMS).is_success, what="the API")
+        # `up` starts a libvirtd per node and may boot the probe guest first: on a busy
+        # machine that is more than the usual 30 s (seen once in a full run); a failure
+        # says what `up` printed
+        try:
+            until(self._api_answers, timeout=BOOT_TIMEOUT, what="the API")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; up printed:\n" + "\n".join(self.output[-30:])) from None
         until(lambda: len(self.http.get("/api/v1/nodes").json()["items"]) == self.nodes,
               what="the nodes")  # fmt: skip
+
+    def _api_answers(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"up exited ({self.proc.returncode}) before its API answered")
+        return self.http.get(VMS).is_success
 
     def _read(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
