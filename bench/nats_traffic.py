@@ -48,15 +48,15 @@ def snapshot(url: str, stream: str = "VIRT") -> Traffic:
 
 def per_vmi(before: Traffic, after: Traffic, n: int) -> dict[str, object]:
     """Messages per VMI into and out of nats-server, in all and by user, and events."""
-    users = {}
-    for user, (i, o) in sorted(after.by_user.items()):
-        bi, bo = before.by_user.get(user, (0, 0))
-        users[user] = (round((i - bi) / n, 1), round((o - bo) / n, 1))
+    delta = {
+        user: (i - before.by_user.get(user, (0, 0))[0], o - before.by_user.get(user, (0, 0))[1])
+        for user, (i, o) in sorted(after.by_user.items())
+    }
     return {
         "events": round((after.stored - before.stored) / n, 2),
-        "in": round(sum(i for i, _ in users.values()), 1),
-        "out": round(sum(o for _, o in users.values()), 1),
-        "by_user": users,
+        "in": round(sum(i for i, _ in delta.values()) / n, 1),  # summed before rounding
+        "out": round(sum(o for _, o in delta.values()) / n, 1),
+        "by_user": {u: (round(i / n, 1), round(o / n, 1)) for u, (i, o) in delta.items()},
     }
 
 
