@@ -15,6 +15,7 @@ import uvicorn
 from nats.js.api import StorageType
 
 from core.names import SOCKET_NAME_MAX
+from events import unknown_fields
 from eventstore import checkpoints, connection
 from eventstore.connection import ConnectOptions, connect_service
 from eventstore.jetstream import JetStreamStore
@@ -84,6 +85,7 @@ async def serve(
         runner, None if read_only else store, socket_name_max=socket_name_max, keys=keys
     )
     if not read_only:
+        unknown_fields.prepare(spec.object_type for spec in REGISTRY)
         await api.bootstrap(common_instancetypes=common_instancetypes)
     app = create_app(
         api,
