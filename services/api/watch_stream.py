@@ -25,6 +25,7 @@ JSON = dict[str, Any]
 WATCH_MAX_SECONDS = 3600.0  # the API server's longest default watch (2 x minRequestTimeout)
 BOOKMARK_SECONDS = 60.0  # the watch cache's bookmark period
 BOOKMARK_LEAD = 1.0  # a bookmark this long before the timeout, so the client can resume
+CHUNK_EVENTS = 64  # at most this many queued events share one write
 _json = msgspec.json.Encoder()
 
 
@@ -117,20 +118,33 @@ def stream(
                 now = time.monotonic()
                 if deadline is not None and now >= deadline:
                     return
-                due = [t for t in (deadline, next_mark) if t is not None]
-                wait = max(0.0, min(due) - now) if due else None
-                try:
-                    async with asyncio.timeout(wait):
-                        item = await watcher.queue.get()
-                except TimeoutError:
-                    if next_mark is not None and time.monotonic() >= next_mark:
-                        if watcher.queue.empty():
-                            yield _json.encode(bookmark(spec, last_seq())) + b"\n"
-                        next_mark = _next_mark(time.monotonic(), deadline, after=next_mark)
-                    continue
+                if watcher.queue.empty():
+                    due = [t for t in (deadline, next_mark) if t is not None]
+                    wait = max(0.0, min(due) - now) if due else None
+                    try:
+                        async with asyncio.timeout(wait):
+                            item = await watcher.queue.get()
+                    except TimeoutError:
+                        if next_mark is not None and time.monotonic() >= next_mark:
+                            if watcher.queue.empty():
+                                yield _json.encode(bookmark(spec, last_seq())) + b"\n"
+                            next_mark = _next_mark(time.monotonic(), deadline, after=next_mark)
+                        continue
+                else:
+                    item = watcher.queue.get_nowait()
+                # what is queued already goes out in the same write (a burst's events, a
+                # watch's initial list): one send and one syscall for up to a chunk's lines
+                chunk: list[bytes] = []
+                while item is not None:
+                    chunk.append(_json.encode(_as_table(spec, item) if opts.as_table else item))
+                    chunk.append(b"\n")
+                    if len(chunk) >= 2 * CHUNK_EVENTS or watcher.queue.empty():
+                        break
+                    item = watcher.queue.get_nowait()
+                if chunk:
+                    yield b"".join(chunk)
                 if item is None:
                     return
-                yield _json.encode(_as_table(spec, item) if opts.as_table else item) + b"\n"
         finally:
             done(watcher)
 
