@@ -85,7 +85,7 @@ class SpawnError(RuntimeError):
     pass
 
 
-_WARM_UP_VMI = (
+WARM_UP_VMI = (
     b'{"metadata": {"name": "warm-up", "namespace": "zygote", "uid": "0"}, "spec": {"domain":'
     b' {"cpu": {"cores": 1}, "memory": {"guest": "64Mi"}, "devices": {"disks": [{"name": "d",'
     b' "disk": {"bus": "virtio"}}, {"name": "c", "cdrom": {"bus": "sata"}}], "interfaces":'
@@ -195,7 +195,7 @@ def _read_line(conn: socket.socket) -> bytes:
 # -- server side (the zygote process) ------------------------------------------------------
 
 
-def _preload() -> None:
+def preload() -> None:
     """Import everything a launcher child uses, so the child shares it copy-on-write."""
     import asyncio.unix_events  # noqa: F401
 
@@ -216,7 +216,7 @@ def _warm_up() -> None:
     from services.launcher.domain_xml import build_domain_xml
     from services.launcher.process import LauncherConfig
 
-    vmi = msgspec.json.decode(_WARM_UP_VMI)
+    vmi = msgspec.json.decode(WARM_UP_VMI)
     state = protocol.DomainStatus(state=protocol.DomainState.RUNNING)
     reports: list[protocol.Report] = [
         protocol.Hello(vmi_uid="0", domain_name="zygote_warm-up", pid=0),
@@ -237,7 +237,7 @@ def _warm_up() -> None:
 _WARM_UP_RUNS = 10
 
 
-class _WarmUpHypervisor(LibvirtHypervisor):
+class WarmUpHypervisor(LibvirtHypervisor):
     """The test driver without libvirt's event implementation, which a process gets only
     once and the zygote must leave to its children: the lifecycle events a call causes are
     delivered on the loop right after it instead."""
@@ -281,7 +281,7 @@ def _warm_launcher() -> None:
     launcher_log.addHandler(sink)
     try:
         with tempfile.TemporaryDirectory(prefix="virtstream-zygote-") as tmp:
-            vmi = msgspec.json.decode(_WARM_UP_VMI)
+            vmi = msgspec.json.decode(WARM_UP_VMI)
             deadline = time.monotonic() + 3.0  # a starved machine gets a shorter warm-up
             for _ in range(_WARM_UP_RUNS):
                 if time.monotonic() > deadline:
@@ -303,7 +303,7 @@ async def _drive_launcher(config: Any, timeout: float) -> None:
     from services.launcher.protocol import Shutdown, Start
 
     async with asyncio.timeout(timeout):
-        launcher = Launcher(config, _WarmUpHypervisor(config.hypervisor_uri))
+        launcher = Launcher(config, WarmUpHypervisor(config.hypervisor_uri))
         running = asyncio.get_running_loop().create_task(launcher.run())
         client = await LauncherClient.connect(config.socket_path)
         await client.call(Start())
@@ -382,7 +382,7 @@ def _die_with_parent() -> None:
 
 def serve(socket_path: str) -> None:
     """Run the zygote's accept loop until SIGTERM."""
-    _preload()
+    preload()
     _die_with_parent()
     signal.signal(signal.SIGCHLD, _reap_children)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
