@@ -10,7 +10,10 @@ wrote. Then, in this process, over the same stream, `--rounds` times each (the b
   decider (`virtstream whatif`'s sandbox), its decisions compared with the log's;
 - what-if, `pack`: the same with the scheduler policy changed.
 Prints each time, the what-ifs' ratios to the rebuild, and the differences found (none
-expected without a change: `whatif` would exit 1)."""
+expected without a change: `whatif` would exit 1); with `--stages`, the CPU per event of
+each stage, one at a time in this process: reading the records, decoding them, the views'
+fold, the controller's fold and its decisions (a what-if's reader does the first; its
+decider the other three but the views' fold, which the controller's includes)."""
 
 from __future__ import annotations
 
@@ -24,8 +27,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from bench.exec_common import Track, paced, remove_run, start_up, wait_ready, watch_vmis
+from events.envelope import Context
+from eventstore import records
 from eventstore.connection import ConnectOptions, connect_service
 from eventstore.jetstream import JetStreamStore
+from eventstore.port import Record
 from projections.cluster import Cluster
 from services.controller.reactor import ControllerReactor
 from services.controller.whatif import WhatIf
@@ -47,6 +53,41 @@ def whatif(policy: str) -> Callable[[JetStreamStore], Awaitable[int]]:
         return len((await whatif_replay.replay(store, sandbox)).differences)
 
     return run
+
+
+async def stages(store: JetStreamStore) -> dict[str, float]:
+    """CPU seconds per event of each stage (process time, one after the other)."""
+    t = time.process_time()
+    recs = [r async for r in store.records(as_archived=True)]
+    read = time.process_time() - t
+    t = time.process_time()
+    stored = [
+        records.stored(Record(r.seq, r.subject, r.data, 0, r.time, r.redelivery_of)) for r in recs
+    ]
+    decode = time.process_time() - t
+    t = time.process_time()
+    cluster = Cluster()
+    for s in stored:
+        cluster.apply(s)
+    views = time.process_time() - t
+    reactor = ControllerReactor()
+    state = reactor.initial_state()
+    fold = decide = 0.0
+    for s in stored:
+        t = time.process_time()
+        state = reactor.evolve(state, s)
+        t1 = time.process_time()
+        reactor.react(state, s, Context(reactor.name, "", s.time, s))
+        fold += t1 - t
+        decide += time.process_time() - t1
+    n = max(1, len(stored))
+    return {
+        "read": read / n,
+        "decode": decode / n,
+        "views' fold": views / n,
+        "controller's fold": fold / n,
+        "decisions": decide / n,
+    }
 
 
 async def best(rounds: int, body: Callable[[], Awaitable[int]]) -> tuple[float, int]:
@@ -83,6 +124,7 @@ async def measure(a: argparse.Namespace) -> None:
         fold_s, _ = await best(a.rounds, lambda: rebuild(store))
         same_s, same = await best(a.rounds, lambda: whatif("spread")(store))
         pack_s, packed = await best(a.rounds, lambda: whatif("pack")(store))
+        per_stage = await stages(store) if a.stages else {}
         if a.profile:  # one more what-if, no change, read and decided in this process
             sandbox = WhatIf(ControllerReactor())
             profiler = cProfile.Profile()
@@ -100,6 +142,8 @@ async def measure(a: argparse.Namespace) -> None:
     print(f"rebuild of the views: {fold_s:.3f} s ({events / fold_s:,.0f} events/s)")
     print(f"what-if, no change:   {same_s:.3f} s (x{same_s / fold_s:.2f}), {same} differences")
     print(f"what-if, pack:        {pack_s:.3f} s (x{pack_s / fold_s:.2f}), {packed} differences")
+    if per_stage:
+        print("CPU per event: " + ", ".join(f"{k} {v * 1e6:.1f} µs" for k, v in per_stage.items()))
 
 
 def main() -> None:
@@ -110,6 +154,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--timeout", type=float, default=180.0)
     p.add_argument("--keep", action="store_true", help="keep the data dir")
+    p.add_argument("--stages", action="store_true", help="CPU per event of each stage")
     p.add_argument("--profile", default="", help="cProfile's stats of one what-if go here")
     asyncio.run(measure(p.parse_args()))
 
