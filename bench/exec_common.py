@@ -128,6 +128,15 @@ class Up:
         raw = json.loads((self.data_dir / "up.json").read_text())
         return {name: rec["pid"] for name, rec in raw.items()}
 
+    def zygote_pids(self) -> list[int]:
+        """The handlers' children: a zygote each."""
+        return [
+            child
+            for name, pid in self.services().items()
+            if name.startswith("handler")
+            for child in children(pid)
+        ]
+
     def launcher_pids(self) -> list[int]:
         pids = []
         for pidfile in (self.data_dir / "run").glob("*/launchers/*.pid"):
@@ -146,9 +155,7 @@ def cpu_snapshot(up: Up) -> dict[str, float]:
     zygotes, the launchers alive now (a launcher born later counts from 0), this client."""
     svcs = up.services()
     out = {name: cpu_seconds(pid) for name, pid in svcs.items()}
-    out["zygotes"] = sum(
-        cpu_seconds(c) for n, pid in svcs.items() if n.startswith("handler") for c in children(pid)
-    )
+    out["zygotes"] = sum(cpu_seconds(z) for z in up.zygote_pids())
     out["launchers"] = sum(cpu_seconds(p) for p in up.launcher_pids())
     out["bench client"] = cpu_seconds(os.getpid())
     return out
@@ -543,12 +550,7 @@ def start_profilers(up: Up, out: Path) -> list[subprocess.Popen[bytes]]:
 def sample_memory(up: Up) -> Memory:
     svcs = up.services()
     rss = {name: rss_kib(pid) for name, pid in svcs.items()}
-    zygotes = [
-        rss_kib(c)
-        for name, pid in svcs.items()
-        if name.startswith("handler")
-        for c in children(pid)
-    ]
+    zygotes = [rss_kib(z) for z in up.zygote_pids()]
     return Memory(rss, zygotes, rss.get("nats-server", 0))
 
 

@@ -26,7 +26,6 @@ from pathlib import Path
 from bench.exec_common import (
     Track,
     Up,
-    children,
     cpu_seconds,
     paced,
     pct,
@@ -85,17 +84,8 @@ def faults(pid: int) -> int:
     return 0
 
 
-def zygotes(up: Up) -> list[int]:
-    return [
-        child
-        for name, pid in up.services().items()
-        if name.startswith("handler")
-        for child in children(pid)
-    ]
-
-
 def zygotes_cpu(up: Up) -> float:
-    return sum(cpu_seconds(z) for z in zygotes(up))
+    return sum(cpu_seconds(z) for z in up.zygote_pids())
 
 
 async def measure(a: argparse.Namespace) -> dict[str, float]:
@@ -110,7 +100,7 @@ async def measure(a: argparse.Namespace) -> dict[str, float]:
         watcher = asyncio.create_task(watch_vmis(up.api, track, opened))
         await asyncio.wait_for(opened.wait(), 10)
         zygotes_before = zygotes_cpu(up)
-        zygote_faults = sum(faults(z) for z in zygotes(up))
+        zygote_faults = sum(faults(z) for z in up.zygote_pids())
         names = [f"l{int(time.time()) % 100000}-{i}" for i in range(a.vms)]
         await paced(up, names, a.rate, "POST", 2, track)
         await asyncio.wait_for(track.all_running.wait(), a.timeout)
@@ -118,7 +108,7 @@ async def measure(a: argparse.Namespace) -> dict[str, float]:
         launchers = [cpu_seconds(pid) for pid in up.launcher_pids()]
         launcher_faults = [faults(pid) for pid in up.launcher_pids()]
         zygote = (zygotes_cpu(up) - zygotes_before) / a.vms
-        zygote_faults = (sum(faults(z) for z in zygotes(up)) - zygote_faults) / a.vms
+        zygote_faults = (sum(faults(z) for z in up.zygote_pids()) - zygote_faults) / a.vms
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await watcher

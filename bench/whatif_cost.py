@@ -33,7 +33,6 @@ from events.envelope import Context
 from eventstore import records
 from eventstore.connection import ConnectOptions, connect_service
 from eventstore.jetstream import JetStreamStore
-from eventstore.port import Record
 from projections.cluster import Cluster
 from services.controller.reactor import ControllerReactor
 from services.controller.whatif import WhatIf
@@ -71,13 +70,10 @@ async def stages(store: JetStreamStore) -> dict[str, float]:
         recs = [r async for r in store.records(as_archived=True)]
     t = time.process_time()
     for r in recs:
-        records.stored(Record(r.seq, r.subject, r.data, 0, r.time, r.redelivery_of))
+        records.stored(r)
     decode = time.process_time() - t
     with _kept():
-        stored = [
-            records.stored(Record(r.seq, r.subject, r.data, 0, r.time, r.redelivery_of))
-            for r in recs
-        ]
+        stored = [records.stored(r) for r in recs]
     t = time.process_time()
     cluster = Cluster()
     for s in stored:

@@ -134,15 +134,14 @@ def stream(
                     item = watcher.queue.get_nowait()
                 # what is queued already goes out in the same write (a burst's events, a
                 # watch's initial list): one send and one syscall for up to a chunk's lines
-                chunk: list[bytes] = []
+                lines: list[bytes] = []
                 while item is not None:
-                    chunk.append(_json.encode(_as_table(spec, item) if opts.as_table else item))
-                    chunk.append(b"\n")
-                    if len(chunk) >= 2 * CHUNK_EVENTS or watcher.queue.empty():
+                    lines.append(_json.encode(_as_table(spec, item) if opts.as_table else item))
+                    if len(lines) >= CHUNK_EVENTS or watcher.queue.empty():
                         break
                     item = watcher.queue.get_nowait()
-                if chunk:
-                    yield b"".join(chunk)
+                if lines:
+                    yield b"\n".join(lines) + b"\n"
                 if item is None:
                     return
         finally:
